@@ -1,0 +1,19 @@
+// Subcommand registration. Each subcommand lives in its own cmd_*.cc and adds itself to the CLI11
+// app; the callback it installs sets `*exit_code`. Only app/ wires modules together.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace strata::app {
+
+void RegisterInfo(CLI::App& app, int* exit_code);        // cmd_info.cc
+void RegisterSynth(CLI::App& app, int* exit_code);       // cmd_synth.cc
+void RegisterTokenize(CLI::App& app, int* exit_code);    // cmd_tokenize.cc (tokenize + detokenize)
+void RegisterGenerate(CLI::App& app, int* exit_code);    // cmd_generate.cc
+void RegisterBench(CLI::App& app, int* exit_code);       // cmd_bench.cc
+
+// Path of the bundled default model (synthesized at build time next to the binary):
+// <dir of executable>/../models/strata-tiny.gguf
+std::string DefaultModelPath();
+
+}  // namespace strata::app

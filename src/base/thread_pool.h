@@ -1,0 +1,55 @@
+// ThreadPool: a fixed set of worker threads that run one parallel loop at a time.
+//
+// Threads are created once (no per-op thread creation). ParallelFor splits [0, n) into
+// `num_threads()` contiguous chunks; chunk i always runs the same index range, so work split by
+// rows gives results independent of the thread count (each output element is computed by exactly
+// one thread with the same code path).
+// Thread contract: ParallelFor must be called from one thread at a time (the owner, e.g. the engine
+// thread); it blocks until every chunk is done. The calling thread runs chunk 0 itself.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace strata {
+
+class ThreadPool {
+ public:
+  // num_threads >= 1 (values < 1 are treated as 1). num_threads - 1 workers are started.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // fn(begin, end, thread_index) over a partition of [0, n) into at most num_threads() chunks,
+  // with chunk boundaries rounded to multiples of `grain` (>= 1).
+  void ParallelFor(size_t n, const std::function<void(size_t, size_t, int)>& fn, size_t grain = 1);
+
+  // fn(thread_index) once on every thread (e.g. to reduce per-thread partial results).
+  void RunOnAll(const std::function<void(int)>& fn);
+
+ private:
+  void WorkerLoop(int index);
+
+  int num_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_start_;
+  std::condition_variable cv_done_;
+  const std::function<void(int)>* job_ = nullptr;  // guarded by mu_
+  uint64_t generation_ = 0;                        // guarded by mu_
+  int pending_ = 0;                                // guarded by mu_
+  bool stop_ = false;                              // guarded by mu_
+};
+
+// Default thread count: hardware concurrency (at least 1).
+int DefaultThreadCount();
+
+}  // namespace strata

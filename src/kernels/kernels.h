@@ -1,0 +1,72 @@
+// Compute kernels: quantized formats, matrix multiplication and vector ops on CPU.
+//
+// Every kernel has a plain scalar reference in kernels/ref (the definition of "correct") and SIMD
+// versions in kernels/cpu selected at runtime by ISA. Results of MatMul do not depend on the
+// number of threads: work is split by output rows, each row is computed by one thread with the
+// same code (so 1 and 2 threads are bit-identical).
+//
+// Activations: for integer-dot weight types the float activations are quantized on the fly, as
+// ggml does (Q4_0/Q8_0 weights: activations to Q8_0 blocks; Q4_K/Q5_K/Q6_K: to Q8_K blocks);
+// F16/BF16/F32 weights multiply float activations in f32 with f32 accumulation.
+// Thread contract: functions are reentrant; MatMul uses the given pool (may be null = 1 thread) and
+// per-thread scratch buffers that grow once and are reused (no allocation per token at steady state).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "base/thread_pool.h"
+#include "tensor/dtype.h"
+
+namespace strata::kernels {
+
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+std::string_view IsaName(Isa isa);
+// Best ISA this CPU supports (cpuid).
+Isa DetectIsa();
+// ISA used by the dispatching kernels: min(detected, forced). Initially DetectIsa(), or the value of
+// env STRATA_ISA=scalar|avx2|avx512 (clamped to what the CPU supports).
+Isa ActiveIsa();
+// Forces an ISA (clamped to DetectIsa()); for tests and benchmarks. Not thread-safe w.r.t. running kernels.
+void SetIsa(Isa isa);
+
+// True if MatMul / DequantizeRow support weights of this type.
+bool IsSupported(DType t);
+
+// Converts n elements of `src` (type t, n a multiple of the block size) to float.
+void DequantizeRow(DType t, const void* src, float* dst, size_t n);
+// Quantizes n floats into type t (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K). n must be a
+// multiple of the block size. Used by the GGUF writer (`strata synth`) and by tests.
+void QuantizeRow(DType t, const float* src, void* dst, size_t n);
+
+// A row-major weight matrix as stored in GGUF: `rows` rows of `cols` elements of `type`,
+// consecutive rows `row_bytes` apart (row_bytes == RowBytes(type, cols)).
+struct WeightMatrix {
+  DType type = DType::kF32;
+  const void* data = nullptr;
+  size_t rows = 0;
+  size_t cols = 0;
+  size_t row_bytes = 0;
+};
+
+// y[t * y_stride + r] = sum_k W[r, k] * x[t * x_stride + k]  for t < n_tokens, r < w.rows.
+// x_stride >= w.cols, y_stride >= w.rows (pass 0 for "dense": cols / rows).
+void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, ThreadPool* pool,
+            size_t x_stride = 0, size_t y_stride = 0);
+
+// ---- Vector ops (f32) ----
+// out = x / sqrt(mean(x^2) + eps) * weight   (weight may be null: no scaling). out may alias x.
+void RmsNorm(const float* x, const float* weight, float* out, size_t n, float eps);
+// out[i] = silu(gate[i]) * up[i]. out may alias gate or up.
+void SiluMul(const float* gate, const float* up, float* out, size_t n);
+// x[i] += y[i]
+void Add(float* x, const float* y, size_t n);
+// dot product of two f32 vectors
+float DotF32(const float* a, const float* b, size_t n);
+// y[i] += a * x[i]
+void Axpy(float a, const float* x, float* y, size_t n);
+// In-place softmax over n values; returns nothing. Uses max-subtraction.
+void Softmax(float* x, size_t n);
+
+}  // namespace strata::kernels
