@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs every build/test dependency of Strata from Debian 12 packages. Idempotent: re-running
+# it installs nothing new. Must run as root (or via sudo) on Debian 12.
+set -euo pipefail
+
+PACKAGES=(
+  cmake ninja-build g++ pkg-config git ca-certificates
+  clang lld libclang-rt-14-dev            # libFuzzer targets (fuzz preset)
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev
+  libpcre2-dev                            # Unicode regexes of the BPE pre-tokenizers
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"

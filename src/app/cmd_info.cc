@@ -1,0 +1,10 @@
+#include "app/commands.h"
+
+namespace strata::app {
+
+void RegisterInfo(CLI::App& app, int* exit_code) {
+  (void)app;
+  (void)exit_code;
+}
+
+}  // namespace strata::app
