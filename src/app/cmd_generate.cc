@@ -1,10 +1,188 @@
+// `strata generate`: one prompt, one stream, on the single-sequence engine path.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "app/commands.h"
+#include "base/thread_pool.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace strata::app {
+namespace {
+
+struct GenerateOptions {
+  std::string model;
+  std::string prompt;
+  std::string prompt_tokens;
+  int max_tokens = 32;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  int64_t seed = -1;
+  int threads = 0;
+  int ctx = 0;
+  bool ignore_eos = false;
+  bool json = false;
+  bool parse_special = false;
+};
+
+Result<std::vector<int32_t>> ParseIdList(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b == std::string::npos) continue;
+    item = item.substr(b, e - b + 1);
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(item.c_str(), &end, 10);
+    if (errno != 0 || end == item.c_str() || *end != '\0' || v < 0 || v > INT32_MAX)
+      return Status::InvalidArgument("not a token id: '" + item + "'");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) return Status::InvalidArgument("empty token id list");
+  return ids;
+}
+
+double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+Status RunGenerate(const GenerateOptions& o) {
+  std::string path = o.model.empty() ? DefaultModelPath() : o.model;
+  ASSIGN_OR_RETURN(auto model, model::Model::Load(path));
+  ASSIGN_OR_RETURN(auto vocab, tokenizer::VocabFromGguf(model->gguf()));
+  ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Create(std::move(vocab)));
+  const auto& cfg = model->config();
+  if (tok->n_vocab() > static_cast<size_t>(cfg.n_vocab))
+    return Status::InvalidArgument(fmt::format("vocabulary has {} tokens but the model only {} embedding rows",
+                                               tok->n_vocab(), cfg.n_vocab));
+  std::vector<int32_t> prompt;
+  if (!o.prompt_tokens.empty()) {
+    ASSIGN_OR_RETURN(prompt, ParseIdList(o.prompt_tokens));
+  } else {
+    prompt = tok->Encode(o.prompt, /*add_special=*/true, o.parse_special);
+  }
+  if (prompt.empty()) return Status::InvalidArgument("the prompt is empty (and the model adds no BOS token)");
+  if (o.max_tokens < 0) return Status::InvalidArgument("--max-tokens must be >= 0");
+  int64_t need = static_cast<int64_t>(prompt.size()) + o.max_tokens;
+  int n_ctx = o.ctx > 0 ? o.ctx : static_cast<int>(std::min<int64_t>(need, cfg.ctx_len));
+  if (static_cast<int64_t>(prompt.size()) > std::min(n_ctx, cfg.ctx_len))
+    return Status::OutOfRange(fmt::format("prompt has {} tokens, more than the context size of {}",
+                                          prompt.size(), std::min(n_ctx, cfg.ctx_len)));
+
+  engine::SamplingParams sp;
+  sp.temperature = o.temperature;
+  sp.top_k = o.top_k;
+  sp.top_p = o.top_p;
+  sp.min_p = o.min_p;
+  sp.repetition_penalty = o.repeat_penalty;
+  sp.frequency_penalty = o.frequency_penalty;
+  sp.presence_penalty = o.presence_penalty;
+  sp.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+  RETURN_IF_ERROR(sp.Validate());
+
+  ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
+  model::Context ctx(*model, n_ctx, &pool);
+  engine::Sampler sampler(sp, static_cast<size_t>(cfg.n_vocab));
+  std::vector<int32_t> banned;
+  if (o.ignore_eos) banned = tok->eog_ids();
+  std::vector<int32_t> history = prompt;
+  history.reserve(prompt.size() + static_cast<size_t>(o.max_tokens));
+  std::vector<int32_t> generated;
+  std::string text;
+  tokenizer::IncrementalDecoder decoder(*tok);
+
+  auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(auto logits, ctx.Eval(prompt));
+  auto t1 = std::chrono::steady_clock::now();
+  auto t_gen_start = t1;
+  for (int i = 0; i < o.max_tokens; ++i) {
+    int32_t next = sampler.Sample(logits, history, banned);
+    if (!o.ignore_eos && tok->IsEog(next)) break;
+    generated.push_back(next);
+    history.push_back(next);
+    std::string piece = decoder.Push(next);
+    text += piece;
+    if (!o.json && !piece.empty()) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    if (i + 1 == o.max_tokens) break;
+    if (ctx.n_past() >= ctx.n_ctx()) break;
+    ASSIGN_OR_RETURN(logits, ctx.Eval(std::span<const int32_t>(&next, 1)));
+  }
+  std::string rest = decoder.Flush();
+  text += rest;
+  auto t2 = std::chrono::steady_clock::now();
+  double pp_s = Seconds(t0, t1), tg_s = Seconds(t_gen_start, t2);
+  double prompt_tps = pp_s > 0 ? static_cast<double>(prompt.size()) / pp_s : 0.0;
+  // Generation speed counts the decode steps (one per generated token after the first).
+  double gen_tps = (generated.size() > 1 && tg_s > 0) ? static_cast<double>(generated.size() - 1) / tg_s : 0.0;
+  if (o.json) {
+    nlohmann::json j;
+    j["prompt_tokens"] = prompt;
+    j["tokens"] = generated;
+    j["text"] = text;
+    j["timings"] = {{"prompt_tps", prompt_tps}, {"gen_tps", gen_tps}};
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+  } else {
+    if (!rest.empty()) std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fputc('\n', stdout);
+  }
+  std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tokens/s) | generation: %zu tokens in %.3f s (%.1f tokens/s) | threads %d, seed %llu\n",
+               prompt.size(), pp_s, prompt_tps, generated.size(), tg_s, gen_tps, pool.num_threads(),
+               static_cast<unsigned long long>(sp.seed));
+  return Status::Ok();
+}
+
+}  // namespace
 
 void RegisterGenerate(CLI::App& app, int* exit_code) {
-  (void)app;
-  (void)exit_code;
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt with a GGUF model");
+  cmd->add_option("-m,--model", o->model, "GGUF model file (default: the bundled tiny model)");
+  auto* p = cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+  auto* pt = cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt as comma-separated token ids (used verbatim)");
+  p->excludes(pt);
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "Maximum number of tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature,--temp", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "Top-k (<= 0: off)")->capture_default_str();
+  cmd->add_option("--top-p", o->top_p, "Top-p (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", o->min_p, "Min-p (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->frequency_penalty, "Frequency penalty")->capture_default_str();
+  cmd->add_option("--presence-penalty", o->presence_penalty, "Presence penalty")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Random seed (-1: random)")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
+  cmd->add_option("-c,--ctx-size", o->ctx, "Context size (default: prompt + max tokens)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-generation tokens (they are never sampled)");
+  cmd->add_flag("--parse-special", o->parse_special, "Recognise special-token text in the prompt");
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
+  cmd->callback([o, exit_code, p, pt] {
+    if (p->count() == 0 && pt->count() == 0) {
+      std::cerr << "error: give --prompt TEXT or --prompt-tokens IDS\n";
+      *exit_code = 2;
+      return;
+    }
+    Status s = RunGenerate(*o);
+    if (!s.ok()) {
+      std::cerr << "error: " << s.message() << "\n";
+      *exit_code = 1;
+    }
+  });
 }
 
 }  // namespace strata::app

@@ -1,0 +1,62 @@
+// Token sampling: greedy, temperature, top-k, top-p, min-p, repetition/frequency/presence
+// penalties, seeded randomness (same seed + same logits -> same tokens).
+//
+// Order of operations (as llama.cpp's default chain and vLLM apply them): penalties over the
+// recent history -> banned tokens -> (temperature == 0: argmax, ties to the lower id) ->
+// top-k -> top-p -> min-p -> temperature -> softmax -> draw with the seeded generator.
+// Thread contract: one Sampler per sequence, single-threaded. No heap allocation per token after
+// construction.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace strata::engine {
+
+struct SamplingParams {
+  float temperature = 0.8f;   // 0 = greedy
+  int top_k = 40;             // <= 0: off
+  float top_p = 0.95f;        // 1: off
+  float min_p = 0.05f;        // 0: off
+  float repetition_penalty = 1.0f;  // 1: off (llama.cpp/CTRL style: divide positive logits, multiply negative)
+  float frequency_penalty = 0.0f;   // OpenAI style: - count * f
+  float presence_penalty = 0.0f;    // OpenAI style: - (count > 0) * p
+  int penalty_last_n = 64;          // history window for penalties (-1: whole history, 0: off)
+  uint64_t seed = 0xC0FFEE;
+
+  static SamplingParams Greedy();
+  // Rejects NaN/negative temperature, top_p outside (0, 1], min_p outside [0, 1], penalties that are
+  // non-finite or repetition_penalty <= 0; the message names the parameter.
+  Status Validate() const;
+};
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, size_t n_vocab);
+
+  // Picks the next token from `logits` (n_vocab values). `history` = all tokens so far (prompt +
+  // generated) for the penalties; `banned` tokens are never chosen (e.g. EOG with --ignore-eos).
+  int32_t Sample(std::span<const float> logits, std::span<const int32_t> history,
+                 std::span<const int32_t> banned = {});
+
+  // Log-probabilities of the last Sample() call's distribution before truncation (log-softmax of
+  // the penalised logits at temperature 1): filled on demand for `logprobs`.
+  float LastLogprob(int32_t id) const;
+
+ private:
+  SamplingParams p_;
+  size_t n_vocab_;
+  std::mt19937_64 rng_;
+  std::vector<float> work_;           // penalised logits
+  std::vector<int32_t> idx_;          // candidate ids
+  std::vector<float> probs_;
+  std::vector<uint32_t> counts_;      // token counts in the penalty window
+  float last_lse_ = 0.0f;             // log-sum-exp of work_ at the last call
+};
+
+}  // namespace strata::engine
