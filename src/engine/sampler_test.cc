@@ -1,0 +1,130 @@
+#include "engine/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+namespace strata::engine {
+namespace {
+
+TEST(SamplerTest, GreedyPicksArgmaxTiesToLowerId) {
+  Sampler s(SamplingParams::Greedy(), 5);
+  std::vector<float> l = {0.1f, 2.0f, 2.0f, -1.0f, 1.9f};
+  EXPECT_EQ(s.Sample(l, {}), 1);
+  std::vector<int32_t> banned = {1};
+  EXPECT_EQ(s.Sample(l, {}, banned), 2);
+}
+
+TEST(SamplerTest, SameSeedSameTokens) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = 42;
+  std::vector<float> l(100);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = std::sin(static_cast<float>(i)) * 2;
+  Sampler a(p, l.size()), b(p, l.size());
+  std::vector<int32_t> ta, tb;
+  for (int i = 0; i < 50; ++i) {
+    ta.push_back(a.Sample(l, {}));
+    tb.push_back(b.Sample(l, {}));
+  }
+  EXPECT_EQ(ta, tb);
+  p.seed = 43;
+  Sampler c(p, l.size());
+  std::vector<int32_t> tc;
+  for (int i = 0; i < 50; ++i) tc.push_back(c.Sample(l, {}));
+  EXPECT_NE(ta, tc);
+}
+
+TEST(SamplerTest, DistributionMatchesSoftmaxAtTemperature) {
+  SamplingParams p;
+  p.temperature = 0.5f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  std::vector<float> l = {1.0f, 0.5f, 0.0f};
+  Sampler s(p, 3);
+  std::map<int32_t, int> counts;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) counts[s.Sample(l, {})]++;
+  double z = std::exp(2.0) + std::exp(1.0) + 1.0;
+  EXPECT_NEAR(counts[0] / double(n), std::exp(2.0) / z, 0.02);
+  EXPECT_NEAR(counts[1] / double(n), std::exp(1.0) / z, 0.02);
+  EXPECT_NEAR(counts[2] / double(n), 1.0 / z, 0.02);
+}
+
+TEST(SamplerTest, TopKTopPMinPTruncate) {
+  std::vector<float> l = {3.0f, 2.9f, 0.0f, -5.0f};
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.min_p = 0.0f;
+  p.top_p = 1.0f;
+  p.top_k = 2;
+  Sampler k(p, 4);
+  for (int i = 0; i < 500; ++i) EXPECT_LT(k.Sample(l, {}), 2);
+  p.top_k = 0;
+  p.top_p = 0.5f;  // token 0 alone has p ~ 0.50+, so only it survives
+  Sampler tp(p, 4);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(tp.Sample(l, {}), 0);
+  p.top_p = 1.0f;
+  p.min_p = 0.5f;  // tokens with p >= 0.5 p_max: 0 and 1 (e^-0.1 = 0.905)
+  Sampler mp(p, 4);
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 500; ++i) seen[mp.Sample(l, {})]++;
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_EQ(seen.count(2) + seen.count(3), 0u);
+}
+
+TEST(SamplerTest, PenaltiesChangeTheChoice) {
+  std::vector<float> l = {2.0f, 1.5f, 1.0f};
+  std::vector<int32_t> hist = {0, 0, 0};
+  SamplingParams p = SamplingParams::Greedy();
+  p.frequency_penalty = 0.3f;  // 2.0 - 0.9 = 1.1 < 1.5
+  Sampler f(p, 3);
+  EXPECT_EQ(f.Sample(l, hist), 1);
+  p = SamplingParams::Greedy();
+  p.presence_penalty = 0.4f;  // 2.0 - 0.4 = 1.6 > 1.5: still 0
+  Sampler pr(p, 3);
+  EXPECT_EQ(pr.Sample(l, hist), 0);
+  p.presence_penalty = 0.6f;  // 1.4 < 1.5
+  Sampler pr2(p, 3);
+  EXPECT_EQ(pr2.Sample(l, hist), 1);
+  p = SamplingParams::Greedy();
+  p.repetition_penalty = 1.5f;  // 2.0 / 1.5 = 1.33 < 1.5
+  Sampler rp(p, 3);
+  EXPECT_EQ(rp.Sample(l, hist), 1);
+  // Outside the window the penalty does not apply.
+  p.penalty_last_n = 1;
+  Sampler w(p, 3);
+  std::vector<int32_t> hist2 = {0, 2};
+  EXPECT_EQ(w.Sample(l, hist2), 0);
+}
+
+TEST(SamplerTest, LogprobsAreLogSoftmax) {
+  Sampler s(SamplingParams::Greedy(), 3);
+  std::vector<float> l = {1.0f, 2.0f, 3.0f};
+  s.Sample(l, {});
+  double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  EXPECT_NEAR(s.LastLogprob(2), 3.0 - std::log(z), 1e-5);
+  EXPECT_NEAR(s.LastLogprob(0), 1.0 - std::log(z), 1e-5);
+}
+
+TEST(SamplerTest, ValidateNamesTheParameter) {
+  SamplingParams p;
+  p.top_p = 0.0f;
+  EXPECT_NE(p.Validate().message().find("top_p"), std::string::npos);
+  p = SamplingParams();
+  p.temperature = NAN;
+  EXPECT_NE(p.Validate().message().find("temperature"), std::string::npos);
+  p = SamplingParams();
+  p.min_p = 2.0f;
+  EXPECT_FALSE(p.Validate().ok());
+  EXPECT_TRUE(SamplingParams().Validate().ok());
+}
+
+}  // namespace
+}  // namespace strata::engine
