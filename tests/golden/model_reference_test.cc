@@ -1,0 +1,244 @@
+// The engine's logits against the independent fp64 reference forward pass (tests/reference).
+//
+// The reference uses the same stored weights (dequantized) but never quantizes activations and
+// computes in double; the engine quantizes activations for the integer-dot types (as llama.cpp
+// does), so the tolerance is per weight type. Error = max |engine - reference| / max |reference|
+// over all logits of the compared positions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "base/thread_pool.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "model/synth/synth.h"
+#include "reference/reference_model.h"
+#include "testing/shared_dir.h"
+
+namespace strata {
+namespace {
+
+struct Built {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<gguf::GgufFile> ref_file;  // second view of the same bytes for the reference
+};
+
+Built Build(const synth::SynthConfig& cfg) {
+  Built b;
+  gguf::GgufWriter w;
+  ThreadPool pool(2);
+  auto st = synth::BuildModel(cfg, tokenizer::BuiltinByteVocab(), &pool, &w);
+  EXPECT_TRUE(st.ok()) << st.status().ToString();
+  auto buf = w.WriteToBuffer();
+  EXPECT_TRUE(buf.ok()) << buf.status().ToString();
+  b.bytes = std::move(buf).value();
+  auto f = gguf::GgufFile::Parse(b.bytes);
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  auto m = model::Model::FromGguf(std::move(f).value());
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  if (m.ok()) b.model = std::move(m).value();
+  auto f2 = gguf::GgufFile::Parse(b.bytes);
+  if (f2.ok()) b.ref_file = std::move(f2).value();
+  return b;
+}
+
+std::vector<int32_t> Prompt(size_t n, int n_vocab, uint32_t salt) {
+  std::vector<int32_t> t(n);
+  uint32_t s = 12345u + salt;
+  for (auto& v : t) {
+    s = s * 1664525u + 1013904223u;
+    v = static_cast<int32_t>((s >> 8) % static_cast<uint32_t>(n_vocab));
+  }
+  return t;
+}
+
+double NormErr(std::span<const float> got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num = std::max(num, std::fabs(static_cast<double>(got[i]) - want[i]));
+    den = std::max(den, std::fabs(want[i]));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+struct Case {
+  std::string name;
+  synth::SynthConfig cfg;
+  double tol;
+};
+
+synth::SynthConfig Base(synth::FileType ft) {
+  synth::SynthConfig c;
+  c.arch = synth::Arch::kLlama;
+  c.n_layers = 2;
+  c.dim = 256;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;  // GQA 2:1
+  c.ffn = 512;
+  c.ctx_len = 512;
+  c.rope_base = 10000.0;
+  c.file_type = ft;
+  c.seed = 7;
+  return c;
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cs;
+  struct T {
+    const char* n;
+    synth::FileType ft;
+    double tol;
+  };
+  for (T t : {T{"f32", synth::FileType::kF32, 1e-4}, T{"f16", synth::FileType::kF16, 2e-2},
+              T{"bf16", synth::FileType::kBF16, 4e-2}, T{"q8_0", synth::FileType::kQ8_0, 4e-2},
+              T{"q4_0", synth::FileType::kQ4_0, 6e-2}, T{"q4_k_s", synth::FileType::kQ4_K_S, 6e-2},
+              T{"q5_k_s", synth::FileType::kQ5_K_S, 6e-2}, T{"q6_k", synth::FileType::kQ6_K, 6e-2},
+              T{"q4_k_m", synth::FileType::kQ4_K_M, 6e-2}})
+    cs.push_back({std::string("llama_gqa_") + t.n, Base(t.ft), t.tol});
+  {
+    auto c = Base(synth::FileType::kQ8_0);
+    c.arch = synth::Arch::kQwen2;
+    c.n_kv_heads = 1;  // MQA
+    c.tied = true;
+    c.qkv_bias = true;
+    c.rope_base = 1e6;
+    c.rms_eps = 1e-6;
+    cs.push_back({"qwen2_mqa_tied_bias_q8_0", c, 4e-2});
+    c.file_type = synth::FileType::kF32;
+    cs.push_back({"qwen2_mqa_tied_bias_f32", c, 1e-4});
+  }
+  {
+    auto c = Base(synth::FileType::kF32);
+    c.rope_base = 500000.0;
+    c.rope_scaling.enabled = true;  // llama3 rope_freqs
+    c.rope_scaling.factor = 32.0;
+    c.rope_scaling.original_ctx = 64;  // small so the scaled band covers many frequencies
+    cs.push_back({"llama3_rope_scaling_f32", c, 1e-4});
+    c.file_type = synth::FileType::kQ4_K_M;
+    cs.push_back({"llama3_rope_scaling_q4_k_m", c, 6e-2});
+  }
+  {
+    auto c = Base(synth::FileType::kF16);
+    c.n_kv_heads = 4;  // plain MHA, partial rotary dims
+    c.rope_dim = 32;
+    cs.push_back({"llama_mha_partial_rope_f16", c, 2e-2});
+  }
+  return cs;
+}
+
+class ModelReferenceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ModelReferenceTest, LogitsMatchFp64Reference) {
+  const Case& c = GetParam();
+  Built b = Build(c.cfg);
+  ASSERT_TRUE(b.model && b.ref_file);
+  auto ref = testing::ReferenceModel::Create(*b.ref_file);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const int n_vocab = b.model->config().n_vocab;
+  for (size_t len : {size_t{1}, size_t{2}, size_t{17}, size_t{70}}) {
+    SCOPED_TRACE("prompt length " + std::to_string(len));
+    auto prompt = Prompt(len, n_vocab, static_cast<uint32_t>(len));
+    // Positions to compare: a few, including the first and the last.
+    std::vector<size_t> pos = {0, len / 2, len - 1};
+    auto want = ref->Forward(prompt, pos);
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      model::Context ctx(*b.model, 512, &pool);
+      auto got = ctx.Eval(prompt, /*all_logits=*/true);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      for (size_t i = 0; i < pos.size(); ++i) {
+        auto row = got->subspan(pos[i] * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab));
+        double err = NormErr(row, want[i]);
+        EXPECT_LT(err, c.tol) << "threads " << threads << " position " << pos[i];
+      }
+    }
+  }
+}
+
+TEST_P(ModelReferenceTest, OneAndTwoThreadsBitIdenticalAndDecodeMatchesPrefill) {
+  const Case& c = GetParam();
+  Built b = Build(c.cfg);
+  ASSERT_TRUE(b.model);
+  const int n_vocab = b.model->config().n_vocab;
+  auto prompt = Prompt(40, n_vocab, 99);
+  std::vector<std::vector<float>> outs;
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    model::Context ctx(*b.model, 64, &pool);
+    auto l = ctx.Eval(prompt);
+    ASSERT_TRUE(l.ok());
+    outs.emplace_back(l->begin(), l->end());
+  }
+  EXPECT_EQ(outs[0], outs[1]) << "1-thread and 2-thread logits differ";
+  // Token-by-token decode reaches the same logits as one prefill (up to the activation
+  // quantization of a different batch shape: compare by normalized error).
+  ThreadPool pool(2);
+  model::Context ctx(*b.model, 64, &pool);
+  Result<std::span<const float>> l = Status::Internal("unset");
+  for (int32_t t : prompt) l = ctx.Eval(std::span<const int32_t>(&t, 1));
+  ASSERT_TRUE(l.ok());
+  std::vector<double> want(outs[0].begin(), outs[0].end());
+  EXPECT_LT(NormErr(*l, want), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, ModelReferenceTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// Every ISA path gives reference-close logits (forced fallbacks).
+TEST(ModelReferenceIsaTest, EveryIsaMatchesReference) {
+  auto c = Base(synth::FileType::kQ4_K_M);
+  Built b = Build(c);
+  ASSERT_TRUE(b.model && b.ref_file);
+  auto ref = testing::ReferenceModel::Create(*b.ref_file);
+  ASSERT_TRUE(ref.ok());
+  auto prompt = Prompt(9, b.model->config().n_vocab, 5);
+  auto want = ref->Forward(prompt);
+  kernels::Isa detected = kernels::DetectIsa();
+  for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(detected)) continue;
+    kernels::SetIsa(isa);
+    ThreadPool pool(2);
+    model::Context ctx(*b.model, 64, &pool);
+    auto got = ctx.Eval(prompt);
+    ASSERT_TRUE(got.ok());
+    EXPECT_LT(NormErr(*got, want[0]), 6e-2) << kernels::IsaName(isa);
+  }
+  kernels::SetIsa(detected);
+}
+
+// The real models in ../shared against the reference (last position of a short prompt).
+class SharedModelReferenceTest : public ::testing::TestWithParam<std::pair<std::string, double>> {};
+
+TEST_P(SharedModelReferenceTest, LastLogitsMatchReference) {
+  STRATA_REQUIRE_SHARED(path, "models/" + GetParam().first);
+  auto m = model::Model::Load(path);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto f = gguf::GgufFile::Open(path);
+  ASSERT_TRUE(f.ok());
+  auto ref = testing::ReferenceModel::Create(**f);
+  ASSERT_TRUE(ref.ok());
+  for (size_t len : {size_t{1}, size_t{12}}) {
+    auto prompt = Prompt(len, (*m)->config().n_vocab, 3);
+    auto want = ref->Forward(prompt);
+    ThreadPool pool(2);
+    model::Context ctx(**m, 64, &pool);
+    auto got = ctx.Eval(prompt);
+    ASSERT_TRUE(got.ok());
+    EXPECT_LT(NormErr(*got, want[0]), GetParam().second) << "prompt length " << len;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shared, SharedModelReferenceTest,
+                         ::testing::Values(std::make_pair(std::string("tiny-llama3-Q4_K_M.gguf"), 6e-2),
+                                           std::make_pair(std::string("tiny-qwen2-Q8_0.gguf"), 4e-2),
+                                           std::make_pair(std::string("llama-2-tiny-random.gguf"), 2e-2)),
+                         [](const auto& info) {
+                           std::string n = info.param.first.substr(0, info.param.first.size() - 5);
+                           for (char& ch : n)
+                             if (ch == '-' || ch == '.') ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace strata
