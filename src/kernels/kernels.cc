@@ -1,1 +1,267 @@
-// placeholder: replaced by the module implementation
+// Dispatch: ISA selection, row (de)quantization and the MatMul driver.
+//
+// MatMul converts the activation rows once per call into the format the weight type multiplies
+// with (Q8_0, Q8_K, f16, bf16 or f32) into a thread_local scratch buffer of the calling thread, then
+// splits the output rows across the pool. Within a thread, rows are processed in blocks that fit
+// in L2 and, for every block, tokens in tiles of up to kMaxTileTokens: each tile kernel reads a
+// weight row once for all tokens of the tile, so prefill is a GEMM rather than n GEMVs.
+#include "kernels/kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels_internal.h"
+#include "kernels/ref/quants_ref.h"
+
+namespace strata::kernels {
+namespace {
+
+using internal::DotTileFn;
+
+Isa DetectIsaUncached() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  if (!avx2) return Isa::kScalar;
+  // Our AVX-512 level needs VNNI (vpdpbusd); CPUs with AVX-512 but without VNNI (Skylake-X) use AVX2.
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vnni");
+  return avx512 ? Isa::kAvx512 : Isa::kAvx2;
+#else
+  return Isa::kScalar;
+#endif
+}
+
+Isa ClampIsa(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(DetectIsa()) ? isa : DetectIsa(); }
+
+Isa InitialIsa() {
+  const char* env = std::getenv("STRATA_ISA");
+  if (env == nullptr || *env == '\0') return DetectIsa();
+  const std::string v(env);
+  if (v == "scalar") return Isa::kScalar;
+  if (v == "avx2") return ClampIsa(Isa::kAvx2);
+  if (v == "avx512") return ClampIsa(Isa::kAvx512);
+  std::fprintf(stderr, "strata: ignoring unknown STRATA_ISA=%s (use scalar|avx2|avx512)\n", env);
+  return DetectIsa();
+}
+
+std::atomic<int>& ActiveIsaSlot() {
+  static std::atomic<int> slot{static_cast<int>(InitialIsa())};
+  return slot;
+}
+
+DotTileFn SelectDot(DType t, Isa isa) {
+  DotTileFn fn = nullptr;
+  if (isa == Isa::kAvx512) fn = internal::Avx512DotTile(t);
+  if (fn == nullptr && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) fn = internal::Avx2DotTile(t);
+  if (fn == nullptr) fn = internal::RefDotTile(t);
+  return fn;
+}
+
+const internal::VecOps& Ops() {
+  switch (ActiveIsa()) {
+    case Isa::kAvx512:
+      return internal::Avx512VecOps();
+    case Isa::kAvx2:
+      return internal::Avx2VecOps();
+    default:
+      return internal::RefVecOps();
+  }
+}
+
+[[noreturn]] void Fatal(const char* what, DType t) {
+  // Only reachable through a caller bug: the model loader validates types and shapes first.
+  std::fprintf(stderr, "strata::kernels: %s (type %.*s)\n", what, static_cast<int>(DTypeName(t).size()),
+               DTypeName(t).data());
+  std::abort();
+}
+
+size_t BlockSize(DType t) {
+  auto tr = GetDTypeTraits(t);
+  return tr ? tr->block_size : 1;
+}
+
+}  // namespace
+
+std::string_view IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    default:
+      return "scalar";
+  }
+}
+
+Isa DetectIsa() {
+  static const Isa detected = DetectIsaUncached();
+  return detected;
+}
+
+Isa ActiveIsa() { return static_cast<Isa>(ActiveIsaSlot().load(std::memory_order_relaxed)); }
+
+void SetIsa(Isa isa) { ActiveIsaSlot().store(static_cast<int>(ClampIsa(isa)), std::memory_order_relaxed); }
+
+bool IsSupported(DType t) {
+  switch (t) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void DequantizeRow(DType t, const void* src, float* dst, size_t n) {
+  if (n % BlockSize(t) != 0) Fatal("DequantizeRow: n is not a multiple of the block size", t);
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      break;
+    case DType::kF16:
+      ref::DequantizeF16(static_cast<const uint16_t*>(src), dst, n);
+      break;
+    case DType::kBF16:
+      ref::DequantizeBF16(static_cast<const uint16_t*>(src), dst, n);
+      break;
+    case DType::kQ8_0:
+      ref::DequantizeQ8_0(static_cast<const BlockQ8_0*>(src), dst, n);
+      break;
+    case DType::kQ4_0:
+      ref::DequantizeQ4_0(static_cast<const BlockQ4_0*>(src), dst, n);
+      break;
+    case DType::kQ4_K:
+      ref::DequantizeQ4_K(static_cast<const BlockQ4_K*>(src), dst, n);
+      break;
+    case DType::kQ5_K:
+      ref::DequantizeQ5_K(static_cast<const BlockQ5_K*>(src), dst, n);
+      break;
+    case DType::kQ6_K:
+      ref::DequantizeQ6_K(static_cast<const BlockQ6_K*>(src), dst, n);
+      break;
+    case DType::kQ8_K:
+      ref::DequantizeQ8_K(static_cast<const BlockQ8_K*>(src), dst, n);
+      break;
+    default:
+      Fatal("DequantizeRow: unsupported type", t);
+  }
+}
+
+void QuantizeRow(DType t, const float* src, void* dst, size_t n) {
+  if (n % BlockSize(t) != 0) Fatal("QuantizeRow: n is not a multiple of the block size", t);
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      break;
+    case DType::kF16:
+      ref::QuantizeF16(src, static_cast<uint16_t*>(dst), n);
+      break;
+    case DType::kBF16:
+      ref::QuantizeBF16(src, static_cast<uint16_t*>(dst), n);
+      break;
+    case DType::kQ8_0:
+      ref::QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), n);
+      break;
+    case DType::kQ4_0:
+      ref::QuantizeQ4_0(src, static_cast<BlockQ4_0*>(dst), n);
+      break;
+    case DType::kQ4_K:
+      ref::QuantizeQ4_K(src, static_cast<BlockQ4_K*>(dst), n);
+      break;
+    case DType::kQ5_K:
+      ref::QuantizeQ5_K(src, static_cast<BlockQ5_K*>(dst), n);
+      break;
+    case DType::kQ6_K:
+      ref::QuantizeQ6_K(src, static_cast<BlockQ6_K*>(dst), n);
+      break;
+    case DType::kQ8_K:
+      ref::QuantizeQ8_K(src, static_cast<BlockQ8_K*>(dst), n);
+      break;
+    default:
+      Fatal("QuantizeRow: unsupported type", t);
+  }
+}
+
+void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, ThreadPool* pool,
+            size_t x_stride, size_t y_stride) {
+  if (w.rows == 0 || n_tokens == 0) return;
+  if (!IsSupported(w.type)) Fatal("MatMul: unsupported weight type", w.type);
+  if (w.cols % BlockSize(w.type) != 0) Fatal("MatMul: cols is not a multiple of the block size", w.type);
+  if (x_stride == 0) x_stride = w.cols;
+  if (y_stride == 0) y_stride = w.rows;
+  const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
+
+  const DType act = internal::ActivationType(w.type);
+  const DotTileFn dot = SelectDot(w.type, ActiveIsa());
+
+  // Activations in the dot-product format. F32 weights read x in place.
+  const char* xq;
+  size_t xq_stride;
+  if (act == DType::kF32) {
+    xq = reinterpret_cast<const char*>(x);
+    xq_stride = x_stride * sizeof(float);
+  } else {
+    xq_stride = (*RowBytes(act, w.cols) + 63) / 64 * 64;
+    thread_local std::vector<uint64_t> scratch;  // grows once, reused by later calls
+    const size_t words = (xq_stride * n_tokens + 7) / 8;
+    if (scratch.size() < words) scratch.resize(words);
+    char* buf = reinterpret_cast<char*>(scratch.data());
+    auto convert = [&](size_t t0, size_t t1, int) {
+      for (size_t t = t0; t < t1; ++t) internal::ConvertActivations(act, x + t * x_stride, buf + t * xq_stride, w.cols);
+    };
+    if (pool != nullptr && n_tokens >= 4) {
+      pool->ParallelFor(n_tokens, convert);
+    } else {
+      convert(0, n_tokens, 0);
+    }
+    xq = buf;
+  }
+
+  // Rows per block: keep the block's weight rows in L2 while all token tiles pass over them.
+  const size_t rows_per_block = std::max<size_t>(4, (256 * 1024) / std::max<size_t>(row_bytes, 1));
+  const char* wdata = static_cast<const char*>(w.data);
+  auto body = [&](size_t r0, size_t r1, int) {
+    float out[internal::kMaxTileTokens];
+    for (size_t rb = r0; rb < r1; rb += rows_per_block) {
+      const size_t re = std::min(r1, rb + rows_per_block);
+      for (size_t t = 0; t < n_tokens; t += internal::kMaxTileTokens) {
+        const int nt = static_cast<int>(std::min<size_t>(internal::kMaxTileTokens, n_tokens - t));
+        const char* xt = xq + t * xq_stride;
+        for (size_t r = rb; r < re; ++r) {
+          dot(wdata + r * row_bytes, xt, xq_stride, nt, w.cols, out);
+          for (int k = 0; k < nt; ++k) y[(t + static_cast<size_t>(k)) * y_stride + r] = out[k];
+        }
+      }
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(w.rows, body, 16);
+  } else {
+    body(0, w.rows, 0);
+  }
+}
+
+void RmsNorm(const float* x, const float* weight, float* out, size_t n, float eps) {
+  Ops().rms_norm(x, weight, out, n, eps);
+}
+void SiluMul(const float* gate, const float* up, float* out, size_t n) { Ops().silu_mul(gate, up, out, n); }
+void Add(float* x, const float* y, size_t n) { Ops().add(x, y, n); }
+float DotF32(const float* a, const float* b, size_t n) { return Ops().dot_f32(a, b, n); }
+void Axpy(float a, const float* x, float* y, size_t n) { Ops().axpy(a, x, y, n); }
+void Softmax(float* x, size_t n) { Ops().softmax(x, n); }
+
+}  // namespace strata::kernels

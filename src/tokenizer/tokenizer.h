@@ -48,6 +48,9 @@ Result<Vocab> VocabFromSentencePieceModel(std::span<const uint8_t> bytes);
 // Built-in byte-level vocabulary (for synthetic models that need nothing outside the repository):
 // byte-level BPE with 256 byte tokens + merges for common English pairs + BOS/EOS control tokens.
 Vocab BuiltinByteVocab();
+// Checks a vocabulary for consistency (array lengths, id ranges, token types, merge syntax,
+// required keys for its kind). Create() calls it; InvalidArgument names the problem.
+Status ValidateVocab(const Vocab& vocab);
 
 class Tokenizer {
  public:

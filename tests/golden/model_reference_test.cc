@@ -136,7 +136,7 @@ TEST_P(ModelReferenceTest, LogitsMatchFp64Reference) {
   auto ref = testing::ReferenceModel::Create(*b.ref_file);
   ASSERT_TRUE(ref.ok()) << ref.status().ToString();
   const int n_vocab = b.model->config().n_vocab;
-  for (size_t len : {size_t{1}, size_t{2}, size_t{17}, size_t{70}}) {
+  for (size_t len : {size_t{1}, size_t{2}, size_t{17}, size_t{70}, size_t{300}}) {
     SCOPED_TRACE("prompt length " + std::to_string(len));
     auto prompt = Prompt(len, n_vocab, static_cast<uint32_t>(len));
     // Positions to compare: a few, including the first and the last.
