@@ -1,0 +1,615 @@
+#include "model/synth/synth.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include <fmt/format.h>
+
+#include "base/checked.h"
+#include "base/mapped_file.h"
+#include "kernels/kernels.h"
+
+namespace strata::synth {
+namespace {
+
+// ---- Random numbers: splitmix64 to derive seeds, xoshiro256** streams, Box-Muller normals ----
+
+uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t Fnv1a64(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+class RowRng {
+ public:
+  // One independent stream per (tensor key, row): rows can be generated in any order/thread.
+  RowRng(uint64_t tensor_key, uint64_t row) {
+    uint64_t sm = tensor_key ^ (row * 0xD1B54A32D192ED03ull);
+    SplitMix64(&sm);
+    for (auto& w : s_) w = SplitMix64(&sm);
+  }
+
+  uint64_t Next() {
+    const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = Rotl(s_[3], 45);
+    return result;
+  }
+  // Uniform in [0, 1).
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+  // Two independent standard normals (Box-Muller).
+  void Normal2(double* a, double* b) {
+    const double u1 = static_cast<double>((Next() >> 11) + 1) * 0x1.0p-53;  // (0, 1]
+    const double u2 = Uniform();
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double th = 2.0 * std::numbers::pi * u2;
+    *a = r * std::cos(th);
+    *b = r * std::sin(th);
+  }
+  double Normal() {
+    double a, b;
+    Normal2(&a, &b);
+    return a;
+  }
+
+ private:
+  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+uint64_t TensorKey(uint64_t seed, std::string_view name) {
+  uint64_t sm = seed;
+  uint64_t a = SplitMix64(&sm);
+  uint64_t b = Fnv1a64(name);
+  uint64_t mix = a ^ (b * 0x9E3779B97F4A7C15ull);
+  return SplitMix64(&mix);
+}
+
+// ---- Config helpers ----
+
+std::string Lower(std::string_view s) {
+  std::string out;
+  for (char c : s) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+struct FileTypeEntry {
+  FileType type;
+  std::string_view name;
+};
+constexpr FileTypeEntry kFileTypes[] = {
+    {FileType::kF32, "f32"},       {FileType::kF16, "f16"},       {FileType::kBF16, "bf16"},
+    {FileType::kQ8_0, "q8_0"},     {FileType::kQ4_0, "q4_0"},     {FileType::kQ4_K_S, "q4_k"},
+    {FileType::kQ5_K_S, "q5_k"},   {FileType::kQ6_K, "q6_k"},     {FileType::kQ4_K_M, "q4_k_m"},
+    {FileType::kQ5_K_M, "q5_k_m"},
+};
+
+bool IsQuantized(DType t) {
+  return t != DType::kF32 && t != DType::kF16 && t != DType::kBF16;
+}
+
+uint32_t BlockSize(DType t) {
+  auto tr = GetDTypeTraits(t);
+  return tr ? tr->block_size : 1;
+}
+
+// llama.cpp's "use more bits" layer pick for the *_M mixes: the first and last eighth of the
+// layers and every third layer in between.
+bool UseMoreBits(int i_layer, int n_layers) {
+  return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2;
+}
+
+// Row length not a multiple of the block size: llama.cpp falls back Q4_K->Q5_0, Q5_K->Q5_1,
+// Q6_K->Q8_0; our kernels have no Q5_0/Q5_1, so every K-quant falls back to Q8_0. When even
+// that does not fit (row length not a multiple of 32) the tensor is stored as F16.
+DType Fallback(DType t, uint64_t ne0) {
+  if (ne0 % BlockSize(t) == 0) return t;
+  if (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K) t = DType::kQ8_0;
+  if (ne0 % BlockSize(t) == 0) return t;
+  return DType::kF16;
+}
+
+constexpr uint32_t kMaxDim = uint32_t{1} << 20;
+constexpr uint32_t kMaxLayers = 1024;
+constexpr uint64_t kMaxParams = uint64_t{1} << 36;
+
+bool IsMatrix(TensorRole r) {
+  switch (r) {
+    case TensorRole::kTokenEmbd:
+    case TensorRole::kOutput:
+    case TensorRole::kAttnQ:
+    case TensorRole::kAttnK:
+    case TensorRole::kAttnV:
+    case TensorRole::kAttnOutput:
+    case TensorRole::kFfnGate:
+    case TensorRole::kFfnUp:
+    case TensorRole::kFfnDown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+std::string_view ArchName(Arch arch) { return arch == Arch::kQwen2 ? "qwen2" : "llama"; }
+
+std::optional<Arch> ParseArch(std::string_view name) {
+  std::string l = Lower(name);
+  if (l == "llama") return Arch::kLlama;
+  if (l == "qwen2") return Arch::kQwen2;
+  return std::nullopt;
+}
+
+std::optional<FileType> ParseFileType(std::string_view name) {
+  std::string l = Lower(name);
+  if (l == "q4_k_s") return FileType::kQ4_K_S;
+  if (l == "q5_k_s") return FileType::kQ5_K_S;
+  for (const auto& e : kFileTypes)
+    if (e.name == l) return e.type;
+  return std::nullopt;
+}
+
+std::string_view FileTypeName(FileType t) {
+  for (const auto& e : kFileTypes)
+    if (e.type == t) return e.name;
+  return "unknown";
+}
+
+DType BaseType(FileType t) {
+  switch (t) {
+    case FileType::kF32: return DType::kF32;
+    case FileType::kF16: return DType::kF16;
+    case FileType::kBF16: return DType::kBF16;
+    case FileType::kQ8_0: return DType::kQ8_0;
+    case FileType::kQ4_0: return DType::kQ4_0;
+    case FileType::kQ4_K_S:
+    case FileType::kQ4_K_M: return DType::kQ4_K;
+    case FileType::kQ5_K_S:
+    case FileType::kQ5_K_M: return DType::kQ5_K;
+    case FileType::kQ6_K: return DType::kQ6_K;
+  }
+  return DType::kF32;
+}
+
+Status SynthConfig::Validate() const {
+  auto bad = [](std::string msg) { return Status::InvalidArgument("synth config: " + msg); };
+  if (n_layers == 0) return bad("n_layers is 0; use at least 1 layer");
+  if (n_layers > kMaxLayers) return bad(fmt::format("n_layers {} exceeds {}", n_layers, kMaxLayers));
+  for (auto [field, v] : {std::pair<const char*, uint32_t>{"dim", dim}, {"n_heads", n_heads},
+                          {"n_kv_heads", n_kv_heads}, {"ffn", ffn}, {"ctx_len", ctx_len}}) {
+    if (v == 0) return bad(fmt::format("{} is 0; it must be positive", field));
+  }
+  for (auto [field, v] : {std::pair<const char*, uint32_t>{"dim", dim}, {"n_heads", n_heads},
+                          {"n_kv_heads", n_kv_heads}, {"ffn", ffn}, {"head_dim", head_dim},
+                          {"n_vocab", n_vocab}, {"rope_dim", rope_dim}}) {
+    if (v > kMaxDim) return bad(fmt::format("{} {} exceeds the limit {}", field, v, kMaxDim));
+  }
+  if (n_heads % n_kv_heads != 0)
+    return bad(fmt::format("n_kv_heads {} does not divide n_heads {}", n_kv_heads, n_heads));
+  if (head_dim == 0 && dim % n_heads != 0)
+    return bad(fmt::format("n_heads {} does not divide dim {}; change --heads or set --head-dim",
+                           n_heads, dim));
+  const uint32_t hd = EffectiveHeadDim();
+  if (hd == 0 || hd % 2 != 0) return bad(fmt::format("head_dim {} must be even and positive", hd));
+  const uint32_t rd = EffectiveRopeDim();
+  if (rd % 2 != 0 || rd > hd)
+    return bad(fmt::format("rope_dim {} must be even and at most head_dim {}", rd, hd));
+  if (!(rope_base > 0) || !std::isfinite(rope_base))
+    return bad(fmt::format("rope_base {} must be a positive number", rope_base));
+  if (!(rms_eps > 0) || !std::isfinite(rms_eps) || rms_eps >= 1)
+    return bad(fmt::format("rms_eps {} must be in (0, 1)", rms_eps));
+  if (arch == Arch::kQwen2 && !qkv_bias) return bad("arch qwen2 requires q/k/v biases (qkv_bias)");
+  if (arch == Arch::kQwen2 && rope_scaling.enabled)
+    return bad("llama3 rope scaling (rope_freqs) is only written for arch llama");
+  if (rope_scaling.enabled) {
+    const auto& s = rope_scaling;
+    if (!(s.factor >= 1) || !std::isfinite(s.factor))
+      return bad(fmt::format("rope scaling factor {} must be >= 1", s.factor));
+    if (!(s.low_freq_factor > 0) || !(s.high_freq_factor > s.low_freq_factor) ||
+        !std::isfinite(s.high_freq_factor))
+      return bad(fmt::format("rope scaling needs 0 < low_freq_factor ({}) < high_freq_factor ({})",
+                             s.low_freq_factor, s.high_freq_factor));
+    if (s.original_ctx == 0) return bad("rope scaling original_ctx is 0");
+  }
+  if (!ParseFileType(FileTypeName(file_type))) return bad("unknown file type");
+  if (out_row_sigma > 4 || !std::isfinite(out_row_sigma))
+    return bad(fmt::format("out_row_sigma {} must be at most 4", out_row_sigma));
+  if (residual_gain > 1000 || !std::isfinite(residual_gain))
+    return bad(fmt::format("residual_gain {} must be at most 1000", residual_gain));
+  // Parameter count with overflow checks (all factors are below 2^20, layers below 2^10).
+  const uint64_t q = uint64_t{n_heads} * hd, kv = uint64_t{n_kv_heads} * hd;
+  const uint64_t per_layer = 2 * uint64_t{dim} + uint64_t{dim} * (q + 2 * kv) + q * dim +
+                             3 * uint64_t{dim} * ffn + (qkv_bias ? q + 2 * kv : 0);
+  const uint64_t embd = uint64_t{dim} * n_vocab * (tied ? 1 : 2);
+  const uint64_t total = per_layer * n_layers + embd + dim;
+  if (total > kMaxParams)
+    return bad(fmt::format("{} parameters exceed the limit of {}; make the model smaller", total,
+                           kMaxParams));
+  return Status::Ok();
+}
+
+Result<SynthConfig> Preset(std::string_view name) {
+  SynthConfig c;
+  c.name = "strata-synth-" + std::string(name);
+  if (name == "tiny") {
+    // Defaults of SynthConfig: llama, 2 layers, dim 64, 4 heads, 2 KV heads, FFN 128, ctx 2048.
+    return c;
+  }
+  if (name == "135m") {
+    c.n_layers = 12;
+    c.dim = 768;
+    c.n_heads = 12;
+    c.n_kv_heads = 12;
+    c.ffn = 2048;
+    c.ctx_len = 2048;
+    return c;
+  }
+  if (name == "llama-3.2-1b") {
+    c.n_layers = 16;
+    c.dim = 2048;
+    c.n_heads = 32;
+    c.n_kv_heads = 8;
+    c.ffn = 8192;
+    c.ctx_len = 131072;
+    c.rope_base = 500000.0;
+    c.rope_scaling = RopeScaling{true, 32.0, 1.0, 4.0, 8192};
+    c.tied = false;
+    return c;
+  }
+  if (name == "qwen2-0.5b") {
+    c.arch = Arch::kQwen2;
+    c.n_layers = 24;
+    c.dim = 896;
+    c.n_heads = 14;
+    c.n_kv_heads = 2;
+    c.ffn = 4864;
+    c.ctx_len = 32768;
+    c.rope_base = 1e6;
+    c.rms_eps = 1e-6;
+    c.tied = true;
+    c.qkv_bias = true;
+    return c;
+  }
+  return Status::NotFound(fmt::format("unknown synth preset '{}' (known: tiny, 135m, llama-3.2-1b, "
+                                      "qwen2-0.5b)", name));
+}
+
+std::vector<std::string_view> PresetNames() { return {"tiny", "135m", "llama-3.2-1b", "qwen2-0.5b"}; }
+
+std::vector<float> Llama3RopeFactors(uint32_t head_dim, double rope_base, const RopeScaling& s) {
+  // Computed in float32 like the converter (torch float32 frequencies).
+  std::vector<float> out;
+  const float base = static_cast<float>(rope_base);
+  const float factor = static_cast<float>(s.factor);
+  const float lo = static_cast<float>(s.low_freq_factor), hi = static_cast<float>(s.high_freq_factor);
+  const float old_ctx = static_cast<float>(s.original_ctx);
+  const float low_freq_wavelen = old_ctx / lo;
+  const float high_freq_wavelen = old_ctx / hi;
+  for (uint32_t i = 0; i < head_dim / 2; ++i) {
+    const float freq = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+    const float wavelen = 2.0f * std::numbers::pi_v<float> / freq;
+    if (wavelen < high_freq_wavelen) {
+      out.push_back(1.0f);
+    } else if (wavelen > low_freq_wavelen) {
+      out.push_back(factor);
+    } else {
+      const float smooth = (old_ctx / wavelen - lo) / (hi - lo);
+      out.push_back(1.0f / ((1.0f - smooth) / factor + smooth));
+    }
+  }
+  return out;
+}
+
+DType TensorTypeFor(const SynthConfig& config, TensorRole role, int layer, uint64_t ne0) {
+  const FileType ft = config.file_type;
+  const DType base = BaseType(ft);
+  if (!IsQuantized(base)) return base;
+  DType t = base;
+  const int n = static_cast<int>(config.n_layers);
+  const bool output_like =
+      role == TensorRole::kOutput || (config.tied && role == TensorRole::kTokenEmbd);
+  if (output_like) {
+    // The output projection gets more bits: Q6_K unless the file is Q8_0 (kept), or Q8_0 when the
+    // row length does not fit the base type's blocks.
+    if (ne0 % BlockSize(base) != 0) {
+      t = DType::kQ8_0;
+    } else if (base != DType::kQ8_0) {
+      t = DType::kQ6_K;
+    }
+  } else if (role == TensorRole::kAttnV) {
+    if ((ft == FileType::kQ4_K_M || ft == FileType::kQ5_K_M) && UseMoreBits(layer, n)) {
+      t = DType::kQ6_K;
+    } else if (ft == FileType::kQ4_K_S && layer < 4) {
+      t = DType::kQ5_K;
+    }
+  } else if (role == TensorRole::kFfnDown) {
+    if ((ft == FileType::kQ4_K_M || ft == FileType::kQ5_K_M) && UseMoreBits(layer, n)) {
+      t = DType::kQ6_K;
+    } else if (ft == FileType::kQ4_K_S && layer < n / 8) {
+      t = DType::kQ5_K;
+    }
+  }
+  return Fallback(t, ne0);
+}
+
+Result<std::vector<TensorPlan>> PlanTensors(const SynthConfig& config) {
+  RETURN_IF_ERROR(config.Validate());
+  if (config.n_vocab == 0) return Status::InvalidArgument("synth config: n_vocab is 0");
+  const uint64_t dim = config.dim, hd = config.EffectiveHeadDim();
+  const uint64_t q = config.n_heads * hd, kv = config.n_kv_heads * hd, ffn = config.ffn;
+  std::vector<TensorPlan> plan;
+  auto add = [&](std::string name, TensorRole role, int layer, std::vector<uint64_t> shape) {
+    DType type = IsMatrix(role) ? TensorTypeFor(config, role, layer, shape[0]) : DType::kF32;
+    plan.push_back(TensorPlan{std::move(name), role, layer, type, std::move(shape)});
+  };
+  add("token_embd.weight", TensorRole::kTokenEmbd, -1, {dim, config.n_vocab});
+  if (config.rope_scaling.enabled) add("rope_freqs.weight", TensorRole::kRopeFreqs, -1, {hd / 2});
+  for (uint32_t l = 0; l < config.n_layers; ++l) {
+    const int li = static_cast<int>(l);
+    auto nm = [&](std::string_view what) { return fmt::format("blk.{}.{}", l, what); };
+    add(nm("attn_norm.weight"), TensorRole::kAttnNorm, li, {dim});
+    add(nm("attn_q.weight"), TensorRole::kAttnQ, li, {dim, q});
+    if (config.qkv_bias) add(nm("attn_q.bias"), TensorRole::kAttnQBias, li, {q});
+    add(nm("attn_k.weight"), TensorRole::kAttnK, li, {dim, kv});
+    if (config.qkv_bias) add(nm("attn_k.bias"), TensorRole::kAttnKBias, li, {kv});
+    add(nm("attn_v.weight"), TensorRole::kAttnV, li, {dim, kv});
+    if (config.qkv_bias) add(nm("attn_v.bias"), TensorRole::kAttnVBias, li, {kv});
+    add(nm("attn_output.weight"), TensorRole::kAttnOutput, li, {q, dim});
+    add(nm("ffn_norm.weight"), TensorRole::kFfnNorm, li, {dim});
+    add(nm("ffn_gate.weight"), TensorRole::kFfnGate, li, {dim, ffn});
+    add(nm("ffn_up.weight"), TensorRole::kFfnUp, li, {dim, ffn});
+    add(nm("ffn_down.weight"), TensorRole::kFfnDown, li, {ffn, dim});
+  }
+  add("output_norm.weight", TensorRole::kOutputNorm, -1, {dim});
+  if (!config.tied) add("output.weight", TensorRole::kOutput, -1, {dim, config.n_vocab});
+  return plan;
+}
+
+namespace {
+
+// How the values of a tensor are drawn.
+struct InitSpec {
+  enum class Kind { kNormal, kUniform, kRopeFreqs } kind = Kind::kNormal;
+  double std = 1.0;        // kNormal
+  double row_sigma = 0.0;  // kNormal: each row multiplied by exp(N(0, row_sigma^2))
+  double lo = 0.8, hi = 1.2;  // kUniform
+};
+
+InitSpec InitFor(const SynthConfig& c, TensorRole role) {
+  const double dim = c.dim, hd = c.EffectiveHeadDim();
+  const double g = c.EffectiveResidualGain();
+  InitSpec s;
+  switch (role) {
+    case TensorRole::kTokenEmbd:
+      s.std = 0.5;
+      if (c.tied) s.row_sigma = c.EffectiveOutRowSigma();
+      break;
+    case TensorRole::kOutput:
+      s.std = 0.5;
+      s.row_sigma = c.EffectiveOutRowSigma();
+      break;
+    case TensorRole::kOutputNorm:
+    case TensorRole::kAttnNorm:
+    case TensorRole::kFfnNorm:
+      s.kind = InitSpec::Kind::kUniform;
+      break;
+    case TensorRole::kRopeFreqs:
+      s.kind = InitSpec::Kind::kRopeFreqs;
+      break;
+    case TensorRole::kAttnQ:
+    case TensorRole::kAttnK:
+      s.std = 2.0 / std::sqrt(dim);
+      break;
+    case TensorRole::kAttnV:
+    case TensorRole::kFfnGate:
+    case TensorRole::kFfnUp:
+      s.std = 1.0 / std::sqrt(dim);
+      break;
+    case TensorRole::kAttnOutput:
+      s.std = g / std::sqrt(c.n_heads * hd);
+      break;
+    case TensorRole::kFfnDown:
+      s.std = g / std::sqrt(static_cast<double>(c.ffn));
+      break;
+    case TensorRole::kAttnQBias:
+    case TensorRole::kAttnKBias:
+    case TensorRole::kAttnVBias:
+      s.std = 0.3;
+      break;
+  }
+  return s;
+}
+
+void FillRow(const InitSpec& spec, uint64_t key, uint64_t row, float* out, size_t n) {
+  RowRng rng(key, row);
+  if (spec.kind == InitSpec::Kind::kUniform) {
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(spec.lo + (spec.hi - spec.lo) * rng.Uniform());
+    return;
+  }
+  double scale = spec.std;
+  if (spec.row_sigma > 0) scale *= std::exp(spec.row_sigma * rng.Normal());
+  size_t i = 0;
+  for (; i + 1 < n; i += 2) {
+    double a, b;
+    rng.Normal2(&a, &b);
+    out[i] = static_cast<float>(a * scale);
+    out[i + 1] = static_cast<float>(b * scale);
+  }
+  if (i < n) out[i] = static_cast<float>(rng.Normal() * scale);
+}
+
+Result<std::vector<uint8_t>> MakeTensorData(const SynthConfig& c, const TensorPlan& t,
+                                            ThreadPool* pool) {
+  const uint64_t ne0 = t.shape[0];
+  const uint64_t rows = t.shape.size() > 1 ? t.shape[1] : 1;
+  auto rb = RowBytes(t.type, ne0);
+  if (!rb) return Status::Internal(fmt::format("tensor '{}': row of {} not storable as {}", t.name, ne0, DTypeName(t.type)));
+  auto total = CheckedMul(*rb, rows);
+  if (!total) return Status::InvalidArgument(fmt::format("tensor '{}' is too large", t.name));
+  std::vector<uint8_t> data(*total);
+  const InitSpec spec = InitFor(c, t.role);
+  if (spec.kind == InitSpec::Kind::kRopeFreqs) {
+    std::vector<float> f = Llama3RopeFactors(c.EffectiveHeadDim(), c.rope_base, c.rope_scaling);
+    if (f.size() * sizeof(float) != data.size()) return Status::Internal("rope_freqs size mismatch");
+    std::memcpy(data.data(), f.data(), data.size());
+    return data;
+  }
+  const uint64_t key = TensorKey(c.seed, t.name);
+  const uint64_t row_bytes = *rb;
+  const DType type = t.type;
+  auto work = [&](size_t begin, size_t end, int) {
+    std::vector<float> buf(ne0);
+    for (size_t r = begin; r < end; ++r) {
+      FillRow(spec, key, r, buf.data(), ne0);
+      if (type == DType::kF32) {
+        std::memcpy(data.data() + r * row_bytes, buf.data(), row_bytes);
+      } else {
+        kernels::QuantizeRow(type, buf.data(), data.data() + r * row_bytes, ne0);
+      }
+    }
+  };
+  // Small tensors are not worth waking the workers for.
+  if (pool == nullptr || rows * ne0 < (uint64_t{1} << 16)) {
+    work(0, rows, 0);
+  } else {
+    pool->ParallelFor(rows, work);
+  }
+  return data;
+}
+
+Status CheckVocab(const tokenizer::Vocab& v) {
+  const size_t n = v.tokens.size();
+  if (n == 0) return Status::InvalidArgument("synth: the vocabulary has no tokens");
+  if (n > kMaxDim) return Status::InvalidArgument(fmt::format("synth: vocabulary of {} tokens is too large", n));
+  if (!v.scores.empty() && v.scores.size() != n)
+    return Status::InvalidArgument(fmt::format("synth: vocabulary has {} scores for {} tokens", v.scores.size(), n));
+  if (!v.types.empty() && v.types.size() != n)
+    return Status::InvalidArgument(fmt::format("synth: vocabulary has {} token types for {} tokens", v.types.size(), n));
+  for (auto [field, id] : {std::pair<const char*, int32_t>{"bos", v.bos}, {"eos", v.eos}, {"unk", v.unk},
+                           {"pad", v.pad}, {"eot", v.eot}, {"eom", v.eom}}) {
+    if (id >= static_cast<int64_t>(n))
+      return Status::InvalidArgument(fmt::format("synth: vocabulary {} id {} is out of range ({} tokens)", field, id, n));
+  }
+  return Status::Ok();
+}
+
+void SetMetadata(const SynthConfig& c, const tokenizer::Vocab& v, gguf::GgufWriter* w) {
+  using gguf::Value;
+  using gguf::ValueType;
+  auto u32 = [](uint64_t x) { return Value::Uint(ValueType::kUint32, x); };
+  const std::string a(ArchName(c.arch));
+  w->Set("general.architecture", Value::String(a));
+  w->Set("general.name", Value::String(c.name));
+  w->Set("general.file_type", u32(static_cast<uint32_t>(c.file_type)));
+  w->Set("general.quantization_version", u32(2));
+  w->Set("general.alignment", u32(32));
+  w->Set(a + ".vocab_size", u32(c.n_vocab));
+  w->Set(a + ".context_length", u32(c.ctx_len));
+  w->Set(a + ".embedding_length", u32(c.dim));
+  w->Set(a + ".block_count", u32(c.n_layers));
+  w->Set(a + ".feed_forward_length", u32(c.ffn));
+  w->Set(a + ".attention.head_count", u32(c.n_heads));
+  w->Set(a + ".attention.head_count_kv", u32(c.n_kv_heads));
+  if (c.EffectiveHeadDim() * c.n_heads != c.dim) {
+    // Only needed when the head size is not dim / n_heads (as the converter does).
+    w->Set(a + ".attention.key_length", u32(c.EffectiveHeadDim()));
+    w->Set(a + ".attention.value_length", u32(c.EffectiveHeadDim()));
+  }
+  w->Set(a + ".attention.layer_norm_rms_epsilon", Value::Float32(static_cast<float>(c.rms_eps)));
+  w->Set(a + ".rope.freq_base", Value::Float32(static_cast<float>(c.rope_base)));
+  w->Set(a + ".rope.dimension_count", u32(c.EffectiveRopeDim()));
+
+  const std::string model = !v.model.empty() ? v.model : (v.kind == tokenizer::Vocab::Kind::kBpe ? "gpt2" : "llama");
+  w->Set("tokenizer.ggml.model", Value::String(model));
+  if (!v.pre.empty()) w->Set("tokenizer.ggml.pre", Value::String(v.pre));
+  w->Set("tokenizer.ggml.tokens", Value::StringArray(v.tokens));
+  if (!v.scores.empty()) w->Set("tokenizer.ggml.scores", Value::Float32Array(v.scores));
+  std::vector<int32_t> types(v.tokens.size(), static_cast<int32_t>(tokenizer::TokenType::kNormal));
+  for (size_t i = 0; i < v.types.size(); ++i) types[i] = static_cast<int32_t>(v.types[i]);
+  w->Set("tokenizer.ggml.token_type", Value::Int32Array(std::move(types)));
+  if (!v.merges.empty()) w->Set("tokenizer.ggml.merges", Value::StringArray(v.merges));
+  for (auto [key, id] : {std::pair<const char*, int32_t>{"tokenizer.ggml.bos_token_id", v.bos},
+                         {"tokenizer.ggml.eos_token_id", v.eos},
+                         {"tokenizer.ggml.unknown_token_id", v.unk},
+                         {"tokenizer.ggml.padding_token_id", v.pad},
+                         {"tokenizer.ggml.eot_token_id", v.eot},
+                         {"tokenizer.ggml.eom_token_id", v.eom}}) {
+    if (id >= 0) w->Set(key, u32(static_cast<uint32_t>(id)));
+  }
+  w->Set("tokenizer.ggml.add_bos_token", Value::Bool(v.add_bos));
+  w->Set("tokenizer.ggml.add_eos_token", Value::Bool(v.add_eos));
+  if (v.kind == tokenizer::Vocab::Kind::kSpm)
+    w->Set("tokenizer.ggml.add_space_prefix", Value::Bool(v.add_space_prefix));
+  if (!v.chat_template.empty()) w->Set("tokenizer.chat_template", Value::String(v.chat_template));
+}
+
+}  // namespace
+
+Result<SynthStats> BuildModel(const SynthConfig& config, const tokenizer::Vocab& vocab,
+                              ThreadPool* pool, gguf::GgufWriter* writer) {
+  RETURN_IF_ERROR(CheckVocab(vocab));
+  SynthConfig c = config;
+  const auto n_tokens = static_cast<uint32_t>(vocab.tokens.size());
+  if (c.n_vocab == 0) {
+    c.n_vocab = n_tokens;
+  } else if (c.n_vocab != n_tokens) {
+    return Status::InvalidArgument(fmt::format(
+        "synth config: n_vocab {} does not match the vocabulary's {} tokens", c.n_vocab, n_tokens));
+  }
+  ASSIGN_OR_RETURN(std::vector<TensorPlan> plan, PlanTensors(c));
+  SetMetadata(c, vocab, writer);
+  SynthStats stats;
+  for (const TensorPlan& t : plan) {
+    ASSIGN_OR_RETURN(std::vector<uint8_t> data, MakeTensorData(c, t, pool));
+    uint64_t ne = 1;
+    for (uint64_t d : t.shape) ne *= d;
+    stats.n_params += ne;
+    stats.tensor_bytes += data.size();
+    ++stats.n_tensors;
+    RETURN_IF_ERROR(writer->AddTensor(t.name, t.type, t.shape, std::move(data)));
+  }
+  return stats;
+}
+
+Result<SynthStats> WriteModel(const SynthConfig& config, const tokenizer::Vocab& vocab,
+                              ThreadPool* pool, const std::string& path) {
+  gguf::GgufWriter writer;
+  ASSIGN_OR_RETURN(SynthStats stats, BuildModel(config, vocab, pool, &writer));
+  RETURN_IF_ERROR(writer.WriteFile(path));
+  return stats;
+}
+
+Result<tokenizer::Vocab> LoadVocab(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  const auto bytes = file->bytes();
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), "GGUF", 4) == 0) {
+    ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> g, gguf::GgufFile::Open(path));
+    auto v = tokenizer::VocabFromGguf(*g);
+    if (!v.ok()) return v.status().WithContext(path);
+    return std::move(v).value();
+  }
+  auto v = tokenizer::VocabFromSentencePieceModel(bytes);
+  if (!v.ok()) return v.status().WithContext(path + " (read as a SentencePiece .model)");
+  return std::move(v).value();
+}
+
+}  // namespace strata::synth
