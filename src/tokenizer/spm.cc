@@ -1,0 +1,152 @@
+// SentencePiece-style tokenizer (GGUF `tokenizer.ggml.model = llama`), with llama.cpp's "SPM"
+// behaviour: spaces become U+2581, a space is prefixed to text at the start / after a special
+// token when add_space_prefix, adjacent symbols are merged while their concatenation is a token,
+// always taking the pair whose token has the highest score (leftmost on ties), and symbols that
+// are not tokens fall back to <0xNN> byte tokens (or the unknown token).
+#include <array>
+#include <queue>
+
+#include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/utf8.h"
+
+namespace strata::tokenizer::internal {
+namespace {
+
+constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// "<0xNN>" -> NN, else -1.
+int ParseByteToken(std::string_view t) {
+  if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return -1;
+  const int hi = HexDigit(t[3]), lo = HexDigit(t[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+class SpmTokenizer final : public TokenizerImpl {
+ public:
+  explicit SpmTokenizer(Vocab v) : TokenizerImpl(std::move(v)) {}
+
+  Status Init() {
+    RETURN_IF_ERROR(InitCommon());
+    static const char kHex[] = "0123456789ABCDEF";
+    for (int b = 0; b < 256; ++b) {
+      const char name[] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+      int32_t id = Find(std::string_view(name, sizeof(name)));
+      if (id < 0) id = Find(std::string_view(std::string(1, static_cast<char>(b))));
+      if (id < 0) id = vocab_.unk;
+      byte_to_token_[static_cast<size_t>(b)] = id;
+    }
+    return Status::Ok();
+  }
+
+ protected:
+  std::string NormalPiece(int32_t id) const override {
+    const std::string& t = vocab_.tokens[static_cast<size_t>(id)];
+    if (type(id) == TokenType::kByte) {
+      const int b = ParseByteToken(t);
+      if (b >= 0) return std::string(1, static_cast<char>(b));
+    }
+    std::string out;
+    out.reserve(t.size());
+    for (size_t i = 0; i < t.size();) {
+      if (t.compare(i, kSpace.size(), kSpace) == 0) {
+        out.push_back(' ');
+        i += kSpace.size();
+      } else {
+        out.push_back(t[i++]);
+      }
+    }
+    return out;
+  }
+
+  void EncodeText(std::string_view text, bool after_special, std::vector<int32_t>* out) const override {
+    std::string s;
+    s.reserve(text.size() + 8);
+    if (after_special && vocab_.add_space_prefix) s.append(kSpace);
+    for (char c : text) {
+      if (c == ' ') {
+        s.append(kSpace);
+      } else {
+        s.push_back(c);
+      }
+    }
+    if (s.empty()) return;
+
+    struct Symbol {
+      int prev, next;
+      size_t off, len;
+    };
+    std::vector<Symbol> syms;
+    for (size_t off = 0; off < s.size();) {
+      const size_t len = std::min(Utf8SeqLen(static_cast<uint8_t>(s[off])), s.size() - off);
+      const int idx = static_cast<int>(syms.size());
+      syms.push_back({idx - 1, off + len == s.size() ? -1 : idx + 1, off, len});
+      off += len;
+    }
+
+    struct Bigram {
+      int left, right;
+      float score;
+      size_t len;
+    };
+    auto cmp = [](const Bigram& a, const Bigram& b) {  // true if a has lower priority than b
+      return a.score < b.score || (a.score == b.score && a.left > b.left);
+    };
+    std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> queue(cmp);
+    auto try_add = [&](int left, int right) {
+      if (left < 0 || right < 0) return;
+      const size_t len = syms[left].len + syms[right].len;
+      const int32_t id = Find(std::string_view(s).substr(syms[left].off, len));
+      if (id < 0) return;
+      const float score = vocab_.scores.empty() ? 0.0f : vocab_.scores[static_cast<size_t>(id)];
+      queue.push({left, right, score, len});
+    };
+    for (int i = 1; i < static_cast<int>(syms.size()); ++i) try_add(i - 1, i);
+
+    while (!queue.empty()) {
+      const Bigram bg = queue.top();
+      queue.pop();
+      Symbol& l = syms[bg.left];
+      Symbol& r = syms[bg.right];
+      if (l.len == 0 || r.len == 0 || l.len + r.len != bg.len) continue;  // stale
+      l.len += r.len;
+      r.len = 0;
+      l.next = r.next;
+      if (r.next >= 0) syms[r.next].prev = bg.left;
+      try_add(l.prev, bg.left);
+      try_add(bg.left, l.next);
+    }
+
+    for (int i = 0; i != -1; i = syms[i].next) {
+      const std::string_view piece = std::string_view(s).substr(syms[i].off, syms[i].len);
+      const int32_t id = Find(piece);
+      if (id >= 0) {
+        out->push_back(id);
+        continue;
+      }
+      for (char c : piece) {
+        const int32_t b = byte_to_token_[static_cast<uint8_t>(c)];
+        if (b >= 0) out->push_back(b);
+      }
+    }
+  }
+
+ private:
+  std::array<int32_t, 256> byte_to_token_{};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> CreateSpm(Vocab vocab) {
+  auto tok = std::make_unique<SpmTokenizer>(std::move(vocab));
+  RETURN_IF_ERROR(tok->Init());
+  return std::unique_ptr<Tokenizer>(std::move(tok));
+}
+
+}  // namespace strata::tokenizer::internal
