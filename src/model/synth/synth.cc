@@ -15,7 +15,7 @@
 namespace strata::synth {
 namespace {
 
-// ---- Random numbers: splitmix64 to derive seeds, xoshiro256** streams, Box-Muller normals ----
+// ---- Random numbers: splitmix64 to derive seeds, xoshiro256** streams, polar-method normals ----
 
 uint64_t SplitMix64(uint64_t* state) {
   uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -55,14 +55,19 @@ class RowRng {
   }
   // Uniform in [0, 1).
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-  // Two independent standard normals (Box-Muller).
+  // Two independent standard normals (Marsaglia's polar method: no trigonometry, about twice
+  // as fast as Box-Muller here; one 64-bit draw gives both coordinates of a candidate point).
   void Normal2(double* a, double* b) {
-    const double u1 = static_cast<double>((Next() >> 11) + 1) * 0x1.0p-53;  // (0, 1]
-    const double u2 = Uniform();
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    const double th = 2.0 * std::numbers::pi * u2;
-    *a = r * std::cos(th);
-    *b = r * std::sin(th);
+    double x, y, s;
+    do {
+      const uint64_t w = Next();
+      x = static_cast<double>(w >> 32) * 0x1.0p-31 - 1.0;
+      y = static_cast<double>(w & 0xffffffffu) * 0x1.0p-31 - 1.0;
+      s = x * x + y * y;
+    } while (s >= 1.0 || s == 0.0);
+    const double m = std::sqrt(-2.0 * std::log(s) / s);
+    *a = x * m;
+    *b = y * m;
   }
   double Normal() {
     double a, b;
