@@ -1,0 +1,75 @@
+// AVX2 + FMA + F16C kernels. Every function carries a target attribute (no global -m flags), so the
+// binary runs on any x86-64; kernels.cc calls these only when cpuid reports the features.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/kernels_internal.h"
+#include "kernels/ref/quants_ref.h"
+#include "tensor/fp16.h"
+
+namespace strata::kernels::internal {
+namespace {
+
+#define STRATA_TARGET "avx2,fma,f16c"
+#define STRATA_FN static inline __attribute__((target(STRATA_TARGET), always_inline))
+#define STRATA_VNNI 0
+
+#include "kernels/cpu/dot_kernels.inc"
+
+template <int NT> STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloatN<NT, uint16_t, false>(w, x, xs, n, o); }
+template <int NT> STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloatN<NT, float, false>(w, x, xs, n, o); }
+STRATA_DEFINE_TILE(TileF16, DotF16T)
+STRATA_DEFINE_TILE(TileF32, DotF32T)
+
+using VF = __m256;
+constexpr size_t kLanes = 8;
+STRATA_FN VF VZero() { return _mm256_setzero_ps(); }
+STRATA_FN VF VSet1(float v) { return _mm256_set1_ps(v); }
+STRATA_FN VF VLoad(const float* p) { return _mm256_loadu_ps(p); }
+STRATA_FN void VStore(float* p, VF v) { _mm256_storeu_ps(p, v); }
+STRATA_FN VF VAdd(VF a, VF b) { return _mm256_add_ps(a, b); }
+STRATA_FN VF VSub(VF a, VF b) { return _mm256_sub_ps(a, b); }
+STRATA_FN VF VMul(VF a, VF b) { return _mm256_mul_ps(a, b); }
+STRATA_FN VF VDiv(VF a, VF b) { return _mm256_div_ps(a, b); }
+STRATA_FN VF VFmadd(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+STRATA_FN VF VMax(VF a, VF b) { return _mm256_max_ps(a, b); }
+STRATA_FN VF VMin(VF a, VF b) { return _mm256_min_ps(a, b); }
+STRATA_FN float VHsum(VF v) { return HsumPs(v); }
+STRATA_FN float VHmax(VF v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+STRATA_FN VF VRound(VF v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+STRATA_FN VF VExp2i(VF k) {
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_castsi256_ps(e);
+}
+
+#include "kernels/cpu/vec_kernels.inc"
+
+}  // namespace
+
+DotTileFn Avx2DotTile(DType t) {
+  switch (t) {
+    case DType::kQ4_0: return TileQ4_0;
+    case DType::kQ8_0: return TileQ8_0;
+    case DType::kQ4_K: return TileQ4_K;
+    case DType::kQ5_K: return TileQ5_K;
+    case DType::kQ6_K: return TileQ6_K;
+    case DType::kF16: return TileF16;
+    case DType::kBF16: return TileBF16;
+    case DType::kF32: return TileF32;
+    default: return nullptr;
+  }
+}
+
+const VecOps& Avx2VecOps() {
+  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK};
+  return ops;
+}
+
+}  // namespace strata::kernels::internal

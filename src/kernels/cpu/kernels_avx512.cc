@@ -1,0 +1,118 @@
+// AVX-512 (F, BW, DQ, VL, VNNI) kernels. Integer tiles use 256-bit vectors with vpdpbusd for the
+// Q4_0/Q8_0 dot products (and the extra registers of AVX-512VL); F16/F32 tiles and vector ops use
+// 512-bit vectors. Target attributes only; kernels.cc calls these only when cpuid reports them.
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 intrinsic headers initialise pass-through operands with _mm512_undefined_*(),
+// which -Wuninitialized flags once inlined here (GCC bug 105593). Only this file is affected.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/kernels_internal.h"
+#include "kernels/ref/quants_ref.h"
+#include "tensor/fp16.h"
+
+namespace strata::kernels::internal {
+namespace {
+
+#define STRATA_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"
+#define STRATA_FN static inline __attribute__((target(STRATA_TARGET), always_inline))
+#define STRATA_VNNI 1
+
+#include "kernels/cpu/dot_kernels.inc"
+
+STRATA_FN float Hsum512(__m512 v) {
+  const __m512 s = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xEE));
+  __m128 h = _mm_add_ps(_mm512_castps512_ps128(s), _mm512_castps512_ps128(_mm512_shuffle_f32x4(s, s, 0x55)));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+STRATA_FN __m512 Load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+STRATA_FN __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+
+template <int NT, typename T>
+STRATA_FN void DotFloat512N(const void* wv, const void* xv, size_t xs, size_t n, float* out) {
+  const T* w = static_cast<const T*>(wv);
+  const T* xt[NT];
+  TokenRows<T, NT>(xv, xs, xt);
+  __m512 a0[NT], a1[NT];
+  for (int t = 0; t < NT; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 w0 = Load16(w + i), w1 = Load16(w + i + 16);
+    for (int t = 0; t < NT; ++t) {
+      a0[t] = _mm512_fmadd_ps(w0, Load16(xt[t] + i), a0[t]);
+      a1[t] = _mm512_fmadd_ps(w1, Load16(xt[t] + i + 16), a1[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    float s = Hsum512(_mm512_add_ps(a0[t], a1[t]));
+    for (size_t j = i; j < n; ++j) s += Scalar(w[j], false) * Scalar(xt[t][j], false);
+    out[t] = s;
+  }
+}
+
+template <int NT> STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloat512N<NT, uint16_t>(w, x, xs, n, o); }
+template <int NT> STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloat512N<NT, float>(w, x, xs, n, o); }
+STRATA_DEFINE_TILE(TileF16, DotF16T)
+STRATA_DEFINE_TILE(TileF32, DotF32T)
+
+using VF = __m512;
+constexpr size_t kLanes = 16;
+STRATA_FN VF VZero() { return _mm512_setzero_ps(); }
+STRATA_FN VF VSet1(float v) { return _mm512_set1_ps(v); }
+STRATA_FN VF VLoad(const float* p) { return _mm512_loadu_ps(p); }
+STRATA_FN void VStore(float* p, VF v) { _mm512_storeu_ps(p, v); }
+STRATA_FN VF VAdd(VF a, VF b) { return _mm512_add_ps(a, b); }
+STRATA_FN VF VSub(VF a, VF b) { return _mm512_sub_ps(a, b); }
+STRATA_FN VF VMul(VF a, VF b) { return _mm512_mul_ps(a, b); }
+STRATA_FN VF VDiv(VF a, VF b) { return _mm512_div_ps(a, b); }
+STRATA_FN VF VFmadd(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+STRATA_FN VF VMax(VF a, VF b) { return _mm512_max_ps(a, b); }
+STRATA_FN VF VMin(VF a, VF b) { return _mm512_min_ps(a, b); }
+STRATA_FN float VHsum(VF v) { return Hsum512(v); }
+STRATA_FN float VHmax(VF v) {
+  // (GCC 12's _mm512_reduce_* trip -Wuninitialized inside its own headers.)
+  const __m512 m = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xEE));
+  __m128 h = _mm_max_ps(_mm512_castps512_ps128(m), _mm512_castps512_ps128(_mm512_shuffle_f32x4(m, m, 0x55)));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+STRATA_FN VF VRound(VF v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+STRATA_FN VF VExp2i(VF k) {
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+  return _mm512_castsi512_ps(e);
+}
+
+#include "kernels/cpu/vec_kernels.inc"
+
+}  // namespace
+
+DotTileFn Avx512DotTile(DType t) {
+  switch (t) {
+    case DType::kQ4_0: return TileQ4_0;
+    case DType::kQ8_0: return TileQ8_0;
+    case DType::kQ4_K: return TileQ4_K;
+    case DType::kQ5_K: return TileQ5_K;
+    case DType::kQ6_K: return TileQ6_K;
+    case DType::kF16: return TileF16;
+    case DType::kBF16: return TileBF16;
+    case DType::kF32: return TileF32;
+    default: return nullptr;
+  }
+}
+
+const VecOps& Avx512VecOps() {
+  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK};
+  return ops;
+}
+
+}  // namespace strata::kernels::internal

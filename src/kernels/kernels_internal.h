@@ -1,0 +1,49 @@
+// Internal plumbing shared by kernels.cc, the reference kernels (ref/) and the SIMD kernels (cpu/).
+// Not part of the public API. Thread-safe: plain functions and a table of function pointers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace strata::kernels::internal {
+
+// Largest number of tokens a tile kernel handles per pass over a weight row.
+constexpr int kMaxTileTokens = 4;
+
+// Format of the (converted) activations that are multiplied with weights of type `w`:
+// Q4_0/Q8_0 -> Q8_0, Q4_K/Q5_K/Q6_K -> Q8_K, F16 -> F16, BF16 -> BF16, F32 -> F32.
+DType ActivationType(DType w);
+
+// Converts n floats into activation format `act` (see ActivationType). Every ISA uses this same
+// function, so SIMD and reference dot products see identical quantized activations.
+void ConvertActivations(DType act, const float* x, void* dst, size_t n);
+
+// out[t] = dot(weight row w, activation row t) for t < nt (1 <= nt <= kMaxTileTokens), where
+// activation row t starts at (const char*)x + t * x_stride; n = number of elements (multiple of the
+// block size). For every (row, token) pair the arithmetic does not depend on nt or on which other
+// tokens share the tile, so results are the same however tokens are grouped.
+using DotTileFn = void (*)(const void* w, const void* x, size_t x_stride, int nt, size_t n,
+                           float* out);
+
+struct VecOps {
+  void (*rms_norm)(const float* x, const float* weight, float* out, size_t n, float eps);
+  void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);
+  void (*add)(float* x, const float* y, size_t n);
+  float (*dot_f32)(const float* a, const float* b, size_t n);
+  void (*axpy)(float a, const float* x, float* y, size_t n);
+  void (*softmax)(float* x, size_t n);
+};
+
+// Returns the tile kernel for weight type t at this ISA level, or nullptr when that level has no
+// specialised kernel for t (the caller then falls back to a lower level).
+DotTileFn RefDotTile(DType t);
+DotTileFn Avx2DotTile(DType t);
+DotTileFn Avx512DotTile(DType t);
+
+const VecOps& RefVecOps();
+const VecOps& Avx2VecOps();
+const VecOps& Avx512VecOps();
+
+}  // namespace strata::kernels::internal

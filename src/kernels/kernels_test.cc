@@ -1,0 +1,273 @@
+// MatMul and vector ops of every ISA against the scalar reference (kernels/ref).
+//
+// Tolerance: the SIMD integer kernels compute the same integer block sums as the reference; only
+// the f32 summation order differs (8/16 lanes, then a horizontal sum). We require
+//   |y - y_ref| <= 1e-5 * sum_k |w_k * x_k| + 1e-30
+// per output (sum of magnitudes of the dequantized products, in fp64) -- about 80 ulps of the
+// magnitude sum at 4352 columns, far above the observed differences (a few ulps) and far below
+// any indexing or layout bug (which moves results by O(1) of the magnitude).
+#include "kernels/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/kernels_internal.h"
+#include "kernels/test_util.h"
+
+namespace strata::kernels {
+namespace {
+
+using testing::QuantizedWeights;
+using testing::RandomBitsWeights;
+using testing::RandomFloats;
+
+constexpr double kRelTol = 1e-5;
+
+// Restores the ISA after a test changes it.
+class IsaGuard {
+ public:
+  explicit IsaGuard(Isa isa) : saved_(ActiveIsa()) { SetIsa(isa); }
+  ~IsaGuard() { SetIsa(saved_); }
+
+ private:
+  Isa saved_;
+};
+
+std::vector<size_t> ColsFor(DType t) {
+  const uint32_t bs = GetDTypeTraits(t)->block_size;
+  if (bs == 256) return {256, 17 * 256};
+  if (bs == 32) return {32, 17 * 32, 4096 + 256};
+  return {32, 17 * 32, 4096 + 256, 7, 100};  // float types: any length, tails included
+}
+
+// Reference outputs computed directly from the reference dot products and magnitude sums.
+void Reference(const WeightMatrix& w, const std::vector<float>& x, size_t n_tokens, std::vector<float>* y,
+               std::vector<double>* mag) {
+  const DType act = internal::ActivationType(w.type);
+  const size_t xb = *RowBytes(act, w.cols);
+  std::vector<uint8_t> xq(xb);
+  std::vector<float> wd(w.cols), xd(w.cols);
+  y->assign(n_tokens * w.rows, 0.0f);
+  mag->assign(n_tokens * w.rows, 0.0);
+  const auto dot = internal::RefDotTile(w.type);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    internal::ConvertActivations(act, x.data() + t * w.cols, xq.data(), w.cols);
+    DequantizeRow(act, xq.data(), xd.data(), w.cols);
+    for (size_t r = 0; r < w.rows; ++r) {
+      const void* row = static_cast<const char*>(w.data) + r * w.row_bytes;
+      dot(row, xq.data(), 0, 1, w.cols, &(*y)[t * w.rows + r]);
+      DequantizeRow(w.type, row, wd.data(), w.cols);
+      double m = 0;
+      for (size_t k = 0; k < w.cols; ++k) m += std::fabs(static_cast<double>(wd[k]) * xd[k]);
+      (*mag)[t * w.rows + r] = m;
+    }
+  }
+}
+
+using MatMulParam = std::tuple<Isa, DType>;
+
+class MatMulTest : public ::testing::TestWithParam<MatMulParam> {
+ protected:
+  void SetUp() override {
+    if (static_cast<int>(std::get<0>(GetParam())) > static_cast<int>(DetectIsa()))
+      GTEST_SKIP() << "CPU lacks " << IsaName(std::get<0>(GetParam()));
+  }
+};
+
+TEST_P(MatMulTest, MatchesReferenceOnOddShapes) {
+  const auto [isa, type] = GetParam();
+  IsaGuard guard(isa);
+  uint32_t seed = 100;
+  for (size_t cols : ColsFor(type)) {
+    for (size_t rows : {size_t{1}, size_t{3}, size_t{17}, size_t{67}}) {
+      for (int mode = 0; mode < 2; ++mode) {
+        auto w = mode == 0 ? QuantizedWeights(type, rows, cols, ++seed) : RandomBitsWeights(type, rows, cols, ++seed);
+        for (size_t n_tokens : {size_t{1}, size_t{2}, size_t{5}, size_t{33}}) {
+          if (rows == 67 && cols > 1000 && n_tokens == 33 && mode == 1) continue;  // keep runtime low
+          std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
+          std::vector<float> y_ref, y(n_tokens * rows, -1.0f);
+          std::vector<double> mag;
+          Reference(w.m, x, n_tokens, &y_ref, &mag);
+          MatMul(w.m, x.data(), n_tokens, y.data(), nullptr);
+          for (size_t i = 0; i < y.size(); ++i) {
+            ASSERT_NEAR(y[i], y_ref[i], kRelTol * mag[i] + 1e-30)
+                << DTypeName(type) << " " << IsaName(isa) << " cols " << cols << " rows " << rows << " tokens "
+                << n_tokens << " mode " << mode << " index " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MatMulTest, ThreadCountAndTokenGroupingDoNotChangeBits) {
+  const auto [isa, type] = GetParam();
+  IsaGuard guard(isa);
+  const size_t cols = GetDTypeTraits(type)->block_size == 256 ? 512 : 320;
+  const size_t rows = 67, n_tokens = 7;
+  auto w = RandomBitsWeights(type, rows, cols, 5);
+  std::vector<float> x = RandomFloats(n_tokens * cols, 6);
+  std::vector<float> y1(rows * n_tokens), y2(rows * n_tokens), y_single(rows * n_tokens);
+  ThreadPool one(1), two(2);
+  MatMul(w.m, x.data(), n_tokens, y1.data(), &one);
+  MatMul(w.m, x.data(), n_tokens, y2.data(), &two);
+  EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)));
+  for (size_t t = 0; t < n_tokens; ++t) MatMul(w.m, x.data() + t * cols, 1, y_single.data() + t * rows, &two);
+  EXPECT_EQ(0, std::memcmp(y1.data(), y_single.data(), y1.size() * sizeof(float)));
+}
+
+TEST_P(MatMulTest, StridedInputAndOutput) {
+  const auto [isa, type] = GetParam();
+  IsaGuard guard(isa);
+  const size_t cols = GetDTypeTraits(type)->block_size == 256 ? 256 : 64;
+  const size_t rows = 5, n_tokens = 3, xs = cols + 9, ys = rows + 4;
+  auto w = QuantizedWeights(type, rows, cols, 8);
+  std::vector<float> x = RandomFloats(n_tokens * xs, 9);
+  std::vector<float> dense_x(n_tokens * cols);
+  for (size_t t = 0; t < n_tokens; ++t) std::memcpy(&dense_x[t * cols], &x[t * xs], cols * sizeof(float));
+  std::vector<float> y(n_tokens * ys, 42.0f), yd(n_tokens * rows);
+  MatMul(w.m, x.data(), n_tokens, y.data(), nullptr, xs, ys);
+  MatMul(w.m, dense_x.data(), n_tokens, yd.data(), nullptr);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    for (size_t r = 0; r < rows; ++r) EXPECT_EQ(y[t * ys + r], yd[t * rows + r]);
+    for (size_t r = rows; r < ys; ++r) EXPECT_EQ(y[t * ys + r], 42.0f) << "wrote past the row";
+  }
+}
+
+TEST_P(MatMulTest, ExtremeButFiniteValues) {
+  const auto [isa, type] = GetParam();
+  IsaGuard guard(isa);
+  const size_t cols = 512, rows = 4, n_tokens = 4;
+  // Weights with large and tiny magnitudes; activations: huge, tiny, zero row, mixed.
+  std::vector<float> wf = RandomFloats(rows * cols, 21, 1.0f);
+  for (size_t i = 0; i < wf.size(); i += 7) wf[i] *= 3e3f;  // stays inside the f16 range
+  auto w = QuantizedWeights(type, rows, cols, 1);
+  for (size_t r = 0; r < rows; ++r)
+    QuantizeRow(type, wf.data() + r * cols, w.bytes.data() + r * w.m.row_bytes, cols);
+  std::vector<float> x = RandomFloats(n_tokens * cols, 22);
+  for (size_t k = 0; k < cols; ++k) {
+    x[k] *= 1e4f;
+    x[cols + k] *= 1e-20f;
+    x[2 * cols + k] = 0.0f;
+    if (k % 13 == 0) x[3 * cols + k] = (k & 1) ? 6e4f : -6e4f;
+  }
+  std::vector<float> y_ref, y(n_tokens * rows);
+  std::vector<double> mag;
+  Reference(w.m, x, n_tokens, &y_ref, &mag);
+  MatMul(w.m, x.data(), n_tokens, y.data(), nullptr);
+  for (size_t i = 0; i < y.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(y[i])) << i;
+    ASSERT_NEAR(y[i], y_ref[i], kRelTol * mag[i] + 1e-30) << DTypeName(type) << " index " << i;
+  }
+  for (size_t r = 0; r < rows; ++r) EXPECT_EQ(y[2 * rows + r], 0.0f);  // zero activations
+}
+
+std::string ParamName(const ::testing::TestParamInfo<MatMulParam>& info) {
+  return std::string(IsaName(std::get<0>(info.param))) + "_" + std::string(DTypeName(std::get<1>(info.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsasAllTypes, MatMulTest,
+                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                                            ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                                              DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
+                                                              DType::kQ6_K)),
+                         ParamName);
+
+// ---- vector ops ----
+class VecOpsTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (static_cast<int>(GetParam()) > static_cast<int>(DetectIsa())) GTEST_SKIP() << "CPU lacks ISA";
+  }
+};
+
+TEST_P(VecOpsTest, MatchScalarReference) {
+  IsaGuard guard(GetParam());
+  const auto& ref = internal::RefVecOps();
+  for (size_t n : {size_t{1}, size_t{7}, size_t{16}, size_t{33}, size_t{4096}, size_t{4101}}) {
+    std::vector<float> a = RandomFloats(n, 31, 3.0f), b = RandomFloats(n, 32, 3.0f);
+    std::vector<float> got(n), want(n);
+    // RmsNorm, with and without weight, in place.
+    for (const float* wt : {static_cast<const float*>(b.data()), static_cast<const float*>(nullptr)}) {
+      ref.rms_norm(a.data(), wt, want.data(), n, 1e-5f);
+      got = a;
+      RmsNorm(got.data(), wt, got.data(), n, 1e-5f);
+      for (size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 1e-5f * std::fabs(want[i]) + 1e-6f) << n;
+    }
+    ref.silu_mul(a.data(), b.data(), want.data(), n);
+    SiluMul(a.data(), b.data(), got.data(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * std::fabs(want[i]) + 1e-7f) << n;
+    want = a;
+    ref.add(want.data(), b.data(), n);
+    got = a;
+    Add(got.data(), b.data(), n);
+    EXPECT_EQ(got, want);
+    want = b;
+    ref.axpy(0.37f, a.data(), want.data(), n);
+    got = b;
+    Axpy(0.37f, a.data(), got.data(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 1e-6f * (std::fabs(b[i]) + std::fabs(a[i])));
+    double mag = 0;
+    for (size_t i = 0; i < n; ++i) mag += std::fabs(a[i] * b[i]);
+    EXPECT_NEAR(DotF32(a.data(), b.data(), n), ref.dot_f32(a.data(), b.data(), n), 1e-5 * mag);
+    want = a;
+    ref.softmax(want.data(), n);
+    got = a;
+    Softmax(got.data(), n);
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(got[i], want[i], 2e-6f * want[i] + 1e-9f) << n;
+      sum += got[i];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+  }
+}
+
+TEST_P(VecOpsTest, ExtremeValues) {
+  IsaGuard guard(GetParam());
+  std::vector<float> x = {-1e4f, 1e4f, -90.0f, 90.0f, 0.0f, -0.0f, 1e-30f, -1e-30f,
+                          88.5f, -87.5f, 3.0f,   -3.0f, 20.0f, -20.0f, 1.0f, 2.0f, 50.0f};
+  std::vector<float> up(x.size(), 1.0f), out(x.size()), want(x.size());
+  SiluMul(x.data(), up.data(), out.data(), x.size());
+  internal::RefVecOps().silu_mul(x.data(), up.data(), want.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(out[i])) << x[i];
+    EXPECT_NEAR(out[i], want[i], 2e-6f * std::fabs(want[i]) + 1e-30f) << x[i];
+  }
+  std::vector<float> s = x;
+  Softmax(s.data(), s.size());
+  EXPECT_NEAR(s[1], 1.0f, 1e-6f);  // 1e4 dominates everything
+  for (float v : s) ASSERT_TRUE(std::isfinite(v) && v >= 0.0f);
+  std::vector<float> r(x.size());
+  RmsNorm(x.data(), nullptr, r.data(), x.size(), 1e-6f);
+  for (float v : r) ASSERT_TRUE(std::isfinite(v));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, VecOpsTest, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                         [](const auto& info) { return std::string(IsaName(info.param)); });
+
+TEST(IsaControl, SetIsaClampsToDetected) {
+  const Isa saved = ActiveIsa();
+  SetIsa(Isa::kScalar);
+  EXPECT_EQ(ActiveIsa(), Isa::kScalar);
+  SetIsa(Isa::kAvx512);
+  EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(DetectIsa()));
+  EXPECT_EQ(ActiveIsa(), DetectIsa() == Isa::kAvx512 ? Isa::kAvx512 : DetectIsa());
+  SetIsa(saved);
+  EXPECT_EQ(IsaName(Isa::kAvx2), "avx2");
+}
+
+TEST(IsaControl, SupportedTypes) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
+                  DType::kQ6_K})
+    EXPECT_TRUE(IsSupported(t)) << DTypeName(t);
+  for (DType t : {DType::kQ4_1, DType::kQ2_K, DType::kIQ4_NL, DType::kQ8_K}) EXPECT_FALSE(IsSupported(t));
+}
+
+}  // namespace
+}  // namespace strata::kernels

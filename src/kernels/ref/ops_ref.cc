@@ -1,0 +1,120 @@
+// Reference tile kernels (one scalar dot per token), activation conversion and vector ops.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/kernels_internal.h"
+#include "kernels/ref/quants_ref.h"
+
+namespace strata::kernels::internal {
+namespace {
+
+template <typename W, typename X, float (*Dot)(const W*, const X*, size_t), int kBlock>
+void RefTile(const void* w, const void* x, size_t x_stride, int nt, size_t n, float* out) {
+  for (int t = 0; t < nt; ++t) {
+    const X* xt = reinterpret_cast<const X*>(static_cast<const char*>(x) + t * x_stride);
+    out[t] = Dot(static_cast<const W*>(w), xt, n / kBlock);
+  }
+}
+
+void RmsNormRef(const float* x, const float* weight, float* out, size_t n, float eps) {
+  double ss = 0.0;
+  for (size_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] * scale * (weight ? weight[i] : 1.0f);
+}
+
+void SiluMulRef(const float* gate, const float* up, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void AddRef(float* x, const float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+float DotF32Ref(const float* a, const float* b, size_t n) { return ref::DotF32(a, b, n); }
+
+void AxpyRef(float a, const float* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void SoftmaxRef(float* x, size_t n) {
+  if (n == 0) return;
+  float mx = x[0];
+  for (size_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (size_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace
+
+DType ActivationType(DType w) {
+  switch (w) {
+    case DType::kQ4_0:
+    case DType::kQ8_0:
+      return DType::kQ8_0;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return DType::kQ8_K;
+    default:
+      return w;
+  }
+}
+
+void ConvertActivations(DType act, const float* x, void* dst, size_t n) {
+  switch (act) {
+    case DType::kQ8_0:
+      ref::QuantizeQ8_0(x, static_cast<BlockQ8_0*>(dst), n);
+      break;
+    case DType::kQ8_K:
+      ref::QuantizeQ8_K(x, static_cast<BlockQ8_K*>(dst), n);
+      break;
+    case DType::kF16:
+      ref::QuantizeF16(x, static_cast<uint16_t*>(dst), n);
+      break;
+    case DType::kBF16:
+      ref::QuantizeBF16(x, static_cast<uint16_t*>(dst), n);
+      break;
+    default:
+      std::copy(x, x + n, static_cast<float*>(dst));
+      break;
+  }
+}
+
+DotTileFn RefDotTile(DType t) {
+  switch (t) {
+    case DType::kQ4_0:
+      return RefTile<BlockQ4_0, BlockQ8_0, ref::DotQ4_0, kQK4_0>;
+    case DType::kQ8_0:
+      return RefTile<BlockQ8_0, BlockQ8_0, ref::DotQ8_0, kQK8_0>;
+    case DType::kQ4_K:
+      return RefTile<BlockQ4_K, BlockQ8_K, ref::DotQ4_K, kQK_K>;
+    case DType::kQ5_K:
+      return RefTile<BlockQ5_K, BlockQ8_K, ref::DotQ5_K, kQK_K>;
+    case DType::kQ6_K:
+      return RefTile<BlockQ6_K, BlockQ8_K, ref::DotQ6_K, kQK_K>;
+    case DType::kF16:
+      return RefTile<uint16_t, uint16_t, ref::DotF16, 1>;
+    case DType::kBF16:
+      return RefTile<uint16_t, uint16_t, ref::DotBF16, 1>;
+    case DType::kF32:
+      return RefTile<float, float, ref::DotF32, 1>;
+    default:
+      return nullptr;
+  }
+}
+
+const VecOps& RefVecOps() {
+  static const VecOps ops{RmsNormRef, SiluMulRef, AddRef, DotF32Ref, AxpyRef, SoftmaxRef};
+  return ops;
+}
+
+}  // namespace strata::kernels::internal

@@ -1,0 +1,68 @@
+// Helpers shared by the kernel tests and the benchmark: random weight matrices in any supported
+// format. Not used by production code.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "tensor/dtype.h"
+#include "tensor/fp16.h"
+
+namespace strata::kernels::testing {
+
+inline std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Owns the bytes of a weight matrix.
+struct OwnedWeights {
+  std::vector<uint8_t> bytes;
+  WeightMatrix m;
+};
+
+// Rows quantized from Gaussian floats with QuantizeRow.
+inline OwnedWeights QuantizedWeights(DType t, size_t rows, size_t cols, uint32_t seed) {
+  OwnedWeights w;
+  const size_t rb = *RowBytes(t, cols);
+  w.bytes.resize(rows * rb);
+  std::vector<float> f = RandomFloats(rows * cols, seed);
+  for (size_t r = 0; r < rows; ++r) QuantizeRow(t, f.data() + r * cols, w.bytes.data() + r * rb, cols);
+  w.m = WeightMatrix{t, w.bytes.data(), rows, cols, rb};
+  return w;
+}
+
+// Rows of random bits (every quant level, scale code and sign pattern occurs), with the f16 block
+// scales replaced by finite values of moderate size so results stay finite.
+inline OwnedWeights RandomBitsWeights(DType t, size_t rows, size_t cols, uint32_t seed) {
+  if (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) return QuantizedWeights(t, rows, cols, seed);
+  OwnedWeights w;
+  const size_t rb = *RowBytes(t, cols);
+  w.bytes.resize(rows * rb);
+  std::mt19937 rng(seed);
+  for (auto& b : w.bytes) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> ud(0.001f, 0.05f);
+  const auto tr = *GetDTypeTraits(t);
+  const size_t nblocks = rows * rb / tr.type_size;
+  for (size_t i = 0; i < nblocks; ++i) {
+    uint8_t* blk = w.bytes.data() + i * tr.type_size;
+    const uint16_t d = F32ToF16(ud(rng) * (rng() & 1 ? 1.0f : -1.0f));
+    const uint16_t dmin = F32ToF16(ud(rng));
+    if (t == DType::kQ6_K) {
+      std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2);
+    } else {
+      std::memcpy(blk, &d, 2);
+      if (t == DType::kQ4_K || t == DType::kQ5_K) std::memcpy(blk + 2, &dmin, 2);
+    }
+  }
+  w.m = WeightMatrix{t, w.bytes.data(), rows, cols, rb};
+  return w;
+}
+
+}  // namespace strata::kernels::testing
