@@ -376,6 +376,9 @@ TEST(GgufValueTest, DisplayStrings) {
   EXPECT_EQ(Value::Int(ValueType::kInt8, -3).ToDisplayString(), "-3");
   EXPECT_EQ(Value::Float32(0.1f).ToDisplayString(), "0.1");
   EXPECT_EQ(Value::Float64(1e-5).ToDisplayString(), "1e-05");
+  EXPECT_EQ(Value::Float32(500000.0f).ToDisplayString(), "500000");
+  EXPECT_EQ(Value::Float64(-2.5).ToDisplayString(), "-2.5");
+  EXPECT_EQ(Value::Float64(1e300).ToDisplayString(), "1e+300");
   EXPECT_EQ(Value::Bool(false).ToDisplayString(), "false");
   EXPECT_EQ(Value::String("a\"b\n").ToDisplayString(), "\"a\\\"b\\n\"");
   std::vector<int64_t> many(128256);

@@ -1,6 +1,7 @@
 // Value factories, display formatting and the typed getters of GgufFile.
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -228,12 +229,15 @@ namespace {
 constexpr size_t kMaxDisplayStringBytes = 120;
 
 std::string FormatDouble(double v, bool as_float32) {
-  char buf[64];
+  // Shortest round-trip digits; plain notation for ordinary magnitudes (500000, not 5e+05).
+  char buf[400];
+  double mag = std::fabs(v);
+  auto fmt = (v == 0 || (mag >= 1e-4 && mag < 1e15)) ? std::chars_format::fixed : std::chars_format::general;
   std::to_chars_result r;
   if (as_float32) {
-    r = std::to_chars(buf, buf + sizeof(buf), static_cast<float>(v));
+    r = std::to_chars(buf, buf + sizeof(buf), static_cast<float>(v), fmt);
   } else {
-    r = std::to_chars(buf, buf + sizeof(buf), v);
+    r = std::to_chars(buf, buf + sizeof(buf), v, fmt);
   }
   if (r.ec != std::errc()) return "?";
   return std::string(buf, r.ptr);
