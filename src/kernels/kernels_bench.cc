@@ -1,0 +1,53 @@
+// MatMul throughput per weight type. Reports weight GB/s (decode-like, n_tokens = 1) and GFLOP/s
+// (2 * rows * cols * n_tokens per call; prefill-like, n_tokens = 512). Runs with 1 and 2 threads;
+// set STRATA_ISA=scalar|avx2|avx512 to pick the kernels.
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/test_util.h"
+
+namespace strata::kernels {
+namespace {
+
+void BM_MatMul(benchmark::State& state, DType type) {
+  const size_t rows = static_cast<size_t>(state.range(0));
+  const size_t cols = static_cast<size_t>(state.range(1));
+  const size_t n_tokens = static_cast<size_t>(state.range(2));
+  const int threads = static_cast<int>(state.range(3));
+  ThreadPool pool(threads);
+  auto w = testing::QuantizedWeights(type, rows, cols, 1);
+  std::vector<float> x = testing::RandomFloats(n_tokens * cols, 2);
+  std::vector<float> y(n_tokens * rows);
+  for (auto _ : state) {
+    MatMul(w.m, x.data(), n_tokens, y.data(), &pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double weight_bytes = static_cast<double>(w.bytes.size());
+  state.counters["GB/s"] = benchmark::Counter(weight_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n_tokens / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(IsaName(ActiveIsa())) + " threads=" + std::to_string(pool.num_threads()));
+}
+
+void Shapes(benchmark::internal::Benchmark* b) {
+  for (int64_t rows : {2048, 8192})
+    for (int64_t n_tokens : {1, 512})
+      for (int64_t threads : {1, 2}) b->Args({rows, 2048, n_tokens, threads});
+  b->ArgNames({"rows", "cols", "tokens", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+BENCHMARK_CAPTURE(BM_MatMul, q4_0, DType::kQ4_0)->Apply(Shapes);
+BENCHMARK_CAPTURE(BM_MatMul, q8_0, DType::kQ8_0)->Apply(Shapes);
+BENCHMARK_CAPTURE(BM_MatMul, q4_K, DType::kQ4_K)->Apply(Shapes);
+BENCHMARK_CAPTURE(BM_MatMul, q5_K, DType::kQ5_K)->Apply(Shapes);
+BENCHMARK_CAPTURE(BM_MatMul, q6_K, DType::kQ6_K)->Apply(Shapes);
+BENCHMARK_CAPTURE(BM_MatMul, f16, DType::kF16)->Apply(Shapes);
+BENCHMARK_CAPTURE(BM_MatMul, bf16, DType::kBF16)->Apply(Shapes);
+BENCHMARK_CAPTURE(BM_MatMul, f32, DType::kF32)->Apply(Shapes);
+
+}  // namespace
+}  // namespace strata::kernels
+
+BENCHMARK_MAIN();
