@@ -208,10 +208,10 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   const DType act = internal::ActivationType(w.type);
   const DotTileFn dot = SelectDot(w.type, ActiveIsa());
 
-  // Activations in the dot-product format. F32 weights read x in place.
+  // Activations in the dot-product format (see internal::ActivationType). F32 weights read x in place.
   const char* xq;
   size_t xq_stride;
-  if (act == DType::kF32) {
+  if (w.type == DType::kF32) {
     xq = reinterpret_cast<const char*>(x);
     xq_stride = x_stride * sizeof(float);
   } else {
@@ -221,7 +221,7 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
     if (scratch.size() < words) scratch.resize(words);
     char* buf = reinterpret_cast<char*>(scratch.data());
     auto convert = [&](size_t t0, size_t t1, int) {
-      for (size_t t = t0; t < t1; ++t) internal::ConvertActivations(act, x + t * x_stride, buf + t * xq_stride, w.cols);
+      for (size_t t = t0; t < t1; ++t) internal::ConvertActivations(w.type, x + t * x_stride, buf + t * xq_stride, w.cols);
     };
     if (pool != nullptr && n_tokens >= 4) {
       pool->ParallelFor(n_tokens, convert);

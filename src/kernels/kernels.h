@@ -7,7 +7,8 @@
 //
 // Activations: for integer-dot weight types the float activations are quantized on the fly, as
 // ggml does (Q4_0/Q8_0 weights: activations to Q8_0 blocks; Q4_K/Q5_K/Q6_K: to Q8_K blocks);
-// F16/BF16/F32 weights multiply float activations in f32 with f32 accumulation.
+// F16/BF16 weights: activations are first rounded to f16/bf16 (as ggml converts them to the weight
+// type), then products and accumulation in f32; F32 weights: plain f32.
 // Thread contract: functions are reentrant; MatMul uses the given pool (may be null = 1 thread) and
 // per-thread scratch buffers that grow once and are reused (no allocation per token at steady state).
 #pragma once

@@ -12,13 +12,15 @@ namespace strata::kernels::internal {
 // Largest number of tokens a tile kernel handles per pass over a weight row.
 constexpr int kMaxTileTokens = 4;
 
-// Format of the (converted) activations that are multiplied with weights of type `w`:
-// Q4_0/Q8_0 -> Q8_0, Q4_K/Q5_K/Q6_K -> Q8_K, F16 -> F16, BF16 -> BF16, F32 -> F32.
+// Storage format of the converted activations that are multiplied with weights of type `w`:
+// Q4_0/Q8_0 -> Q8_0, Q4_K/Q5_K/Q6_K -> Q8_K, F16/BF16/F32 -> F32. For F16 (BF16) weights the f32
+// values are first rounded to f16 (bf16), as ggml converts activations to the weight's type; they
+// are kept as f32 so the kernels convert only the weights.
 DType ActivationType(DType w);
 
-// Converts n floats into activation format `act` (see ActivationType). Every ISA uses this same
-// function, so SIMD and reference dot products see identical quantized activations.
-void ConvertActivations(DType act, const float* x, void* dst, size_t n);
+// Converts n floats into the activations for weights of type `weight_type` (see ActivationType).
+// Every ISA uses this same function, so SIMD and reference dot products see identical activations.
+void ConvertActivations(DType weight_type, const float* x, void* dst, size_t n);
 
 // out[t] = dot(weight row w, activation row t) for t < nt (1 <= nt <= kMaxTileTokens), where
 // activation row t starts at (const char*)x + t * x_stride; n = number of elements (multiple of the

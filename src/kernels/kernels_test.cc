@@ -56,7 +56,7 @@ void Reference(const WeightMatrix& w, const std::vector<float>& x, size_t n_toke
   mag->assign(n_tokens * w.rows, 0.0);
   const auto dot = internal::RefDotTile(w.type);
   for (size_t t = 0; t < n_tokens; ++t) {
-    internal::ConvertActivations(act, x.data() + t * w.cols, xq.data(), w.cols);
+    internal::ConvertActivations(w.type, x.data() + t * w.cols, xq.data(), w.cols);
     DequantizeRow(act, xq.data(), xd.data(), w.cols);
     for (size_t r = 0; r < w.rows; ++r) {
       const void* row = static_cast<const char*>(w.data) + r * w.row_bytes;

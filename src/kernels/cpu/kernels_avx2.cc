@@ -20,7 +20,9 @@ namespace {
 
 template <int NT> STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloatN<NT, uint16_t, false>(w, x, xs, n, o); }
 template <int NT> STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloatN<NT, float, false>(w, x, xs, n, o); }
+template <int NT> STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloatN<NT, uint16_t, true>(w, x, xs, n, o); }
 STRATA_DEFINE_TILE(TileF16, DotF16T)
+STRATA_DEFINE_TILE(TileBF16, DotBF16T)
 STRATA_DEFINE_TILE(TileF32, DotF32T)
 
 using VF = __m256;

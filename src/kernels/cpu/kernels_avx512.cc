@@ -1,5 +1,5 @@
 // AVX-512 (F, BW, DQ, VL, VNNI) kernels. Integer tiles use 256-bit vectors with vpdpbusd for the
-// Q4_0/Q8_0 dot products (and the extra registers of AVX-512VL); F16/F32 tiles and vector ops use
+// Q4_0/Q8_0 dot products (and the extra registers of AVX-512VL); F16/BF16/F32 tiles and vector ops use
 // 512-bit vectors. Target attributes only; kernels.cc calls these only when cpuid reports them.
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsic headers initialise pass-through operands with _mm512_undefined_*(),
@@ -32,36 +32,40 @@ STRATA_FN float Hsum512(__m512 v) {
   return _mm_cvtss_f32(h);
 }
 
-STRATA_FN __m512 Load16(const uint16_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+STRATA_FN __m512 Load16(const uint16_t* p, bool bf16) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+  return _mm512_cvtph_ps(v);
 }
-STRATA_FN __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+STRATA_FN __m512 Load16(const float* p, bool) { return _mm512_loadu_ps(p); }
 
-template <int NT, typename T>
+template <int NT, typename T, bool kBf16>
 STRATA_FN void DotFloat512N(const void* wv, const void* xv, size_t xs, size_t n, float* out) {
   const T* w = static_cast<const T*>(wv);
-  const T* xt[NT];
-  TokenRows<T, NT>(xv, xs, xt);
+  const float* xt[NT];
+  TokenRows<float, NT>(xv, xs, xt);
   __m512 a0[NT], a1[NT];
   for (int t = 0; t < NT; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m512 w0 = Load16(w + i), w1 = Load16(w + i + 16);
+    const __m512 w0 = Load16(w + i, kBf16), w1 = Load16(w + i + 16, kBf16);
     for (int t = 0; t < NT; ++t) {
-      a0[t] = _mm512_fmadd_ps(w0, Load16(xt[t] + i), a0[t]);
-      a1[t] = _mm512_fmadd_ps(w1, Load16(xt[t] + i + 16), a1[t]);
+      a0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xt[t] + i), a0[t]);
+      a1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xt[t] + i + 16), a1[t]);
     }
   }
   for (int t = 0; t < NT; ++t) {
     float s = Hsum512(_mm512_add_ps(a0[t], a1[t]));
-    for (size_t j = i; j < n; ++j) s += Scalar(w[j], false) * Scalar(xt[t][j], false);
+    for (size_t j = i; j < n; ++j) s += Scalar(w[j], kBf16) * xt[t][j];
     out[t] = s;
   }
 }
 
-template <int NT> STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloat512N<NT, uint16_t>(w, x, xs, n, o); }
-template <int NT> STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloat512N<NT, float>(w, x, xs, n, o); }
+template <int NT> STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloat512N<NT, uint16_t, false>(w, x, xs, n, o); }
+template <int NT> STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloat512N<NT, uint16_t, true>(w, x, xs, n, o); }
+template <int NT> STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloat512N<NT, float, false>(w, x, xs, n, o); }
 STRATA_DEFINE_TILE(TileF16, DotF16T)
+STRATA_DEFINE_TILE(TileBF16, DotBF16T)
 STRATA_DEFINE_TILE(TileF32, DotF32T)
 
 using VF = __m512;

@@ -4,6 +4,7 @@
 
 #include "kernels/kernels_internal.h"
 #include "kernels/ref/quants_ref.h"
+#include "tensor/fp16.h"
 
 namespace strata::kernels::internal {
 namespace {
@@ -65,27 +66,28 @@ DType ActivationType(DType w) {
     case DType::kQ6_K:
       return DType::kQ8_K;
     default:
-      return w;
+      return DType::kF32;
   }
 }
 
-void ConvertActivations(DType act, const float* x, void* dst, size_t n) {
-  switch (act) {
+void ConvertActivations(DType weight_type, const float* x, void* dst, size_t n) {
+  float* f = static_cast<float*>(dst);
+  switch (ActivationType(weight_type)) {
     case DType::kQ8_0:
       ref::QuantizeQ8_0(x, static_cast<BlockQ8_0*>(dst), n);
-      break;
+      return;
     case DType::kQ8_K:
       ref::QuantizeQ8_K(x, static_cast<BlockQ8_K*>(dst), n);
-      break;
-    case DType::kF16:
-      ref::QuantizeF16(x, static_cast<uint16_t*>(dst), n);
-      break;
-    case DType::kBF16:
-      ref::QuantizeBF16(x, static_cast<uint16_t*>(dst), n);
-      break;
+      return;
     default:
-      std::copy(x, x + n, static_cast<float*>(dst));
       break;
+  }
+  if (weight_type == DType::kF16) {
+    for (size_t i = 0; i < n; ++i) f[i] = F16ToF32(F32ToF16(x[i]));
+  } else if (weight_type == DType::kBF16) {
+    for (size_t i = 0; i < n; ++i) f[i] = BF16ToF32(F32ToBF16(x[i]));
+  } else {
+    std::copy(x, x + n, f);
   }
 }
 
@@ -102,9 +104,9 @@ DotTileFn RefDotTile(DType t) {
     case DType::kQ6_K:
       return RefTile<BlockQ6_K, BlockQ8_K, ref::DotQ6_K, kQK_K>;
     case DType::kF16:
-      return RefTile<uint16_t, uint16_t, ref::DotF16, 1>;
+      return RefTile<uint16_t, float, ref::DotF16, 1>;
     case DType::kBF16:
-      return RefTile<uint16_t, uint16_t, ref::DotBF16, 1>;
+      return RefTile<uint16_t, float, ref::DotBF16, 1>;
     case DType::kF32:
       return RefTile<float, float, ref::DotF32, 1>;
     default:

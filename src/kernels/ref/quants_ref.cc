@@ -399,15 +399,15 @@ float DotQ6_K(const BlockQ6_K* w, const BlockQ8_K* x, size_t nb) {
   return sum;
 }
 
-float DotF16(const uint16_t* w, const uint16_t* x, size_t n) {
+float DotF16(const uint16_t* w, const float* x, size_t n) {
   float sum = 0.0f;
-  for (size_t i = 0; i < n; ++i) sum += F16ToF32(w[i]) * F16ToF32(x[i]);
+  for (size_t i = 0; i < n; ++i) sum += F16ToF32(w[i]) * x[i];
   return sum;
 }
 
-float DotBF16(const uint16_t* w, const uint16_t* x, size_t n) {
+float DotBF16(const uint16_t* w, const float* x, size_t n) {
   float sum = 0.0f;
-  for (size_t i = 0; i < n; ++i) sum += BF16ToF32(w[i]) * BF16ToF32(x[i]);
+  for (size_t i = 0; i < n; ++i) sum += BF16ToF32(w[i]) * x[i];
   return sum;
 }
 

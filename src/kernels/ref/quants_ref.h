@@ -58,10 +58,10 @@ float DotQ8_0(const BlockQ8_0* w, const BlockQ8_0* x, size_t nb);
 float DotQ4_K(const BlockQ4_K* w, const BlockQ8_K* x, size_t nb);
 float DotQ5_K(const BlockQ5_K* w, const BlockQ8_K* x, size_t nb);
 float DotQ6_K(const BlockQ6_K* w, const BlockQ8_K* x, size_t nb);
-// F16/BF16 weights: activations already rounded to f16/bf16 (as ggml does); products and
-// accumulation in f32, sequential.
-float DotF16(const uint16_t* w, const uint16_t* x, size_t n);
-float DotBF16(const uint16_t* w, const uint16_t* x, size_t n);
+// F16/BF16 weights: x holds activations already rounded to f16/bf16 (as ggml does), stored as f32;
+// products and accumulation in f32, sequential.
+float DotF16(const uint16_t* w, const float* x, size_t n);
+float DotBF16(const uint16_t* w, const float* x, size_t n);
 float DotF32(const float* w, const float* x, size_t n);
 
 }  // namespace strata::kernels::ref

@@ -164,6 +164,20 @@ TEST(RefKnownAnswer, Q4_0Quantization) {
   for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], x[j]);
 }
 
+// ggml multiplies F16 (BF16) weights with activations converted to F16 (BF16).
+TEST(RefKnownAnswer, FloatWeightActivationsAreRoundedToWeightType) {
+  const float x[2] = {1.0f + 0x1p-12f, 1.0f + 0x1p-9f};  // below half an f16 / bf16 ulp of 1.0
+  float f16[2], bf16[2], f32[2];
+  internal::ConvertActivations(DType::kF16, x, f16, 2);
+  internal::ConvertActivations(DType::kBF16, x, bf16, 2);
+  internal::ConvertActivations(DType::kF32, x, f32, 2);
+  EXPECT_EQ(f16[0], 1.0f);
+  EXPECT_EQ(f16[1], 1.0f + 0x1p-9f);  // representable in f16 (10 mantissa bits)
+  EXPECT_EQ(bf16[0], 1.0f);
+  EXPECT_EQ(bf16[1], 1.0f);            // bf16 has 7 mantissa bits
+  EXPECT_EQ(f32[0], x[0]);
+}
+
 TEST(RefKnownAnswer, ZeroRowsQuantizeToZero) {
   for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
     std::vector<float> x(256, 0.0f), y(256, 1.0f);
@@ -233,7 +247,7 @@ TEST_P(RefDotTest, MatchesFp64OfDequantized) {
       auto w = mode == 0 ? testing::QuantizedWeights(t, 1, cols, 11) : testing::RandomBitsWeights(t, 1, cols, 12);
       std::vector<float> x = testing::RandomFloats(cols, 13);
       std::vector<uint8_t> xq(*RowBytes(act, cols));
-      internal::ConvertActivations(act, x.data(), xq.data(), cols);
+      internal::ConvertActivations(t, x.data(), xq.data(), cols);
       std::vector<float> wd(cols), xd(cols);
       DequantizeRow(t, w.m.data, wd.data(), cols);
       DequantizeRow(act, xq.data(), xd.data(), cols);
