@@ -73,6 +73,12 @@ Interpreter::Interpreter(const SourceMap& src, const ChatTemplateLimits& limits,
                          StrftimeFn strftime_now)
     : src_(src), limits_(limits), strftime_(std::move(strftime_now)) {}
 
+Interpreter::~Interpreter() {
+  frames_.clear();
+  placeholder_ = Value();
+  for (Value& ns : namespaces_) ns.dict().Clear();
+}
+
 Status Interpreter::Charge(uint64_t n) {
   steps_ += n;
   if (steps_ > limits_.max_steps) {
@@ -351,6 +357,10 @@ Result<Value> Interpreter::Eval(const Expr& e) {
   RETURN_IF_ERROR(Charge(1));
   auto r = EvalInner(e);
   if (!r.ok()) return AtPos(r.status(), e.pos);
+  if (r->depth() > kMaxValueDepth) {
+    return Status::OutOfRange("chat template built a value nested deeper than " +
+                              std::to_string(kMaxValueDepth) + " levels");
+  }
   return r;
 }
 

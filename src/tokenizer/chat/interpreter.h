@@ -18,6 +18,10 @@ namespace strata::chat {
 class Interpreter {
  public:
   Interpreter(const SourceMap& src, const ChatTemplateLimits& limits, StrftimeFn strftime_now);
+  // Breaks reference cycles through namespaces (`{% set ns.self = ns %}`) so nothing leaks.
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   // Renders `body` with the variables of `context` (a dict Value).
   Result<std::string> Render(const Body& body, const Value& context);
@@ -31,6 +35,8 @@ class Interpreter {
   // Calls a callable value (macro or native).
   Result<Value> CallValue(const Value& fn, CallArgs& args);
   const StrftimeFn& strftime_now() const { return strftime_; }
+  // Registers a namespace created during this render (cleared when the render ends).
+  void TrackNamespace(const Value& ns) { namespaces_.push_back(ns); }
 
   // Error for a template runtime problem (no position; call sites add it).
   static Status RuntimeError(std::string msg) { return Status::Internal(std::move(msg)); }
@@ -71,6 +77,7 @@ class Interpreter {
   int eval_depth_ = 0;
   Jump jump_ = Jump::kNone;
   Value placeholder_;  // body text of the innermost {% filter %} block
+  std::vector<Value> namespaces_;
 };
 
 }  // namespace strata::chat

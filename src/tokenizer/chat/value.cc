@@ -18,7 +18,15 @@ Value* ValueDict::Find(std::string_view key) {
   return it == index_.end() ? nullptr : &entries_[it->second].second;
 }
 
+void ValueDict::Clear() {
+  // Move the entries out first so that destroying them cannot observe a half-cleared dict.
+  std::vector<std::pair<std::string, Value>> old;
+  old.swap(entries_);
+  index_.clear();
+}
+
 void ValueDict::Set(std::string key, Value value) {
+  if (value.depth() > max_depth_) max_depth_ = value.depth();
   auto it = index_.find(key);
   if (it != index_.end()) {
     entries_[it->second].second = std::move(value);
@@ -28,40 +36,58 @@ void ValueDict::Set(std::string key, Value value) {
   entries_.emplace_back(std::move(key), std::move(value));
 }
 
-Value Value::FromJson(const nlohmann::ordered_json& j) {
+namespace {
+
+template <typename Json>
+Result<Value> ValueFromJson(const Json& j, int depth) {
+  if (depth > static_cast<int>(kMaxValueDepth)) {
+    return Status::OutOfRange("chat context nests deeper than " +
+                                   std::to_string(kMaxValueDepth) + " levels");
+  }
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null:
-      return None();
-    case nlohmann::ordered_json::value_t::boolean:
-      return Bool(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-      return Int(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: {
-      uint64_t u = j.get<uint64_t>();
+    case Json::value_t::null:
+      return Value::None();
+    case Json::value_t::boolean:
+      return Value::Bool(j.template get<bool>());
+    case Json::value_t::number_integer:
+      return Value::Int(j.template get<int64_t>());
+    case Json::value_t::number_unsigned: {
+      uint64_t u = j.template get<uint64_t>();
       if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return Float(static_cast<double>(u));
+        return Value::Float(static_cast<double>(u));
       }
-      return Int(static_cast<int64_t>(u));
+      return Value::Int(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float:
-      return Float(j.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-      return String(j.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
+    case Json::value_t::number_float:
+      return Value::Float(j.template get<double>());
+    case Json::value_t::string:
+      return Value::String(j.template get<std::string>());
+    case Json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJson(e));
-      return List(std::move(items));
+      for (const auto& e : j) {
+        ASSIGN_OR_RETURN(Value v, ValueFromJson(e, depth + 1));
+        items.push_back(std::move(v));
+      }
+      return Value::List(std::move(items));
     }
-    case nlohmann::ordered_json::value_t::object: {
-      Value d = Dict();
-      for (const auto& [k, e] : j.items()) d.dict().Set(k, FromJson(e));
+    case Json::value_t::object: {
+      Value d = Value::Dict();
+      for (const auto& [k, e] : j.items()) {
+        ASSIGN_OR_RETURN(Value v, ValueFromJson(e, depth + 1));
+        d.dict().Set(k, std::move(v));
+      }
       return d;
     }
     default:
-      return None();  // binary / discarded: not produced by JSON parsing
+      return Status::OutOfRange("chat context holds a non-JSON value");
   }
 }
+
+}  // namespace
+
+Result<Value> Value::FromJson(const nlohmann::ordered_json& j) { return ValueFromJson(j, 0); }
+Result<Value> Value::FromJson(const nlohmann::json& j) { return ValueFromJson(j, 0); }
 
 bool Value::Truthy() const {
   switch (kind_) {

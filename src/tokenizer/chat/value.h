@@ -34,13 +34,21 @@ class ValueDict {
   const Value* Find(std::string_view key) const;
   Value* Find(std::string_view key);
   void Set(std::string key, Value value);
+  void Clear();
+  // Deepest container nesting among the values (ever) stored here.
+  uint32_t max_depth() const { return max_depth_; }
   size_t size() const { return entries_.size(); }
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
 
  private:
   std::vector<std::pair<std::string, Value>> entries_;
   std::unordered_map<std::string, size_t> index_;
+  uint32_t max_depth_ = 0;
 };
+
+// Containers nested deeper than this are refused (keeps recursion in printing, comparison and
+// destruction bounded).
+inline constexpr uint32_t kMaxValueDepth = 256;
 
 // Arguments of a call as written: positional then keyword.
 struct CallArgs {
@@ -94,6 +102,9 @@ class Value {
   static Value List(ValueList items = {}) {
     Value v;
     v.kind_ = Kind::kList;
+    uint32_t d = 0;
+    for (const Value& e : items) d = e.depth() > d ? e.depth() : d;
+    v.depth_ = d + 1;
     v.list_ = std::make_shared<ValueList>(std::move(items));
     return v;
   }
@@ -110,8 +121,10 @@ class Value {
     v.callable_ = std::move(c);
     return v;
   }
-  // Converts JSON (strings, numbers, bools, null, arrays, objects) into a Value.
-  static Value FromJson(const nlohmann::ordered_json& j);
+  // Converts JSON (strings, numbers, bools, null, arrays, objects) into a Value. Fails when the
+  // JSON nests deeper than kMaxValueDepth.
+  static Result<Value> FromJson(const nlohmann::ordered_json& j);
+  static Result<Value> FromJson(const nlohmann::json& j);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -135,6 +148,11 @@ class Value {
   ValueDict& dict() const { return *dict_; }  // dict or namespace
   const std::shared_ptr<Callable>& callable() const { return callable_; }
 
+  // Container nesting: 0 for scalars and namespaces (opaque), 1 + deepest element otherwise.
+  uint32_t depth() const {
+    return kind_ == Kind::kList ? depth_ : kind_ == Kind::kDict ? 1 + dict_->max_depth() : 0;
+  }
+
   // Python truthiness.
   bool Truthy() const;
   // Python type name for error messages ("str", "dict", "NoneType", "undefined", ...).
@@ -142,6 +160,7 @@ class Value {
 
  private:
   Kind kind_ = Kind::kUndefined;
+  uint32_t depth_ = 0;
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<const std::string> str_;
