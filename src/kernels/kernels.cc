@@ -7,6 +7,10 @@
 // weight row once for all tokens of the tile, so prefill is a GEMM rather than n GEMVs.
 #include "kernels/kernels.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -26,8 +30,10 @@ using internal::DotTileFn;
 Isa DetectIsaUncached() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  // F16C via cpuid leaf 1 (ecx bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   if (!avx2) return Isa::kScalar;
   // Our AVX-512 level needs VNNI (vpdpbusd); CPUs with AVX-512 but without VNNI (Skylake-X) use AVX2.
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
