@@ -49,6 +49,11 @@ Status ValidateVocab(const Vocab& v) {
     return Status::InvalidArgument("tokenizer.ggml.token_type has " + std::to_string(v.types.size()) +
                                    " entries but tokenizer.ggml.tokens has " + std::to_string(n));
   }
+  for (size_t i = 0; i < v.scores.size(); ++i) {
+    if (v.scores[i] != v.scores[i]) {
+      return Status::InvalidArgument("tokenizer.ggml.scores[" + std::to_string(i) + "] is NaN");
+    }
+  }
   for (size_t i = 0; i < v.types.size(); ++i) {
     const auto t = static_cast<int32_t>(v.types[i]);
     if (t < 0 || t > 6) {
