@@ -15,7 +15,8 @@
 // Errors:
 //   Parse():  kInvalidArgument "chat template parse error at line L, column C: ..." for malformed
 //             templates; kUnimplemented for unsupported tags (include, import, extends, block, ...);
-//             kOutOfRange when the source exceeds limits.max_source_bytes or nests too deeply.
+//             (including nesting deeper than limits.max_nesting); kOutOfRange when the source
+//             exceeds limits.max_source_bytes; kInvalidArgument for invalid limits.
 //   Render(): kInvalidArgument ONLY when the template called raise_exception(msg); the message is
 //             exactly `msg` (the template rejected the conversation: HTTP 400 with that text).
 //             kOutOfRange when a limit (steps, depth, output size) was exceeded.

@@ -121,8 +121,11 @@ class Parser {
       switch (t.type) {
         case TokenType::kEof:
           if (ends.size() != 0) {
-            return Error(t.pos, "unexpected end of template, expected {% " +
-                                    std::string(*ends.begin()) + " %}");
+            std::string want;
+            for (std::string_view e : ends) {
+              want += (want.empty() ? "{% " : " or {% ") + std::string(e) + " %}";
+            }
+            return Error(t.pos, "unexpected end of template, expected " + want);
           }
           return body;
         case TokenType::kText: {
