@@ -7,8 +7,8 @@
 //
 // Determinism: every value of a tensor is a function of (seed, tensor name, row) only, so the
 // file is byte-identical for the same config + vocabulary + seed, whatever the thread count.
-// The generator is our own (splitmix64 seeding, xoshiro256** streams, normals by Marsaglia's
-// polar method), so results do not depend on the standard library's distributions.
+// The generator is our own (splitmix64 seeding, xoshiro256** streams, ziggurat normals), so
+// results do not depend on the standard library's distributions.
 //
 // Threads: functions are reentrant; the ThreadPool passed in (may be null = 1 thread) is used for
 // one ParallelFor at a time from the calling thread.

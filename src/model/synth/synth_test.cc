@@ -516,6 +516,55 @@ void CheckStats(FileType ft, double tol) {
   EXPECT_NEAR(Std(logs), 0.8, 0.06);
 }
 
+// The values are Gaussian, tails included: standardised values pooled over the F32 matrices of
+// one layer (~590k samples) against normal-distribution facts.
+TEST(SynthStatsTest, F32WeightsAreGaussian) {
+  SynthConfig c;
+  c.n_layers = 1;
+  c.dim = 256;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn = 512;
+  c.file_type = FileType::kF32;
+  auto buf = Build(c, TestVocab(10), nullptr);
+  auto g = gguf::GgufFile::Parse(buf);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  std::vector<double> z;
+  for (auto [name, std] : {std::pair<const char*, double>{"blk.0.attn_q.weight", 2.0 / 16},
+                           {"blk.0.attn_k.weight", 2.0 / 16}, {"blk.0.attn_v.weight", 1.0 / 16},
+                           {"blk.0.attn_output.weight", 1.0 / 16}, {"blk.0.ffn_gate.weight", 1.0 / 16},
+                           {"blk.0.ffn_up.weight", 1.0 / 16},
+                           {"blk.0.ffn_down.weight", 1.0 / std::sqrt(512.0)}}) {
+    for (float v : Dequantize(*(*g)->FindTensor(name))) z.push_back(v / std);
+  }
+  const double n = static_cast<double>(z.size());
+  ASSERT_EQ(z.size(), 589824u);
+  double m2 = 0, m3 = 0, m4 = 0, mean = 0;
+  size_t over2 = 0, over3 = 0, over4 = 0, positive = 0;
+  for (double v : z) {
+    mean += v;
+    m2 += v * v;
+    m3 += v * v * v;
+    m4 += v * v * v * v;
+    over2 += std::fabs(v) > 2;
+    over3 += std::fabs(v) > 3;
+    over4 += std::fabs(v) > 4;
+    positive += v > 0;
+  }
+  mean /= n;
+  m2 /= n;
+  EXPECT_NEAR(mean, 0.0, 0.006);
+  EXPECT_NEAR(m2, 1.0, 0.01);
+  EXPECT_NEAR(m3 / n, 0.0, 0.03);             // skewness 0
+  EXPECT_NEAR(m4 / n / (m2 * m2), 3.0, 0.05);  // kurtosis 3
+  EXPECT_NEAR(static_cast<double>(positive) / n, 0.5, 0.003);
+  // P(|Z| > 2) = 0.045500, P(|Z| > 3) = 0.0026998, P(|Z| > 4) = 6.334e-5 (about 37 here).
+  EXPECT_NEAR(static_cast<double>(over2) / n, 0.045500, 0.0012);
+  EXPECT_NEAR(static_cast<double>(over3) / n, 0.0026998, 0.0003);
+  EXPECT_GE(over4, 17u);
+  EXPECT_LE(over4, 60u);
+}
+
 TEST(SynthStatsTest, F32WeightsHaveIntendedStd) { CheckStats(FileType::kF32, 0.03); }
 TEST(SynthStatsTest, Q8_0WeightsHaveIntendedStd) { CheckStats(FileType::kQ8_0, 0.04); }
 TEST(SynthStatsTest, Q4_K_MWeightsHaveIntendedStd) { CheckStats(FileType::kQ4_K_M, 0.12); }
