@@ -38,8 +38,6 @@
 
 namespace strata::chat {
 
-struct Stmt;
-struct SourceMapHolder;
 
 struct ChatTemplateLimits {
   // Budget of evaluation steps per render (statements, expression nodes, loop iterations; string
