@@ -31,7 +31,8 @@ TEST(ChatLimitsTest, NestedLoopsExhaustStepBudget) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);
   EXPECT_TRUE(Contains(r.status().message(), "steps")) << r.status().message();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  // Generous bound: sanitizer builds are slow; a hang would blow far past it.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
 }
 
 TEST(ChatLimitsTest, HugeRangeFailsBeforeAllocating) {

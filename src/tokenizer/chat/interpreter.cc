@@ -308,29 +308,42 @@ Status Interpreter::ExecFor(const Stmt& s, std::string& out) {
     items = std::move(kept);
   }
   const int64_t n = static_cast<int64_t>(items.size());
+  // One loop object per loop, updated in place each iteration (as Jinja's LoopContext is).
+  Value loop = Value::Dict();
+  ValueDict& d = loop.dict();
+  static constexpr const char* kKeys[] = {"index", "index0", "revindex", "revindex0", "first",
+                                          "last", "length", "depth", "depth0", "previtem",
+                                          "nextitem", "cycle"};
+  for (const char* k : kKeys) d.Set(k, Value());
+  // Slots are overwritten in place below; record the deepest item once so depth() stays exact.
+  for (const Value& item : items) {
+    if (item.depth() > d.max_depth()) d.Set("previtem", item);
+  }
+  Value* slot[12];
+  for (int k = 0; k < 12; ++k) slot[k] = d.Find(kKeys[k]);
+  auto index = std::make_shared<int64_t>(0);
+  auto cycle = std::make_shared<Callable>();
+  cycle->name = "loop.cycle";
+  cycle->native = [index](Interpreter&, CallArgs& args) -> Result<Value> {
+    if (args.positional.empty()) return RuntimeError("loop.cycle() needs at least one value");
+    return args.positional[static_cast<size_t>(*index) % args.positional.size()];
+  };
+  *slot[6] = Value::Int(n);
+  *slot[7] = Value::Int(1);
+  *slot[8] = Value::Int(0);
+  *slot[11] = Value::Function(std::move(cycle));
   for (int64_t i = 0; i < n; ++i) {
     RETURN_IF_ERROR(Charge(1));
     RETURN_IF_ERROR(BindTargets(s.targets, items[i], s.pos));
-    Value loop = Value::Dict();
-    ValueDict& d = loop.dict();
-    d.Set("index", Value::Int(i + 1));
-    d.Set("index0", Value::Int(i));
-    d.Set("revindex", Value::Int(n - i));
-    d.Set("revindex0", Value::Int(n - i - 1));
-    d.Set("first", Value::Bool(i == 0));
-    d.Set("last", Value::Bool(i == n - 1));
-    d.Set("length", Value::Int(n));
-    d.Set("depth", Value::Int(1));
-    d.Set("depth0", Value::Int(0));
-    d.Set("previtem", i > 0 ? items[i - 1] : Value::Undefined("there is no previous item"));
-    d.Set("nextitem", i + 1 < n ? items[i + 1] : Value::Undefined("there is no next item"));
-    auto cycle = std::make_shared<Callable>();
-    cycle->name = "loop.cycle";
-    cycle->native = [i](Interpreter&, CallArgs& args) -> Result<Value> {
-      if (args.positional.empty()) return RuntimeError("loop.cycle() needs at least one value");
-      return args.positional[static_cast<size_t>(i) % args.positional.size()];
-    };
-    d.Set("cycle", Value::Function(std::move(cycle)));
+    *index = i;
+    *slot[0] = Value::Int(i + 1);
+    *slot[1] = Value::Int(i);
+    *slot[2] = Value::Int(n - i);
+    *slot[3] = Value::Int(n - i - 1);
+    *slot[4] = Value::Bool(i == 0);
+    *slot[5] = Value::Bool(i == n - 1);
+    *slot[9] = i > 0 ? items[i - 1] : Value::Undefined("there is no previous item");
+    *slot[10] = i + 1 < n ? items[i + 1] : Value::Undefined("there is no next item");
     Assign("loop", loop);
     RETURN_IF_ERROR(Exec(s.body, out));
     if (jump_ == Jump::kBreak) {
