@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <iostream>
 
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
@@ -65,8 +67,17 @@ double NormErr(std::span<const float> got, const std::vector<double>& want) {
 struct Case {
   std::string name;
   synth::SynthConfig cfg;
-  double tol;
+  double tol;  // against the plain fp64 reference (includes activation-quantization error)
+  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 };
+
+// Against the reference that rounds activations to the engine's formats, only float summation
+// order remains (measured ~1e-7) — except where an activation sits on a rounding boundary and
+// the two sides round it differently; the random test networks amplify such a flip to ~1e-2.
+// So: most positions must agree to kRoundedExact, and every position to kRoundedMax.
+constexpr double kRoundedExact = 1e-4;
+constexpr double kRoundedMax = 5e-2;
+constexpr double kRoundedExactShare = 0.8;
 
 synth::SynthConfig Base(synth::FileType ft) {
   synth::SynthConfig c;
@@ -90,11 +101,13 @@ std::vector<Case> Cases() {
     synth::FileType ft;
     double tol;
   };
-  for (T t : {T{"f32", synth::FileType::kF32, 1e-4}, T{"f16", synth::FileType::kF16, 2e-2},
-              T{"bf16", synth::FileType::kBF16, 4e-2}, T{"q8_0", synth::FileType::kQ8_0, 4e-2},
-              T{"q4_0", synth::FileType::kQ4_0, 6e-2}, T{"q4_k_s", synth::FileType::kQ4_K_S, 6e-2},
-              T{"q5_k_s", synth::FileType::kQ5_K_S, 6e-2}, T{"q6_k", synth::FileType::kQ6_K, 6e-2},
-              T{"q4_k_m", synth::FileType::kQ4_K_M, 6e-2}})
+  // Plain-reference tolerances: activation quantization (Q8_0/Q8_K, ~0.4% per element) is
+  // amplified by the random networks to 2-11% of the largest logit at long prompts (measured).
+  for (T t : {T{"f32", synth::FileType::kF32, 1e-4}, T{"f16", synth::FileType::kF16, 1e-2},
+              T{"bf16", synth::FileType::kBF16, 4e-2}, T{"q8_0", synth::FileType::kQ8_0, 0.15},
+              T{"q4_0", synth::FileType::kQ4_0, 0.15}, T{"q4_k_s", synth::FileType::kQ4_K_S, 0.15},
+              T{"q5_k_s", synth::FileType::kQ5_K_S, 0.15}, T{"q6_k", synth::FileType::kQ6_K, 0.15},
+              T{"q4_k_m", synth::FileType::kQ4_K_M, 0.15}})
     cs.push_back({std::string("llama_gqa_") + t.n, Base(t.ft), t.tol});
   {
     auto c = Base(synth::FileType::kQ8_0);
@@ -104,7 +117,7 @@ std::vector<Case> Cases() {
     c.qkv_bias = true;
     c.rope_base = 1e6;
     c.rms_eps = 1e-6;
-    cs.push_back({"qwen2_mqa_tied_bias_q8_0", c, 4e-2});
+    cs.push_back({"qwen2_mqa_tied_bias_q8_0", c, 0.15});
     c.file_type = synth::FileType::kF32;
     cs.push_back({"qwen2_mqa_tied_bias_f32", c, 1e-4});
   }
@@ -116,13 +129,13 @@ std::vector<Case> Cases() {
     c.rope_scaling.original_ctx = 64;  // small so the scaled band covers many frequencies
     cs.push_back({"llama3_rope_scaling_f32", c, 1e-4});
     c.file_type = synth::FileType::kQ4_K_M;
-    cs.push_back({"llama3_rope_scaling_q4_k_m", c, 6e-2});
+    cs.push_back({"llama3_rope_scaling_q4_k_m", c, 0.15});
   }
   {
     auto c = Base(synth::FileType::kF16);
     c.n_kv_heads = 4;  // plain MHA, partial rotary dims
     c.rope_dim = 32;
-    cs.push_back({"llama_mha_partial_rope_f16", c, 2e-2});
+    cs.push_back({"llama_mha_partial_rope_f16", c, 1e-2});
   }
   return cs;
 }
@@ -136,12 +149,16 @@ TEST_P(ModelReferenceTest, LogitsMatchFp64Reference) {
   auto ref = testing::ReferenceModel::Create(*b.ref_file);
   ASSERT_TRUE(ref.ok()) << ref.status().ToString();
   const int n_vocab = b.model->config().n_vocab;
+  int compared = 0, exact = 0;
   for (size_t len : {size_t{1}, size_t{2}, size_t{17}, size_t{70}, size_t{300}}) {
     SCOPED_TRACE("prompt length " + std::to_string(len));
     auto prompt = Prompt(len, n_vocab, static_cast<uint32_t>(len));
     // Positions to compare: a few, including the first and the last.
     std::vector<size_t> pos = {0, len / 2, len - 1};
     auto want = ref->Forward(prompt, pos);
+    ref->set_round_activations(true);
+    auto want_rounded = ref->Forward(prompt, pos);
+    ref->set_round_activations(false);
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
       model::Context ctx(*b.model, 512, &pool);
@@ -151,8 +168,21 @@ TEST_P(ModelReferenceTest, LogitsMatchFp64Reference) {
         auto row = got->subspan(pos[i] * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab));
         double err = NormErr(row, want[i]);
         EXPECT_LT(err, c.tol) << "threads " << threads << " position " << pos[i];
+        double err_r = NormErr(row, want_rounded[i]);
+        EXPECT_LT(err_r, kRoundedMax) << "rounded-activation reference, threads " << threads << " position " << pos[i];
+        ++compared;
+        exact += err_r < kRoundedExact ? 1 : 0;
+        if (std::getenv("STRATA_PRINT_ERR"))
+          std::cout << c.name << " len " << len << " pos " << pos[i] << " err " << err << " rounded " << err_r << "\n";
       }
     }
+  }
+  // f16/bf16 rounding boundaries are ~1000x denser than Q8's, so flips are the rule there; those
+  // types are held to the plain reference above (measured 3e-3 for f16, 1.6e-2 for bf16).
+  bool float16_types = c.cfg.file_type == synth::FileType::kF16 || c.cfg.file_type == synth::FileType::kBF16;
+  if (!float16_types) {
+    EXPECT_GE(exact, kRoundedExactShare * compared)
+      << exact << " of " << compared << " positions match the rounded-activation reference to " << kRoundedExact;
   }
 }
 
@@ -194,6 +224,8 @@ TEST(ModelReferenceIsaTest, EveryIsaMatchesReference) {
   ASSERT_TRUE(ref.ok());
   auto prompt = Prompt(9, b.model->config().n_vocab, 5);
   auto want = ref->Forward(prompt);
+  ref->set_round_activations(true);
+  auto want_rounded = ref->Forward(prompt);
   kernels::Isa detected = kernels::DetectIsa();
   for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
     if (static_cast<int>(isa) > static_cast<int>(detected)) continue;
@@ -202,7 +234,8 @@ TEST(ModelReferenceIsaTest, EveryIsaMatchesReference) {
     model::Context ctx(*b.model, 64, &pool);
     auto got = ctx.Eval(prompt);
     ASSERT_TRUE(got.ok());
-    EXPECT_LT(NormErr(*got, want[0]), 6e-2) << kernels::IsaName(isa);
+    EXPECT_LT(NormErr(*got, want[0]), 0.15) << kernels::IsaName(isa);
+    EXPECT_LT(NormErr(*got, want_rounded[0]), kRoundedExact) << kernels::IsaName(isa);
   }
   kernels::SetIsa(detected);
 }

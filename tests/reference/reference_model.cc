@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
+#include "kernels/ref/quants_ref.h"
 
 namespace strata::testing {
 namespace {
@@ -61,8 +62,39 @@ std::vector<double> ReferenceModel::Row(const std::string& name, size_t row) con
 
 std::vector<double> ReferenceModel::Vec(const std::string& name) const { return Row(name, 0); }
 
-std::vector<double> ReferenceModel::MatVec(const std::string& name, const std::vector<double>& x) const {
+std::vector<double> ReferenceModel::MatVec(const std::string& name, const std::vector<double>& x_in) const {
   const auto* t = f_->FindTensor(name);
+  std::vector<double> x = x_in;
+  if (round_activations_) {
+    std::vector<float> xf(x.begin(), x.end()), back(x.size());
+    const size_t n = x.size();
+    switch (t->type) {
+      case DType::kQ4_0:
+      case DType::kQ8_0: {
+        std::vector<BlockQ8_0> q(n / kQK8_0);
+        kernels::ref::QuantizeQ8_0(xf.data(), q.data(), n);
+        kernels::ref::DequantizeQ8_0(q.data(), back.data(), n);
+        break;
+      }
+      case DType::kQ4_K:
+      case DType::kQ5_K:
+      case DType::kQ6_K: {
+        std::vector<BlockQ8_K> q(n / kQK_K);
+        kernels::ref::QuantizeQ8_K(xf.data(), q.data(), n);
+        kernels::ref::DequantizeQ8_K(q.data(), back.data(), n);
+        break;
+      }
+      case DType::kF16:
+        for (size_t i = 0; i < n; ++i) back[i] = F16ToF32(F32ToF16(xf[i]));
+        break;
+      case DType::kBF16:
+        for (size_t i = 0; i < n; ++i) back[i] = BF16ToF32(F32ToBF16(xf[i]));
+        break;
+      default:
+        back = xf;
+    }
+    for (size_t i = 0; i < n; ++i) x[i] = back[i];
+  }
   size_t rows = t->shape.size() > 1 ? static_cast<size_t>(t->shape[1]) : 1;
   std::vector<double> y(rows);
   for (size_t r = 0; r < rows; ++r) {

@@ -27,6 +27,13 @@ class ReferenceModel {
 
   int n_vocab() const { return n_vocab_; }
 
+  // When on, the input of every matrix product is first rounded to the activation format the
+  // engine (and ggml) multiplies that weight type with: Q8_0 blocks for Q4_0/Q8_0 weights, Q8_K
+  // blocks for K-quants, f16/bf16 for F16/BF16 weights. Everything else stays fp64. This isolates
+  // the engine's arithmetic from the (legitimate) activation-quantization error, so the comparison
+  // can be tight.
+  void set_round_activations(bool on) { round_activations_ = on; }
+
  private:
   explicit ReferenceModel(const gguf::GgufFile& f) : f_(&f) {}
   // y = W x for a GGUF matrix [cols = x.size(), rows].
@@ -41,6 +48,7 @@ class ReferenceModel {
   double eps_ = 1e-5, base_ = 10000.0, linear_scale_ = 1.0;
   std::vector<double> freq_factors_;
   std::string output_name_;
+  bool round_activations_ = false;
 };
 
 }  // namespace strata::testing
