@@ -9,6 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libpcre2-dev                            # Unicode regexes of the BPE pre-tokenizers
+  libssl-dev                              # SHA-256 for prefix-cache block keys
 )
 
 missing=()

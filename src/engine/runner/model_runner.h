@@ -1,0 +1,41 @@
+// ModelRunner: runs one engine step's forward pass over a batch of sequences whose KV lives in the
+// paged KvStorage.
+//
+// The batch mixes prefill chunks and decode tokens. For each BatchSeq the runner embeds `tokens`
+// at positions [start_pos, start_pos + tokens.size()), writes their K/V into the blocks named by
+// `block_table` (position p -> block_table[p / block_size], slot p % block_size), attends causally
+// over positions [0, start_pos + i] of that sequence (reading earlier K/V from its blocks — which
+// may be shared prefix-cache blocks), and, when `want_logits`, produces the logits of the LAST
+// token of the chunk.
+// Batch invariance: a sequence's logits must not depend on which other sequences share the batch
+// (weights are multiplied with a kernel whose per-row results do not depend on the token count
+// or grouping; attention is computed per sequence).
+// Thread contract: called from the engine thread only; uses its pool internally.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+
+namespace strata::engine {
+
+struct BatchSeq {
+  int64_t seq_id = 0;
+  std::span<const int32_t> tokens;       // >= 1 token
+  int start_pos = 0;                     // position of tokens[0]
+  std::span<const int32_t> block_table;  // must cover start_pos + tokens.size() positions
+  bool want_logits = false;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual int n_vocab() const = 0;
+  // Fills logits: one row of n_vocab floats per BatchSeq with want_logits, in batch order.
+  // `logits` is resized as needed (the runner may keep capacity across calls).
+  virtual Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits) = 0;
+};
+
+}  // namespace strata::engine
