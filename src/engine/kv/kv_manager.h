@@ -3,21 +3,43 @@
 //
 // Prefix cache: a FULL block is keyed by a chained SHA-256 hash
 //   h_i = SHA256(h_{i-1} || salt || token ids of block i)      (h_{-1} = 32 zero bytes)
-// where `salt` binds everything that changes the meaning of the KV (model fingerprint, LoRA id,
-// tenant salt, KV dtype, block size) — so collisions can't be provoked across tenants/models.
-// Cached blocks that no sequence references stay in the pool as "evictable" and are reused by
-// later requests with the same prefix; when free blocks run out, evictable blocks are recycled
-// LRU (least recently released first; among equal times, the deepest block of a chain first).
-// Counters (in tokens): prefix queries and hits.
+// Exact byte input of one hash (see HashBlock):
+//   32 bytes   parent hash h_{i-1}
+//   8 bytes    salt length, unsigned little-endian
+//   n bytes    salt
+//   4*bs bytes the block's token ids, each int32 little-endian (two's complement)
+// `salt` binds everything that changes the meaning of the KV (model fingerprint, LoRA id, tenant
+// salt, KV dtype, block size — see MakePrefixSalt) — so collisions can't be provoked across
+// tenants/models. Cached blocks that no sequence references stay in the pool as "evictable" and
+// are reused by later requests with the same prefix; when free blocks run out, evictable blocks
+// are recycled LRU (least recently released first; among blocks released by the same Free, the
+// deepest block of a chain first). Counters (in tokens): prefix queries and hits.
+//
+// Block states: every block is exactly one of
+//   free       ref 0, no hash registered       (in the free list)
+//   evictable  ref 0, hash registered          (in the LRU set; reusable by a prefix hit)
+//   used       ref > 0 (hash registered or not)
+// A block with a registered hash is full and is never written again (PrepareWrite un-registers
+// it first if a caller insists).
+//
+// Typical step for a new request: MatchPrefix → AllocateSlots(prefix + chunk) — if that returns
+// false, Free(seq) to give the hit blocks back — → PrepareWrite for the first written position
+// (only needed after Fork) → run → CommitComputed. A sequence must use the same salt throughout.
 //
 // All methods either fully succeed or change nothing (AllocateSlots returns false on "no room").
+// Misuse by the engine (unknown seq, seq already exists) is checked with assert() in debug builds
+// and is a no-op / false in release builds.
 // Thread contract: owned by the engine thread; not thread-safe.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
+#include <set>
 #include <span>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -44,52 +66,92 @@ struct KvStats {
   double usage() const { return num_blocks ? static_cast<double>(used_blocks) / num_blocks : 0.0; }
 };
 
+// Hash of one full block given its parent's hash (32 zero bytes for the first block); the byte
+// format is documented at the top of this file. `tokens` is the block's tokens (block_size ids).
+BlockHash HashBlock(const BlockHash& parent, std::span<const uint8_t> salt,
+                    std::span<const int32_t> tokens);
+
 // Computes the chained hashes of the FULL blocks of `tokens`.
 std::vector<BlockHash> ComputeBlockHashes(std::span<const int32_t> tokens, int block_size,
                                           std::span<const uint8_t> salt);
+
+// Builds a salt from its parts without ambiguity: each part as 8-byte little-endian length + bytes.
+// Pass e.g. {model fingerprint, LoRA id, tenant salt, KvDTypeName(dtype), to_string(block_size)}.
+std::vector<uint8_t> MakePrefixSalt(std::initializer_list<std::string_view> parts);
+
+// Lower-case hex of a hash (logs, tests).
+std::string HashToHex(const BlockHash& h);
 
 class KvManager {
  public:
   explicit KvManager(const KvManagerConfig& config);
 
+  const KvManagerConfig& config() const { return cfg_; }
+  int block_size() const { return cfg_.block_size; }
+
   // Attaches to a NEW sequence the longest run of cached blocks matching the prefix of `prompt`
-  // (at most prompt.size() - 1 tokens are reused, so at least one token is always computed).
-  // Returns the number of prompt tokens covered (a multiple of block_size). Counts queries/hits.
+  // (at most prompt.size() - 1 tokens are reused, so at least one token is always computed:
+  // covered = min(hit_blocks, (prompt.size() - 1) / block_size) * block_size).
+  // Creates the (possibly empty) table of seq. Returns the number of prompt tokens covered (a
+  // multiple of block_size). Counts queries (prompt.size()) and hits (the returned value) when the
+  // prefix cache is enabled. A hit on an evictable block revives it (ref 1, no longer evictable).
   int MatchPrefix(SeqId seq, std::span<const int32_t> prompt, std::span<const uint8_t> salt);
+
+  // What MatchPrefix would return for `prompt`, without attaching or counting anything.
+  // `evictable_blocks`: how many of the hit blocks are currently evictable (attaching them takes
+  // them out of NumFreeBlocks()).
+  struct PrefixProbe {
+    int tokens = 0;
+    int evictable_blocks = 0;
+  };
+  PrefixProbe ProbePrefix(std::span<const int32_t> prompt, std::span<const uint8_t> salt) const;
 
   // Ensures `seq`'s block table covers `num_tokens` positions, allocating blocks as needed
   // (creates the table for a new seq). Returns false — changing nothing — when not enough blocks
-  // can be found (free + evictable).
+  // can be found (free + evictable). Never shrinks a table.
   bool AllocateSlots(SeqId seq, int num_tokens);
   // Number of blocks AllocateSlots would need to take for `num_tokens` total positions.
   int BlocksNeeded(SeqId seq, int num_tokens) const;
   int NumFreeBlocks() const;  // free + evictable
 
   // After the KV of positions [0, num_computed) is written: registers every newly FULL block of
-  // `tokens` (the sequence's tokens so far) in the prefix cache.
+  // `tokens` (the sequence's tokens so far) in the prefix cache. If another block already holds
+  // the same hash, that mapping is kept and this block stays unregistered (freed normally later).
   void CommitComputed(SeqId seq, std::span<const int32_t> tokens, int num_computed,
                       std::span<const uint8_t> salt);
 
   // Shares parent's blocks with a new child (n > 1 completions). The last block, if partially
   // filled, is shared too; before either side writes into a shared block it must call
   // PrepareWrite, which copies it (copy-on-write) and returns {src, dst} to copy in storage.
-  void Fork(SeqId parent, SeqId child);
+  // Returns false (changing nothing) if parent is unknown or child already exists.
+  bool Fork(SeqId parent, SeqId child);
   struct CopyOp {
     int32_t src;
     int32_t dst;
   };
   // Makes the block holding position `pos` of `seq` exclusively owned; returns the copy to
-  // perform when it was shared (src == dst == -1 when nothing to do). False if no block is free.
+  // perform when it was shared (src == dst == -1 when nothing to do). False if no block is free
+  // (or seq/pos is not covered by the table); nothing changes then.
   bool PrepareWrite(SeqId seq, int pos, CopyOp* op);
+  // True when writing position `pos` of `seq` needs a copy-on-write (so one free block).
+  bool NeedsCopyOnWrite(SeqId seq, int pos) const;
 
-  // Releases all blocks of seq (cached full blocks become evictable, others free).
+  // Releases all blocks of seq (cached full blocks become evictable, others free). No-op for an
+  // unknown seq.
   void Free(SeqId seq);
   bool Has(SeqId seq) const;
+  // The seq's block table (empty for an unknown seq). Invalidated by any non-const call.
   const std::vector<int32_t>& BlockTable(SeqId seq) const;
+  int NumSeqs() const { return static_cast<int>(seqs_.size()); }
+  int RefCount(int32_t block) const;        // for tests and stats
+  bool IsCached(int32_t block) const;       // hash registered
+  // Clears the prefix-cache counters (stats reset).
+  void ResetCounters() { query_tokens_ = hit_tokens_ = 0; }
 
   KvStats Stats() const;
   // Checks invariants: every block is in exactly one of {free, evictable, referenced}; reference
-  // counts equal the number of table entries pointing at each block; cached map consistent.
+  // counts equal the number of table entries pointing at each block; cached map consistent;
+  // hashes recorded per sequence agree with the registered blocks. O(blocks + table entries).
   Status CheckInvariants() const;
 
  private:
@@ -97,18 +159,34 @@ class KvManager {
     int ref = 0;
     bool cached = false;
     BlockHash hash{};
-    int depth = 0;              // index of the block in its chain
+    int depth = 0;              // index of the block in its chain (set when registered)
     uint64_t released_at = 0;   // LRU clock when ref dropped to 0
   };
-  int32_t TakeBlock();  // from free list, else evict LRU cached; -1 if none
+  struct SeqState {
+    std::vector<int32_t> table;
+    // hashes[i] = chained hash of full block i, for the blocks hashed so far (<= table.size()).
+    std::vector<BlockHash> hashes;
+  };
+  // Evictable order: released_at ascending, then depth descending, then block id.
+  using EvictKey = std::tuple<uint64_t, int, int32_t>;
+  static EvictKey KeyOf(const Block& b, int32_t id) { return {b.released_at, -b.depth, id}; }
+
+  int32_t TakeBlock();  // from free list, else evict LRU cached; -1 if none. Returns ref 1.
+  void AddRef(int32_t id);
+  void Release(int32_t id);
+  void Uncache(int32_t id);
+  int MatchCount(std::span<const int32_t> prompt, std::span<const uint8_t> salt,
+                 std::vector<int32_t>* blocks, std::vector<BlockHash>* hashes) const;
+
   KvManagerConfig cfg_;
   std::vector<Block> blocks_;
   std::vector<int32_t> free_;
+  std::set<EvictKey> evictable_;
   struct HashKey {
     size_t operator()(const BlockHash& h) const;
   };
   std::unordered_map<BlockHash, int32_t, HashKey> cached_;
-  std::unordered_map<SeqId, std::vector<int32_t>> tables_;
+  std::unordered_map<SeqId, SeqState> seqs_;
   uint64_t clock_ = 0;
   int64_t query_tokens_ = 0, hit_tokens_ = 0;
 };

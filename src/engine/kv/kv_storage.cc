@@ -1,1 +1,343 @@
-// placeholder: implemented by the kv owner
+#include "engine/kv/kv_storage.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "base/checked.h"
+#include "kernels/kernels.h"
+#include "tensor/dtype.h"
+#include "tensor/fp16.h"
+
+namespace strata::engine::kv {
+
+namespace {
+
+constexpr int kQ8Block = 32;  // elements per BlockQ8_0
+// Each of the K and V arrays must stay addressable with ptrdiff_t arithmetic.
+constexpr uint64_t kMaxArrayBytes = static_cast<uint64_t>(PTRDIFF_MAX) / 2;
+
+char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (Lower(a[i]) != Lower(b[i])) return false;
+  }
+  return true;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::string_view KvDTypeName(KvDType t) {
+  switch (t) {
+    case KvDType::kF16:
+      return "f16";
+    case KvDType::kF32:
+      return "f32";
+    case KvDType::kQ8_0:
+      return "q8_0";
+  }
+  return "unknown";
+}
+
+Result<KvDType> ParseKvDType(std::string_view name) {
+  for (KvDType t : {KvDType::kF16, KvDType::kF32, KvDType::kQ8_0}) {
+    if (EqualsIgnoreCase(name, KvDTypeName(t))) return t;
+  }
+  return Status::InvalidArgument("unknown KV cache dtype '" + std::string(name) +
+                                 "' (expected f16, f32 or q8_0)");
+}
+
+size_t KvLayout::RowBytes() const {
+  if (kv_dim <= 0) return 0;
+  const size_t n = static_cast<size_t>(kv_dim);
+  switch (dtype) {
+    case KvDType::kF16:
+      return n * sizeof(uint16_t);
+    case KvDType::kF32:
+      return n * sizeof(float);
+    case KvDType::kQ8_0:
+      return n / kQ8Block * sizeof(BlockQ8_0);
+  }
+  return 0;
+}
+
+Status KvLayout::ValidatePerBlock() const {
+  if (n_layers <= 0) {
+    return Status::InvalidArgument("KV layout: n_layers must be positive, got " +
+                                   std::to_string(n_layers));
+  }
+  if (kv_dim <= 0) {
+    return Status::InvalidArgument("KV layout: kv_dim must be positive, got " +
+                                   std::to_string(kv_dim));
+  }
+  if (block_size <= 0) {
+    return Status::InvalidArgument("KV layout: block_size must be positive, got " +
+                                   std::to_string(block_size));
+  }
+  if (dtype != KvDType::kF16 && dtype != KvDType::kF32 && dtype != KvDType::kQ8_0) {
+    return Status::InvalidArgument("KV layout: unknown dtype");
+  }
+  if (dtype == KvDType::kQ8_0 && kv_dim % kQ8Block != 0) {
+    return Status::InvalidArgument("KV layout: q8_0 needs kv_dim to be a multiple of 32, got " +
+                                   std::to_string(kv_dim) + " (use --kv-cache-dtype f16)");
+  }
+  if (BlockBytesChecked() == 0) {
+    return Status::InvalidArgument("KV layout: block size in bytes overflows");
+  }
+  return Status::Ok();
+}
+
+Status KvLayout::Validate() const {
+  RETURN_IF_ERROR(ValidatePerBlock());
+  if (num_blocks <= 0) {
+    return Status::InvalidArgument("KV layout: num_blocks must be positive, got " +
+                                   std::to_string(num_blocks) +
+                                   " (raise the KV cache memory budget)");
+  }
+  if (TotalBytes() == 0) {
+    return Status::InvalidArgument("KV layout: " + std::to_string(num_blocks) +
+                                   " blocks of " + std::to_string(BlockBytesChecked()) +
+                                   " bytes overflow the addressable size");
+  }
+  return Status::Ok();
+}
+
+uint64_t KvLayout::BlockBytesChecked() const {
+  if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0) return 0;
+  if (dtype == KvDType::kQ8_0 && kv_dim % kQ8Block != 0) return 0;
+  auto per_array = CheckedMul(RowBytes(), static_cast<uint64_t>(block_size));
+  if (!per_array) return 0;
+  per_array = CheckedMul(*per_array, static_cast<uint64_t>(n_layers));
+  if (!per_array || *per_array > kMaxArrayBytes) return 0;
+  auto both = CheckedMul(*per_array, 2);
+  return both ? *both : 0;
+}
+
+uint64_t KvLayout::TotalBytes() const {
+  const uint64_t block_bytes = BlockBytesChecked();
+  if (block_bytes == 0 || num_blocks <= 0) return 0;
+  auto total = CheckedMul(block_bytes, static_cast<uint64_t>(num_blocks));
+  if (!total || *total / 2 > kMaxArrayBytes) return 0;
+  return *total;
+}
+
+int NumBlocksForBudget(const KvLayout& per_block_layout, uint64_t bytes) {
+  const uint64_t block_bytes = per_block_layout.BlockBytesChecked();
+  if (block_bytes == 0) return 0;
+  uint64_t n = bytes / block_bytes;
+  // Keep each of the K/V arrays addressable as well.
+  n = std::min<uint64_t>(n, kMaxArrayBytes / (block_bytes / 2));
+  return static_cast<int>(std::min<uint64_t>(n, INT32_MAX));
+}
+
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  auto total = CheckedMul(static_cast<uint64_t>(pages), static_cast<uint64_t>(page_size));
+  return total ? *total : 0;
+}
+
+Result<uint64_t> ParseMemorySize(std::string_view text) {
+  return ParseMemorySize(text, PhysicalMemoryBytes());
+}
+
+Result<uint64_t> ParseMemorySize(std::string_view text, uint64_t physical_bytes) {
+  const std::string quoted = "memory size '" + std::string(text) + "'";
+  std::string_view s = Trim(text);
+  // Number: digits with an optional fraction. No sign, no exponent, no hex.
+  size_t n = 0;
+  bool digits = false;
+  while (n < s.size() && s[n] >= '0' && s[n] <= '9') ++n, digits = true;
+  if (n < s.size() && s[n] == '.') {
+    ++n;
+    while (n < s.size() && s[n] >= '0' && s[n] <= '9') ++n, digits = true;
+  }
+  if (!digits) {
+    return Status::InvalidArgument(quoted +
+                                   ": expected a number with a unit (e.g. 4GiB, 512MiB) or a "
+                                   "fraction of RAM (e.g. 0.5)");
+  }
+  double value = 0.0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + n, value);
+  if (ec != std::errc() || ptr != s.data() + n || !std::isfinite(value)) {
+    return Status::InvalidArgument(quoted + ": bad number");
+  }
+  const std::string_view unit = Trim(s.substr(n));
+  double bytes = 0.0;
+  if (unit.empty() || unit == "%") {
+    const double fraction = unit.empty() ? value : value / 100.0;
+    if (!(fraction > 0.0) || fraction > 1.0) {
+      return Status::InvalidArgument(
+          quoted + (unit.empty() ? ": a number without unit is a fraction of RAM and must be in "
+                                   "(0, 1]; add a unit such as GiB for an absolute size"
+                                 : ": a percentage must be in (0, 100]"));
+    }
+    if (physical_bytes == 0) {
+      return Status::InvalidArgument(quoted +
+                                     ": physical memory size is unknown; give an absolute size");
+    }
+    bytes = fraction * static_cast<double>(physical_bytes);
+  } else {
+    struct UnitDef {
+      std::string_view name;
+      double scale;
+    };
+    static constexpr UnitDef kUnits[] = {
+        {"b", 1.0},
+        {"k", 1024.0},           {"kib", 1024.0},           {"kb", 1e3},
+        {"m", 1048576.0},        {"mib", 1048576.0},        {"mb", 1e6},
+        {"g", 1073741824.0},     {"gib", 1073741824.0},     {"gb", 1e9},
+        {"t", 1099511627776.0},  {"tib", 1099511627776.0},  {"tb", 1e12},
+    };
+    double scale = 0.0;
+    for (const UnitDef& u : kUnits) {
+      if (EqualsIgnoreCase(unit, u.name)) scale = u.scale;
+    }
+    if (scale == 0.0) {
+      return Status::InvalidArgument(quoted + ": unknown unit '" + std::string(unit) +
+                                     "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
+    }
+    bytes = value * scale;
+  }
+  bytes = std::floor(bytes);
+  if (!(bytes >= 1.0)) return Status::InvalidArgument(quoted + ": must be at least 1 byte");
+  if (bytes >= 9223372036854775808.0) return Status::InvalidArgument(quoted + ": too large");
+  return static_cast<uint64_t>(bytes);
+}
+
+// ---- KvStorage ----
+
+KvStorage::Buffer KvStorage::Allocate(uint64_t bytes) {
+  // calloc: large blocks come straight from mmap, already zero, so untouched pages cost nothing.
+  return Buffer(static_cast<uint8_t*>(std::calloc(static_cast<size_t>(bytes), 1)));
+}
+
+Result<std::unique_ptr<KvStorage>> KvStorage::Create(const KvLayout& layout) {
+  RETURN_IF_ERROR(layout.Validate());
+  const uint64_t per_array = layout.TotalBytes() / 2;
+  Buffer k = Allocate(per_array);
+  Buffer v = k ? Allocate(per_array) : Buffer();
+  if (!k || !v) {
+    return Status::ResourceExhausted("KV cache: cannot allocate 2 x " + std::to_string(per_array) +
+                                     " bytes (" + std::to_string(layout.num_blocks) +
+                                     " blocks); lower the KV cache memory budget");
+  }
+  return std::unique_ptr<KvStorage>(new KvStorage(layout, std::move(k), std::move(v)));
+}
+
+KvStorage::KvStorage(const KvLayout& layout, Buffer k, Buffer v)
+    : layout_(layout), row_bytes_(layout.RowBytes()), k_(std::move(k)), v_(std::move(v)) {}
+
+KvStorage::KvStorage(const KvLayout& layout) : layout_(layout), row_bytes_(layout.RowBytes()) {
+  // Programming error (the caller promised a validated layout): continuing would corrupt memory.
+  if (!layout.Validate().ok()) std::abort();
+  const uint64_t per_array = layout.TotalBytes() / 2;
+  k_ = Allocate(per_array);
+  v_ = Allocate(per_array);
+  if (!k_ || !v_) std::abort();
+}
+
+size_t KvStorage::RowOffset(int layer, int32_t block, int slot) const {
+  assert(layer >= 0 && layer < layout_.n_layers);
+  assert(block >= 0 && block < layout_.num_blocks);
+  assert(slot >= 0 && slot < layout_.block_size);
+  const size_t row = (static_cast<size_t>(layer) * static_cast<size_t>(layout_.num_blocks) +
+                      static_cast<size_t>(block)) *
+                         static_cast<size_t>(layout_.block_size) +
+                     static_cast<size_t>(slot);
+  return row * row_bytes_;
+}
+
+uint8_t* KvStorage::Row(bool is_v, int layer, int32_t block, int slot) {
+  return (is_v ? v_ : k_).get() + RowOffset(layer, block, slot);
+}
+
+const uint8_t* KvStorage::Row(bool is_v, int layer, int32_t block, int slot) const {
+  return (is_v ? v_ : k_).get() + RowOffset(layer, block, slot);
+}
+
+const uint8_t* KvStorage::K(int layer, int32_t block, int slot) const {
+  return Row(false, layer, block, slot);
+}
+
+const uint8_t* KvStorage::V(int layer, int32_t block, int slot) const {
+  return Row(true, layer, block, slot);
+}
+
+void KvStorage::EncodeRow(KvDType dtype, const float* src, uint8_t* dst, int kv_dim) {
+  const size_t n = static_cast<size_t>(kv_dim);
+  switch (dtype) {
+    case KvDType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case KvDType::kF16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = F32ToF16(src[i]);
+        std::memcpy(dst + 2 * i, &h, sizeof(h));
+      }
+      return;
+    case KvDType::kQ8_0:
+      kernels::QuantizeRow(DType::kQ8_0, src, dst, n);
+      return;
+  }
+}
+
+void KvStorage::DecodeRow(KvDType dtype, const uint8_t* src, float* dst, int kv_dim) {
+  const size_t n = static_cast<size_t>(kv_dim);
+  switch (dtype) {
+    case KvDType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case KvDType::kF16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, sizeof(h));
+        dst[i] = F16ToF32(h);
+      }
+      return;
+    case KvDType::kQ8_0:
+      kernels::DequantizeRow(DType::kQ8_0, src, dst, n);
+      return;
+  }
+}
+
+void KvStorage::Write(int layer, int32_t block, int slot, const float* k, const float* v) {
+  EncodeRow(layout_.dtype, k, Row(false, layer, block, slot), layout_.kv_dim);
+  EncodeRow(layout_.dtype, v, Row(true, layer, block, slot), layout_.kv_dim);
+}
+
+void KvStorage::ReadK(int layer, int32_t block, int slot, float* out) const {
+  DecodeRow(layout_.dtype, Row(false, layer, block, slot), out, layout_.kv_dim);
+}
+
+void KvStorage::ReadV(int layer, int32_t block, int slot, float* out) const {
+  DecodeRow(layout_.dtype, Row(true, layer, block, slot), out, layout_.kv_dim);
+}
+
+void KvStorage::CopyBlock(int32_t src, int32_t dst, int num_slots) {
+  assert(num_slots >= 0 && num_slots <= layout_.block_size);
+  if (src == dst || num_slots <= 0) return;
+  num_slots = std::min(num_slots, layout_.block_size);
+  const size_t bytes = static_cast<size_t>(num_slots) * row_bytes_;
+  for (int layer = 0; layer < layout_.n_layers; ++layer) {
+    std::memcpy(Row(false, layer, dst, 0), Row(false, layer, src, 0), bytes);
+    std::memcpy(Row(true, layer, dst, 0), Row(true, layer, src, 0), bytes);
+  }
+}
+
+}  // namespace strata::engine::kv

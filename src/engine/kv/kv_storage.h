@@ -3,14 +3,21 @@
 //
 // A token's K (or V) vector for one layer is one "row" of kv_dim elements at (block, slot).
 // F16/F32 rows are plain arrays; Q8_0 rows are kv_dim/32 BlockQ8_0 blocks (kv_dim must be a
-// multiple of 32 for Q8_0).
-// Ownership: owns the memory (allocated once at construction, never resized).
+// multiple of 32 for Q8_0): per 32 elements d = amax/127 stored as f16, q = round(x / d).
+// Memory layout of each of the K and V arrays: [layer][block][slot][RowBytes()], so the rows of
+// one block of one layer are contiguous (row r of block b is at K(layer, b, 0) + r * RowBytes()).
+// Ownership: owns the memory (allocated once at construction, never resized). The memory is
+// zero-filled lazily by the OS (calloc), so a large pool costs nothing until it is touched.
 // Thread contract: owned by the engine thread. Writes to distinct (layer, block, slot) rows and
 // reads of rows not being written may run concurrently on the engine's thread pool.
+// Errors: bad layouts are refused by KvLayout::Validate / KvStorage::Create with a Status. The
+// per-row accessors take indices computed by the engine itself (not from requests); they check
+// them with assert() in debug builds only.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -20,8 +27,8 @@
 namespace strata::engine::kv {
 
 enum class KvDType { kF16, kF32, kQ8_0 };
-std::string_view KvDTypeName(KvDType t);
-Result<KvDType> ParseKvDType(std::string_view name);  // "f16", "f32", "q8_0"
+std::string_view KvDTypeName(KvDType t);              // "f16", "f32", "q8_0"
+Result<KvDType> ParseKvDType(std::string_view name);  // "f16", "f32", "q8_0" (case-insensitive)
 
 struct KvLayout {
   int n_layers = 0;
@@ -30,15 +37,47 @@ struct KvLayout {
   int num_blocks = 0;
   KvDType dtype = KvDType::kF16;
 
-  size_t RowBytes() const;  // bytes of one token's K (or V) vector for one layer
-  // Bytes one block occupies across all layers, K and V.
+  size_t RowBytes() const;  // bytes of one token's K (or V) vector for one layer (0 if kv_dim <= 0)
+  // Bytes one block occupies across all layers, K and V. Only meaningful for a layout whose
+  // per-block fields pass Validate (use BlockBytesChecked otherwise).
   size_t BlockBytes() const { return RowBytes() * static_cast<size_t>(block_size) * 2 * static_cast<size_t>(n_layers); }
+  // Positive n_layers/kv_dim/block_size/num_blocks, Q8_0 needs kv_dim % 32 == 0, and the total
+  // size (K + V, all layers and blocks) must be representable (no overflow).
   Status Validate() const;
+  // Like Validate but ignores num_blocks: checks the per-block fields only (used to size a pool).
+  Status ValidatePerBlock() const;
+  // BlockBytes() with overflow checking; 0 when the per-block fields are invalid.
+  uint64_t BlockBytesChecked() const;
+  // Total bytes of the K and V arrays together (num_blocks * BlockBytes()); 0 when invalid.
+  uint64_t TotalBytes() const;
 };
+
+// How many blocks of `per_block_layout` (its num_blocks is ignored) fit in `bytes`; 0 when the
+// per-block layout is invalid or nothing fits; clamped to INT32_MAX.
+int NumBlocksForBudget(const KvLayout& per_block_layout, uint64_t bytes);
+
+// Physical RAM of this machine in bytes (sysconf); 0 if unknown.
+uint64_t PhysicalMemoryBytes();
+// Parses a memory size for --kv-cache-memory:
+//   "4GiB", "512MiB", "64KiB", "1TiB", "1.5GiB"  binary units; "K", "M", "G", "T" alone are binary too
+//   "4GB", "500MB", "64KB", "1TB"                 decimal units
+//   "1048576B"                                    bytes
+//   "0.5", "1", "50%"                             a fraction of physical RAM (a bare number in (0, 1],
+//                                                 or a percentage in (0, 100])
+// Units are case-insensitive; spaces between number and unit are allowed. Zero, negative,
+// non-finite, unit-less numbers above 1 and values >= 2^63 are refused with kInvalidArgument
+// naming the input.
+Result<uint64_t> ParseMemorySize(std::string_view text);
+// Same, with an explicit physical memory size for fractions (for tests).
+Result<uint64_t> ParseMemorySize(std::string_view text, uint64_t physical_bytes);
 
 class KvStorage {
  public:
-  // Allocates layout.num_blocks blocks (zeroed). Validate() the layout first.
+  // Validates the layout and allocates; kInvalidArgument for a bad layout, kResourceExhausted
+  // when the memory cannot be allocated. Prefer this over the constructor.
+  static Result<std::unique_ptr<KvStorage>> Create(const KvLayout& layout);
+  // Allocates layout.num_blocks blocks (zeroed). Validate() the layout first; aborts if the
+  // layout is invalid or the allocation fails.
   explicit KvStorage(const KvLayout& layout);
 
   const KvLayout& layout() const { return layout_; }
@@ -48,17 +87,33 @@ class KvStorage {
   // Raw row pointers (dtype-encoded). Row r of a block is at K(layer, block) + r * RowBytes().
   const uint8_t* K(int layer, int32_t block, int slot) const;
   const uint8_t* V(int layer, int32_t block, int slot) const;
+  // Mutable raw row pointers, for a runner that encodes rows itself (e.g. several at once).
+  uint8_t* MutableK(int layer, int32_t block, int slot) { return Row(false, layer, block, slot); }
+  uint8_t* MutableV(int layer, int32_t block, int slot) { return Row(true, layer, block, slot); }
   // Decodes one row to f32 (kv_dim values).
   void ReadK(int layer, int32_t block, int slot, float* out) const;
   void ReadV(int layer, int32_t block, int slot, float* out) const;
   // Copies all layers' rows [0, num_slots) of block src into block dst (copy-on-write).
   void CopyBlock(int32_t src, int32_t dst, int num_slots);
 
+  // Encodes / decodes one row of kv_dim values in `dtype` (the conversions Write/Read use).
+  static void EncodeRow(KvDType dtype, const float* src, uint8_t* dst, int kv_dim);
+  static void DecodeRow(KvDType dtype, const uint8_t* src, float* dst, int kv_dim);
+
  private:
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
+  KvStorage(const KvLayout& layout, Buffer k, Buffer v);
+  static Buffer Allocate(uint64_t bytes);
+
   uint8_t* Row(bool is_v, int layer, int32_t block, int slot);
   const uint8_t* Row(bool is_v, int layer, int32_t block, int slot) const;
+  size_t RowOffset(int layer, int32_t block, int slot) const;
   KvLayout layout_;
-  std::vector<uint8_t> k_, v_;  // [layer][block][slot][row bytes]
+  size_t row_bytes_ = 0;
+  Buffer k_, v_;  // [layer][block][slot][row bytes] each
 };
 
 }  // namespace strata::engine::kv
