@@ -14,20 +14,12 @@
 namespace strata::model {
 
 Context::Context(const Model& model, int n_ctx, ThreadPool* pool)
-    : model_(model), cfg_(model.config()), pool_(pool) {
+    : model_(model), cfg_(model.config()), pool_(pool), rope_(model.config()) {
   n_ctx_ = n_ctx > 0 ? std::min(n_ctx, cfg_.ctx_len) : std::min(cfg_.ctx_len, 4096);
   size_t kv = static_cast<size_t>(cfg_.n_layers) * static_cast<size_t>(n_ctx_) *
               static_cast<size_t>(cfg_.kv_dim());
   k_cache_.assign(kv, 0.0f);
   v_cache_.assign(kv, 0.0f);
-  const int half = cfg_.rope_dim / 2;
-  rope_inv_freq_.resize(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) {
-    double inv = std::pow(static_cast<double>(cfg_.rope_base), -2.0 * i / cfg_.rope_dim);
-    inv /= static_cast<double>(cfg_.rope_linear_scale);
-    if (!cfg_.rope_freq_factors.empty()) inv /= static_cast<double>(cfg_.rope_freq_factors[static_cast<size_t>(i)]);
-    rope_inv_freq_[static_cast<size_t>(i)] = static_cast<float>(inv);
-  }
 }
 
 void Context::EnsureScratch(size_t n, bool all_logits) {
@@ -49,22 +41,6 @@ void Context::EnsureScratch(size_t n, bool all_logits) {
   if (scores_.size() < need_scores) scores_.resize(need_scores);
   size_t need_logits = (all_logits ? n : 1) * static_cast<size_t>(cfg_.n_vocab);
   if (logits_.size() < need_logits) logits_.resize(need_logits);
-}
-
-void Context::ApplyRope(float* x, int n_heads_x, int pos) const {
-  const int hd = cfg_.head_dim, half = cfg_.rope_dim / 2;
-  for (int i = 0; i < half; ++i) {
-    float theta = static_cast<float>(pos) * rope_inv_freq_[static_cast<size_t>(i)];
-    float c = std::cos(theta), s = std::sin(theta);
-    for (int h = 0; h < n_heads_x; ++h) {
-      float* v = x + static_cast<size_t>(h) * static_cast<size_t>(hd);
-      int a = cfg_.rope_style == RopeStyle::kNorm ? 2 * i : i;
-      int b = cfg_.rope_style == RopeStyle::kNorm ? 2 * i + 1 : i + half;
-      float x0 = v[a], x1 = v[b];
-      v[a] = x0 * c - x1 * s;
-      v[b] = x0 * s + x1 * c;
-    }
-  }
 }
 
 void Context::Attention(int layer, size_t n) {
@@ -129,8 +105,8 @@ Result<std::span<const float>> Context::Eval(std::span<const int32_t> tokens, bo
     const size_t layer_off = static_cast<size_t>(l) * static_cast<size_t>(n_ctx_) * kvd;
     for (size_t t = 0; t < n; ++t) {
       int pos = n_past_ + static_cast<int>(t);
-      ApplyRope(q_.data() + t * qd, cfg_.n_heads, pos);
-      ApplyRope(k_.data() + t * kvd, cfg_.n_kv_heads, pos);
+      rope_.Apply(q_.data() + t * qd, cfg_.n_heads, pos);
+      rope_.Apply(k_.data() + t * kvd, cfg_.n_kv_heads, pos);
       std::memcpy(k_cache_.data() + layer_off + static_cast<size_t>(pos) * kvd, k_.data() + t * kvd, kvd * sizeof(float));
       std::memcpy(v_cache_.data() + layer_off + static_cast<size_t>(pos) * kvd, v_.data() + t * kvd, kvd * sizeof(float));
     }

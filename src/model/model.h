@@ -19,6 +19,7 @@
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "model/gguf/gguf.h"
+#include "model/rope.h"
 
 namespace strata::model {
 
@@ -115,7 +116,6 @@ class Context {
  private:
   void EnsureScratch(size_t n_tokens, bool all_logits);
   void Attention(int layer, size_t n_tokens);
-  void ApplyRope(float* x, int n_heads_x, int pos) const;
 
   const Model& model_;
   const ModelConfig& cfg_;
@@ -123,7 +123,7 @@ class Context {
   int n_ctx_;
   int n_past_ = 0;
   std::vector<float> k_cache_, v_cache_;  // [layer][pos][kv_dim]
-  std::vector<float> rope_inv_freq_;      // [rope_dim/2], includes freq factors
+  Rope rope_;
   // Scratch: x [n x dim], xn [n x dim], q [n x q_dim], k,v [n x kv_dim], att [n x q_dim],
   // gate/up [n x ffn], logits, per-thread score rows.
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, logits_, scores_;

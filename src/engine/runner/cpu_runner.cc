@@ -1,0 +1,345 @@
+// CpuModelRunner. Why it is shaped this way:
+// - One activation matrix for the whole batch: every MatMul streams its weight matrix once per
+//   step, whatever the number of sequences (the point of continuous batching on a CPU, where
+//   decode is bound by weight bandwidth).
+// - Batch invariance (README.md): every per-token op (embedding, RmsNorm, RoPE, residual adds,
+//   SiluMul) touches only its own row; kernels::MatMul computes each (row, token) output with the
+//   same instruction sequence whatever the token count or tiling; attention of a (token, head)
+//   pair reads only its own sequence's K/V and runs the same ops in the same order wherever the
+//   work item boundaries fall. So a token's logits are a function of its own sequence only.
+// - Attention work items are (sequence, kv head, tile of tokens): the K/V rows of the head are
+//   decoded to f32 once per item and reused by every query head of the GQA group and every token
+//   of the tile. Items are handed out dynamically (an atomic counter) because their costs differ
+//   by orders of magnitude (a long prefill tile vs a short decode); which thread computes an item
+//   never changes its result.
+// - The math mirrors model::Context (same kernels, same order: DotF32 * scale, Softmax, Axpy over
+//   positions 0..pos), so with f32 KV the runner reproduces Context's logits exactly.
+#include "engine/runner/cpu_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "kernels/kernels.h"
+#include "tensor/dtype.h"
+#include "tensor/fp16.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define STRATA_RUNNER_X86 1
+#endif
+
+namespace strata::engine {
+namespace {
+
+void F16RowToF32Scalar(const uint16_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = F16ToF32(src[i]);
+}
+
+#ifdef STRATA_RUNNER_X86
+// Hardware conversion (exact, like F16ToF32). Only called when the kernels' active ISA is at least
+// AVX2, which in this project implies F16C (see kernels/README.md).
+__attribute__((target("avx2,f16c"))) void F16RowToF32F16c(const uint16_t* src, float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = F16ToF32(src[i]);
+}
+#endif
+
+std::string SeqName(size_t index, const BatchSeq& s) {
+  return "batch entry " + std::to_string(index) + " (seq " + std::to_string(s.seq_id) + ")";
+}
+
+}  // namespace
+
+CpuModelRunner::CpuModelRunner(const model::Model& model, kv::KvStorage* storage, ThreadPool* pool)
+    : model_(model), cfg_(model.config()), storage_(storage), pool_(pool), rope_(model.config()) {}
+
+Status CpuModelRunner::CheckLayout() const {
+  if (storage_ == nullptr) return Status::InvalidArgument("runner has no KV storage");
+  const kv::KvLayout& lay = storage_->layout();
+  if (lay.n_layers != cfg_.n_layers || lay.kv_dim != cfg_.kv_dim())
+    return Status::InvalidArgument("KV storage layout (" + std::to_string(lay.n_layers) + " layers, kv_dim " +
+                                   std::to_string(lay.kv_dim) + ") does not fit the model (" +
+                                   std::to_string(cfg_.n_layers) + " layers, kv_dim " +
+                                   std::to_string(cfg_.kv_dim()) + ")");
+  if (lay.block_size <= 0 || lay.num_blocks < 0)
+    return Status::InvalidArgument("KV storage layout has block_size " + std::to_string(lay.block_size) +
+                                   " and " + std::to_string(lay.num_blocks) + " blocks");
+  return Status::Ok();
+}
+
+Status CpuModelRunner::ValidateBatch(std::span<const BatchSeq> batch) const {
+  RETURN_IF_ERROR(CheckLayout());
+  const kv::KvLayout& lay = storage_->layout();
+  const int64_t bs = lay.block_size;
+  const int64_t capacity = bs * static_cast<int64_t>(lay.num_blocks);  // positions one sequence can hold
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const BatchSeq& s = batch[i];
+    if (s.tokens.empty()) return Status::InvalidArgument(SeqName(i, s) + " has no tokens");
+    if (s.start_pos < 0)
+      return Status::InvalidArgument(SeqName(i, s) + " has negative start_pos " + std::to_string(s.start_pos));
+    const int64_t end = static_cast<int64_t>(s.start_pos) + static_cast<int64_t>(s.tokens.size());
+    if (end > capacity)
+      return Status::InvalidArgument(SeqName(i, s) + " reaches position " + std::to_string(end) +
+                                     ", beyond the KV storage capacity of " + std::to_string(capacity) +
+                                     " tokens");
+    const int64_t blocks_needed = (end + bs - 1) / bs;
+    if (static_cast<int64_t>(s.block_table.size()) < blocks_needed)
+      return Status::InvalidArgument(SeqName(i, s) + " needs " + std::to_string(blocks_needed) +
+                                     " blocks for positions [0, " + std::to_string(end) +
+                                     ") but its block table has " + std::to_string(s.block_table.size()));
+    for (int64_t b = 0; b < blocks_needed; ++b) {
+      const int32_t id = s.block_table[static_cast<size_t>(b)];
+      if (id < 0 || id >= lay.num_blocks)
+        return Status::InvalidArgument(SeqName(i, s) + " block table entry " + std::to_string(b) + " is block " +
+                                       std::to_string(id) + ", outside [0, " + std::to_string(lay.num_blocks) + ")");
+    }
+    for (int32_t id : s.tokens)
+      if (id < 0 || id >= cfg_.n_vocab)
+        return Status::InvalidArgument(SeqName(i, s) + " has token id " + std::to_string(id) +
+                                       " out of range [0, " + std::to_string(cfg_.n_vocab) + ")");
+  }
+  return Status::Ok();
+}
+
+void CpuModelRunner::EnsureScratch(size_t n, size_t max_len, size_t n_items) {
+  const size_t dim = static_cast<size_t>(cfg_.dim), qd = static_cast<size_t>(cfg_.q_dim());
+  const size_t kvd = static_cast<size_t>(cfg_.kv_dim()), ffn = static_cast<size_t>(cfg_.ffn);
+  const size_t hd = static_cast<size_t>(cfg_.head_dim);
+  if (n > scratch_tokens_) {
+    x_.resize(n * dim);
+    xn_.resize(n * dim);
+    q_.resize(n * qd);
+    k_.resize(n * kvd);
+    v_.resize(n * kvd);
+    att_.resize(n * qd);
+    gate_.resize(n * ffn);
+    up_.resize(n * ffn);
+    scratch_tokens_ = n;
+  }
+  const size_t threads = pool_ ? static_cast<size_t>(pool_->num_threads()) : 1;
+  if (thread_scratch_.size() < threads) {
+    thread_scratch_.resize(threads);
+    for (auto& ts : thread_scratch_) ts.row.resize(kvd);
+  }
+  if (max_len > scratch_len_) {
+    // Contexts grow by one token per decode step: grow geometrically, in 256-position steps, so
+    // the per-thread buffers are reallocated O(log) times over a sequence's life.
+    max_len = std::max(max_len, 2 * scratch_len_);
+    max_len = (max_len + 255) / 256 * 256;
+    for (auto& ts : thread_scratch_) {
+      ts.k.resize(max_len * hd);
+      ts.v.resize(max_len * hd);
+      ts.scores.resize(max_len);
+    }
+    scratch_len_ = max_len;
+  }
+  if (items_.capacity() < n_items) items_.reserve(n_items);
+}
+
+void CpuModelRunner::WriteKv(int layer, std::span<const BatchSeq> batch) {
+  const size_t kvd = static_cast<size_t>(cfg_.kv_dim());
+  const int bs = storage_->layout().block_size;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const BatchSeq& seq = batch[s];
+    for (size_t t = 0; t < seq.tokens.size(); ++t) {
+      const int pos = seq.start_pos + static_cast<int>(t);
+      const size_t row = seq_row_begin_[s] + t;
+      storage_->Write(layer, seq.block_table[static_cast<size_t>(pos / bs)], pos % bs, k_.data() + row * kvd,
+                      v_.data() + row * kvd);
+    }
+  }
+}
+
+void CpuModelRunner::GatherHead(bool is_v, int layer, std::span<const int32_t> table, int kv_head, size_t len,
+                                float* dst, float* row_tmp) const {
+  const kv::KvLayout& lay = storage_->layout();
+  const size_t hd = static_cast<size_t>(cfg_.head_dim), kvd = static_cast<size_t>(lay.kv_dim);
+  const size_t bs = static_cast<size_t>(lay.block_size);
+  const size_t head_off = static_cast<size_t>(kv_head) * hd;  // in elements
+  for (size_t p = 0; p < len; ++p) {
+    const int32_t block = table[p / bs];
+    const int slot = static_cast<int>(p % bs);
+    const uint8_t* row = is_v ? storage_->V(layer, block, slot) : storage_->K(layer, block, slot);
+    float* out = dst + p * hd;
+    switch (lay.dtype) {
+      case kv::KvDType::kF32:
+        std::memcpy(out, row + head_off * sizeof(float), hd * sizeof(float));
+        break;
+      case kv::KvDType::kF16: {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + head_off;
+#ifdef STRATA_RUNNER_X86
+        if (f16c_) {
+          F16RowToF32F16c(h, out, hd);
+          break;
+        }
+#endif
+        F16RowToF32Scalar(h, out, hd);
+        break;
+      }
+      case kv::KvDType::kQ8_0:
+        if (hd % kQK8_0 == 0) {  // the head is whole Q8_0 blocks: decode just those
+          kernels::DequantizeRow(DType::kQ8_0, row + (head_off / kQK8_0) * sizeof(BlockQ8_0), out, hd);
+        } else {
+          kernels::DequantizeRow(DType::kQ8_0, row, row_tmp, kvd);
+          std::memcpy(out, row_tmp + head_off, hd * sizeof(float));
+        }
+        break;
+    }
+  }
+}
+
+void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin, const AttnItem& item,
+                                int thread) {
+  const size_t hd = static_cast<size_t>(cfg_.head_dim), qd = static_cast<size_t>(cfg_.q_dim());
+  const size_t group = static_cast<size_t>(cfg_.n_heads / cfg_.n_kv_heads);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
+  ThreadScratch& ts = thread_scratch_[static_cast<size_t>(thread)];
+  const size_t len = static_cast<size_t>(seq.start_pos) + static_cast<size_t>(item.t1);  // last pos + 1
+  GatherHead(false, layer, seq.block_table, item.kv_head, len, ts.k.data(), ts.row.data());
+  GatherHead(true, layer, seq.block_table, item.kv_head, len, ts.v.data(), ts.row.data());
+  float* scores = ts.scores.data();
+  const size_t h0 = static_cast<size_t>(item.kv_head) * group;
+  for (int32_t t = item.t0; t < item.t1; ++t) {
+    const size_t row = row_begin + static_cast<size_t>(t);
+    const size_t n = static_cast<size_t>(seq.start_pos) + static_cast<size_t>(t) + 1;  // causal: 0..pos
+    for (size_t h = h0; h < h0 + group; ++h) {
+      const float* q = q_.data() + row * qd + h * hd;
+      for (size_t j = 0; j < n; ++j) scores[j] = kernels::DotF32(q, ts.k.data() + j * hd, hd) * scale;
+      kernels::Softmax(scores, n);
+      float* out = att_.data() + row * qd + h * hd;
+      std::fill(out, out + hd, 0.0f);
+      for (size_t j = 0; j < n; ++j) kernels::Axpy(scores[j], ts.v.data() + j * hd, out, hd);
+    }
+  }
+}
+
+void CpuModelRunner::Attention(int layer, std::span<const BatchSeq> batch) {
+  cur_layer_ = layer;
+  cur_batch_ = batch;
+  next_item_.store(0, std::memory_order_relaxed);
+  // Captures only `this`, so the std::function below stores it inline (no allocation per layer).
+  auto body = [this](int thread) {
+    for (;;) {
+      const size_t i = next_item_.fetch_add(1, std::memory_order_relaxed);
+      if (i >= items_.size()) return;
+      const AttnItem& it = items_[i];
+      const size_t s = static_cast<size_t>(it.seq);
+      AttendItem(cur_layer_, cur_batch_[s], seq_row_begin_[s], it, thread);
+    }
+  };
+  if (pool_ != nullptr && items_.size() > 1) {
+    pool_->RunOnAll(std::function<void(int)>(body));
+  } else {
+    body(0);
+  }
+}
+
+Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* logits) {
+  RETURN_IF_ERROR(ValidateBatch(batch));
+  if (logits == nullptr) return Status::InvalidArgument("logits output is null");
+  const size_t dim = static_cast<size_t>(cfg_.dim), qd = static_cast<size_t>(cfg_.q_dim());
+  const size_t kvd = static_cast<size_t>(cfg_.kv_dim()), ffn = static_cast<size_t>(cfg_.ffn);
+  const size_t n_vocab = static_cast<size_t>(cfg_.n_vocab);
+  if (batch.empty()) {
+    logits->clear();
+    return Status::Ok();
+  }
+  f16c_ = kernels::ActiveIsa() != kernels::Isa::kScalar;
+
+  // Rows, context lengths and attention work items (shared by all layers).
+  const size_t tile = static_cast<size_t>(kAttnTileTokens);
+  size_t n = 0, max_len = 0, n_items = 0, n_want = 0;
+  for (const BatchSeq& s : batch) {
+    n += s.tokens.size();
+    max_len = std::max(max_len, static_cast<size_t>(s.start_pos) + s.tokens.size());
+    n_items += static_cast<size_t>(cfg_.n_kv_heads) * ((s.tokens.size() + tile - 1) / tile);
+    if (s.want_logits) ++n_want;
+  }
+  if (seq_row_begin_.capacity() < batch.size()) seq_row_begin_.reserve(batch.size());
+  seq_row_begin_.clear();
+  EnsureScratch(n, max_len, n_items);
+  items_.clear();
+  for (size_t s = 0, row = 0; s < batch.size(); ++s) {
+    seq_row_begin_.push_back(row);
+    const size_t ns = batch[s].tokens.size();
+    for (size_t t0 = 0; t0 < ns; t0 += tile) {
+      const size_t t1 = std::min(ns, t0 + tile);
+      const int64_t len = static_cast<int64_t>(batch[s].start_pos) + static_cast<int64_t>(t1);
+      for (int h = 0; h < cfg_.n_kv_heads; ++h)
+        items_.push_back(AttnItem{static_cast<int32_t>(s), h, static_cast<int32_t>(t0), static_cast<int32_t>(t1),
+                                  len * static_cast<int64_t>(t1 - t0)});
+    }
+    row += ns;
+  }
+  // Most expensive first so the dynamic hand-out ends balanced (order never affects results).
+  std::sort(items_.begin(), items_.end(), [](const AttnItem& a, const AttnItem& b) {
+    if (a.cost != b.cost) return a.cost > b.cost;
+    if (a.seq != b.seq) return a.seq < b.seq;
+    if (a.t0 != b.t0) return a.t0 < b.t0;
+    return a.kv_head < b.kv_head;
+  });
+
+  for (size_t s = 0; s < batch.size(); ++s)
+    for (size_t t = 0; t < batch[s].tokens.size(); ++t)
+      model_.Embed(batch[s].tokens[t], x_.data() + (seq_row_begin_[s] + t) * dim);
+
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    const model::LayerWeights& L = model_.layers()[static_cast<size_t>(l)];
+    for (size_t r = 0; r < n; ++r)
+      kernels::RmsNorm(x_.data() + r * dim, L.attn_norm.data(), xn_.data() + r * dim, dim, cfg_.rms_eps);
+    kernels::MatMul(L.wq, xn_.data(), n, q_.data(), pool_);
+    kernels::MatMul(L.wk, xn_.data(), n, k_.data(), pool_);
+    kernels::MatMul(L.wv, xn_.data(), n, v_.data(), pool_);
+    if (cfg_.qkv_bias) {
+      for (size_t r = 0; r < n; ++r) {
+        kernels::Add(q_.data() + r * qd, L.bq.data(), qd);
+        kernels::Add(k_.data() + r * kvd, L.bk.data(), kvd);
+        kernels::Add(v_.data() + r * kvd, L.bv.data(), kvd);
+      }
+    }
+    for (size_t s = 0; s < batch.size(); ++s) {
+      for (size_t t = 0; t < batch[s].tokens.size(); ++t) {
+        const int pos = batch[s].start_pos + static_cast<int>(t);
+        const size_t r = seq_row_begin_[s] + t;
+        rope_.Apply(q_.data() + r * qd, cfg_.n_heads, pos);
+        rope_.Apply(k_.data() + r * kvd, cfg_.n_kv_heads, pos);
+      }
+    }
+    // All K/V of this layer are stored before any attention reads them, so a sequence's later
+    // tokens in the chunk see its earlier ones, and no row is read while being written.
+    WriteKv(l, batch);
+    Attention(l, batch);
+    kernels::MatMul(L.wo, att_.data(), n, xn_.data(), pool_);
+    kernels::Add(x_.data(), xn_.data(), n * dim);
+    for (size_t r = 0; r < n; ++r)
+      kernels::RmsNorm(x_.data() + r * dim, L.ffn_norm.data(), xn_.data() + r * dim, dim, cfg_.rms_eps);
+    kernels::MatMul(L.w_gate, xn_.data(), n, gate_.data(), pool_);
+    kernels::MatMul(L.w_up, xn_.data(), n, up_.data(), pool_);
+    kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), n * ffn);
+    kernels::MatMul(L.w_down, gate_.data(), n, xn_.data(), pool_);
+    kernels::Add(x_.data(), xn_.data(), n * dim);
+  }
+
+  // Final norm + output projection only for the last token of each sequence that wants logits,
+  // gathered into consecutive rows of xn_ so the output matrix is read once.
+  logits->resize(n_want * n_vocab);
+  if (n_want == 0) return Status::Ok();
+  size_t w = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    if (!batch[s].want_logits) continue;
+    const size_t r = seq_row_begin_[s] + batch[s].tokens.size() - 1;
+    kernels::RmsNorm(x_.data() + r * dim, model_.output_norm().data(), xn_.data() + w * dim, dim, cfg_.rms_eps);
+    ++w;
+  }
+  kernels::MatMul(model_.output(), xn_.data(), n_want, logits->data(), pool_);
+  return Status::Ok();
+}
+
+}  // namespace strata::engine

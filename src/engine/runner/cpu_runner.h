@@ -1,0 +1,96 @@
+// CpuModelRunner: the CPU implementation of ModelRunner — one forward pass per engine step over
+// every token of the batch, with K/V in the paged KvStorage.
+//
+// Shape of a step (see README.md for why it is batch invariant):
+//   - all tokens of all sequences are stacked into one activation matrix [n_total x dim], so each
+//     weight matrix is streamed once per step (kernels::MatMul over n_total tokens);
+//   - RoPE per token at its own position; K/V rows written to (block_table[pos / bs], pos % bs);
+//   - attention per (sequence, kv head, tile of that sequence's tokens) on the pool: the keys and
+//     values of positions [0, last position of the tile] are decoded to f32 once per work item,
+//     then every (token, query head) pair of the tile is computed with the same ops as
+//     model::Context (DotF32 scores, Softmax, Axpy), so f32 KV reproduces Context bit-for-bit;
+//   - the final norm and output projection run only on the rows that want logits (one MatMul).
+//
+// Ownership: borrows the model, the KV storage and the pool; all must outlive the runner.
+// Thread contract: Run() is called from one thread at a time (the engine thread); it uses the pool
+// internally and writes the storage rows named by the batch.
+// Memory: scratch buffers grow to the largest batch / context seen and are reused, so steady-state
+// steps perform no heap allocation in the runner (kernels::MatMul keeps its own reusable scratch).
+// Errors: Run() validates the whole batch before touching the storage and returns InvalidArgument
+// (naming the sequence and the problem) for an empty chunk, a negative position, a block table
+// that does not cover the chunk, a block id outside the storage, or a token id out of range; and
+// FailedPrecondition-style InvalidArgument when the storage layout does not fit the model.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "engine/kv/kv_storage.h"
+#include "engine/runner/model_runner.h"
+#include "model/model.h"
+#include "model/rope.h"
+
+namespace strata::engine {
+
+class CpuModelRunner final : public ModelRunner {
+ public:
+  // pool may be null (single-threaded).
+  CpuModelRunner(const model::Model& model, kv::KvStorage* storage, ThreadPool* pool);
+
+  int n_vocab() const override { return cfg_.n_vocab; }
+  Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits) override;
+
+  // The checks Run() performs before computing anything (exposed for tests and the scheduler).
+  Status ValidateBatch(std::span<const BatchSeq> batch) const;
+
+  // Tokens per attention work item (a sequence's chunk is split into tiles of this many tokens
+  // for each kv head). Affects speed only, never results.
+  static constexpr int kAttnTileTokens = 32;
+
+ private:
+  struct AttnItem {
+    int32_t seq;     // index into the batch
+    int32_t kv_head;
+    int32_t t0, t1;  // token range within the sequence's chunk
+    int64_t cost;    // approximate work, for ordering
+  };
+
+  Status CheckLayout() const;
+  void EnsureScratch(size_t n_tokens, size_t max_len, size_t n_items);
+  void WriteKv(int layer, std::span<const BatchSeq> batch);
+  void Attention(int layer, std::span<const BatchSeq> batch);
+  void AttendItem(int layer, const BatchSeq& seq, size_t row_begin, const AttnItem& item, int thread);
+  // Decodes rows [0, len) of one kv head of one sequence (K or V) into f32 [len x head_dim].
+  void GatherHead(bool is_v, int layer, std::span<const int32_t> table, int kv_head, size_t len,
+                  float* dst, float* row_tmp) const;
+
+  const model::Model& model_;
+  const model::ModelConfig& cfg_;
+  kv::KvStorage* storage_;
+  ThreadPool* pool_;
+  model::Rope rope_;
+  bool f16c_ = false;  // hardware f16 -> f32 conversion available (set per Run from the kernels ISA)
+
+  // Per-step scratch (grows, reused). Activations: x [n x dim], xn [n x dim], q [n x q_dim],
+  // k,v [n x kv_dim], att [n x q_dim], gate/up [n x ffn].
+  std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_;
+  std::vector<size_t> seq_row_begin_;  // [batch]: first row of each sequence
+  std::vector<AttnItem> items_;
+  std::atomic<size_t> next_item_{0};
+  // Per-thread attention scratch: keys/values of one head [max_len x head_dim], scores [max_len],
+  // one decoded full row [kv_dim] (Q8_0 heads not aligned to 32).
+  struct ThreadScratch {
+    std::vector<float> k, v, scores, row;
+  };
+  std::vector<ThreadScratch> thread_scratch_;
+  size_t scratch_tokens_ = 0, scratch_len_ = 0;
+  // State of the current Attention() call, read by the pool's workers.
+  int cur_layer_ = 0;
+  std::span<const BatchSeq> cur_batch_;
+};
+
+}  // namespace strata::engine
