@@ -121,6 +121,7 @@ int32_t KvManager::TakeBlock() {
     id = std::get<2>(*evictable_.begin());
     evictable_.erase(evictable_.begin());
     Uncache(id);
+    ++evicted_;
   } else {
     return -1;
   }
@@ -344,6 +345,7 @@ KvStats KvManager::Stats() const {
   st.cached_blocks = static_cast<int>(evictable_.size());
   st.prefix_query_tokens = query_tokens_;
   st.prefix_hit_tokens = hit_tokens_;
+  st.evicted_blocks = evicted_;
   return st;
 }
 

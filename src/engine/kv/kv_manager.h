@@ -63,6 +63,7 @@ struct KvStats {
   int cached_blocks = 0;      // evictable (ref 0) blocks holding a cached prefix
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
+  int64_t evicted_blocks = 0;  // cached blocks recycled for new content
   double usage() const { return num_blocks ? static_cast<double>(used_blocks) / num_blocks : 0.0; }
 };
 
@@ -146,7 +147,7 @@ class KvManager {
   int RefCount(int32_t block) const;        // for tests and stats
   bool IsCached(int32_t block) const;       // hash registered
   // Clears the prefix-cache counters (stats reset).
-  void ResetCounters() { query_tokens_ = hit_tokens_ = 0; }
+  void ResetCounters() { query_tokens_ = hit_tokens_ = evicted_ = 0; }
 
   KvStats Stats() const;
   // Checks invariants: every block is in exactly one of {free, evictable, referenced}; reference
@@ -188,7 +189,7 @@ class KvManager {
   std::unordered_map<BlockHash, int32_t, HashKey> cached_;
   std::unordered_map<SeqId, SeqState> seqs_;
   uint64_t clock_ = 0;
-  int64_t query_tokens_ = 0, hit_tokens_ = 0;
+  int64_t query_tokens_ = 0, hit_tokens_ = 0, evicted_ = 0;
 };
 
 }  // namespace strata::engine::kv

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <numeric>
 #include <random>
@@ -282,6 +283,7 @@ TEST(KvManagerTest, EvictsOldestReleasedFirstDeepestFirstOnTies) {
   const std::vector<int32_t> want_evicted = {ta[2], ta[1], ta[0], tb[1], tb[0]};
   EXPECT_EQ(std::vector<int32_t>(taken.begin() + 1, taken.end()), want_evicted);
   EXPECT_EQ(m.Stats().cached_blocks, 0);
+  EXPECT_EQ(m.Stats().evicted_blocks, 5);
   for (SeqId s = 10; s < 16; ++s) m.Free(s);
   EXPECT_EQ(m.ProbePrefix(Concat(a, {1}), salt).tokens, 0);  // evicted entries are gone
   EXPECT_INVARIANTS(m);
@@ -446,7 +448,13 @@ TEST(KvManagerTest, RewritingACachedBlockUnregistersIt) {
   EXPECT_INVARIANTS(m);
 }
 
-// Random operations against a simple model of which blocks each sequence holds.
+// Random operations checked against an independent model: the model keeps its own copy of every
+// block table (updated only from what the API reports: new blocks, copy-on-write ops) and of what
+// each physical block holds (the token prefix its KV encodes, and the salt). After every op:
+// tables agree, refcounts equal the model's counts, newly handed-out blocks were unreferenced,
+// every computed block of a live sequence still holds that sequence's prefix (nothing shared was
+// overwritten, nothing referenced was evicted), and every prefix hit returned blocks whose
+// content is exactly the requested prefix.
 TEST(KvManagerTest, RandomizedStress) {
   constexpr int kBlocks = 24;
   constexpr int kBs = 4;
@@ -457,21 +465,50 @@ TEST(KvManagerTest, RandomizedStress) {
     std::vector<int32_t> tokens;  // tokens so far
     int computed = 0;             // positions with KV
     int salt = 0;
+    std::vector<int32_t> table;   // the model's copy
   };
+  struct Content {
+    std::vector<int32_t> prefix;  // tokens [0, end of what this block encodes)
+    int salt = -1;
+  };
+  std::vector<Content> content(kBlocks);
   std::map<SeqId, SeqModel> live;
   SeqId next_id = 1;
-  // Prompts drawn from few prefixes so that hits happen.
+  auto model_refs = [&]() {
+    std::vector<int> refs(kBlocks, 0);
+    for (const auto& [id, s] : live) {
+      for (int32_t b : s.table) ++refs[static_cast<size_t>(b)];
+    }
+    return refs;
+  };
+  // Appends the blocks AllocateSlots added; they must have been unreferenced.
+  auto adopt_new_blocks = [&](SeqId id, SeqModel* s, const std::vector<int>& refs_before) {
+    const auto& table = m.BlockTable(id);
+    ASSERT_GE(table.size(), s->table.size());
+    ASSERT_TRUE(std::equal(s->table.begin(), s->table.end(), table.begin()));
+    for (size_t i = s->table.size(); i < table.size(); ++i) {
+      ASSERT_EQ(refs_before[static_cast<size_t>(table[i])], 0) << "handed out a used block";
+      s->table.push_back(table[i]);
+    }
+  };
+  // Prompts built from few block patterns so that hits happen, and so that identical blocks
+  // follow different parents (the chained hash must tell them apart).
   auto random_prompt = [&]() {
     std::vector<int32_t> p;
-    const int base = static_cast<int>(rng() % 3);
-    const int shared = static_cast<int>(rng() % 12);
-    for (int i = 0; i < shared; ++i) p.push_back(base * 100 + i);
+    const int blocks = static_cast<int>(rng() % 4);
+    for (int b = 0; b < blocks; ++b) {
+      const int pattern = b == 0 ? static_cast<int>(rng() % 3) : static_cast<int>(rng() % 2);
+      for (int i = 0; i < kBs; ++i) p.push_back(pattern * 100 + i);
+    }
     const int extra = 1 + static_cast<int>(rng() % 6);
     for (int i = 0; i < extra; ++i) p.push_back(static_cast<int32_t>(rng() % 5));
     return p;
   };
   int64_t queries = 0, hits = 0;
+  // Coverage: the run must exercise every path at least once.
+  int copies = 0, failed_allocs = 0, failed_writes = 0, forks = 0;
   for (int step = 0; step < 5000; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
     const int op = static_cast<int>(rng() % 10);
     if (op <= 2 || live.empty()) {  // new sequence
       SeqModel s;
@@ -485,57 +522,89 @@ TEST(KvManagerTest, RandomizedStress) {
       ASSERT_EQ(hit % kBs, 0);
       ASSERT_LT(hit, static_cast<int>(s.tokens.size()));
       ASSERT_EQ(m.NumFreeBlocks(), free_before - probe.evictable_blocks);
+      s.table = m.BlockTable(id);
+      ASSERT_EQ(static_cast<int>(s.table.size()) * kBs, hit);
+      for (size_t i = 0; i < s.table.size(); ++i) {
+        const Content& c = content[static_cast<size_t>(s.table[i])];
+        ASSERT_EQ(c.salt, s.salt);
+        ASSERT_EQ(c.prefix, std::vector<int32_t>(s.tokens.begin(),
+                                                 s.tokens.begin() + (i + 1) * kBs));
+      }
       queries += static_cast<int64_t>(s.tokens.size());
       hits += hit;
       s.computed = hit;
+      const auto refs_before = model_refs();
       const int need = m.BlocksNeeded(id, static_cast<int>(s.tokens.size()));
       const int free_now = m.NumFreeBlocks();
       const bool ok = m.AllocateSlots(id, static_cast<int>(s.tokens.size()));
-      ASSERT_EQ(ok, need <= free_now) << step;
+      ASSERT_EQ(ok, need <= free_now);
       if (!ok) {
+        ++failed_allocs;
         ASSERT_EQ(m.NumFreeBlocks(), free_now);
+        ASSERT_EQ(m.BlockTable(id), s.table);
         m.Free(id);
       } else {
         ASSERT_EQ(m.NumFreeBlocks(), free_now - need);
+        adopt_new_blocks(id, &s, refs_before);
         live[id] = s;
       }
     } else if (op <= 5) {  // compute the pending tokens, or sample one more
       auto it = live.begin();
       std::advance(it, static_cast<long>(rng() % live.size()));
+      const SeqId id = it->first;
       SeqModel& s = it->second;
       const int n = static_cast<int>(s.tokens.size());
       if (s.computed < n) {
         // Every block the write touches must be exclusive (a fork may share several).
         bool ok = true;
         for (int pos = s.computed; pos < n && ok; pos = (pos / kBs + 1) * kBs) {
-          const bool shared = m.NeedsCopyOnWrite(it->first, pos);
+          const auto refs = model_refs();
+          const int32_t old = s.table[static_cast<size_t>(pos / kBs)];
+          const bool shared = refs[static_cast<size_t>(old)] > 1;
+          ASSERT_EQ(m.NeedsCopyOnWrite(id, pos), shared);
           const int free_now = m.NumFreeBlocks();
           KvManager::CopyOp cow;
-          ok = m.PrepareWrite(it->first, pos, &cow);
+          ok = m.PrepareWrite(id, pos, &cow);
           if (!ok) {
+            ++failed_writes;
             ASSERT_TRUE(shared);
             ASSERT_EQ(free_now, 0);
           } else if (shared) {
-            ASSERT_GE(cow.src, 0);
-            ASSERT_EQ(m.RefCount(cow.dst), 1);
-            ASSERT_GE(m.RefCount(cow.src), 1);
+            ++copies;
+            ASSERT_EQ(cow.src, old);
+            ASSERT_EQ(refs[static_cast<size_t>(cow.dst)], 0);
+            content[static_cast<size_t>(cow.dst)] = content[static_cast<size_t>(old)];
+            s.table[static_cast<size_t>(pos / kBs)] = cow.dst;
           } else {
             ASSERT_EQ(cow.src, -1);
+            ASSERT_EQ(cow.dst, -1);
           }
         }
         if (ok) {
+          // "Run the model": write KV of positions [computed, n).
+          for (int pos = s.computed; pos < n; ++pos) {
+            Content& c = content[static_cast<size_t>(s.table[static_cast<size_t>(pos / kBs)])];
+            c.prefix.assign(s.tokens.begin(), s.tokens.begin() + pos + 1);
+            c.salt = s.salt;
+          }
           s.computed = n;
-          m.CommitComputed(it->first, s.tokens, s.computed, salts[s.salt]);
+          m.CommitComputed(id, s.tokens, s.computed, salts[s.salt]);
         }
       } else {
         s.tokens.push_back(static_cast<int32_t>(rng() % 5));
-        if (!m.AllocateSlots(it->first, n + 1)) s.tokens.pop_back();  // no room: stay as is
+        const auto refs_before = model_refs();
+        if (m.AllocateSlots(id, n + 1)) {
+          adopt_new_blocks(id, &s, refs_before);
+        } else {
+          s.tokens.pop_back();  // no room: stay as is
+        }
       }
     } else if (op <= 6) {  // fork
       auto it = live.begin();
       std::advance(it, static_cast<long>(rng() % live.size()));
       const SeqId child = next_id++;
       ASSERT_TRUE(m.Fork(it->first, child));
+      ++forks;
       live[child] = it->second;
     } else {  // free
       auto it = live.begin();
@@ -543,26 +612,41 @@ TEST(KvManagerTest, RandomizedStress) {
       m.Free(it->first);
       live.erase(it);
     }
+    if (HasFatalFailure()) return;
     Status st = m.CheckInvariants();
-    ASSERT_TRUE(st.ok()) << "step " << step << ": " << st.ToString();
-    // Model check: refcounts = number of live tables holding each block; tables cover tokens.
-    std::vector<int> refs(kBlocks, 0);
-    for (const auto& [id, s] : live) {
-      const auto& table = m.BlockTable(id);
-      ASSERT_GE(static_cast<int>(table.size()) * kBs, static_cast<int>(s.tokens.size()));
-      for (int32_t b : table) ++refs[static_cast<size_t>(b)];
-    }
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    const auto refs = model_refs();
     int used = 0;
     for (int b = 0; b < kBlocks; ++b) {
-      ASSERT_EQ(m.RefCount(b), refs[static_cast<size_t>(b)]) << "step " << step << " block " << b;
+      ASSERT_EQ(m.RefCount(b), refs[static_cast<size_t>(b)]) << "block " << b;
       used += refs[static_cast<size_t>(b)] > 0;
+    }
+    for (const auto& [id, s] : live) {
+      ASSERT_EQ(m.BlockTable(id), s.table) << "seq " << id;
+      ASSERT_GE(static_cast<int>(s.table.size()) * kBs, static_cast<int>(s.tokens.size()));
+      for (int i = 0; i < s.computed / kBs; ++i) {
+        const Content& c = content[static_cast<size_t>(s.table[static_cast<size_t>(i)])];
+        ASSERT_EQ(c.salt, s.salt);
+        ASSERT_EQ(c.prefix, std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + (i + 1) * kBs))
+            << "seq " << id << " block " << i << " was overwritten";
+      }
     }
     ASSERT_EQ(m.Stats().used_blocks, used);
     ASSERT_EQ(m.NumSeqs(), static_cast<int>(live.size()));
     ASSERT_EQ(m.Stats().prefix_query_tokens, queries);
     ASSERT_EQ(m.Stats().prefix_hit_tokens, hits);
   }
+  const KvStats final_stats = m.Stats();
   EXPECT_GT(hits, 0);
+  EXPECT_GT(copies, 0);
+  EXPECT_GT(failed_allocs, 0);
+  EXPECT_GT(failed_writes, 0);
+  EXPECT_GT(forks, 0);
+  EXPECT_GT(final_stats.evicted_blocks, 0);
+  std::printf("stress: %d copies, %d failed allocs, %d failed writes, %d forks, %lld evictions, "
+              "%lld/%lld hit tokens\n", copies, failed_allocs, failed_writes, forks,
+              static_cast<long long>(final_stats.evicted_blocks), static_cast<long long>(hits),
+              static_cast<long long>(queries));
   for (const auto& [id, s] : live) m.Free(id);
   EXPECT_EQ(m.NumFreeBlocks(), kBlocks);
   EXPECT_EQ(m.Stats().used_blocks, 0);
