@@ -1,0 +1,349 @@
+#include "engine/sched/engine.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+namespace strata::engine::sched {
+
+Result<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner, const kv::KvManagerConfig& kv_config,
+                                               const SchedulerConfig& sched_config, const Clock* clock,
+                                               BlockCopyFn copy_blocks) {
+  if (runner == nullptr) return Status::InvalidArgument("runner: must not be null");
+  if (clock == nullptr) return Status::InvalidArgument("clock: must not be null");
+  if (runner->n_vocab() < 1) return Status::InvalidArgument("runner: n_vocab must be >= 1");
+  if (Status s = kv_config.Validate(); !s.ok()) return s.WithContext("kv config");
+  if (Status s = sched_config.Validate(); !s.ok()) return s.WithContext("scheduler config");
+  return std::unique_ptr<Engine>(new Engine(runner, kv_config, sched_config, clock, std::move(copy_blocks)));
+}
+
+Engine::Engine(ModelRunner* runner, const kv::KvManagerConfig& kv_config, const SchedulerConfig& sched_config,
+               const Clock* clock, BlockCopyFn copy_blocks)
+    : runner_(runner),
+      kv_cfg_(kv_config),
+      clock_(clock),
+      copy_blocks_(std::move(copy_blocks)),
+      kv_(kv_config),
+      sched_(sched_config, &kv_, kv_config.block_size, clock),
+      n_vocab_(runner->n_vocab()) {
+  const size_t v = static_cast<size_t>(n_vocab_);
+  batch_.reserve(static_cast<size_t>(sched_config.max_num_seqs));
+  logits_.reserve(static_cast<size_t>(sched_config.max_num_seqs) * v);
+  lp_scratch_.resize(v);
+  id_scratch_.resize(v);
+  first_tokens_.reserve(kMaxN);
+  PublishStats();
+}
+
+Engine::~Engine() {
+  Stop();
+  // Whatever is left (Step-driven use, or requests the thread never finished) ends cancelled.
+  std::vector<std::unique_ptr<RequestState>> inbox;
+  {
+    std::lock_guard lk(mu_);
+    inbox.swap(inbox_);
+  }
+  for (auto& r : inbox) {
+    for (int i = 0; i < r->req.n; ++i) {
+      TokenEvent ev;
+      ev.index = i;
+      ev.finish = FinishReason::kCancelled;
+      r->stream->Push(ev);
+    }
+  }
+  for (RequestId id : sched_.AllIds()) EndRequest(id, FinishReason::kCancelled, Status::Ok());
+}
+
+Result<RequestHandle> Engine::Submit(SubmitRequest req) {
+  const SchedulerConfig& sc = sched_.config();
+  RETURN_IF_ERROR(req.Validate(n_vocab_, sc.max_model_len));
+  if (req.n > sc.max_num_seqs) {
+    return Status::InvalidArgument("n: " + std::to_string(req.n) + " completions exceed max_num_seqs (" +
+                                   std::to_string(sc.max_num_seqs) + ")");
+  }
+  if (req.n > 1 && !copy_blocks_)
+    return Status::Unimplemented("n: n > 1 needs copy-on-write, and this engine has no block copier");
+  // The request must fit the KV pool on its own (else it could never finish).
+  const int64_t bs = kv_cfg_.block_size;
+  const int64_t total = static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
+  const int64_t blocks = (total + bs - 1) / bs + (req.n - 1) * ((req.max_tokens + bs - 1) / bs + 1);
+  if (blocks > kv_cfg_.num_blocks) {
+    return Status::InvalidArgument("max_tokens: prompt + max_tokens (x n) need up to " + std::to_string(blocks) +
+                                   " KV blocks, the pool has " + std::to_string(kv_cfg_.num_blocks));
+  }
+  const int64_t prompt_tokens = static_cast<int64_t>(req.prompt.size());
+  const int n = req.n;
+  const SamplingParams sp = req.sampling;
+  // Build the state (and its samplers) outside the lock.
+  auto state = MakeRequestState(0, std::move(req), clock_->Now());
+  for (int i = 0; i < n; ++i) {
+    SamplingParams p = sp;
+    p.seed = sp.seed + static_cast<uint64_t>(i);
+    state->seqs[static_cast<size_t>(i)].sampler = std::make_unique<Sampler>(p, static_cast<size_t>(n_vocab_));
+  }
+  RequestHandle h;
+  {
+    std::lock_guard lk(mu_);
+    if (queued_requests_ + 1 > sc.max_queued_requests) {
+      return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_requests_) +
+                                       " requests waiting (max_queued_requests " +
+                                       std::to_string(sc.max_queued_requests) + ")");
+    }
+    if (queued_prompt_tokens_ + prompt_tokens > sc.max_queued_prompt_tokens) {
+      return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_prompt_tokens_) + " + " +
+                                       std::to_string(prompt_tokens) +
+                                       " prompt tokens waiting (max_queued_prompt_tokens " +
+                                       std::to_string(sc.max_queued_prompt_tokens) + ")");
+    }
+    state->id = next_id_++;
+    state->stream = std::make_shared<RequestStream>(state->id, n);
+    h.id = state->id;
+    h.stream = state->stream;
+    queued_requests_ += 1;
+    queued_prompt_tokens_ += prompt_tokens;
+    inbox_.push_back(std::move(state));
+  }
+  cv_.notify_one();
+  return h;
+}
+
+void Engine::Cancel(RequestId id) {
+  {
+    std::lock_guard lk(mu_);
+    cancels_.push_back(id);
+  }
+  cv_.notify_one();
+}
+
+EngineStats Engine::Stats() const {
+  std::lock_guard lk(stats_mu_);
+  return stats_;
+}
+
+bool Engine::HasWork() const {
+  std::lock_guard lk(mu_);
+  return !inbox_.empty() || !cancels_.empty() || has_work_.load();
+}
+
+void Engine::Start() {
+  std::lock_guard lk(mu_);
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Engine::Stop() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::Loop() {
+  for (;;) {
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || has_work_.load(); });
+      if (stop_) return;
+    }
+    (void)Step();  // a runner error has already ended the affected requests
+    if (has_work_.load() && last_out_ != nullptr && last_out_->seqs.empty()) {
+      // Nothing schedulable right now (should not happen with validated requests): don't spin.
+      std::unique_lock lk(mu_);
+      cv_.wait_for(lk, std::chrono::milliseconds(1));
+    }
+  }
+}
+
+void Engine::Dequeued(int64_t prompt_tokens) {
+  std::lock_guard lk(mu_);
+  queued_requests_ -= 1;
+  queued_prompt_tokens_ -= prompt_tokens;
+}
+
+void Engine::EndRequest(RequestId id, FinishReason why, const Status& error) {
+  RequestState* r = sched_.Find(id);
+  if (r == nullptr) return;
+  const bool was_queued = !r->started;
+  id_list_.clear();  // reused: live completion indexes
+  for (int i = 0; i < r->req.n; ++i)
+    if (r->seqs[static_cast<size_t>(i)].live()) id_list_.push_back(i);
+  std::unique_ptr<RequestState> owned = sched_.Abort(id, why);
+  if (was_queued) Dequeued(owned->prompt_len);
+  for (int32_t i : id_list_) {
+    TokenEvent ev;
+    ev.index = i;
+    ev.finish = why;
+    ev.error = error;
+    owned->stream->Push(ev);
+  }
+  finished_requests_ += 1;
+}
+
+void Engine::Drain() {
+  {
+    std::lock_guard lk(mu_);
+    drained_.swap(inbox_);
+    drained_cancels_.swap(cancels_);
+  }
+  for (auto& r : drained_) {
+    std::shared_ptr<RequestStream> stream = r->stream;
+    const int n = r->req.n;
+    const int64_t prompt_len = r->prompt_len;
+    if (Status s = sched_.Add(std::move(r)); !s.ok()) {
+      Dequeued(prompt_len);
+      for (int i = 0; i < n; ++i) {
+        TokenEvent ev;
+        ev.index = i;
+        ev.finish = FinishReason::kError;
+        ev.error = s;
+        stream->Push(ev);
+      }
+    }
+  }
+  drained_.clear();
+  for (RequestId id : drained_cancels_) EndRequest(id, FinishReason::kCancelled, Status::Ok());
+  drained_cancels_.clear();
+}
+
+void Engine::Emit(RequestState* r, int index, int32_t token, FinishReason why, Sampler* sampler) {
+  TokenEvent ev;
+  ev.index = index;
+  ev.token = token;
+  ev.finish = why;
+  if (r->req.logprobs) {
+    ev.logprob = sampler->LastLogprob(token);
+    const int k = std::min(r->req.top_logprobs, n_vocab_);
+    if (k > 0) {
+      for (int i = 0; i < n_vocab_; ++i) lp_scratch_[static_cast<size_t>(i)] = sampler->LastLogprob(i);
+      std::iota(id_scratch_.begin(), id_scratch_.end(), 0);
+      std::partial_sort(id_scratch_.begin(), id_scratch_.begin() + k, id_scratch_.end(), [&](int32_t a, int32_t b) {
+        const float la = lp_scratch_[static_cast<size_t>(a)], lb = lp_scratch_[static_cast<size_t>(b)];
+        return la != lb ? la > lb : a < b;
+      });
+      ev.num_top = k;
+      for (int i = 0; i < k; ++i) {
+        const int32_t id = id_scratch_[static_cast<size_t>(i)];
+        ev.top[static_cast<size_t>(i)] = TopLogprob{id, lp_scratch_[static_cast<size_t>(id)]};
+      }
+    }
+  }
+  r->stream->Push(ev);
+}
+
+void Engine::SampleAndCommit(const ScheduledSeq& e, std::span<const float> logits) {
+  RequestState* r = e.req;
+  const std::span<const int32_t> banned =
+      r->req.ignore_eos ? std::span<const int32_t>(r->req.eog_ids) : std::span<const int32_t>(no_ban_);
+  if (!r->forked) {
+    // n > 1: all first tokens come from the prompt's logits, then the completions are forked.
+    first_tokens_.clear();
+    const std::span<const int32_t> prompt(r->seqs[0].tokens);
+    for (SequenceState& s : r->seqs) first_tokens_.push_back(s.sampler->Sample(logits, prompt, banned));
+    sched_.Fork(r);
+    for (size_t i = 0; i < r->seqs.size(); ++i) {
+      const FinishReason why = sched_.AppendToken(r, static_cast<int>(i), first_tokens_[i]);
+      Emit(r, static_cast<int>(i), first_tokens_[i], why, r->seqs[i].sampler.get());
+    }
+    generated_tokens_ += static_cast<int64_t>(r->seqs.size());
+    if (r->phase == RequestState::Phase::kFinished) finished_requests_ += 1;
+    return;
+  }
+  SequenceState& s = r->seqs[static_cast<size_t>(e.seq_index)];
+  const int32_t token = s.sampler->Sample(logits, s.tokens, banned);
+  const FinishReason why = sched_.AppendToken(r, e.seq_index, token);
+  Emit(r, e.seq_index, token, why, s.sampler.get());
+  generated_tokens_ += 1;
+  if (r->phase == RequestState::Phase::kFinished) finished_requests_ += 1;
+}
+
+Status Engine::Step() {
+  Drain();
+  const SchedulerOutput& out = sched_.Schedule();
+  last_out_ = &out;
+  steps_ += 1;
+  for (RequestId id : out.started) {
+    if (const RequestState* r = sched_.Find(id)) Dequeued(r->prompt_len);
+  }
+  Status status;
+  if (!out.seqs.empty()) {
+    if (!out.copies.empty()) {
+      if (copy_blocks_) {
+        copy_blocks_(out.copies);
+      } else {
+        status = Status::Internal("copy-on-write needed but the engine has no block copier");
+      }
+    }
+    batch_.clear();
+    int rows = 0;
+    for (const ScheduledSeq& e : out.seqs) {
+      const SequenceState& s = e.req->seqs[static_cast<size_t>(e.seq_index)];
+      BatchSeq b;
+      b.seq_id = e.kv_id;
+      b.tokens = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(e.start_pos),
+                                                            static_cast<size_t>(e.num_tokens));
+      b.start_pos = e.start_pos;
+      b.block_table = std::span<const int32_t>(kv_.BlockTable(e.kv_id));
+      b.want_logits = e.sample;
+      batch_.push_back(b);
+      rows += e.sample ? 1 : 0;
+      tokens_computed_ += e.num_tokens;
+    }
+    if (status.ok()) status = runner_->Run(batch_, &logits_);
+    const size_t v = static_cast<size_t>(n_vocab_);
+    if (status.ok() && logits_.size() < static_cast<size_t>(rows) * v) {
+      status = Status::Internal("runner returned " + std::to_string(logits_.size()) + " logits, expected " +
+                                std::to_string(static_cast<size_t>(rows) * v));
+    }
+    if (!status.ok()) {
+      id_list_.clear();
+      for (const ScheduledSeq& e : out.seqs) id_list_.push_back(e.req->id);
+      std::vector<RequestId> ids(id_list_.begin(), id_list_.end());  // error path: allocation is fine
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      for (RequestId id : ids) EndRequest(id, FinishReason::kError, status);
+    } else {
+      size_t row = 0;
+      for (const ScheduledSeq& e : out.seqs) {
+        sched_.CommitComputed(e);
+        if (!e.sample) continue;
+        SampleAndCommit(e, std::span<const float>(logits_).subspan(row * v, v));
+        ++row;
+      }
+    }
+  }
+  sched_.TakeFinished(&finished_);
+  finished_.clear();
+  has_work_.store(sched_.has_work());
+  PublishStats();
+  return status;
+}
+
+void Engine::PublishStats() {
+  int queued;
+  {
+    std::lock_guard lk(mu_);
+    queued = queued_requests_;
+  }
+  const kv::KvStats ks = kv_.Stats();
+  std::lock_guard lk(stats_mu_);
+  stats_.running_requests = sched_.num_running();
+  stats_.running_seqs = sched_.num_running_seqs();
+  stats_.waiting_requests = sched_.num_waiting();
+  stats_.queued_requests = queued;
+  stats_.kv_num_blocks = ks.num_blocks;
+  stats_.kv_used_blocks = ks.used_blocks;
+  stats_.kv_cached_blocks = ks.cached_blocks;
+  stats_.kv_usage = ks.usage();
+  stats_.prefix_query_tokens = ks.prefix_query_tokens;
+  stats_.prefix_hit_tokens = ks.prefix_hit_tokens;
+  stats_.preemptions = sched_.num_preemptions();
+  stats_.steps = steps_;
+  stats_.tokens_computed = tokens_computed_;
+  stats_.generated_tokens = generated_tokens_;
+  stats_.finished_requests = finished_requests_;
+}
+
+}  // namespace strata::engine::sched

@@ -1,0 +1,147 @@
+// Engine: the serving engine's core loop. One engine thread owns the Scheduler, the KvManager and
+// (uses) the ModelRunner; callers on any thread Submit requests, read their token streams, Cancel
+// them and read Stats.
+//
+// Step = drain the inbox and cancellations -> Scheduler::Schedule (blocks for every scheduled token
+// are allocated there, copy-on-write copies planned) -> block copies -> ModelRunner::Run over the
+// whole batch -> per sampled sequence: Sampler (per completion, seeded with seed + index, penalties
+// over prompt + generated) -> commit (num_computed, prefix-cache registration, append token, finish
+// on stop ids / EOG / max_tokens, free blocks) -> push TokenEvents.
+// n > 1: completion i samples with seed + i; the n first tokens are all drawn from the prompt's
+// logits, then completions 1..n-1 are forked from completion 0 (sharing its blocks).
+// Allocation: after a request is admitted, a step allocates nothing per token except the growth of
+// the caller-visible event buffer (amortised) — token vectors are reserved to prompt + max_tokens,
+// batch/logits/scratch vectors keep their capacity.
+//
+// Ownership: the Engine does not own the runner, the clock or the block copier's target; they must
+// outlive it. Thread contract: Submit/Cancel/Stats are thread-safe. Either Start() the engine
+// thread, or drive it with Step() from a single thread (deterministic tests) — never both.
+// Errors: Submit returns InvalidArgument (field named) or ResourceExhausted (queue bounds); a
+// runner failure ends the requests of that batch with finish_reason error.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/kv/kv_manager.h"
+#include "engine/runner/model_runner.h"
+#include "engine/sched/clock.h"
+#include "engine/sched/request.h"
+#include "engine/sched/scheduler.h"
+
+namespace strata::engine::sched {
+
+// Performs copy-on-write block copies in KV storage (e.g. KvStorage::CopyBlock for each entry).
+using BlockCopyFn = std::function<void(std::span<const BlockCopy>)>;
+
+struct EngineStats {
+  int running_requests = 0;
+  int running_seqs = 0;
+  int waiting_requests = 0;   // in the scheduler's queue, including preempted ones
+  int queued_requests = 0;    // accepted, never started (the admission bound counts these)
+  int kv_num_blocks = 0;
+  int kv_used_blocks = 0;
+  int kv_cached_blocks = 0;
+  double kv_usage = 0.0;
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t steps = 0;
+  int64_t tokens_computed = 0;   // tokens fed to the runner (prefill, recompute, decode)
+  int64_t generated_tokens = 0;
+  int64_t finished_requests = 0;
+};
+
+struct RequestHandle {
+  RequestId id = 0;
+  std::shared_ptr<RequestStream> stream;
+};
+
+class Engine {
+ public:
+  // Validates the configs. `copy_blocks` is needed for n > 1 (copy-on-write); without it Submit
+  // rejects n > 1.
+  static Result<std::unique_ptr<Engine>> Create(ModelRunner* runner, const kv::KvManagerConfig& kv_config,
+                                                const SchedulerConfig& sched_config, const Clock* clock,
+                                                BlockCopyFn copy_blocks = {});
+  ~Engine();  // Stop()s; requests still in flight end with finish_reason cancelled.
+
+  // Validates and queues a request. Thread-safe.
+  Result<RequestHandle> Submit(SubmitRequest req);
+  // Cancels a request: its blocks are freed at the start of the next step, its stream ends with
+  // finish_reason cancelled. Unknown/finished ids are ignored. Thread-safe.
+  void Cancel(RequestId id);
+  // A consistent snapshot as of the end of the last step. Thread-safe.
+  EngineStats Stats() const;
+
+  // Starts / stops the engine thread.
+  void Start();
+  void Stop();
+
+  // One step on the calling thread (when the engine thread is not started). Returns the runner's
+  // error, if any (the affected requests have been ended with finish_reason error).
+  Status Step();
+  // Whether anything is queued, waiting or running (engine-thread view + inbox).
+  bool HasWork() const;
+
+  // Engine-thread-only views for tests.
+  const kv::KvManager& kv() const { return kv_; }
+  const Scheduler& scheduler() const { return sched_; }
+  const SchedulerOutput& last_schedule() const { return *last_out_; }
+
+ private:
+  Engine(ModelRunner* runner, const kv::KvManagerConfig& kv_config, const SchedulerConfig& sched_config,
+         const Clock* clock, BlockCopyFn copy_blocks);
+  void Loop();
+  void Drain();
+  void SampleAndCommit(const ScheduledSeq& e, std::span<const float> logits);
+  void Emit(RequestState* r, int index, int32_t token, FinishReason why, Sampler* sampler);
+  void EndRequest(RequestId id, FinishReason why, const Status& error);
+  void Dequeued(int64_t prompt_tokens);
+  void PublishStats();
+
+  ModelRunner* runner_;
+  kv::KvManagerConfig kv_cfg_;
+  const Clock* clock_;
+  BlockCopyFn copy_blocks_;
+  kv::KvManager kv_;
+  Scheduler sched_;
+  const int n_vocab_;
+  const SchedulerOutput* last_out_ = nullptr;
+
+  // Inbox (guarded by mu_).
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<RequestState>> inbox_;
+  std::vector<RequestId> cancels_;
+  int queued_requests_ = 0;             // accepted, never started (inbox + scheduler)
+  int64_t queued_prompt_tokens_ = 0;
+  RequestId next_id_ = 1;
+  bool stop_ = false;
+  std::thread thread_;
+  std::atomic<bool> running_thread_{false};
+
+  // Engine-thread state.
+  std::vector<std::unique_ptr<RequestState>> drained_, finished_;
+  std::vector<RequestId> drained_cancels_;
+  std::vector<BatchSeq> batch_;
+  std::vector<float> logits_;
+  std::vector<float> lp_scratch_;
+  std::vector<int32_t> id_scratch_;
+  std::vector<int32_t> first_tokens_;
+  std::vector<int32_t> no_ban_;
+  std::atomic<bool> has_work_{false};
+  std::vector<RequestId> id_list_;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  int64_t steps_ = 0, tokens_computed_ = 0, generated_tokens_ = 0, finished_requests_ = 0;
+};
+
+}  // namespace strata::engine::sched

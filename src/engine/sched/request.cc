@@ -1,0 +1,127 @@
+#include "engine/sched/request.h"
+
+#include <string>
+
+namespace strata::engine::sched {
+
+std::string_view TierName(Tier t) {
+  switch (t) {
+    case Tier::kGold: return "gold";
+    case Tier::kSilver: return "silver";
+    case Tier::kBronze: return "bronze";
+  }
+  return "?";
+}
+
+Result<Tier> ParseTier(std::string_view name) {
+  if (name == "gold") return Tier::kGold;
+  if (name == "silver") return Tier::kSilver;
+  if (name == "bronze") return Tier::kBronze;
+  return Status::InvalidArgument("tier: unknown tier '" + std::string(name) + "' (gold, silver, bronze)");
+}
+
+std::string_view FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
+}
+
+namespace {
+Status CheckIds(std::string_view field, std::span<const int32_t> ids, int n_vocab) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= n_vocab) {
+      return Status::InvalidArgument(std::string(field) + "[" + std::to_string(i) + "]: token id " +
+                                     std::to_string(ids[i]) + " out of range [0, " + std::to_string(n_vocab) + ")");
+    }
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
+  if (prompt.empty()) return Status::InvalidArgument("prompt: must contain at least one token");
+  RETURN_IF_ERROR(CheckIds("prompt", prompt, n_vocab));
+  if (Status s = sampling.Validate(); !s.ok()) return s.WithContext("sampling");
+  if (max_tokens < 1) return Status::InvalidArgument("max_tokens: must be >= 1, got " + std::to_string(max_tokens));
+  if (static_cast<int64_t>(prompt.size()) + max_tokens > max_model_len) {
+    return Status::InvalidArgument("max_tokens: prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
+                                   std::to_string(max_tokens) + ") exceeds max_model_len (" +
+                                   std::to_string(max_model_len) + ")");
+  }
+  if (stop_token_ids.size() > kMaxStopTokenIds)
+    return Status::InvalidArgument("stop_token_ids: more than " + std::to_string(kMaxStopTokenIds) + " ids");
+  RETURN_IF_ERROR(CheckIds("stop_token_ids", stop_token_ids, n_vocab));
+  if (eog_ids.size() > kMaxStopTokenIds)
+    return Status::InvalidArgument("eog_ids: more than " + std::to_string(kMaxStopTokenIds) + " ids");
+  RETURN_IF_ERROR(CheckIds("eog_ids", eog_ids, n_vocab));
+  if (static_cast<uint8_t>(tier) > static_cast<uint8_t>(Tier::kBronze))
+    return Status::InvalidArgument("tier: invalid value " + std::to_string(static_cast<int>(tier)));
+  if (n < 1 || n > kMaxN)
+    return Status::InvalidArgument("n: must be in [1, " + std::to_string(kMaxN) + "], got " + std::to_string(n));
+  if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs)
+    return Status::InvalidArgument("top_logprobs: must be in [0, " + std::to_string(kMaxTopLogprobs) + "], got " +
+                                   std::to_string(top_logprobs));
+  if (top_logprobs > 0 && !logprobs) return Status::InvalidArgument("top_logprobs: requires logprobs = true");
+  if (salt.size() > kMaxSaltBytes)
+    return Status::InvalidArgument("salt: " + std::to_string(salt.size()) + " bytes exceeds " +
+                                   std::to_string(kMaxSaltBytes));
+  return Status::Ok();
+}
+
+void RequestStream::Push(const TokenEvent& ev) {
+  {
+    std::lock_guard lk(mu_);
+    if (head_ == buf_.size()) {  // drained: reuse from the start
+      buf_.clear();
+      head_ = 0;
+    }
+    buf_.push_back(ev);
+    if (ev.finish != FinishReason::kNone) ++finished_;
+  }
+  cv_.notify_all();
+}
+
+std::optional<TokenEvent> RequestStream::PopLocked() {
+  if (head_ == buf_.size()) return std::nullopt;
+  TokenEvent ev = buf_[head_++];
+  if (head_ == buf_.size()) {
+    buf_.clear();
+    head_ = 0;
+  }
+  return ev;
+}
+
+std::optional<TokenEvent> RequestStream::Next() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return head_ < buf_.size() || CompleteLocked(); });
+  return PopLocked();
+}
+
+std::optional<TokenEvent> RequestStream::NextFor(std::chrono::nanoseconds timeout) {
+  std::unique_lock lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return head_ < buf_.size() || CompleteLocked(); });
+  return PopLocked();
+}
+
+std::optional<TokenEvent> RequestStream::TryNext() {
+  std::lock_guard lk(mu_);
+  return PopLocked();
+}
+
+bool RequestStream::complete() const {
+  std::lock_guard lk(mu_);
+  return CompleteLocked();
+}
+
+std::vector<TokenEvent> RequestStream::DrainAll() {
+  std::vector<TokenEvent> out;
+  while (auto ev = Next()) out.push_back(*ev);
+  return out;
+}
+
+}  // namespace strata::engine::sched

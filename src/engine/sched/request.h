@@ -1,0 +1,111 @@
+// Request API types of the serving engine: what a caller submits (SubmitRequest), what it gets
+// back (a RequestStream of TokenEvents), and the SLA tiers.
+//
+// Ownership: SubmitRequest is moved into the engine on Submit. A RequestStream is shared (via
+// shared_ptr) between the engine thread (producer) and the caller (consumer).
+// Thread contract: RequestStream is thread-safe (one producer, any number of consumers);
+// everything else is a plain value type.
+// Errors: SubmitRequest::Validate returns InvalidArgument naming the offending field.
+#pragma once
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/sampler.h"
+#include "engine/sched/clock.h"
+
+namespace strata::engine::sched {
+
+using RequestId = int64_t;
+
+// SLA tier: lower value = served first. Default silver.
+enum class Tier : uint8_t { kGold = 0, kSilver = 1, kBronze = 2 };
+std::string_view TierName(Tier t);
+Result<Tier> ParseTier(std::string_view name);  // "gold", "silver", "bronze"
+
+enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
+std::string_view FinishReasonName(FinishReason r);  // "", "stop", "length", "cancelled", "error"
+
+inline constexpr int kMaxTopLogprobs = 20;
+inline constexpr int kMaxN = 64;
+inline constexpr size_t kMaxSaltBytes = 1024;
+inline constexpr size_t kMaxStopTokenIds = 1024;
+
+struct SubmitRequest {
+  std::vector<int32_t> prompt;  // token ids, >= 1
+  SamplingParams sampling;
+  int max_tokens = 256;                 // generated tokens per completion, >= 1
+  std::vector<int32_t> stop_token_ids;  // finish (reason stop) when one is sampled
+  bool ignore_eos = false;              // EOG ids are never sampled (banned) and do not stop
+  std::vector<int32_t> eog_ids;         // end-of-generation ids, from Tokenizer::eog_ids()
+  Tier tier = Tier::kSilver;
+  std::optional<TimePoint> deadline;  // orders requests within a tier (earliest first); no expiry
+  int n = 1;                          // completions; they share the prompt's KV blocks
+  bool logprobs = false;              // report the sampled token's logprob
+  int top_logprobs = 0;               // 0..20 most likely tokens with their logprobs (needs logprobs)
+  std::vector<uint8_t> salt;          // model fingerprint / LoRA id / tenant, bound into prefix hashes
+
+  // Field checks against the model: n_vocab (token id range) and max_model_len (positions per
+  // sequence). Capacity checks (KV pool, max_num_seqs) are the engine's.
+  Status Validate(int n_vocab, int max_model_len) const;
+};
+
+struct TopLogprob {
+  int32_t id = -1;
+  float logprob = 0.0f;
+};
+
+// One sampled token of completion `index`, or a terminal event. The last event of a completion
+// has finish != kNone: for kStop it carries the matched stop/EOG token; for kLength the last
+// generated token; for kCancelled/kError token == -1 (and `error` says why for kError).
+struct TokenEvent {
+  int index = 0;
+  int32_t token = -1;
+  float logprob = 0.0f;  // when SubmitRequest::logprobs
+  int num_top = 0;
+  std::array<TopLogprob, kMaxTopLogprobs> top{};  // [0, num_top), most likely first
+  FinishReason finish = FinishReason::kNone;
+  Status error;
+
+  std::span<const TopLogprob> top_logprobs() const { return {top.data(), static_cast<size_t>(num_top)}; }
+};
+
+// A request's event stream. The engine pushes; callers pop. The stream is complete once every one
+// of the n completions has delivered its terminal event and all events were popped.
+class RequestStream {
+ public:
+  RequestStream(RequestId id, int n) : id_(id), n_(n) {}
+  RequestId id() const { return id_; }
+
+  // Blocks until an event is available (returns it) or the stream is complete (nullopt).
+  std::optional<TokenEvent> Next();
+  // Like Next, but gives up after `timeout` (nullopt; check complete() to tell the cases apart).
+  std::optional<TokenEvent> NextFor(std::chrono::nanoseconds timeout);
+  std::optional<TokenEvent> TryNext();
+  bool complete() const;
+  // Drains every event until complete (blocking).
+  std::vector<TokenEvent> DrainAll();
+
+  // Engine side.
+  void Push(const TokenEvent& ev);
+
+ private:
+  std::optional<TokenEvent> PopLocked();
+  bool CompleteLocked() const { return finished_ == n_ && head_ == buf_.size(); }
+  const RequestId id_;
+  const int n_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<TokenEvent> buf_;  // [head_, size) not yet popped; reset when drained (keeps capacity)
+  size_t head_ = 0;
+  int finished_ = 0;
+};
+
+}  // namespace strata::engine::sched

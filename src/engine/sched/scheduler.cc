@@ -1,0 +1,360 @@
+#include "engine/sched/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <tuple>
+
+namespace strata::engine::sched {
+
+Status SchedulerConfig::Validate() const {
+  if (max_batched_tokens < 1) return Status::InvalidArgument("max_batched_tokens: must be >= 1");
+  if (max_num_seqs < 1) return Status::InvalidArgument("max_num_seqs: must be >= 1");
+  if (max_queued_requests < 1) return Status::InvalidArgument("max_queued_requests: must be >= 1");
+  if (max_queued_prompt_tokens < 1) return Status::InvalidArgument("max_queued_prompt_tokens: must be >= 1");
+  if (max_model_len < 2) return Status::InvalidArgument("max_model_len: must be >= 2");
+  if (!std::isfinite(aging_s) || aging_s < 0) return Status::InvalidArgument("aging_s: must be finite and >= 0");
+  return Status::Ok();
+}
+
+int RequestState::seats() const {
+  if (!forked) return req.n;
+  int live = 0;
+  for (const SequenceState& s : seqs) live += s.live() ? 1 : 0;
+  return live;
+}
+
+std::unique_ptr<RequestState> MakeRequestState(RequestId id, SubmitRequest req, TimePoint arrival) {
+  auto r = std::make_unique<RequestState>();
+  r->id = id;
+  r->arrival = arrival;
+  r->prompt_len = static_cast<int>(req.prompt.size());
+  r->forked = req.n == 1;
+  r->seqs.resize(static_cast<size_t>(req.n));
+  const size_t final_len = req.prompt.size() + static_cast<size_t>(req.max_tokens);
+  for (int i = 0; i < req.n; ++i) {
+    SequenceState& s = r->seqs[static_cast<size_t>(i)];
+    s.index = i;
+    s.tokens.reserve(final_len);
+  }
+  r->seqs[0].tokens.assign(req.prompt.begin(), req.prompt.end());
+  r->req = std::move(req);
+  return r;
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager* kv, int block_size, const Clock* clock)
+    : cfg_(config), kv_(kv), block_size_(block_size), clock_(clock) {
+  out_.seqs.reserve(static_cast<size_t>(cfg_.max_num_seqs));
+  out_.copies.reserve(static_cast<size_t>(cfg_.max_num_seqs));
+}
+
+Status Scheduler::CheckAdmission(int64_t prompt_tokens) const {
+  if (queued_requests_ + 1 > cfg_.max_queued_requests) {
+    return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_requests_) +
+                                     " requests waiting (max_queued_requests " +
+                                     std::to_string(cfg_.max_queued_requests) + ")");
+  }
+  if (queued_prompt_tokens_ + prompt_tokens > cfg_.max_queued_prompt_tokens) {
+    return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_prompt_tokens_) + " + " +
+                                     std::to_string(prompt_tokens) + " prompt tokens waiting (max_queued_prompt_tokens " +
+                                     std::to_string(cfg_.max_queued_prompt_tokens) + ")");
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::Add(std::unique_ptr<RequestState> r) {
+  if (r == nullptr || r->phase != RequestState::Phase::kWaiting || r->started)
+    return Status::InvalidArgument("request: must be a new waiting request");
+  if (all_.count(r->id)) return Status::InvalidArgument("request id " + std::to_string(r->id) + " already queued");
+  RETURN_IF_ERROR(CheckAdmission(r->prompt_len));
+  r->arrival_seq = next_arrival_++;
+  queued_requests_ += 1;
+  queued_prompt_tokens_ += r->prompt_len;
+  waiting_.push_back(r.get());
+  all_.emplace(r->id, std::move(r));
+  return Status::Ok();
+}
+
+int64_t Scheduler::Level(const RequestState& r, TimePoint now) const {
+  int64_t level = static_cast<int64_t>(r.req.tier);
+  if (cfg_.aging_s > 0) {
+    double waited = std::chrono::duration<double>(now - r.arrival).count();
+    if (waited > 0) level -= static_cast<int64_t>(std::floor(waited / cfg_.aging_s));
+  }
+  return level;
+}
+
+bool Scheduler::Before(const RequestState* a, const RequestState* b) {
+  return std::tie(a->key_level, a->key_deadline, a->arrival_seq) <
+         std::tie(b->key_level, b->key_deadline, b->arrival_seq);
+}
+
+RequestState* Scheduler::Find(RequestId id) const {
+  auto it = all_.find(id);
+  return it == all_.end() ? nullptr : it->second.get();
+}
+
+std::vector<RequestId> Scheduler::AllIds() const {
+  std::vector<RequestId> ids;
+  ids.reserve(all_.size());
+  for (const auto& [id, r] : all_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+int Scheduler::num_running_seqs() const {
+  int n = 0;
+  for (const RequestState* r : running_) n += r->seats();
+  return n;
+}
+
+void Scheduler::Remove(std::vector<RequestState*>* v, RequestState* r) {
+  auto it = std::find(v->begin(), v->end(), r);
+  if (it != v->end()) v->erase(it);
+}
+
+void Scheduler::MarkNotQueued(RequestState* r) {
+  queued_requests_ -= 1;
+  queued_prompt_tokens_ -= r->prompt_len;
+}
+
+void Scheduler::Unschedule(RequestState* r) {
+  for (size_t i = 0; i < out_.seqs.size();) {
+    if (out_.seqs[i].req == r) {
+      budget_ += out_.seqs[i].num_tokens;
+      out_.num_tokens -= out_.seqs[i].num_tokens;
+      out_.seqs.erase(out_.seqs.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  for (size_t i = 0; i < out_.copies.size();) {
+    bool mine = false;
+    for (const SequenceState& s : r->seqs) mine |= s.kv_id >= 0 && s.kv_id == out_.copies[i].seq;
+    if (mine) {
+      out_.copies.erase(out_.copies.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+void Scheduler::ReleaseBlocks(RequestState* r) {
+  for (SequenceState& s : r->seqs) {
+    if (s.kv_id >= 0 && kv_->Has(s.kv_id)) kv_->Free(s.kv_id);
+    s.kv_id = -1;
+    s.num_computed = 0;
+  }
+}
+
+RequestState* Scheduler::LowestRunningBelow(const RequestState* r) const {
+  RequestState* lowest = nullptr;
+  for (RequestState* v : running_) {
+    if (v == r || !Before(r, v)) continue;
+    if (lowest == nullptr || Before(lowest, v)) lowest = v;
+  }
+  return lowest;
+}
+
+void Scheduler::Preempt(RequestState* victim) {
+  Unschedule(victim);
+  seats_used_ -= victim->seats();
+  ReleaseBlocks(victim);
+  Remove(&running_, victim);
+  victim->phase = RequestState::Phase::kWaiting;
+  victim->preempted_in_step = step_;
+  victim->num_preemptions += 1;
+  waiting_.push_back(victim);
+  preemptions_ += 1;
+  out_.num_preempted += 1;
+}
+
+bool Scheduler::TrySchedule(RequestState* r, SequenceState& s, int n, bool allow_self_preempt) {
+  for (;;) {
+    if (kv_->AllocateSlots(s.kv_id, s.num_computed + n)) {
+      kv::KvManager::CopyOp op{-1, -1};
+      if (kv_->PrepareWrite(s.kv_id, s.num_computed, &op)) {
+        if (op.src >= 0 && op.src != op.dst)
+          out_.copies.push_back(BlockCopy{op.src, op.dst, s.num_computed % block_size_, s.kv_id});
+        const bool sample = s.num_computed + n == static_cast<int>(s.tokens.size());
+        out_.seqs.push_back(ScheduledSeq{r, s.index, s.kv_id, s.num_computed, n, sample});
+        out_.num_tokens += n;
+        budget_ -= n;
+        return true;
+      }
+    }
+    if (RequestState* victim = LowestRunningBelow(r)) {
+      Preempt(victim);
+      continue;
+    }
+    if (allow_self_preempt) Preempt(r);
+    return false;
+  }
+}
+
+bool Scheduler::Admit(RequestState* r) {
+  const int need = r->seats();
+  while (seats_used_ + need > cfg_.max_num_seqs) {
+    RequestState* victim = LowestRunningBelow(r);
+    if (victim == nullptr) return false;
+    Preempt(victim);
+  }
+  const std::span<const uint8_t> salt(r->req.salt);
+  for (int i = 0; i < r->num_active(); ++i) {
+    SequenceState& s = r->seqs[static_cast<size_t>(i)];
+    if (!s.live()) continue;
+    s.kv_id = NewKvId();
+    s.num_computed = kv_->MatchPrefix(s.kv_id, s.tokens, salt);
+  }
+  r->phase = RequestState::Phase::kRunning;
+  Remove(&waiting_, r);
+  running_.push_back(r);
+  seats_used_ += need;
+  for (int i = 0; i < r->num_active(); ++i) {
+    SequenceState& s = r->seqs[static_cast<size_t>(i)];
+    if (!s.live()) continue;
+    if (budget_ == 0) break;
+    if (!TrySchedule(r, s, std::min(s.pending(), budget_), /*allow_self_preempt=*/false)) {
+      // Does not fit even with everything below it preempted: back to waiting, unchanged.
+      Unschedule(r);
+      ReleaseBlocks(r);
+      Remove(&running_, r);
+      seats_used_ -= need;
+      r->phase = RequestState::Phase::kWaiting;
+      waiting_.push_back(r);
+      return false;
+    }
+  }
+  if (!r->started) {
+    r->started = true;
+    MarkNotQueued(r);
+    out_.started.push_back(r->id);
+  }
+  return true;
+}
+
+const SchedulerOutput& Scheduler::Schedule() {
+  ++step_;
+  out_.seqs.clear();
+  out_.copies.clear();
+  out_.started.clear();
+  out_.num_tokens = 0;
+  out_.num_preempted = 0;
+  const TimePoint now = clock_->Now();
+  order_.clear();
+  order_.insert(order_.end(), running_.begin(), running_.end());
+  order_.insert(order_.end(), waiting_.begin(), waiting_.end());
+  for (RequestState* r : order_) {
+    r->key_level = Level(*r, now);
+    r->key_deadline = r->req.deadline ? r->req.deadline->time_since_epoch().count()
+                                      : std::numeric_limits<int64_t>::max();
+  }
+  std::sort(order_.begin(), order_.end(), Before);
+  budget_ = cfg_.max_batched_tokens;
+  seats_used_ = num_running_seqs();
+
+  // A. Running decodes, in priority order.
+  for (RequestState* r : order_) {
+    if (budget_ == 0) break;
+    if (r->phase != RequestState::Phase::kRunning) continue;
+    for (int i = 0; i < r->num_active() && budget_ > 0; ++i) {
+      SequenceState& s = r->seqs[static_cast<size_t>(i)];
+      if (!s.live() || s.pending() != 1) continue;
+      if (!TrySchedule(r, s, 1, /*allow_self_preempt=*/true)) break;
+    }
+  }
+  // B. Prefill chunks of running sequences and admissions, in priority order.
+  bool admission_open = true;
+  for (RequestState* r : order_) {
+    if (budget_ == 0) break;
+    if (r->phase == RequestState::Phase::kRunning) {
+      for (int i = 0; i < r->num_active() && budget_ > 0; ++i) {
+        SequenceState& s = r->seqs[static_cast<size_t>(i)];
+        if (!s.live() || s.pending() <= 1) continue;
+        if (!TrySchedule(r, s, std::min(s.pending(), budget_), /*allow_self_preempt=*/true)) break;
+        if (r->phase != RequestState::Phase::kRunning) break;
+      }
+    } else if (r->phase == RequestState::Phase::kWaiting && admission_open && r->preempted_in_step != step_) {
+      if (!Admit(r)) admission_open = false;
+    }
+  }
+  return out_;
+}
+
+void Scheduler::CommitComputed(const ScheduledSeq& e) {
+  SequenceState& s = e.req->seqs[static_cast<size_t>(e.seq_index)];
+  s.num_computed += e.num_tokens;
+  kv_->CommitComputed(s.kv_id, s.tokens, s.num_computed, std::span<const uint8_t>(e.req->req.salt));
+}
+
+void Scheduler::Fork(RequestState* r) {
+  if (r->forked) return;
+  SequenceState& parent = r->seqs[0];
+  for (size_t i = 1; i < r->seqs.size(); ++i) {
+    SequenceState& c = r->seqs[i];
+    c.tokens.assign(parent.tokens.begin(), parent.tokens.end());
+    c.num_computed = parent.num_computed;
+    c.kv_id = NewKvId();
+    kv_->Fork(parent.kv_id, c.kv_id);
+  }
+  r->forked = true;
+}
+
+void Scheduler::FinishRequest(RequestState* r) {
+  ReleaseBlocks(r);
+  Remove(&running_, r);
+  Remove(&waiting_, r);
+  r->phase = RequestState::Phase::kFinished;
+  finished_.push_back(r);
+}
+
+FinishReason Scheduler::AppendToken(RequestState* r, int seq_index, int32_t token) {
+  SequenceState& s = r->seqs[static_cast<size_t>(seq_index)];
+  s.tokens.push_back(token);
+  s.num_generated += 1;
+  const SubmitRequest& q = r->req;
+  FinishReason why = FinishReason::kNone;
+  auto has = [token](const std::vector<int32_t>& v) { return std::find(v.begin(), v.end(), token) != v.end(); };
+  if (has(q.stop_token_ids) || (!q.ignore_eos && has(q.eog_ids))) {
+    why = FinishReason::kStop;
+  } else if (s.num_generated >= q.max_tokens || static_cast<int>(s.tokens.size()) >= cfg_.max_model_len) {
+    why = FinishReason::kLength;
+  }
+  if (why == FinishReason::kNone) return why;
+  s.finish = why;
+  if (s.kv_id >= 0 && kv_->Has(s.kv_id)) kv_->Free(s.kv_id);
+  s.kv_id = -1;
+  bool all_done = r->forked;
+  for (const SequenceState& t : r->seqs) all_done = all_done && !t.live();
+  if (all_done) FinishRequest(r);
+  return why;
+}
+
+std::unique_ptr<RequestState> Scheduler::Abort(RequestId id, FinishReason reason) {
+  auto it = all_.find(id);
+  if (it == all_.end()) return nullptr;
+  RequestState* r = it->second.get();
+  Unschedule(r);
+  ReleaseBlocks(r);
+  if (r->phase == RequestState::Phase::kWaiting && !r->started) MarkNotQueued(r);
+  Remove(&running_, r);
+  Remove(&waiting_, r);
+  Remove(&finished_, r);
+  for (SequenceState& s : r->seqs)
+    if (s.live()) s.finish = reason;
+  r->phase = RequestState::Phase::kFinished;
+  std::unique_ptr<RequestState> owned = std::move(it->second);
+  all_.erase(it);
+  return owned;
+}
+
+void Scheduler::TakeFinished(std::vector<std::unique_ptr<RequestState>>* out) {
+  for (RequestState* r : finished_) {
+    auto it = all_.find(r->id);
+    out->push_back(std::move(it->second));
+    all_.erase(it);
+  }
+  finished_.clear();
+}
+
+}  // namespace strata::engine::sched

@@ -1,0 +1,207 @@
+// Scheduler: decides, each engine step, which sequences run how many tokens — pure logic over the
+// KvManager, no threads, time from an injected Clock.
+//
+// Model. A request has n completions ("sequences"). Before its prompt is computed a request with
+// n > 1 has one sequence (index 0); when the prompt's last chunk is sampled the engine samples n
+// first tokens and calls Fork, which creates the other completions sharing the prompt's blocks.
+// A sequence holds tokens = prompt + generated and num_computed = positions whose KV is written;
+// its pending tokens are tokens[num_computed, size). Pending == 1 is a decode, more is a prefill
+// (a prompt, or the recomputation of a preempted sequence); a chunk that reaches the end of
+// `tokens` is sampled.
+//
+// Priority (a strict total order, recomputed every step):
+//   key = (level, deadline or +inf, arrival order), smaller first, where
+//   level = tier - floor(time since submission / aging_s)   (gold 0, silver 1, bronze 2)
+// so a request that has waited aging_s moves up one tier, and after (tier + 1) * aging_s it is ahead
+// of every newly arrived gold request: bronze never starves under a gold flood. Level may go below
+// gold. The same key orders waiting requests (admission) and running ones (who is preempted).
+//
+// Step (Schedule): token budget max_batched_tokens, at most max_num_seqs admitted sequences.
+//   A. running decodes in priority order (1 token each);
+//   B. in priority order, prefill chunks of running sequences and admissions of waiting requests
+//      (prefix-cache hits via KvManager::MatchPrefix skip computed tokens; a prompt larger than the
+//      remaining budget is split into chunks over several steps — chunked prefill).
+//   When a sequence cannot get its blocks (AllocateSlots/PrepareWrite fail) or a waiting request
+//   has no seat, the lowest-priority running request below it is preempted — even if it was already
+//   scheduled for a decode in this step (it is taken out of the batch) — so a gold request arriving
+//   at a full engine is scheduled before bronze requests that are merely decoding. If nothing lower
+//   is running, a running request preempts itself; a waiting one stays waiting (admission stops
+//   for this step, keeping the order strict).
+// Preemption is by recompute: all blocks are freed, the request goes back to waiting, and on
+// readmission each sequence recomputes prompt + generated tokens (full blocks usually come back
+// from the prefix cache). Its Samplers are kept, so it resumes exactly where it was and produces the
+// same tokens. Swapping to host memory is not implemented: on CPU the KV already lives in host
+// memory and recomputing a prefix-cached prefix is cheap.
+//
+// Admission bound: requests that have never started (never been admitted to running) are limited
+// by max_queued_requests and max_queued_prompt_tokens; preempted requests are not counted (they are
+// never rejected once accepted).
+//
+// Ownership: the Scheduler owns every RequestState until it is finished and taken with
+// TakeFinished (or returned by Abort). It does not own the KvManager or Clock.
+// Thread contract: single-threaded (the engine thread).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/kv/kv_manager.h"
+#include "engine/sampler.h"
+#include "engine/sched/clock.h"
+#include "engine/sched/request.h"
+
+namespace strata::engine::sched {
+
+class RequestStream;
+
+struct SchedulerConfig {
+  int max_batched_tokens = 2048;  // tokens per step (prefill chunks + decodes)
+  int max_num_seqs = 64;          // sequences admitted (and so per step)
+  int max_queued_requests = 1024;
+  int64_t max_queued_prompt_tokens = 1 << 20;
+  int max_model_len = 4096;  // positions per sequence
+  double aging_s = 10.0;     // waiting this long promotes a request by one tier
+  Status Validate() const;
+};
+
+struct SequenceState {
+  int index = 0;
+  kv::SeqId kv_id = -1;  // -1 while it holds no blocks (waiting / finished)
+  std::vector<int32_t> tokens;
+  int num_computed = 0;
+  int num_generated = 0;
+  FinishReason finish = FinishReason::kNone;
+  std::unique_ptr<Sampler> sampler;  // used by the engine; kept across preemption
+  bool live() const { return finish == FinishReason::kNone; }
+  int pending() const { return static_cast<int>(tokens.size()) - num_computed; }
+};
+
+struct RequestState {
+  enum class Phase : uint8_t { kWaiting, kRunning, kFinished };
+  RequestId id = 0;
+  SubmitRequest req;
+  TimePoint arrival{};
+  uint64_t arrival_seq = 0;
+  int prompt_len = 0;
+  Phase phase = Phase::kWaiting;
+  bool started = false;  // admitted to running at least once
+  bool forked = false;   // n > 1 completions created (always true for n == 1)
+  int num_preemptions = 0;
+  std::vector<SequenceState> seqs;  // n entries; before the fork only seqs[0] is active
+  std::shared_ptr<RequestStream> stream;  // the engine's; unused by the scheduler
+
+  // Scheduler-internal, valid during Schedule().
+  int64_t key_level = 0;
+  int64_t key_deadline = 0;
+  uint64_t preempted_in_step = 0;
+  int num_active() const { return forked ? static_cast<int>(seqs.size()) : 1; }
+  int seats() const;  // sequence slots held while running
+};
+
+// Builds a RequestState from a validated request (n sequences, tokens reserved to their final size).
+std::unique_ptr<RequestState> MakeRequestState(RequestId id, SubmitRequest req, TimePoint arrival);
+
+// Copy-on-write: before a sequence writes into a shared block, rows [0, num_slots) of src are copied
+// into dst (all layers). `seq` is the KV sequence that will write.
+struct BlockCopy {
+  int32_t src = -1;
+  int32_t dst = -1;
+  int num_slots = 0;
+  kv::SeqId seq = -1;
+};
+
+struct ScheduledSeq {
+  RequestState* req = nullptr;
+  int seq_index = 0;
+  kv::SeqId kv_id = -1;
+  int start_pos = 0;   // == the sequence's num_computed
+  int num_tokens = 0;  // tokens[start_pos, start_pos + num_tokens) are fed
+  bool sample = false; // the chunk reaches the end of tokens: sample the next token
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledSeq> seqs;     // the batch, in priority order
+  std::vector<BlockCopy> copies;      // to perform before the forward pass
+  std::vector<RequestId> started;     // admitted for the first time in this step
+  int num_tokens = 0;
+  int num_preempted = 0;              // preemptions in this step
+};
+
+class Scheduler {
+ public:
+  // `kv` and `clock` must outlive the scheduler; `block_size` is the KvManager's.
+  Scheduler(const SchedulerConfig& config, kv::KvManager* kv, int block_size, const Clock* clock);
+
+  const SchedulerConfig& config() const { return cfg_; }
+  // ResourceExhausted when one more never-started request with `prompt_tokens` would exceed a bound.
+  Status CheckAdmission(int64_t prompt_tokens) const;
+  // Queues a request (CheckAdmission first). The request must be in phase kWaiting with a unique id.
+  Status Add(std::unique_ptr<RequestState> r);
+
+  // Plans one step. The returned reference is valid until the next Schedule/Abort/commit call.
+  const SchedulerOutput& Schedule();
+
+  // After the forward pass, for each scheduled entry (in batch order):
+  //   the chunk's KV is written: advances num_computed, registers full blocks in the prefix cache.
+  void CommitComputed(const ScheduledSeq& s);
+  //   n > 1, first sample of the prompt: creates completions 1..n-1 sharing seqs[0]'s blocks.
+  void Fork(RequestState* r);
+  //   appends a sampled token; returns why the sequence finished (kNone: it continues). A finished
+  //   sequence's blocks are freed at once; a request whose sequences all finished becomes kFinished.
+  FinishReason AppendToken(RequestState* r, int seq_index, int32_t token);
+
+  // Removes a request now, freeing its blocks; live sequences get `reason`. nullptr if unknown.
+  std::unique_ptr<RequestState> Abort(RequestId id, FinishReason reason);
+  // Moves finished requests out (appends to `out`).
+  void TakeFinished(std::vector<std::unique_ptr<RequestState>>* out);
+
+  RequestState* Find(RequestId id) const;
+  // Ids of every request the scheduler holds (waiting, running, finished-not-taken).
+  std::vector<RequestId> AllIds() const;
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_running_seqs() const;
+  int num_queued_never_started() const { return queued_requests_; }
+  int64_t queued_prompt_tokens() const { return queued_prompt_tokens_; }
+  int64_t num_preemptions() const { return preemptions_; }
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  // Effective level (see the header comment) at `now`.
+  int64_t Level(const RequestState& r, TimePoint now) const;
+
+ private:
+  static bool Before(const RequestState* a, const RequestState* b);
+  bool TrySchedule(RequestState* r, SequenceState& s, int n, bool allow_self_preempt);
+  bool Admit(RequestState* r);
+  RequestState* LowestRunningBelow(const RequestState* r) const;
+  void Preempt(RequestState* victim);
+  void Unschedule(RequestState* r);
+  void ReleaseBlocks(RequestState* r);
+  void MarkNotQueued(RequestState* r);
+  void FinishRequest(RequestState* r);
+  static void Remove(std::vector<RequestState*>* v, RequestState* r);
+  kv::SeqId NewKvId() { return next_kv_id_++; }
+
+  SchedulerConfig cfg_;
+  kv::KvManager* kv_;
+  int block_size_;
+  const Clock* clock_;
+  std::unordered_map<RequestId, std::unique_ptr<RequestState>> all_;
+  std::vector<RequestState*> waiting_, running_, finished_;
+  std::vector<RequestState*> order_;  // scratch
+  SchedulerOutput out_;
+  int budget_ = 0;
+  int seats_used_ = 0;
+  uint64_t step_ = 0;
+  uint64_t next_arrival_ = 0;
+  kv::SeqId next_kv_id_ = 1;
+  int queued_requests_ = 0;
+  int64_t queued_prompt_tokens_ = 0;
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace strata::engine::sched
