@@ -269,10 +269,7 @@ void KvManager::CommitComputed(SeqId seq, std::span<const int32_t> tokens, int n
 
 bool KvManager::Fork(SeqId parent, SeqId child) {
   auto it = seqs_.find(parent);
-  if (it == seqs_.end() || parent == child || seqs_.count(child) != 0) {
-    assert(false && "Fork: unknown parent or existing child");
-    return false;
-  }
+  if (it == seqs_.end() || parent == child || seqs_.count(child) != 0) return false;
   SeqState copy = it->second;  // copy before inserting (rehash would invalidate `it`)
   for (int32_t id : copy.table) AddRef(id);
   seqs_.emplace(child, std::move(copy));

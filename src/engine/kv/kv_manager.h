@@ -27,8 +27,8 @@
 // (only needed after Fork) → run → CommitComputed. A sequence must use the same salt throughout.
 //
 // All methods either fully succeed or change nothing (AllocateSlots returns false on "no room").
-// Misuse by the engine (unknown seq, seq already exists) is checked with assert() in debug builds
-// and is a no-op / false in release builds.
+// Misuse by the engine (MatchPrefix on a seq that already has blocks, CommitComputed on an
+// unknown seq) is checked with assert() in debug builds and is a no-op in release builds.
 // Thread contract: owned by the engine thread; not thread-safe.
 #pragma once
 

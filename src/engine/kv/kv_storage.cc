@@ -230,6 +230,14 @@ KvStorage::Buffer KvStorage::Allocate(uint64_t bytes) {
 Result<std::unique_ptr<KvStorage>> KvStorage::Create(const KvLayout& layout) {
   RETURN_IF_ERROR(layout.Validate());
   const uint64_t per_array = layout.TotalBytes() / 2;
+  const uint64_t physical = PhysicalMemoryBytes();
+  if (physical != 0 && layout.TotalBytes() > physical) {
+    return Status::ResourceExhausted("KV cache: " + std::to_string(layout.TotalBytes()) +
+                                     " bytes (" + std::to_string(layout.num_blocks) +
+                                     " blocks) exceed physical memory (" +
+                                     std::to_string(physical) +
+                                     " bytes); lower the KV cache memory budget");
+  }
   Buffer k = Allocate(per_array);
   Buffer v = k ? Allocate(per_array) : Buffer();
   if (!k || !v) {

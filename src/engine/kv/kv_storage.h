@@ -74,7 +74,7 @@ Result<uint64_t> ParseMemorySize(std::string_view text, uint64_t physical_bytes)
 class KvStorage {
  public:
   // Validates the layout and allocates; kInvalidArgument for a bad layout, kResourceExhausted
-  // when the memory cannot be allocated. Prefer this over the constructor.
+  // when the total exceeds physical RAM or the memory cannot be allocated. Prefer this over the constructor.
   static Result<std::unique_ptr<KvStorage>> Create(const KvLayout& layout);
   // Allocates layout.num_blocks blocks (zeroed). Validate() the layout first; aborts if the
   // layout is invalid or the allocation fails.

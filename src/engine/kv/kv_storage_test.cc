@@ -162,7 +162,7 @@ TEST(KvStorageTest, CreateValidatesAndReportsAllocationFailure) {
   auto r = KvStorage::Create(bad);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  // Valid layout but 2 x 2^50 bytes: more than any address space holds.
+  // Valid layout but 2 x 2^50 bytes: more than this machine's RAM (refused before allocating).
   KvLayout huge;
   huge.n_layers = 1;
   huge.kv_dim = 1 << 20;                // 4 MiB rows (f32)
