@@ -1,1 +1,110 @@
+#include "engine/sched/request.h"
+
 #include <gtest/gtest.h>
+
+#include <thread>
+
+namespace strata::engine::sched {
+namespace {
+
+SubmitRequest Good() {
+  SubmitRequest r;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 10;
+  return r;
+}
+
+void ExpectField(const SubmitRequest& r, const std::string& field) {
+  Status s = r.Validate(100, 64);
+  ASSERT_FALSE(s.ok()) << field;
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
+}
+
+TEST(SubmitRequest, ValidRequestPasses) { EXPECT_TRUE(Good().Validate(100, 64).ok()); }
+
+TEST(SubmitRequest, ErrorsNameTheField) {
+  SubmitRequest r = Good();
+  r.prompt.clear();
+  ExpectField(r, "prompt");
+  r = Good();
+  r.prompt[1] = 100;
+  ExpectField(r, "prompt[1]");
+  r = Good();
+  r.prompt[0] = -1;
+  ExpectField(r, "prompt[0]");
+  r = Good();
+  r.max_tokens = 0;
+  ExpectField(r, "max_tokens");
+  r = Good();
+  r.max_tokens = 62;  // 3 + 62 > 64
+  ExpectField(r, "max_model_len");
+  r = Good();
+  r.stop_token_ids = {5, 200};
+  ExpectField(r, "stop_token_ids[1]");
+  r = Good();
+  r.eog_ids = {-3};
+  ExpectField(r, "eog_ids[0]");
+  r = Good();
+  r.n = 0;
+  ExpectField(r, "n:");
+  r = Good();
+  r.n = kMaxN + 1;
+  ExpectField(r, "n:");
+  r = Good();
+  r.logprobs = true;
+  r.top_logprobs = 21;
+  ExpectField(r, "top_logprobs");
+  r = Good();
+  r.top_logprobs = 3;  // without logprobs
+  ExpectField(r, "top_logprobs");
+  r = Good();
+  r.tier = static_cast<Tier>(7);
+  ExpectField(r, "tier");
+  r = Good();
+  r.salt.assign(kMaxSaltBytes + 1, 0);
+  ExpectField(r, "salt");
+  r = Good();
+  r.sampling.top_p = 0.0f;
+  ExpectField(r, "sampling");
+}
+
+TEST(Tier, ParseAndName) {
+  EXPECT_EQ(*ParseTier("gold"), Tier::kGold);
+  EXPECT_EQ(*ParseTier("bronze"), Tier::kBronze);
+  EXPECT_FALSE(ParseTier("platinum").ok());
+  EXPECT_EQ(TierName(Tier::kSilver), "silver");
+  EXPECT_EQ(FinishReasonName(FinishReason::kLength), "length");
+}
+
+TEST(RequestStream, CompletesAfterNTerminalEvents) {
+  RequestStream s(1, 2);
+  TokenEvent a;
+  a.token = 5;
+  s.Push(a);
+  TokenEvent end0;
+  end0.index = 0;
+  end0.finish = FinishReason::kStop;
+  s.Push(end0);
+  EXPECT_FALSE(s.complete());
+  EXPECT_EQ(s.TryNext()->token, 5);
+  EXPECT_EQ(s.TryNext()->finish, FinishReason::kStop);
+  EXPECT_FALSE(s.TryNext().has_value());
+  EXPECT_FALSE(s.complete());
+  EXPECT_FALSE(s.NextFor(std::chrono::milliseconds(1)).has_value());
+  std::thread producer([&] {
+    TokenEvent end1;
+    end1.index = 1;
+    end1.finish = FinishReason::kLength;
+    s.Push(end1);
+  });
+  auto ev = s.Next();  // blocks until the producer pushes
+  producer.join();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->index, 1);
+  EXPECT_TRUE(s.complete());
+  EXPECT_FALSE(s.Next().has_value());  // complete: returns at once
+}
+
+}  // namespace
+}  // namespace strata::engine::sched

@@ -1,1 +1,136 @@
+// Pure scheduler logic (no engine, no runner): ordering, aging, admission bounds, chunking.
+#include "engine/sched/scheduler.h"
+
 #include <gtest/gtest.h>
+
+namespace strata::engine::sched {
+namespace {
+
+struct Fixture {
+  FakeClock clock;
+  kv::KvManager kv;
+  Scheduler sched;
+  RequestId next = 1;
+  explicit Fixture(SchedulerConfig sc, int num_blocks = 64)
+      : kv(kv::KvManagerConfig{num_blocks, 16, true}), sched(sc, &kv, 16, &clock) {}
+  RequestId Add(Tier tier, int prompt_len = 8, std::optional<TimePoint> deadline = std::nullopt) {
+    SubmitRequest r;
+    r.prompt.assign(static_cast<size_t>(prompt_len), 3);
+    r.prompt[0] = static_cast<int32_t>(next);  // distinct prefixes
+    r.max_tokens = 4;
+    r.tier = tier;
+    r.deadline = deadline;
+    const RequestId id = next++;
+    EXPECT_TRUE(sched.Add(MakeRequestState(id, std::move(r), clock.Now())).ok());
+    return id;
+  }
+};
+
+SchedulerConfig OneSeat() {
+  SchedulerConfig sc;
+  sc.max_num_seqs = 1;
+  return sc;
+}
+
+TEST(Scheduler, OrderIsTierThenDeadlineThenArrival) {
+  Fixture f(OneSeat());
+  const TimePoint now = f.clock.Now();
+  const RequestId bronze = f.Add(Tier::kBronze);
+  const RequestId silver_late = f.Add(Tier::kSilver, 8, now + std::chrono::seconds(20));
+  const RequestId silver_none = f.Add(Tier::kSilver);
+  const RequestId silver_early = f.Add(Tier::kSilver, 8, now + std::chrono::seconds(5));
+  const RequestId gold = f.Add(Tier::kGold);
+  std::vector<RequestId> order;
+  for (int i = 0; i < 5; ++i) {
+    const SchedulerOutput& out = f.sched.Schedule();
+    ASSERT_EQ(out.seqs.size(), 1u);
+    order.push_back(out.seqs[0].req->id);
+    ASSERT_NE(f.sched.Abort(order.back(), FinishReason::kCancelled), nullptr);
+    ASSERT_TRUE(f.kv.CheckInvariants().ok());
+  }
+  EXPECT_EQ(order, (std::vector<RequestId>{gold, silver_early, silver_late, silver_none, bronze}));
+  EXPECT_EQ(f.kv.Stats().used_blocks, 0);
+}
+
+TEST(Scheduler, AgingPromotesOneTierPerAgingPeriod) {
+  SchedulerConfig sc = OneSeat();
+  sc.aging_s = 2.0;
+  Fixture f(sc);
+  const RequestId bronze = f.Add(Tier::kBronze);
+  const RequestState& r = *f.sched.Find(bronze);
+  EXPECT_EQ(f.sched.Level(r, f.clock.Now()), 2);
+  f.clock.Advance(std::chrono::milliseconds(1999));
+  EXPECT_EQ(f.sched.Level(r, f.clock.Now()), 2);
+  f.clock.Advance(std::chrono::milliseconds(1));
+  EXPECT_EQ(f.sched.Level(r, f.clock.Now()), 1);
+  f.clock.Advance(std::chrono::seconds(4));
+  EXPECT_EQ(f.sched.Level(r, f.clock.Now()), -1);  // now ahead of a fresh gold
+  const RequestId gold = f.Add(Tier::kGold);
+  const SchedulerOutput& out = f.sched.Schedule();
+  ASSERT_EQ(out.seqs.size(), 1u);
+  EXPECT_EQ(out.seqs[0].req->id, bronze);
+  EXPECT_NE(gold, bronze);
+}
+
+TEST(Scheduler, AdmissionBoundCountsNeverStartedRequests) {
+  SchedulerConfig sc;
+  sc.max_queued_requests = 2;
+  sc.max_queued_prompt_tokens = 30;
+  Fixture f(sc);
+  f.Add(Tier::kSilver, 10);
+  f.Add(Tier::kSilver, 10);
+  Status s = f.sched.CheckAdmission(1);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  (void)f.sched.Schedule();  // both start
+  EXPECT_EQ(f.sched.num_queued_never_started(), 0);
+  EXPECT_TRUE(f.sched.CheckAdmission(30).ok());
+  EXPECT_EQ(f.sched.CheckAdmission(31).code(), StatusCode::kResourceExhausted);
+}
+
+TEST(Scheduler, ChunksPromptsWithinTheBudgetAndSamplesAtTheEnd) {
+  SchedulerConfig sc;
+  sc.max_batched_tokens = 40;
+  Fixture f(sc);
+  const RequestId a = f.Add(Tier::kSilver, 100);
+  int pos = 0;
+  for (int step = 0; step < 3; ++step) {
+    const SchedulerOutput& out = f.sched.Schedule();
+    ASSERT_EQ(out.seqs.size(), 1u);
+    const ScheduledSeq e = out.seqs[0];
+    EXPECT_EQ(e.req->id, a);
+    EXPECT_EQ(e.start_pos, pos);
+    EXPECT_EQ(e.num_tokens, std::min(40, 100 - pos));
+    EXPECT_EQ(e.sample, pos + e.num_tokens == 100);
+    EXPECT_GE(static_cast<int>(f.kv.BlockTable(e.kv_id).size()) * 16, pos + e.num_tokens);
+    f.sched.CommitComputed(e);
+    pos += e.num_tokens;
+  }
+  EXPECT_EQ(pos, 100);
+  EXPECT_EQ(f.sched.AppendToken(f.sched.Find(a), 0, 5), FinishReason::kNone);
+  const SchedulerOutput& out = f.sched.Schedule();  // decode
+  ASSERT_EQ(out.seqs.size(), 1u);
+  EXPECT_EQ(out.seqs[0].start_pos, 100);
+  EXPECT_EQ(out.seqs[0].num_tokens, 1);
+  EXPECT_TRUE(out.seqs[0].sample);
+  ASSERT_NE(f.sched.Abort(a, FinishReason::kCancelled), nullptr);
+  EXPECT_EQ(f.kv.Stats().used_blocks, 0);
+}
+
+TEST(Scheduler, PreemptsLowestTierLatestWhenBlocksRunOut) {
+  Fixture f(SchedulerConfig{}, /*num_blocks=*/4);
+  const RequestId s1 = f.Add(Tier::kSilver, 30);  // 2 blocks
+  const RequestId b1 = f.Add(Tier::kBronze, 16);  // 1 block + 1 on its first decode
+  (void)f.sched.Schedule();
+  EXPECT_EQ(f.kv.Stats().used_blocks, 3);
+  const RequestId g = f.Add(Tier::kGold, 20);  // needs 2 blocks: only 1 free -> bronze preempted
+  const SchedulerOutput& out = f.sched.Schedule();
+  EXPECT_EQ(out.num_preempted, 1);
+  EXPECT_EQ(f.sched.Find(b1)->phase, RequestState::Phase::kWaiting);
+  EXPECT_EQ(f.sched.Find(s1)->phase, RequestState::Phase::kRunning);
+  EXPECT_EQ(f.sched.Find(g)->phase, RequestState::Phase::kRunning);
+  for (const ScheduledSeq& e : out.seqs) EXPECT_NE(e.req->id, b1);
+  EXPECT_TRUE(f.kv.CheckInvariants().ok());
+}
+
+}  // namespace
+}  // namespace strata::engine::sched
