@@ -310,6 +310,31 @@ bool KvManager::PrepareWrite(SeqId seq, int pos, CopyOp* op) {
   return true;
 }
 
+bool KvManager::PrepareWriteRange(SeqId seq, int start, int count, std::vector<CopyOp>* ops) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || start < 0 || count < 0) return false;
+  if (count == 0) return true;
+  const int64_t bs = cfg_.block_size;
+  const int64_t first = start / bs;
+  const int64_t last = (static_cast<int64_t>(start) + count - 1) / bs;
+  const std::vector<int32_t>& table = it->second.table;
+  if (last >= static_cast<int64_t>(table.size())) return false;
+  int copies = 0;
+  for (int64_t i = first; i <= last; ++i) {
+    copies += blocks_[static_cast<size_t>(table[static_cast<size_t>(i)])].ref > 1;
+  }
+  if (copies > NumFreeBlocks()) return false;
+  for (int64_t i = first; i <= last; ++i) {
+    const int pos = static_cast<int>(std::max<int64_t>(i * bs, start));
+    CopyOp op{-1, -1};
+    const bool ok = PrepareWrite(seq, pos, &op);
+    assert(ok);  // room and coverage checked above
+    (void)ok;
+    if (op.src >= 0 && ops) ops->push_back(op);
+  }
+  return true;
+}
+
 void KvManager::Free(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;

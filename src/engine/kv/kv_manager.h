@@ -134,6 +134,10 @@ class KvManager {
   // perform when it was shared (src == dst == -1 when nothing to do). False if no block is free
   // (or seq/pos is not covered by the table); nothing changes then.
   bool PrepareWrite(SeqId seq, int pos, CopyOp* op);
+  // PrepareWrite for every block touched by positions [start, start + count), all or nothing:
+  // appends the copies to perform to `ops` (may be null) and returns true, or returns false
+  // changing nothing when the table does not cover the range or too few blocks are free.
+  bool PrepareWriteRange(SeqId seq, int start, int count, std::vector<CopyOp>* ops);
   // True when writing position `pos` of `seq` needs a copy-on-write (so one free block).
   bool NeedsCopyOnWrite(SeqId seq, int pos) const;
 

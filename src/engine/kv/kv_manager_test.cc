@@ -431,6 +431,35 @@ TEST(KvManagerTest, CopyOnWriteWithoutRoomChangesNothing) {
   EXPECT_INVARIANTS(m);
 }
 
+TEST(KvManagerTest, PrepareWriteRangeIsAllOrNothing) {
+  KvManager m = MakeManager(8);
+  ASSERT_TRUE(m.AllocateSlots(1, 12));  // 3 blocks, none computed
+  ASSERT_TRUE(m.Fork(1, 2));             // all 3 shared
+  const auto t = m.BlockTable(1);
+  ASSERT_TRUE(m.AllocateSlots(3, 16));   // leave 1 free block
+  ASSERT_EQ(m.NumFreeBlocks(), 1);
+  std::vector<KvManager::CopyOp> ops;
+  EXPECT_FALSE(m.PrepareWriteRange(2, 2, 4, &ops));  // blocks 0 and 1: 2 copies, 1 free
+  EXPECT_TRUE(ops.empty());
+  EXPECT_EQ(m.BlockTable(2), t);
+  EXPECT_FALSE(m.PrepareWriteRange(2, 10, 3, &ops));  // past the table
+  EXPECT_INVARIANTS(m);
+  m.Free(3);
+  ASSERT_TRUE(m.PrepareWriteRange(2, 2, 4, &ops));  // positions 2..5: blocks 0 and 1
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops[0].src, t[0]);
+  EXPECT_EQ(ops[1].src, t[1]);
+  EXPECT_EQ(m.BlockTable(2)[0], ops[0].dst);
+  EXPECT_EQ(m.BlockTable(2)[1], ops[1].dst);
+  EXPECT_EQ(m.BlockTable(2)[2], t[2]);  // untouched, still shared
+  EXPECT_EQ(m.RefCount(t[2]), 2);
+  ops.clear();
+  EXPECT_TRUE(m.PrepareWriteRange(2, 0, 8, &ops));  // already exclusive: nothing to copy
+  EXPECT_TRUE(ops.empty());
+  EXPECT_TRUE(m.PrepareWriteRange(2, 0, 0, &ops));
+  EXPECT_INVARIANTS(m);
+}
+
 TEST(KvManagerTest, RewritingACachedBlockUnregistersIt) {
   KvManager m = MakeManager(4);
   const auto salt = Salt("s");
