@@ -211,6 +211,12 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   if (y_stride == 0) y_stride = w.rows;
   const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
 
+  if (ActiveIsa() == Isa::kAvx512) {
+    WeightMatrix wm = w;
+    wm.row_bytes = row_bytes;
+    if (internal::Avx512MatMul(wm, x, x_stride, n_tokens, y, y_stride, pool)) return;
+  }
+
   const DType act = internal::ActivationType(w.type);
   const DotTileFn dot = SelectDot(w.type, ActiveIsa());
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/kernels.h"
 #include "tensor/dtype.h"
 
 namespace strata::kernels::internal {
@@ -43,6 +44,11 @@ struct VecOps {
 DotTileFn RefDotTile(DType t);
 DotTileFn Avx2DotTile(DType t);
 DotTileFn Avx512DotTile(DType t);
+
+// Whole-MatMul fast paths of the AVX-512 level (cpu/matmul_*_avx512.cc): return false when they
+// do not handle w.type (the caller then uses the tile kernels). w.row_bytes must be set.
+bool Avx512MatMul(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
+                  size_t y_stride, ThreadPool* pool);
 
 const VecOps& RefVecOps();
 const VecOps& Avx2VecOps();

@@ -108,17 +108,24 @@ TEST_P(MatMulTest, MatchesReferenceOnOddShapes) {
 TEST_P(MatMulTest, ThreadCountAndTokenGroupingDoNotChangeBits) {
   const auto [isa, type] = GetParam();
   IsaGuard guard(isa);
-  const size_t cols = GetDTypeTraits(type)->block_size == 256 ? 512 : 320;
-  const size_t rows = 67, n_tokens = 7;
-  auto w = RandomBitsWeights(type, rows, cols, 5);
-  std::vector<float> x = RandomFloats(n_tokens * cols, 6);
-  std::vector<float> y1(rows * n_tokens), y2(rows * n_tokens), y_single(rows * n_tokens);
-  ThreadPool one(1), two(2);
-  MatMul(w.m, x.data(), n_tokens, y1.data(), &one);
-  MatMul(w.m, x.data(), n_tokens, y2.data(), &two);
-  EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)));
-  for (size_t t = 0; t < n_tokens; ++t) MatMul(w.m, x.data() + t * cols, 1, y_single.data() + t * rows, &two);
-  EXPECT_EQ(0, std::memcmp(y1.data(), y_single.data(), y1.size() * sizeof(float)));
+  const bool k_quant = GetDTypeTraits(type)->block_size == 256;
+  // Odd and even block counts; 7 tokens (decode-style path) and 37 (prefill path: token groups with
+  // a partial last group). Every token's row must equal the one-token result bit for bit.
+  for (size_t cols : {k_quant ? size_t{512} : size_t{320}, k_quant ? size_t{768} : size_t{352}}) {
+    for (size_t n_tokens : {size_t{7}, size_t{37}}) {
+      const size_t rows = 67;
+      auto w = RandomBitsWeights(type, rows, cols, 5);
+      std::vector<float> x = RandomFloats(n_tokens * cols, 6);
+      std::vector<float> y1(rows * n_tokens), y2(rows * n_tokens), y_single(rows * n_tokens);
+      ThreadPool one(1), two(2);
+      MatMul(w.m, x.data(), n_tokens, y1.data(), &one);
+      MatMul(w.m, x.data(), n_tokens, y2.data(), &two);
+      EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float))) << cols << " " << n_tokens;
+      for (size_t t = 0; t < n_tokens; ++t)
+        MatMul(w.m, x.data() + t * cols, 1, y_single.data() + t * rows, &two);
+      EXPECT_EQ(0, std::memcmp(y1.data(), y_single.data(), y1.size() * sizeof(float))) << cols << " " << n_tokens;
+    }
+  }
 }
 
 TEST_P(MatMulTest, StridedInputAndOutput) {

@@ -1,0 +1,389 @@
+// AVX-512 VNNI MatMul for Q4_0 / Q8_0 weights (decode GEMV and prefill GEMM with identical bits).
+//
+// Arithmetic, per output (row r, token t), whatever path computes it:
+//   isum_b = exact integer dot of weight block b and the Q8_0 activation block b
+//   acc    = fma(float(isum_b), dw_b * dx_b, acc)      for b = 0, 1, ... in order, acc starting at 0
+//   y      = acc
+// i.e. the reference's per-block order (with a fused multiply-add). Each output lives in one f32
+// vector lane and sees exactly this instruction sequence, so results do not depend on the thread
+// count, on how tokens are grouped, or on whether the GEMV (lanes = 16 rows) or the GEMM
+// (lanes = 16 tokens) computed it.
+//
+// GEMV (few tokens): 16 rows at a time; vpdpbusd on 512-bit vectors covering a block pair, then a
+// transposing reduction tree turns 16 row vectors into two vectors of per-block sums (lane = row).
+// Unsigned x signed: Q4_0 uses its unsigned nibbles q and subtracts 8 * sum(y); Q8_0 uses w + 128
+// and subtracts 128 * sum(y) (sums precomputed per activation block).
+// GEMM (>= kGemmMinTokens tokens): weights of a 16-row panel are unpacked once to int8; activations
+// of 16 tokens are transposed so that one vector holds 4 consecutive values of 16 tokens (as u8,
+// y + 128); each vpdpbusd broadcasts 4 weight bytes, the +128 offset is removed by starting the
+// accumulator at -128 * sum(w). A tile is 4 rows x 16 tokens.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC bug 105593, see kernels_avx512.cc
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/kernels_internal.h"
+#include "tensor/fp16.h"
+
+namespace strata::kernels::internal {
+namespace {
+
+#define QX_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"
+#define QX_FN static inline __attribute__((target(QX_TARGET), always_inline))
+#define QX_ENTRY __attribute__((target(QX_TARGET), noinline))
+
+constexpr size_t kGroup = 16;        // tokens per GEMM lane group
+constexpr size_t kPanel = 16;        // rows per GEMV panel / GEMM weight panel
+constexpr int kTileRows = 4;         // rows per GEMM register tile
+constexpr size_t kGemmMinTokens = 6; // below this, tokens go through the GEMV one by one
+constexpr size_t kGroupBlockBytes = 8 * 64 + 64;  // 8 vectors of u8 quads + 16 dx floats
+
+// Per-token activation pack: qs (64 bytes per block pair; Q8_0 weights: natural order; Q4_0:
+// [b0 0..15, b1 0..15, b0 16..31, b1 16..31] to match the nibble unpack), then dx floats and
+// corr int32 (C * sum of the block's values, C = 8 for Q4_0 and 128 for Q8_0), both padded to pairs.
+struct ActLayout {
+  size_t nb, npairs, dx_off, corr_off, stride;
+};
+
+ActLayout MakeLayout(size_t cols) {
+  ActLayout l;
+  l.nb = cols / 32;
+  l.npairs = (l.nb + 1) / 2;
+  l.dx_off = l.npairs * 64;
+  l.corr_off = l.dx_off + l.npairs * 8;
+  l.stride = (l.corr_off + l.npairs * 8 + 63) / 64 * 64;
+  return l;
+}
+
+template <bool kQ4>
+size_t ElemOffset(size_t b, size_t k) {
+  const size_t p = b / 2, h = b % 2;
+  if constexpr (kQ4) return p * 64 + h * 16 + (k < 16 ? k : 16 + k);
+  return p * 64 + h * 32 + k;
+}
+
+// 64-byte aligned growable scratch.
+struct Scratch {
+  std::unique_ptr<char[]> mem;
+  size_t cap = 0;
+  char* Get(size_t bytes) {
+    if (bytes + 64 > cap) {
+      cap = (bytes + 64) * 5 / 4;
+      mem.reset(new char[cap]);
+    }
+    return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mem.get()) + 63) & ~uintptr_t{63});
+  }
+};
+
+QX_FN float HmaxPs(__m512 v) {
+  __m256 m = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+QX_FN int HsumEpi32(__m512i v) {
+  __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+  return _mm_cvtsi128_si32(h);
+}
+
+// Quantizes one token to Q8_0 exactly as ref::QuantizeQ8_0 (amax/127 rounded to f16, values
+// round-half-even of x * (127/amax)) and writes it in the pack layout.
+template <bool kQ4>
+QX_FN void PackToken(const float* x, const ActLayout& l, char* dst) {
+  int8_t* qs = reinterpret_cast<int8_t*>(dst);
+  float* dx = reinterpret_cast<float*>(dst + l.dx_off);
+  int32_t* corr = reinterpret_cast<int32_t*>(dst + l.corr_off);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (size_t b = 0; b < l.nb; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const float amax = HmaxPs(_mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    dx[b] = F16ToF32(F32ToF16(d));
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));  // MXCSR default: nearest even
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+    corr[b] = (kQ4 ? 8 : 128) * HsumEpi32(_mm512_add_epi32(q0, q1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kQ4>(b, 0)), _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kQ4>(b, 16)), _mm512_cvtsepi32_epi8(q1));
+  }
+  if (l.nb % 2 != 0) {  // zero the unused half of the last pair
+    const size_t b = l.nb;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kQ4>(b, 0)), _mm_setzero_si128());
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kQ4>(b, 16)), _mm_setzero_si128());
+    dx[b] = 0.0f;
+    corr[b] = 0;
+  }
+}
+
+// Weight block pair (b, b + 1) of one row as u8 in the activation pack's order; `two` = false loads
+// block b only (zero / +128 upper half; the activation half there is zero).
+template <bool kQ4>
+QX_FN __m512i LoadWPair(const char* row, size_t b, bool two) {
+  if constexpr (kQ4) {
+    const char* p = row + b * sizeof(BlockQ4_0) + 2;
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i q1 = two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + sizeof(BlockQ4_0))) : _mm_setzero_si128();
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(q, m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  } else {
+    const char* p = row + b * sizeof(BlockQ8_0) + 2;
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i c = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + sizeof(BlockQ8_0)))
+                          : _mm256_setzero_si256();
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1), _mm512_set1_epi8(-128));
+  }
+}
+
+// 16 row vectors (int32 partial sums of a block pair; which 128-bit chunks belong to block b vs
+// b + 1 depends on the layout) -> per-block sums with lane i = row i.
+template <bool kQ4>
+QX_FN void Reduce16(const __m512i (&v)[16], __m512i* s0, __m512i* s1) {
+  __m512i l1[8], l2[4], l3[2];
+  for (int i = 0; i < 8; ++i)
+    l1[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)
+    l2[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(l1[2 * i], l1[2 * i + 1]), _mm512_unpackhi_epi64(l1[2 * i], l1[2 * i + 1]));
+  // l2[q]: chunk c holds rows 4q..4q+3 of chunk c. Q8_0 chunks: b, b, b+1, b+1; Q4_0: b, b+1, b, b+1.
+  constexpr int kA = kQ4 ? 0x44 : 0x88, kB = kQ4 ? 0xEE : 0xDD;
+  for (int i = 0; i < 2; ++i)
+    l3[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(l2[2 * i], l2[2 * i + 1], kA),
+                             _mm512_shuffle_i32x4(l2[2 * i], l2[2 * i + 1], kB));
+  // l3[i] = [rows 8i..8i+3 of b, same of b+1, rows 8i+4..8i+7 of b, same of b+1]
+  *s0 = _mm512_shuffle_i32x4(l3[0], l3[1], 0x88);
+  *s1 = _mm512_shuffle_i32x4(l3[0], l3[1], 0xDD);
+}
+
+// Dot products of 16 rows (row i = rows[i]) with one packed token; lane i = row i.
+template <bool kQ4>
+QX_FN __m512 GemvPanel(const char* const (&rows)[16], const __m512i vindex, const char* act, const ActLayout& l) {
+  constexpr size_t kBlockBytes = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  const float* dx = reinterpret_cast<const float*>(act + l.dx_off);
+  const int32_t* corr = reinterpret_cast<const int32_t*>(act + l.corr_off);
+  __m512 acc = _mm512_setzero_ps();
+  for (size_t p = 0; p < l.npairs; ++p) {
+    const size_t b = 2 * p;
+    const bool two = b + 1 < l.nb;
+    const __m512i yv = _mm512_load_si512(act + 64 * p);
+    __m512i v[16];
+    for (int i = 0; i < 16; ++i) v[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), LoadWPair<kQ4>(rows[i], b, two), yv);
+    __m512i s0, s1;
+    Reduce16<kQ4>(v, &s0, &s1);
+    const char* base = rows[0] + b * kBlockBytes;
+    const __m512 dw0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(vindex, base, 1)));
+    s0 = _mm512_sub_epi32(s0, _mm512_set1_epi32(corr[b]));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw0, _mm512_set1_ps(dx[b])), acc);
+    if (two) {
+      const __m512 dw1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(vindex, base + kBlockBytes, 1)));
+      s1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(corr[b + 1]));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(dw1, _mm512_set1_ps(dx[b + 1])), acc);
+    }
+  }
+  return acc;
+}
+
+// GEMM weight panel: int8 values (natural order), -128 * block sum, f32 block scale.
+struct PanelRow {
+  const int8_t* s8;
+  const int32_t* corr;
+  const float* dw;
+};
+
+template <bool kQ4>
+QX_FN void PrepRow(const char* row, size_t nb, int8_t* s8, int32_t* corr, float* dw) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (size_t b = 0; b < nb; ++b) {
+    __m256i v;
+    uint16_t d16;
+    if constexpr (kQ4) {
+      const char* blk = row + b * sizeof(BlockQ4_0);
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+      const __m256i qq = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+      v = _mm256_sub_epi8(_mm256_and_si256(qq, m4), _mm256_set1_epi8(8));
+      std::memcpy(&d16, blk, 2);
+    } else {
+      const char* blk = row + b * sizeof(BlockQ8_0);
+      v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      std::memcpy(&d16, blk, 2);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s8 + 32 * b), v);
+    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(v, _mm256_set1_epi8(-128)), _mm256_setzero_si256());
+    __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+    h = _mm_add_epi64(h, _mm_unpackhi_epi64(h, h));
+    const int wsum = static_cast<int>(_mm_cvtsi128_si32(h)) - 128 * 32;
+    corr[b] = -128 * wsum;
+    dw[b] = _cvtsh_ss(d16);
+  }
+}
+
+// 4 rows x 16 tokens over all blocks; out[r] lane t = (row r, token t).
+QX_FN void GemmTile(const PanelRow (&pr)[kTileRows], const char* grp, size_t nb, __m512 (&out)[kTileRows]) {
+  __m512 acc[kTileRows];
+  for (int r = 0; r < kTileRows; ++r) acc[r] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const char* ab = grp + b * kGroupBlockBytes;
+    __m512i ia[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) ia[r] = _mm512_set1_epi32(pr[r].corr[b]);
+    for (int j = 0; j < 8; ++j) {
+      const __m512i a = _mm512_load_si512(ab + 64 * j);
+      for (int r = 0; r < kTileRows; ++r) {
+        int32_t w4;
+        std::memcpy(&w4, pr[r].s8 + 32 * b + 4 * j, 4);
+        ia[r] = _mm512_dpbusd_epi32(ia[r], a, _mm512_set1_epi32(w4));
+      }
+    }
+    const __m512 dxv = _mm512_load_ps(reinterpret_cast<const float*>(ab + 512));
+    for (int r = 0; r < kTileRows; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r]), _mm512_mul_ps(_mm512_set1_ps(pr[r].dw[b]), dxv), acc[r]);
+  }
+  for (int r = 0; r < kTileRows; ++r) out[r] = acc[r];
+}
+
+// Transposes tokens [t0, t0 + 16) (clamped to n_tokens) of the per-token pack into the GEMM layout.
+template <bool kQ4>
+QX_FN void PackGroup(const char* pack, const ActLayout& l, size_t t0, size_t n_tokens, char* dst) {
+  alignas(64) int32_t idx[16];
+  for (size_t t = 0; t < 16; ++t) idx[t] = static_cast<int32_t>((std::min(t0 + t, n_tokens - 1) - t0) * l.stride);
+  const __m512i vindex = _mm512_load_si512(idx);
+  pack += t0 * l.stride;
+  const __m512i bias = _mm512_set1_epi8(-128);
+  for (size_t b = 0; b < l.nb; ++b) {
+    char* out = dst + b * kGroupBlockBytes;
+    for (size_t j = 0; j < 8; ++j) {
+      const __m512i g = _mm512_i32gather_epi32(vindex, pack + ElemOffset<kQ4>(b, 4 * j), 1);
+      _mm512_store_si512(out + 64 * j, _mm512_xor_si512(g, bias));
+    }
+    _mm512_store_ps(reinterpret_cast<float*>(out + 512), _mm512_i32gather_ps(vindex, pack + l.dx_off + 4 * b, 1));
+  }
+}
+
+template <bool kQ4>
+QX_ENTRY void PackTokens(const float* x, size_t x_stride, size_t t0, size_t t1, const ActLayout& l, char* pack) {
+  for (size_t t = t0; t < t1; ++t) PackToken<kQ4>(x + t * x_stride, l, pack + t * l.stride);
+}
+
+template <bool kQ4>
+QX_ENTRY void PackGroups(const char* pack, const ActLayout& l, size_t n_tokens, size_t g0, size_t g1, char* groups) {
+  const size_t gbytes = l.nb * kGroupBlockBytes;
+  for (size_t g = g0; g < g1; ++g) PackGroup<kQ4>(pack, l, g * kGroup, n_tokens, groups + g * gbytes);
+}
+
+template <bool kQ4>
+QX_ENTRY void GemvRows(const WeightMatrix& w, size_t r0, size_t r1, const char* pack, const ActLayout& l,
+                       size_t n_tokens, float* y, size_t y_stride) {
+  const char* wd = static_cast<const char*>(w.data);
+  for (size_t p0 = r0; p0 < r1; p0 += kPanel) {
+    const size_t nr = std::min(kPanel, r1 - p0);
+    const char* rows[16];
+    alignas(64) int32_t idx[16];
+    for (size_t i = 0; i < 16; ++i) {
+      const size_t ri = std::min(i, nr - 1);
+      rows[i] = wd + (p0 + ri) * w.row_bytes;
+      idx[i] = static_cast<int32_t>(ri * w.row_bytes);
+    }
+    const __m512i vindex = _mm512_load_si512(idx);
+    const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1);
+    for (size_t t = 0; t < n_tokens; ++t) {
+      const __m512 acc = GemvPanel<kQ4>(rows, vindex, pack + t * l.stride, l);
+      _mm512_mask_storeu_ps(y + t * y_stride + p0, mask, acc);
+    }
+  }
+}
+
+template <bool kQ4>
+QX_ENTRY void GemmRows(const WeightMatrix& w, size_t r0, size_t r1, const char* groups, const ActLayout& l,
+                       size_t n_tokens, float* y, size_t y_stride) {
+  const char* wd = static_cast<const char*>(w.data);
+  const size_t nb = l.nb;
+  const size_t s8_stride = (nb * 32 + 63) / 64 * 64;
+  thread_local Scratch panel_buf;
+  char* buf = panel_buf.Get(kPanel * (s8_stride + nb * 8));
+  int8_t* s8 = reinterpret_cast<int8_t*>(buf);
+  int32_t* corr = reinterpret_cast<int32_t*>(buf + kPanel * s8_stride);
+  float* dw = reinterpret_cast<float*>(corr + kPanel * nb);
+  const size_t gbytes = nb * kGroupBlockBytes;
+  const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
+  for (size_t p0 = r0; p0 < r1; p0 += kPanel) {
+    const size_t nr = std::min(kPanel, r1 - p0);
+    for (size_t i = 0; i < nr; ++i)
+      PrepRow<kQ4>(wd + (p0 + i) * w.row_bytes, nb, s8 + i * s8_stride, corr + i * nb, dw + i * nb);
+    for (size_t g = 0; g < n_groups; ++g) {
+      const size_t t0 = g * kGroup;
+      const size_t nt = std::min(kGroup, n_tokens - t0);
+      for (size_t i0 = 0; i0 < nr; i0 += kTileRows) {
+        PanelRow pr[kTileRows];
+        for (int r = 0; r < kTileRows; ++r) {
+          const size_t ri = std::min(i0 + static_cast<size_t>(r), nr - 1);
+          pr[r] = PanelRow{s8 + ri * s8_stride, corr + ri * nb, dw + ri * nb};
+        }
+        __m512 out[kTileRows];
+        GemmTile(pr, groups + g * gbytes, nb, out);
+        alignas(64) float tmp[kTileRows][16];
+        for (int r = 0; r < kTileRows; ++r) _mm512_store_ps(tmp[r], out[r]);
+        const size_t nrt = std::min<size_t>(kTileRows, nr - i0);
+        for (size_t t = 0; t < nt; ++t)
+          for (size_t r = 0; r < nrt; ++r) y[(t0 + t) * y_stride + p0 + i0 + r] = tmp[r][t];
+      }
+    }
+  }
+}
+
+template <bool kQ4>
+void MatMulQx0(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
+               ThreadPool* pool) {
+  const ActLayout l = MakeLayout(w.cols);
+  thread_local Scratch pack_buf, group_buf;
+  char* pack = pack_buf.Get(l.stride * n_tokens);
+  auto run = [&](size_t n, const std::function<void(size_t, size_t, int)>& fn, size_t grain) {
+    if (pool != nullptr && n > grain) {
+      pool->ParallelFor(n, fn, grain);
+    } else {
+      fn(0, n, 0);
+    }
+  };
+  if (n_tokens >= 4) {
+    run(n_tokens, [&](size_t t0, size_t t1, int) { PackTokens<kQ4>(x, x_stride, t0, t1, l, pack); }, 1);
+  } else {
+    PackTokens<kQ4>(x, x_stride, 0, n_tokens, l, pack);
+  }
+  if (n_tokens < kGemmMinTokens) {
+    run(w.rows, [&](size_t r0, size_t r1, int) { GemvRows<kQ4>(w, r0, r1, pack, l, n_tokens, y, y_stride); }, kPanel);
+    return;
+  }
+  const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
+  char* groups = group_buf.Get(n_groups * l.nb * kGroupBlockBytes);
+  run(n_groups, [&](size_t g0, size_t g1, int) { PackGroups<kQ4>(pack, l, n_tokens, g0, g1, groups); }, 1);
+  run(w.rows, [&](size_t r0, size_t r1, int) { GemmRows<kQ4>(w, r0, r1, groups, l, n_tokens, y, y_stride); }, kPanel);
+}
+
+}  // namespace
+
+bool Avx512MatMul(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
+                  size_t y_stride, ThreadPool* pool) {
+  switch (w.type) {
+    case DType::kQ4_0:
+      MatMulQx0<true>(w, x, x_stride, n_tokens, y, y_stride, pool);
+      return true;
+    case DType::kQ8_0:
+      MatMulQx0<false>(w, x, x_stride, n_tokens, y, y_stride, pool);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace strata::kernels::internal
