@@ -25,15 +25,17 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int)>* job;
+    void* obj;
+    Thunk thunk;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
-      job = job_;
+      obj = job_obj_;
+      thunk = job_thunk_;
     }
-    (*job)(index);
+    thunk(obj, index);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (--pending_ == 0) cv_done_.notify_one();
@@ -41,32 +43,33 @@ void ThreadPool::WorkerLoop(int index) {
   }
 }
 
-void ThreadPool::RunOnAll(const std::function<void(int)>& fn) {
+void ThreadPool::RunOnAllImpl(void* obj, Thunk thunk) {
   if (num_threads_ == 1) {
-    fn(0);
+    thunk(obj, 0);
     return;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
+    job_obj_ = obj;
+    job_thunk_ = thunk;
     pending_ = num_threads_ - 1;
     ++generation_;
   }
   cv_start_.notify_all();
-  fn(0);
+  thunk(obj, 0);
   std::unique_lock<std::mutex> lock(mu_);
   cv_done_.wait(lock, [&] { return pending_ == 0; });
-  job_ = nullptr;
+  job_obj_ = nullptr;
+  job_thunk_ = nullptr;
 }
 
-void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t, int)>& fn,
-                             size_t grain) {
+void ThreadPool::ParallelForImpl(size_t n, size_t grain, void* obj, RangeThunk thunk) {
   if (n == 0) return;
   grain = std::max<size_t>(1, grain);
   size_t units = (n + grain - 1) / grain;
   size_t chunks = std::min<size_t>(static_cast<size_t>(num_threads_), units);
   if (chunks <= 1) {
-    fn(0, n, 0);
+    thunk(obj, 0, n, 0);
     return;
   }
   auto body = [&](int t) {
@@ -74,7 +77,7 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t, 
     if (ti >= chunks) return;
     size_t u0 = units * ti / chunks, u1 = units * (ti + 1) / chunks;
     size_t b = std::min(n, u0 * grain), e = std::min(n, u1 * grain);
-    if (b < e) fn(b, e, t);
+    if (b < e) thunk(obj, b, e, t);
   };
   RunOnAll(body);
 }

@@ -12,6 +12,8 @@
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <memory>
+#include <type_traits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,13 +31,31 @@ class ThreadPool {
   int num_threads() const { return num_threads_; }
 
   // fn(begin, end, thread_index) over a partition of [0, n) into at most num_threads() chunks,
-  // with chunk boundaries rounded to multiples of `grain` (>= 1).
-  void ParallelFor(size_t n, const std::function<void(size_t, size_t, int)>& fn, size_t grain = 1);
+  // with chunk boundaries rounded to multiples of `grain` (>= 1). `fn` is any callable; it is
+  // called by reference (never copied or type-erased into an allocating wrapper), so a call
+  // performs no heap allocation.
+  template <typename F>
+  void ParallelFor(size_t n, F&& fn, size_t grain = 1) {
+    ParallelForImpl(n, grain, Erase(fn), [](void* f, size_t b, size_t e, int t) {
+      (*static_cast<std::remove_reference_t<F>*>(f))(b, e, t);
+    });
+  }
 
   // fn(thread_index) once on every thread (e.g. to reduce per-thread partial results).
-  void RunOnAll(const std::function<void(int)>& fn);
+  template <typename F>
+  void RunOnAll(F&& fn) {
+    RunOnAllImpl(Erase(fn), [](void* f, int t) { (*static_cast<std::remove_reference_t<F>*>(f))(t); });
+  }
 
  private:
+  using Thunk = void (*)(void*, int);
+  using RangeThunk = void (*)(void*, size_t, size_t, int);
+  template <typename T>
+  static void* Erase(T& obj) {
+    return const_cast<void*>(static_cast<const void*>(std::addressof(obj)));
+  }
+  void RunOnAllImpl(void* obj, Thunk thunk);
+  void ParallelForImpl(size_t n, size_t grain, void* obj, RangeThunk thunk);
   void WorkerLoop(int index);
 
   int num_threads_;
@@ -43,7 +63,8 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_start_;
   std::condition_variable cv_done_;
-  const std::function<void(int)>* job_ = nullptr;  // guarded by mu_
+  void* job_obj_ = nullptr;                        // guarded by mu_
+  Thunk job_thunk_ = nullptr;                      // guarded by mu_
   uint64_t generation_ = 0;                        // guarded by mu_
   int pending_ = 0;                                // guarded by mu_
   bool stop_ = false;                              // guarded by mu_

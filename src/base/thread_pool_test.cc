@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <vector>
+#include <cstdlib>
+#include <new>
 
 namespace strata {
 namespace {
@@ -30,6 +32,36 @@ TEST(ThreadPoolTest, ManyRoundsNoDeadlock) {
     pool.ParallelFor(10, [&](size_t b, size_t e, int) { sum += static_cast<long>(e - b); });
   }
   EXPECT_EQ(sum.load(), 20000);
+}
+
+}  // namespace
+}  // namespace strata
+
+// Counting global allocations: ParallelFor must not allocate (the decode loop calls it dozens of
+// times per token).
+static std::atomic<long> g_allocs{0};
+
+void* operator new(size_t n) {
+  g_allocs++;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace strata {
+namespace {
+
+TEST(ThreadPoolTest, ParallelForDoesNotAllocate) {
+  ThreadPool pool(2);
+  double a = 1, b = 2, c = 3, d = 4, e = 5;  // a capture list larger than any small buffer
+  std::atomic<long> sink{0};
+  auto body = [&](size_t lo, size_t hi, int) { sink += static_cast<long>((a + b + c + d + e) * static_cast<double>(hi - lo)); };
+  pool.ParallelFor(100, body);
+  long before = g_allocs.load();
+  for (int i = 0; i < 100; ++i) pool.ParallelFor(100, body);
+  EXPECT_EQ(g_allocs.load() - before, 0);
+  EXPECT_EQ(sink.load(), 101L * 100 * 15);
 }
 
 }  // namespace
