@@ -24,11 +24,11 @@
 #include "model/synth/synth.h"
 #include "tokenizer/tokenizer.h"
 
-// Defined in alloc_counter_for_test.cc (replaces global operator new in this binary).
-namespace strata::engine::testing {
+// Defined in tests/testing/alloc_counter.cc (replaces global operator new in this binary).
+namespace strata::testing {
 extern std::atomic<bool> g_count_allocs;
 extern std::atomic<size_t> g_allocs;
-}  // namespace strata::engine::testing
+}  // namespace strata::testing
 
 namespace strata::engine {
 namespace {
@@ -492,13 +492,13 @@ TEST(RunnerMemory, NoAllocationAtSteadyState) {
     for (int step = 0; step < 6; ++step) {
       batch[0] = BatchSeq{0, std::span<const int32_t>(&t0, 1), 20 + step, bl0, true};
       batch[1] = BatchSeq{1, std::span<const int32_t>(&t1, 1), 30 + step, bl1, step % 2 == 0};
-      testing::g_allocs = 0;
-      testing::g_count_allocs = true;
+      ::strata::testing::g_allocs = 0;
+      ::strata::testing::g_count_allocs = true;
       Status s = runner.Run(batch, &logits);
-      testing::g_count_allocs = false;
+      ::strata::testing::g_count_allocs = false;
       ASSERT_TRUE(s.ok());
       if (step == 0) continue;  // the first decode step may still grow scratch (context grew)
-      EXPECT_EQ(testing::g_allocs.load(), 0u) << "kv " << kv::KvDTypeName(dtype) << " step " << step;
+      EXPECT_EQ(::strata::testing::g_allocs.load(), 0u) << "kv " << kv::KvDTypeName(dtype) << " step " << step;
     }
   }
 }

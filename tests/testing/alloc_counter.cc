@@ -6,14 +6,14 @@
 #include <cstdlib>
 #include <new>
 
-namespace strata::engine::testing {
+namespace strata::testing {
 std::atomic<bool> g_count_allocs{false};
 std::atomic<size_t> g_allocs{0};
-}  // namespace strata::engine::testing
+}  // namespace strata::testing
 
 void* operator new(std::size_t n) {
-  if (strata::engine::testing::g_count_allocs.load(std::memory_order_relaxed))
-    strata::engine::testing::g_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (strata::testing::g_count_allocs.load(std::memory_order_relaxed))
+    strata::testing::g_allocs.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
