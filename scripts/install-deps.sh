@@ -10,6 +10,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libpcre2-dev                            # Unicode regexes of the BPE pre-tokenizers
   libssl-dev                              # SHA-256 for prefix-cache block keys
+  libboost-dev                            # Boost.Asio/Beast (header-only) for strata serve
 )
 
 missing=()

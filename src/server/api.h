@@ -1,0 +1,90 @@
+// Api: the routes of `strata serve` on top of HttpServer and the serving Engine.
+//
+//   GET  /health /ready /metrics /v1/models /v1/models/{id}
+//   POST /v1/completions /v1/chat/completions /v1/embeddings /tokenize /detokenize /apply-template
+//
+// Generation: the I/O thread parses the body into a GenRequest (openai_request.h), submits it to
+// the Engine and registers a job with the Api's pump thread. The pump pops TokenEvents from every
+// live request's stream, detokenizes incrementally, applies stop strings and hands SSE chunks (or,
+// at the end, the whole response) to the connection's Responder. A client disconnect cancels the
+// request in the engine at once (Responder::OnClose -> Engine::Cancel).
+//
+// Ownership: borrows the engine, tokenizer, template and registry (they must outlive the Api).
+// Thread contract: Handle() is called concurrently by the I/O threads; everything it touches is
+// either immutable, thread-safe (Engine, MetricsRegistry) or guarded by mu_.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/sched/engine.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+
+namespace strata::server {
+
+// Computes a pooled, L2-normalised embedding for a token sequence (may be empty: no embeddings).
+using EmbedFn = std::function<Result<std::vector<float>>(std::span<const int32_t> tokens)>;
+
+struct ApiOptions {
+  std::vector<std::string> api_keys;  // empty: no auth
+  EmbedFn embed;
+  int retry_after_s = 1;             // Retry-After on 429
+};
+
+class Api {
+ public:
+  Api(ModelInfo model, engine::sched::Engine* engine, ApiOptions options);
+  ~Api();  // stops the pump; jobs still open are cancelled
+
+  // The HttpServer handler.
+  void Handle(HttpRequest req, std::shared_ptr<Responder> out);
+
+  void SetReady(bool ready) { ready_.store(ready); }
+  // Drain: /ready -> 503 and new work -> 503; in-flight requests continue.
+  void StartDraining() { draining_.store(true); }
+  int live_jobs() const;
+  MetricsRegistry& metrics() { return metrics_; }
+
+  struct Job;
+
+ private:
+  HttpResponse Route(const HttpRequest& req, std::shared_ptr<Responder>& out, std::string* route);
+  HttpResponse Generate(Endpoint ep, const HttpRequest& req, std::shared_ptr<Responder>& out);
+  HttpResponse Embeddings(const HttpRequest& req);
+  bool Authorized(const HttpRequest& req) const;
+  void PumpLoop();
+  bool Process(Job& job);  // returns true when the job is finished
+  void Finish(Job& job);
+  void RefreshEngineGauges();
+
+  ModelInfo model_;
+  engine::sched::Engine* engine_;
+  ApiOptions options_;
+  MetricsRegistry metrics_;
+  std::string model_labels_;
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> draining_{false};
+  int64_t created_ = 0;
+  std::atomic<uint64_t> next_id_{1};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<Job>> jobs_;  // guarded by mu_
+  bool stop_ = false;
+  std::thread pump_;
+};
+
+// OpenAI-style error body.
+std::string ErrorBody(std::string_view message, std::string_view type, std::string_view param, std::string_view code);
+// Constant-time string equality (time depends only on the lengths).
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
+}  // namespace strata::server

@@ -1,0 +1,82 @@
+// OpenAI request schema -> native engine types, at the edge (I/O threads), plus the stop-string
+// matcher used while streaming text back.
+//
+// Errors: every parse function returns InvalidArgument (or OutOfRange for a prompt longer than the
+// context) whose message starts with the offending parameter's name and a colon ("max_tokens: ...");
+// the server turns that prefix into the OpenAI error's `param`. Unknown fields are ignored.
+// Thread contract: free functions, no shared state; StopMatcher is one-per-completion.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "engine/sched/request.h"
+#include "tokenizer/chat/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::server {
+
+enum class Endpoint { kCompletions, kChat };
+
+struct ApiLimits {
+  int max_n = 16;
+  int max_tokens = 4096;          // cap on max_tokens / max_completion_tokens
+  int max_stop = 16;              // stop strings
+  size_t max_stop_bytes = 256;    // per stop string
+  int max_top_logprobs = 20;
+  int max_messages = 4096;
+};
+
+// What the parser needs to know about the served model.
+struct ModelInfo {
+  std::string name;
+  const tokenizer::Tokenizer* tok = nullptr;
+  const chat::ChatTemplate* chat_template = nullptr;  // null: the model has none (chat -> 400)
+  std::string bos_token, eos_token;                   // passed to the template
+  int max_model_len = 0;
+  ApiLimits limits;
+};
+
+struct GenRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  engine::sched::SubmitRequest submit;     // prompt, sampling, max_tokens, ids, tier, n, logprobs
+  std::vector<std::string> stop;           // stop strings (not included in the output)
+  bool stream = false;
+  bool include_usage = false;              // stream_options.include_usage
+  std::optional<int64_t> deadline_ms;      // relative deadline; the caller turns it into a TimePoint
+};
+
+// Parses a /v1/completions or /v1/chat/completions body. `tier_header` is the x-strata-tier header
+// (may be empty); the body's `priority` wins over it.
+Result<GenRequest> ParseGenRequest(Endpoint endpoint, const nlohmann::json& body, const ModelInfo& model,
+                                   std::string_view tier_header = {});
+
+// Renders `messages` (the request's JSON array) with the model's chat template.
+// InvalidArgument "messages: ..." for malformed messages; "model has no chat template" when absent;
+// the template's raise_exception message as is.
+Result<std::string> ApplyChatTemplate(const nlohmann::json& messages, bool add_generation_prompt,
+                                      const ModelInfo& model, const nlohmann::json& extra_vars = nullptr);
+
+// Holds back text that could still become a stop string. Push() returns the text that can be
+// released now; once a stop string is found, the text before it is returned and matched() is true
+// (later pushes return nothing). Flush() releases what was held back (end of the completion).
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  std::string Push(std::string_view text);
+  std::string Flush();
+  bool matched() const { return matched_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool matched_ = false;
+};
+
+}  // namespace strata::server

@@ -1,0 +1,512 @@
+// Unit tests of the server pieces plus in-process HTTP tests: a real HttpServer on 127.0.0.1:0,
+// the real Engine driven by FakeModelRunner, the builtin byte-level tokenizer, and a raw-socket
+// client (tests/integration/http_test_client.h).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/sched/engine.h"
+#include "engine/sched/fake_runner.h"
+#include "integration/http_test_client.h"
+#include "server/api.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+
+namespace strata::server {
+namespace {
+
+using nlohmann::json;
+using testing::HttpCall;
+using testing::HttpConn;
+using testing::SseData;
+
+TEST(StopMatcher, HoldsBackPartialMatchesAcrossPushes) {
+  StopMatcher m({"STOP", "xyz"});
+  EXPECT_EQ(m.Push("hello S"), "hello ");  // "S" could start STOP
+  EXPECT_EQ(m.Push("T"), "");              // "ST"
+  EXPECT_EQ(m.Push("Ox"), "STO");          // "STOx": no longer STOP, but "x" may start xyz
+  EXPECT_FALSE(m.matched());
+  EXPECT_EQ(m.Push("y"), "");
+  EXPECT_EQ(m.Push("z tail"), "");         // "xyz" -> stop; nothing before it was held
+  EXPECT_TRUE(m.matched());
+  EXPECT_EQ(m.Push("more"), "");
+  EXPECT_EQ(m.Flush(), "");
+}
+
+TEST(StopMatcher, FlushReleasesHeldText) {
+  StopMatcher m({"END"});
+  EXPECT_EQ(m.Push("abcE"), "abc");
+  EXPECT_EQ(m.Push("N"), "");
+  EXPECT_EQ(m.Flush(), "EN");
+  StopMatcher none({});
+  EXPECT_EQ(none.Push("anything"), "anything");
+}
+
+TEST(StopMatcher, StopAtTheVeryStart) {
+  StopMatcher m({"a"});
+  EXPECT_EQ(m.Push("abc"), "");
+  EXPECT_TRUE(m.matched());
+}
+
+TEST(ConstantTime, Equality) {
+  EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("secret", "secreT"));
+  EXPECT_FALSE(ConstantTimeEquals("secret", "secret2"));
+  EXPECT_FALSE(ConstantTimeEquals("", "x"));
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
+}
+
+TEST(Metrics, RendersPrometheusText) {
+  MetricsRegistry r;
+  r.Declare("strata:x_total", MetricsRegistry::Type::kCounter, "X.");
+  r.Declare("strata:h", MetricsRegistry::Type::kHistogram, "H.", {1, 2});
+  r.Add("strata:x_total", Labels({{"model_name", "m\"q"}}), 2);
+  r.Observe("strata:h", Labels({{"model_name", "m"}}), 1.5);
+  r.Observe("strata:h", Labels({{"model_name", "m"}}), 5);
+  std::string t = r.Render();
+  EXPECT_NE(t.find("# TYPE strata:x_total counter\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata:x_total{model_name=\"m\\\"q\"} 2\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata:h_bucket{model_name=\"m\",le=\"1\"} 0\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata:h_bucket{model_name=\"m\",le=\"2\"} 1\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata:h_bucket{model_name=\"m\",le=\"+Inf\"} 2\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata:h_sum{model_name=\"m\"} 6.5\n"), std::string::npos) << t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// In-process server fixture.
+
+constexpr int kBlocks = 64, kBlockSize = 16, kMaxLen = 256;
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Boot(1024, {}); }
+  void TearDown() override { Shutdown(); }
+
+  void Boot(int max_queued, std::vector<std::string> keys) {
+    auto tok = tokenizer::Tokenizer::Create(tokenizer::BuiltinByteVocab());
+    ASSERT_TRUE(tok.ok());
+    tok_ = std::move(*tok);
+    engine::sched::FakeRunnerConfig rc;
+    rc.n_vocab = static_cast<int>(tok_->n_vocab());
+    rc.num_blocks = kBlocks;
+    rc.block_size = kBlockSize;
+    runner_ = std::make_unique<engine::sched::FakeModelRunner>(rc);
+    engine::kv::KvManagerConfig kc;
+    kc.num_blocks = kBlocks;
+    kc.block_size = kBlockSize;
+    engine::sched::SchedulerConfig sc;
+    sc.max_model_len = kMaxLen;
+    sc.max_queued_requests = max_queued;
+    auto e = engine::sched::Engine::Create(runner_.get(), kc, sc, &clock_,
+                                           [r = runner_.get()](std::span<const engine::sched::BlockCopy> c) { r->CopyBlocks(c); });
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(*e);
+    ModelInfo info;
+    info.name = "fake";
+    info.tok = tok_.get();
+    info.max_model_len = kMaxLen;
+    auto tmpl = chat::ChatTemplate::Parse(
+        "{% for m in messages %}{% if m.role == 'bad' %}{{ raise_exception('role bad is not allowed') }}{% endif %}"
+        "<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}");
+    ASSERT_TRUE(tmpl.ok());
+    tmpl_ = std::move(*tmpl);
+    info.chat_template = tmpl_.get();
+    ApiOptions ao;
+    ao.api_keys = std::move(keys);
+    api_ = std::make_unique<Api>(info, engine_.get(), ao);
+    api_->SetReady(true);
+    HttpServerOptions so;
+    so.port = 0;
+    so.max_body_bytes = 1 << 16;
+    so.read_timeout = std::chrono::milliseconds(500);
+    auto s = HttpServer::Start(so, [a = api_.get()](HttpRequest rq, std::shared_ptr<Responder> out) {
+      a->Handle(std::move(rq), std::move(out));
+    });
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(*s);
+    port_ = server_->port();
+  }
+  void StartEngine() { engine_->Start(); }
+  void Shutdown() {
+    if (server_) server_->StopAccepting();
+    api_.reset();
+    if (engine_) engine_->Stop();
+    server_.reset();
+    engine_.reset();
+  }
+
+  json Post(const std::string& path, const json& body, int* status = nullptr) {
+    auto r = HttpCall(port_, "POST", path, body.dump());
+    if (status) *status = r.status;
+    return json::parse(r.body, nullptr, false);
+  }
+
+  engine::sched::SteadyClock clock_;
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  std::unique_ptr<chat::ChatTemplate> tmpl_;
+  std::unique_ptr<engine::sched::FakeModelRunner> runner_;
+  std::unique_ptr<engine::sched::Engine> engine_;
+  std::unique_ptr<Api> api_;
+  std::unique_ptr<HttpServer> server_;
+  int port_ = 0;
+};
+
+TEST_F(ServerTest, HealthReadyModelsAnd404) {
+  auto h = HttpCall(port_, "GET", "/health");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(HttpCall(port_, "GET", "/ready").status, 200);
+  auto m = HttpCall(port_, "GET", "/v1/models");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_EQ(json::parse(m.body)["data"][0]["id"], "fake");
+  auto nf = HttpCall(port_, "GET", "/nope");
+  EXPECT_EQ(nf.status, 404);
+  auto e = json::parse(nf.body);
+  ASSERT_TRUE(e.contains("error"));
+  for (const char* k : {"message", "type", "param", "code"}) EXPECT_TRUE(e["error"].contains(k)) << k;
+  EXPECT_EQ(HttpCall(port_, "GET", "/v1/models/other").status, 404);
+  EXPECT_EQ(HttpCall(port_, "GET", "/v1/completions").status, 405);
+  api_->StartDraining();
+  EXPECT_EQ(HttpCall(port_, "GET", "/ready").status, 503);
+  EXPECT_EQ(HttpCall(port_, "GET", "/health").status, 200);
+  EXPECT_EQ(HttpCall(port_, "POST", "/v1/completions", R"({"prompt":"x"})").status, 503);
+}
+
+TEST_F(ServerTest, TokenizeDetokenizeRoundTripAndTemplate) {
+  int st = 0;
+  json t = Post("/tokenize", {{"content", "hello world"}, {"add_special", false}}, &st);
+  ASSERT_EQ(st, 200) << t;
+  auto ids = t["tokens"].get<std::vector<int32_t>>();
+  EXPECT_EQ(ids, tok_->Encode("hello world", false, true));
+  json d = Post("/detokenize", {{"tokens", ids}}, &st);
+  EXPECT_EQ(st, 200);
+  EXPECT_EQ(d["content"], "hello world");
+  json bad = Post("/detokenize", {{"tokens", {999999}}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(bad["error"]["param"], "tokens");
+  json a = Post("/apply-template", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}}, &st);
+  EXPECT_EQ(st, 200);
+  EXPECT_EQ(a["prompt"], "<user>hi\n<assistant>");
+  json r = Post("/apply-template", {{"messages", {{{"role", "bad"}, {"content", "hi"}}}}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(r["error"]["message"], "role bad is not allowed");
+}
+
+TEST_F(ServerTest, BadParametersNameTheParam) {
+  StartEngine();
+  struct Case { json body; std::string param; };
+  std::vector<Case> cases = {
+      {{{"prompt", "x"}, {"temperature", "hot"}}, "temperature"},
+      {{{"prompt", "x"}, {"max_tokens", 0}}, "max_tokens"},
+      {{{"prompt", "x"}, {"n", 1000}}, "n"},
+      {{{"prompt", "x"}, {"top_p", 0}}, "top_p"},
+      {{{"prompt", "x"}, {"stop", 5}}, "stop"},
+      {{{"prompt", "x"}, {"priority", "platinum"}}, "priority"},
+      {{{"prompt", {1, -4}}}, "prompt"},
+      {{{"max_tokens", 3}}, "prompt"},
+  };
+  for (const auto& c : cases) {
+    int st = 0;
+    json r = Post("/v1/completions", c.body, &st);
+    EXPECT_EQ(st, 400) << c.body;
+    EXPECT_EQ(r["error"]["param"], c.param) << r;
+  }
+  int st = 0;
+  json r = Post("/v1/completions", {{"prompt", std::string(400, 'q')}}, &st);
+  EXPECT_EQ(st, 400);
+  std::string msg = r["error"]["message"];
+  EXPECT_NE(msg.find(std::to_string(kMaxLen)), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(tok_->Encode(std::string(400, 'q'), true, true).size())), std::string::npos) << msg;
+  // Extra fields are ignored; an unknown model is 404.
+  Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}, {"some_future_field", {1, 2}}}, &st);
+  EXPECT_EQ(st, 200);
+  Post("/v1/completions", {{"prompt", "x"}, {"model", "gpt-9"}}, &st);
+  EXPECT_EQ(st, 404);
+  auto raw = HttpCall(port_, "POST", "/v1/completions", "{not json");
+  EXPECT_EQ(raw.status, 400);
+}
+
+// Generated token pieces as exact bytes (chat logprobs carry `bytes`; pieces may be partial UTF-8).
+std::vector<std::string> PieceBytes(const json& content) {
+  std::vector<std::string> out;
+  for (const auto& e : content) {
+    std::string b;
+    for (auto& x : e["bytes"]) b += static_cast<char>(x.get<int>());
+    out.push_back(b);
+  }
+  return out;
+}
+
+TEST_F(ServerTest, CompletionNonStreamingMatchesEngineTokens) {
+  StartEngine();
+  int st = 0;
+  json r = Post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true},
+                                    {"logprobs", 2}}, &st);
+  ASSERT_EQ(st, 200) << r;
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], tok_->Encode("hello", true, true).size());
+  EXPECT_EQ(r["choices"][0]["logprobs"]["tokens"].size(), 8u);
+  EXPECT_EQ(r["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
+  // Chat with logprobs: the content's bytes are the generated pieces' bytes, decoded.
+  json c = Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hello"}}}}, {"max_tokens", 8},
+                                         {"temperature", 0}, {"ignore_eos", true}, {"logprobs", true}, {"top_logprobs", 3}}, &st);
+  ASSERT_EQ(st, 200) << c;
+  auto pieces = PieceBytes(c["choices"][0]["logprobs"]["content"]);
+  ASSERT_EQ(pieces.size(), 8u);
+  std::string joined;
+  for (auto& p : pieces) joined += p;
+  std::vector<int32_t> ids;
+  for (auto& p : pieces) {
+    auto t = tok_->Encode(p, false, false);
+    ids.insert(ids.end(), t.begin(), t.end());
+  }
+  EXPECT_EQ(c["choices"][0]["message"]["content"], json::parse(json(tok_->Decode(ids)).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>());
+  EXPECT_EQ(c["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 3u);
+  // Same request -> same text (temperature 0).
+  json r2 = Post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}}, &st);
+  EXPECT_EQ(r2["choices"][0]["text"], r["choices"][0]["text"]);
+}
+
+TEST_F(ServerTest, StreamingSseFramingAndUsage) {
+  StartEngine();
+  json body = {{"prompt", "hello"}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}, {"stream", true},
+               {"stream_options", {{"include_usage", true}}}};
+  auto r = HttpCall(port_, "POST", "/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["content-type"], "text/event-stream");
+  // Raw framing: every event is "data: ...\n\n" and the last is [DONE].
+  EXPECT_EQ(r.body.substr(0, 6), "data: ");
+  EXPECT_EQ(r.body.substr(r.body.size() - 14), "data: [DONE]\n\n");
+  auto events = SseData(r.body);
+  ASSERT_GE(events.size(), 3u);
+  std::string text;
+  std::string finish;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    text += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(finish, "length");
+  json usage = json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 6);
+  json ns = Post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}});
+  EXPECT_EQ(text, ns["choices"][0]["text"]);
+}
+
+bool Ascii(const std::string& s) {
+  if (s.empty()) return false;
+  for (char ch : s)
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) return false;
+  return true;
+}
+
+TEST_F(ServerTest, StopStringAcrossTokenBoundaries) {
+  StartEngine();
+  // What the fake model generates without stops, then a stop string spanning two of its tokens.
+  json base = {{"messages", {{{"role", "user"}, {"content", "abc"}}}}, {"max_tokens", 40}, {"temperature", 0},
+               {"ignore_eos", true}};
+  json lp = base;
+  lp["logprobs"] = true;
+  json r = Post("/v1/chat/completions", lp);
+  auto pieces = PieceBytes(r["choices"][0]["logprobs"]["content"]);
+  std::string full = r["choices"][0]["message"]["content"];
+  size_t i = 1;
+  while (i + 1 < pieces.size() && !(Ascii(pieces[i]) && Ascii(pieces[i + 1]))) ++i;
+  ASSERT_LT(i + 1, pieces.size()) << "no two adjacent ASCII tokens in " << full;
+  std::string stop = pieces[i].substr(pieces[i].size() - 1) + pieces[i + 1].substr(0, 1);
+  size_t expect_at = full.find(stop);
+  ASSERT_NE(expect_at, std::string::npos);
+  for (bool stream : {false, true}) {
+    json b = base;
+    b["stop"] = {stop, "\u0001never"};
+    b["stream"] = stream;
+    auto resp = HttpCall(port_, "POST", "/v1/chat/completions", b.dump());
+    ASSERT_EQ(resp.status, 200);
+    std::string text, finish;
+    if (stream) {
+      for (auto& e : SseData(resp.body)) {
+        if (e == "[DONE]") continue;
+        json c = json::parse(e);
+        if (c["choices"][0]["delta"].contains("content")) text += c["choices"][0]["delta"]["content"].get<std::string>();
+        if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+      }
+    } else {
+      json c = json::parse(resp.body);
+      text = c["choices"][0]["message"]["content"];
+      finish = c["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(text, full.substr(0, expect_at)) << "stream=" << stream << " stop='" << stop << "'";
+    EXPECT_EQ(finish, "stop");
+  }
+  // The stopped request was cancelled in the engine: nothing left running.
+  for (int k = 0; k < 200 && engine_->Stats().running_requests != 0; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine_->Stats().running_requests, 0);
+}
+
+TEST_F(ServerTest, ChatCompletionStreamsRoleThenContent) {
+  StartEngine();
+  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_completion_tokens", 4}, {"stream", true},
+               {"ignore_eos", true}, {"temperature", 0}};
+  auto r = HttpCall(port_, "POST", "/v1/chat/completions", body.dump());
+  ASSERT_EQ(r.status, 200);
+  auto events = SseData(r.body);
+  ASSERT_GE(events.size(), 2u);
+  json first = json::parse(events[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events.back(), "[DONE]");
+  int st = 0;
+  json ns = Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 4},
+                                          {"ignore_eos", true}, {"n", 2}}, &st);
+  ASSERT_EQ(st, 200) << ns;
+  EXPECT_EQ(ns["choices"].size(), 2u);
+  EXPECT_EQ(ns["choices"][1]["message"]["role"], "assistant");
+  EXPECT_EQ(ns["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(ns["usage"]["prompt_tokens"], tok_->Encode("<user>hi\n<assistant>", false, true).size());
+}
+
+TEST_F(ServerTest, BodyLimitIs413) {
+  std::string big(70000, 'a');
+  auto r = HttpCall(port_, "POST", "/v1/completions", big);
+  EXPECT_EQ(r.status, 413);
+}
+
+TEST_F(ServerTest, SlowClientTimesOut) {
+  HttpConn c(port_);
+  ASSERT_TRUE(c.SendRaw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"));
+  // read_timeout is 500 ms in this fixture: the server answers 408 or closes.
+  bool closed = c.ReadUntil([](const std::string&) { return false; }, 3.0);
+  EXPECT_FALSE(closed);
+  EXPECT_TRUE(c.eof());
+}
+
+TEST_F(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  HttpConn c(port_);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c.Send("GET", "/health"));
+    auto r = c.ReadResponse();
+    EXPECT_EQ(r.status, 200);
+  }
+}
+
+TEST_F(ServerTest, DisconnectCancelsTheRequest) {
+  StartEngine();
+  {
+    HttpConn c(port_);
+    json body = {{"prompt", "hello"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}};
+    ASSERT_TRUE(c.Send("POST", "/v1/completions", body.dump()));
+    ASSERT_TRUE(c.ReadUntil([](const std::string& b) { return b.find("\"text\"") != std::string::npos; }));
+  }  // closes the socket mid-stream
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  engine::sched::EngineStats s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    s = engine_->Stats();
+    if (s.running_requests == 0 && s.kv_used_blocks == 0 && api_->live_jobs() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(s.running_requests, 0);
+  EXPECT_EQ(s.kv_used_blocks, 0);
+  EXPECT_LT(s.generated_tokens, 200);
+  EXPECT_EQ(api_->live_jobs(), 0);
+  auto m = HttpCall(port_, "GET", "/metrics");
+  EXPECT_NE(m.body.find("strata:request_success_total{model_name=\"fake\",finished_reason=\"abort\"} 1"), std::string::npos)
+      << m.body;
+}
+
+TEST_F(ServerTest, ConcurrentStreams) {
+  StartEngine();
+  constexpr int kClients = 8;
+  std::vector<std::thread> threads;
+  std::vector<std::string> texts(kClients);
+  std::vector<int> statuses(kClients);
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      json body = {{"prompt", "abc"}, {"max_tokens", 16}, {"ignore_eos", true}, {"stream", true}, {"temperature", 0}};
+      auto r = HttpCall(port_, "POST", "/v1/completions", body.dump());
+      statuses[i] = r.status;
+      for (auto& e : SseData(r.body))
+        if (e != "[DONE]") texts[i] += json::parse(e)["choices"][0]["text"].get<std::string>();
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(statuses[i], 200);
+    EXPECT_EQ(texts[i], texts[0]);  // greedy, same prompt: identical regardless of batching
+  }
+  EXPECT_FALSE(texts[0].empty());
+}
+
+TEST_F(ServerTest, MetricsScrapeHasTheDocumentedFamilies) {
+  StartEngine();
+  Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 3}, {"ignore_eos", true}});
+  auto m = HttpCall(port_, "GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_EQ(m.headers["content-type"].rfind("text/plain", 0), 0u);
+  for (const char* name : {"time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
+                           "request_queue_time_seconds", "request_prompt_tokens", "request_generation_tokens",
+                           "num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prompt_tokens_total",
+                           "generation_tokens_total", "prefix_cache_queries_total", "prefix_cache_hits_total",
+                           "num_preemptions_total", "request_success_total", "http_requests_total"})
+    EXPECT_NE(m.body.find(std::string("# TYPE strata:") + name + " "), std::string::npos) << name;
+  EXPECT_NE(m.body.find("strata:generation_tokens_total{model_name=\"fake\",tier=\"silver\"} 3"), std::string::npos) << m.body;
+  // Every sample line parses as `name{labels} value`.
+  size_t pos = 0;
+  while (pos < m.body.size()) {
+    size_t e = m.body.find('\n', pos);
+    std::string line = m.body.substr(pos, e - pos);
+    pos = e + 1;
+    if (line.empty() || line[0] == '#') continue;
+    size_t sp = line.rfind(' ');
+    ASSERT_NE(sp, std::string::npos) << line;
+    EXPECT_EQ(line.rfind("strata:", 0), 0u) << line;
+    std::string v = line.substr(sp + 1);
+    char* end = nullptr;
+    std::strtod(v.c_str(), &end);
+    EXPECT_TRUE(*end == '\0' || v == "+Inf") << line;
+  }
+}
+
+class AuthServerTest : public ServerTest {
+ protected:
+  void SetUp() override { Boot(1024, {"k1", "sekrit"}); }
+};
+
+TEST_F(AuthServerTest, BearerKeyRequiredExceptHealthAndReady) {
+  EXPECT_EQ(HttpCall(port_, "GET", "/health").status, 200);
+  EXPECT_EQ(HttpCall(port_, "GET", "/ready").status, 200);
+  auto r = HttpCall(port_, "GET", "/v1/models");
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "authentication_error");
+  EXPECT_EQ(HttpCall(port_, "GET", "/metrics", "", {"Authorization: Bearer wrong"}).status, 401);
+  EXPECT_EQ(HttpCall(port_, "GET", "/v1/models", "", {"Authorization: Bearer sekrit"}).status, 200);
+  EXPECT_EQ(HttpCall(port_, "GET", "/metrics", "", {"Authorization: Bearer k1"}).status, 200);
+}
+
+class TinyQueueTest : public ServerTest {
+ protected:
+  void SetUp() override { Boot(1, {}); }
+};
+
+TEST_F(TinyQueueTest, AdmissionBoundGives429WithRetryAfter) {
+  // Engine not started: the first request stays queued, the second hits the bound.
+  HttpConn first(port_);
+  ASSERT_TRUE(first.Send("POST", "/v1/completions", json{{"prompt", "x"}, {"max_tokens", 2}}.dump()));
+  testing::HttpReply r;
+  for (int i = 0; i < 100; ++i) {
+    r = HttpCall(port_, "POST", "/v1/completions", json{{"prompt", "y"}, {"max_tokens", 2}}.dump());
+    if (r.status == 429) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.headers["retry-after"], "1");
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "rate_limit_error");
+  StartEngine();
+  EXPECT_EQ(first.ReadResponse().status, 200);
+}
+
+}  // namespace
+}  // namespace strata::server
