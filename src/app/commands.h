@@ -11,6 +11,7 @@ void RegisterSynth(CLI::App& app, int* exit_code);       // cmd_synth.cc
 void RegisterTokenize(CLI::App& app, int* exit_code);    // cmd_tokenize.cc (tokenize + detokenize)
 void RegisterGenerate(CLI::App& app, int* exit_code);    // cmd_generate.cc
 void RegisterBench(CLI::App& app, int* exit_code);       // cmd_bench.cc
+void RegisterServe(CLI::App& app, int* exit_code);       // cmd_serve.cc
 
 // Path of the bundled default model (synthesized at build time next to the binary):
 // <dir of executable>/../models/strata-tiny.gguf

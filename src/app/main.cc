@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   strata::app::RegisterTokenize(app, &exit_code);
   strata::app::RegisterGenerate(app, &exit_code);
   strata::app::RegisterBench(app, &exit_code);
+  strata::app::RegisterServe(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,217 @@
+// `strata serve`: the OpenAI-compatible HTTP server (src/server) over the serving engine
+// (src/engine/sched + CpuModelRunner). Wiring only: load, build the engine, start HTTP, wait for
+// SIGINT/SIGTERM, drain, exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "app/commands.h"
+#include "base/thread_pool.h"
+#include "engine/kv/kv_storage.h"
+#include "engine/runner/cpu_runner.h"
+#include "engine/sched/engine.h"
+#include "model/model.h"
+#include "server/api.h"
+#include "server/http_server.h"
+#include "tokenizer/chat/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::app {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  std::string api_key_file;
+  std::string served_model_name;
+  std::string chat_template_file;
+  int threads = 0;
+  int io_threads = 2;
+  int max_model_len = 0;
+  std::string kv_cache_memory = "512MiB";
+  std::string kv_dtype = "f16";
+  int block_size = 16;
+  int max_num_seqs = 64;
+  int max_batched_tokens = 2048;
+  int max_queued_requests = 256;
+  uint64_t max_body_bytes = 4u << 20;
+  double shutdown_timeout = 30;
+  double idle_timeout = 60;
+  double request_timeout = 30;
+  int max_tokens_cap = 4096;
+};
+
+Result<std::vector<std::string>> LoadKeys(const ServeOptions& o) {
+  std::vector<std::string> keys;
+  if (!o.api_key.empty()) keys.push_back(o.api_key);
+  if (!o.api_key_file.empty()) {
+    std::ifstream f(o.api_key_file);
+    if (!f) return Status::IoError("cannot read --api-key-file " + o.api_key_file);
+    std::string line;
+    while (std::getline(f, line)) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+      if (!line.empty() && line[0] != '#') keys.push_back(line);
+    }
+    if (keys.empty()) return Status::InvalidArgument("--api-key-file " + o.api_key_file + " holds no key");
+  }
+  return keys;
+}
+
+Status RunServe(const ServeOptions& o) {
+  // Block the shutdown signals in every thread; the main thread waits for them with sigwait.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  ASSIGN_OR_RETURN(auto keys, LoadKeys(o));
+  std::string path = o.model.empty() ? DefaultModelPath() : o.model;
+  ASSIGN_OR_RETURN(auto model, model::Model::Load(path));
+  ASSIGN_OR_RETURN(auto vocab, tokenizer::VocabFromGguf(model->gguf()));
+  std::string template_source = vocab.chat_template;
+  ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Create(std::move(vocab)));
+  const auto& cfg = model->config();
+  if (tok->n_vocab() > static_cast<size_t>(cfg.n_vocab))
+    return Status::InvalidArgument(fmt::format("vocabulary has {} tokens but the model only {} embedding rows",
+                                               tok->n_vocab(), cfg.n_vocab));
+  if (!o.chat_template_file.empty()) {
+    std::ifstream f(o.chat_template_file, std::ios::binary);
+    if (!f) return Status::IoError("cannot read --chat-template-file " + o.chat_template_file);
+    template_source.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  std::unique_ptr<chat::ChatTemplate> tmpl;
+  if (!template_source.empty()) {
+    auto t = chat::ChatTemplate::Parse(template_source);
+    if (!t.ok()) return Status::InvalidArgument("chat template: " + std::string(t.status().message()));
+    tmpl = std::move(*t);
+  }
+
+  const int max_len = o.max_model_len > 0 ? std::min(o.max_model_len, cfg.ctx_len) : std::min(cfg.ctx_len, 4096);
+  ASSIGN_OR_RETURN(auto kv_dtype, engine::kv::ParseKvDType(o.kv_dtype));
+  engine::kv::KvLayout layout;
+  layout.n_layers = cfg.n_layers;
+  layout.kv_dim = cfg.kv_dim();
+  layout.block_size = o.block_size;
+  layout.dtype = kv_dtype;
+  ASSIGN_OR_RETURN(uint64_t kv_bytes, engine::kv::ParseMemorySize(o.kv_cache_memory));
+  int blocks = engine::kv::NumBlocksForBudget(layout, kv_bytes);
+  const int per_seq = (max_len + o.block_size - 1) / o.block_size;
+  blocks = std::min<int64_t>(blocks, static_cast<int64_t>(per_seq) * o.max_num_seqs + 1);
+  if (blocks < per_seq)
+    return Status::InvalidArgument(fmt::format("--kv-cache-memory {} holds {} blocks, fewer than one sequence of {} tokens needs ({})",
+                                               o.kv_cache_memory, blocks, max_len, per_seq));
+  layout.num_blocks = blocks;
+  ASSIGN_OR_RETURN(auto storage, engine::kv::KvStorage::Create(layout));
+
+  ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
+  engine::CpuModelRunner runner(*model, storage.get(), &pool);
+  engine::kv::KvManagerConfig kc;
+  kc.num_blocks = blocks;
+  kc.block_size = o.block_size;
+  engine::sched::SchedulerConfig sc;
+  sc.max_model_len = max_len;
+  sc.max_num_seqs = o.max_num_seqs;
+  sc.max_batched_tokens = o.max_batched_tokens;
+  sc.max_queued_requests = o.max_queued_requests;
+  engine::sched::SteadyClock clock;
+  auto* st = storage.get();
+  ASSIGN_OR_RETURN(auto engine, engine::sched::Engine::Create(&runner, kc, sc, &clock,
+                                                              [st](std::span<const engine::sched::BlockCopy> copies) {
+                                                                for (const auto& c : copies) st->CopyBlock(c.src, c.dst, c.num_slots);
+                                                              }));
+  engine->Start();
+
+  server::ModelInfo info;
+  info.name = o.served_model_name.empty() ? std::filesystem::path(path).stem().string() : o.served_model_name;
+  info.tok = tok.get();
+  info.chat_template = tmpl.get();
+  const auto& v = tok->vocab();
+  if (tok->bos() >= 0 && static_cast<size_t>(tok->bos()) < v.tokens.size()) info.bos_token = v.tokens[static_cast<size_t>(tok->bos())];
+  if (tok->eos() >= 0 && static_cast<size_t>(tok->eos()) < v.tokens.size()) info.eos_token = v.tokens[static_cast<size_t>(tok->eos())];
+  info.max_model_len = max_len;
+  info.limits.max_tokens = o.max_tokens_cap;
+  server::ApiOptions ao;
+  ao.api_keys = std::move(keys);
+  auto api = std::make_unique<server::Api>(info, engine.get(), ao);
+
+  server::HttpServerOptions so;
+  so.host = o.host;
+  if (o.port < 0 || o.port > 65535) return Status::InvalidArgument("--port must be in [0, 65535]");
+  so.port = static_cast<uint16_t>(o.port);
+  so.io_threads = o.io_threads;
+  so.max_body_bytes = o.max_body_bytes;
+  so.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout * 1000));
+  so.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout * 1000));
+  auto* a = api.get();
+  ASSIGN_OR_RETURN(auto server, server::HttpServer::Start(so, [a](server::HttpRequest req, std::shared_ptr<server::Responder> out) {
+    a->Handle(std::move(req), std::move(out));
+  }));
+  api->SetReady(true);
+  std::printf("strata serve: model '%s' (%s), context %d, %d KV blocks of %d tokens, %s\n", info.name.c_str(), path.c_str(),
+              max_len, blocks, o.block_size, tmpl ? "chat template present" : "no chat template (chat -> 400)");
+  std::printf("listening on http://%s:%u\n", o.host.c_str(), static_cast<unsigned>(server->port()));
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::fprintf(stderr, "strata serve: %s, draining (up to %.0f s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout);
+  api->StartDraining();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000));
+  while (std::chrono::steady_clock::now() < deadline && (api->live_jobs() > 0 || server->active_responses() > 0))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  server->StopAccepting();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the last writes leave
+  api.reset();      // stops the pump, cancels what is left
+  engine->Stop();
+  server->Stop();
+  std::fprintf(stderr, "strata serve: stopped\n");
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterServe(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<ServeOptions>();
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)");
+  cmd->add_option("-m,--model", o->model, "GGUF model (default: the bundled model)");
+  cmd->add_option("--host", o->host, "address to bind (default 127.0.0.1)");
+  cmd->add_option("--port", o->port, "port (0: any free port; the bound port is printed)");
+  cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' (all routes but /health, /ready)");
+  cmd->add_option("--api-key-file", o->api_key_file, "file with one accepted key per line");
+  cmd->add_option("--served-model-name", o->served_model_name, "model id clients use (default: file stem)");
+  cmd->add_option("--chat-template-file", o->chat_template_file, "Jinja chat template overriding the GGUF's");
+  cmd->add_option("-t,--threads", o->threads, "compute threads (default: all cores)");
+  cmd->add_option("--io-threads", o->io_threads, "HTTP I/O threads");
+  cmd->add_option("--max-model-len", o->max_model_len, "context size per sequence (default: model's, at most 4096)");
+  cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache budget: 512MiB, 2GiB, 0.25 (of RAM), 10%");
+  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache type: f16, f32, q8_0");
+  cmd->add_option("--block-size", o->block_size, "tokens per KV block");
+  cmd->add_option("--max-num-seqs", o->max_num_seqs, "sequences running at once");
+  cmd->add_option("--max-batched-tokens", o->max_batched_tokens, "tokens per engine step");
+  cmd->add_option("--max-queued-requests", o->max_queued_requests, "admission bound: more waiting requests get 429");
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "request body limit (413 above)");
+  cmd->add_option("--max-tokens-cap", o->max_tokens_cap, "largest accepted max_tokens");
+  cmd->add_option("--shutdown-timeout", o->shutdown_timeout, "seconds in-flight requests get to finish on SIGTERM");
+  cmd->add_option("--idle-timeout", o->idle_timeout, "seconds an idle keep-alive connection is kept");
+  cmd->add_option("--request-timeout", o->request_timeout, "seconds a client gets to send one request");
+  cmd->callback([o, exit_code] {
+    Status s = RunServe(*o);
+    if (!s.ok()) {
+      std::fprintf(stderr, "strata serve: %s\n", s.ToString().c_str());
+      *exit_code = 1;
+    }
+  });
+}
+
+}  // namespace strata::app
