@@ -129,6 +129,7 @@ Result<std::span<const float>> Context::Eval(std::span<const int32_t> tokens, bo
     kernels::RmsNorm(x_.data() + t * dim, model_.output_norm().data(), xn_.data() + (t - first) * dim, dim,
                      cfg_.rms_eps);
   kernels::MatMul(model_.output(), xn_.data(), rows, logits_.data(), pool_);
+  hidden_rows_ = rows;
   return std::span<const float>(logits_.data(), rows * static_cast<size_t>(cfg_.n_vocab));
 }
 

@@ -110,6 +110,9 @@ class Context {
   Result<std::span<const float>> Eval(std::span<const int32_t> tokens, bool all_logits = false);
 
   int n_past() const { return n_past_; }
+  // Final-normed hidden states of the rows the last Eval returned logits for ([rows x dim]: every
+  // token with all_logits, else the last one). Valid until the next Eval/Reset. (Used for embeddings.)
+  std::span<const float> last_hidden() const { return {xn_.data(), hidden_rows_ * static_cast<size_t>(cfg_.dim)}; }
   int n_ctx() const { return n_ctx_; }
   void Reset() { n_past_ = 0; }
 
@@ -128,6 +131,7 @@ class Context {
   // gate/up [n x ffn], logits, per-thread score rows.
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, logits_, scores_;
   size_t scratch_tokens_ = 0;
+  size_t hidden_rows_ = 0;
 };
 
 }  // namespace strata::model

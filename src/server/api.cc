@@ -1,6 +1,7 @@
 #include "server/api.h"
 
 #include <chrono>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -72,6 +73,29 @@ HttpResponse FromStatus(const Status& s) {
 const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
                                              0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
 const std::vector<double> kTokenBuckets = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000};
+
+std::string Base64(std::string_view in) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = (static_cast<uint8_t>(in[i]) << 16) | (static_cast<uint8_t>(in[i + 1]) << 8) | static_cast<uint8_t>(in[i + 2]);
+    out += kAlphabet[v >> 18];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += kAlphabet[v & 63];
+  }
+  if (i < in.size()) {
+    uint32_t v = static_cast<uint8_t>(in[i]) << 16;
+    if (i + 1 < in.size()) v |= static_cast<uint8_t>(in[i + 1]) << 8;
+    out += kAlphabet[v >> 18];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -281,6 +305,13 @@ HttpResponse Api::Embeddings(const HttpRequest& req) {
   json body = json::parse(req.body, nullptr, false);
   if (!body.contains("input")) return Error(400, "input: is required", "input");
   const json& in = body["input"];
+  bool base64 = false;
+  if (body.contains("encoding_format") && !body["encoding_format"].is_null()) {
+    const json& f = body["encoding_format"];
+    if (!f.is_string() || (f != "float" && f != "base64"))
+      return Error(400, "encoding_format: must be \"float\" or \"base64\"", "encoding_format");
+    base64 = f == "base64";
+  }
   std::vector<std::vector<int32_t>> inputs;
   auto add_text = [&](const std::string& s) { inputs.push_back(model_.tok->Encode(s, true, true)); };
   auto token_list = [&](const json& a) -> Status {
@@ -319,7 +350,13 @@ HttpResponse Api::Embeddings(const HttpRequest& req) {
     auto e = options_.embed(inputs[i]);
     if (!e.ok()) return FromStatus(e.status());
     total += static_cast<int64_t>(inputs[i].size());
-    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", *e}});
+    if (base64) {
+      std::string raw(e->size() * sizeof(float), '\0');
+      std::memcpy(raw.data(), e->data(), raw.size());  // little-endian float32, as OpenAI sends it
+      data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", Base64(raw)}});
+    } else {
+      data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", *e}});
+    }
   }
   return JsonResponse(200, {{"object", "list"}, {"data", data}, {"model", model_.name},
                             {"usage", {{"prompt_tokens", total}, {"total_tokens", total}}}});

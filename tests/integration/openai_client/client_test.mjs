@@ -1,0 +1,97 @@
+// Drives a running `strata serve` through the official OpenAI Node SDK.
+// Usage: node client_test.mjs <base_url ending in /v1> <api_key> <model_id>
+// Exits 0 when every check passes; prints one line per check.
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const [baseURL, apiKey, model] = process.argv.slice(2);
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 120000 });
+let failures = 0;
+
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failures++;
+    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`);
+  }
+}
+
+await check('models.list', async () => {
+  const page = await client.models.list();
+  const ids = page.data.map((m) => m.id);
+  assert.deepEqual(ids, [model]);
+});
+
+await check('completions.create', async () => {
+  const r = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 8, temperature: 0, ignore_eos: true });
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.choices.length, 1);
+  assert.equal(typeof r.choices[0].text, 'string');
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 8);
+  assert.ok(r.usage.prompt_tokens > 0);
+});
+
+await check('chat.completions.create', async () => {
+  const r = await client.chat.completions.create({
+    model, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello!' }],
+    max_tokens: 6, temperature: 0, ignore_eos: true,
+  });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(typeof r.choices[0].message.content, 'string');
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 6);
+});
+
+await check('chat.completions.create stream', async () => {
+  const params = { model, messages: [{ role: 'user', content: 'Count.' }], max_tokens: 10, temperature: 0, ignore_eos: true };
+  const whole = await client.chat.completions.create(params);
+  const stream = await client.chat.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (c.delta && c.delta.content) text += c.delta.content;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.ok(chunks >= 2, `only ${chunks} chunks`);
+  assert.equal(finish, 'length');
+  assert.equal(text, whole.choices[0].message.content);
+  assert.equal(usage.completion_tokens, 10);
+});
+
+await check('embeddings.create', async () => {
+  const r = await client.embeddings.create({ model, input: ['hello world', 'goodbye'] });
+  assert.equal(r.data.length, 2);
+  const v = r.data[0].embedding;
+  assert.ok(v.length > 0);
+  const norm = Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+  assert.ok(Math.abs(norm - 1) < 1e-3, `norm ${norm}`);
+});
+
+await check('error: bad parameter is a 400 BadRequestError naming the param', async () => {
+  await assert.rejects(
+    client.completions.create({ model, prompt: 'x', max_tokens: 8, top_p: 7 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'top_p');
+});
+
+await check('error: unknown model is a 404 NotFoundError', async () => {
+  await assert.rejects(client.completions.create({ model: 'no-such-model', prompt: 'x' }),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+});
+
+await check('error: wrong key is a 401 AuthenticationError', async () => {
+  const bad = new OpenAI({ baseURL, apiKey: 'wrong-key', maxRetries: 0 });
+  await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
+});
+
+console.log(failures === 0 ? 'all checks passed' : `${failures} check(s) failed`);
+process.exit(failures === 0 ? 0 : 1);
