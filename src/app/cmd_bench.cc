@@ -4,14 +4,17 @@
 #include <cmath>
 #include <iostream>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
 #include "base/thread_pool.h"
+#include "engine/serving/serving_engine.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace strata::app {
 namespace {
@@ -97,6 +100,179 @@ Status RunBenchModel(const BenchModelOptions& o) {
   return Status::Ok();
 }
 
+struct BenchOfflineOptions {
+  std::string model;
+  int num_prompts = 16;
+  int input_len = 128;
+  int output_len = 64;
+  int shared_prefix = 0;
+  int reps = 1;
+  uint64_t seed = 1;
+  bool json = false;
+  std::string kv_dtype = "f16";
+  engine::ServingConfig serving;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  double idx = p / 100.0 * static_cast<double>(v.size() - 1);
+  size_t lo = static_cast<size_t>(idx);
+  size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+nlohmann::json PercentileJson(const std::vector<double>& v) {
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean = v.empty() ? 0 : mean / static_cast<double>(v.size());
+  return {{"mean", mean}, {"p50", Percentile(v, 50)}, {"p90", Percentile(v, 90)}, {"p99", Percentile(v, 99)}};
+}
+
+struct OfflineRun {
+  double duration_s = 0;
+  int64_t output_tokens = 0;
+  int completed = 0, failed = 0;
+  std::vector<double> ttft_ms, tpot_ms;
+  int64_t prefix_hit_tokens = 0, prefix_query_tokens = 0, preemptions = 0;
+};
+
+Result<OfflineRun> RunOffline(engine::ServingEngine& se, const BenchOfflineOptions& o,
+                              const std::vector<std::vector<int32_t>>& prompts) {
+  using Clock = std::chrono::steady_clock;
+  struct Live {
+    engine::sched::RequestHandle h;
+    Clock::time_point submit, first, last;
+    int tokens = 0;
+    bool done = false, failed = false;
+  };
+  std::vector<Live> live(prompts.size());
+  auto before = se.engine().Stats();
+  auto t0 = Clock::now();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    engine::sched::SubmitRequest r;
+    r.prompt = prompts[i];
+    r.sampling = engine::SamplingParams::Greedy();
+    r.max_tokens = o.output_len;
+    r.ignore_eos = true;
+    r.salt = se.salt();
+    live[i].submit = Clock::now();
+    auto h = se.engine().Submit(std::move(r));
+    if (!h.ok()) return h.status().WithContext("submit");
+    live[i].h = std::move(h).value();
+  }
+  size_t remaining = live.size();
+  while (remaining > 0) {
+    bool progressed = false;
+    for (auto& l : live) {
+      if (l.done) continue;
+      while (auto ev = l.h.stream->TryNext()) {
+        progressed = true;
+        auto now = Clock::now();
+        if (ev->token >= 0) {
+          if (l.tokens == 0) l.first = now;
+          l.last = now;
+          ++l.tokens;
+        }
+        if (ev->finish == engine::sched::FinishReason::kError || ev->finish == engine::sched::FinishReason::kCancelled)
+          l.failed = true;
+      }
+      if (l.h.stream->complete()) {
+        l.done = true;
+        --remaining;
+        progressed = true;
+      }
+    }
+    if (!progressed) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  OfflineRun run;
+  run.duration_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (const auto& l : live) {
+    if (l.failed || l.tokens == 0) {
+      ++run.failed;
+      continue;
+    }
+    ++run.completed;
+    run.output_tokens += l.tokens;
+    run.ttft_ms.push_back(std::chrono::duration<double, std::milli>(l.first - l.submit).count());
+    if (l.tokens > 1)
+      run.tpot_ms.push_back(std::chrono::duration<double, std::milli>(l.last - l.first).count() / (l.tokens - 1));
+  }
+  auto after = se.engine().Stats();
+  run.prefix_hit_tokens = after.prefix_hit_tokens - before.prefix_hit_tokens;
+  run.prefix_query_tokens = after.prefix_query_tokens - before.prefix_query_tokens;
+  run.preemptions = after.preemptions - before.preemptions;
+  return run;
+}
+
+Status RunBenchOffline(BenchOfflineOptions o) {
+  if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1 || o.shared_prefix < 0 || o.reps < 1)
+    return Status::InvalidArgument("--num-prompts, --input-len, --output-len and --reps must be >= 1; --shared-prefix >= 0");
+  std::string path = o.model.empty() ? DefaultModelPath() : o.model;
+  ASSIGN_OR_RETURN(auto loaded, model::Model::Load(path));
+  std::shared_ptr<const model::Model> model = std::move(loaded);
+  ASSIGN_OR_RETURN(o.serving.kv_dtype, engine::kv::ParseKvDType(o.kv_dtype));
+  if (o.serving.max_model_len == 0) o.serving.max_model_len = o.shared_prefix + o.input_len + o.output_len;
+  ASSIGN_OR_RETURN(auto se, engine::ServingEngine::Create(model, o.serving));
+  se->Start();
+  const int n_vocab = model->config().n_vocab;
+  std::mt19937_64 rng(o.seed);
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& v : t) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab));
+    return t;
+  };
+  std::vector<int32_t> prefix = random_tokens(o.shared_prefix);
+  std::vector<OfflineRun> runs;
+  for (int rep = 0; rep < o.reps; ++rep) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < o.num_prompts; ++i) {
+      std::vector<int32_t> p = prefix;
+      auto suffix = random_tokens(o.input_len);
+      p.insert(p.end(), suffix.begin(), suffix.end());
+      prompts.push_back(std::move(p));
+    }
+    ASSIGN_OR_RETURN(OfflineRun run, RunOffline(*se, o, prompts));
+    runs.push_back(std::move(run));
+  }
+  se->Stop();
+  // Report the median run by output tokens/s (all runs in JSON).
+  std::vector<size_t> order(runs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto tps = [&](size_t i) { return static_cast<double>(runs[i].output_tokens) / runs[i].duration_s; };
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tps(a) < tps(b); });
+  const OfflineRun& m = runs[order[order.size() / 2]];
+  double req_s = m.completed / m.duration_s, out_tps = static_cast<double>(m.output_tokens) / m.duration_s;
+  if (o.json) {
+    nlohmann::json all = nlohmann::json::array();
+    for (size_t i = 0; i < runs.size(); ++i) all.push_back(tps(i));
+    nlohmann::json j = {{"model", path}, {"num_prompts", o.num_prompts}, {"input_len", o.input_len},
+                        {"output_len", o.output_len}, {"shared_prefix", o.shared_prefix},
+                        {"max_num_seqs", o.serving.max_num_seqs}, {"threads", o.serving.threads},
+                        {"prefix_cache", o.serving.enable_prefix_cache}, {"kv_dtype", o.kv_dtype},
+                        {"kv_blocks", se->num_blocks()}, {"reps", o.reps},
+                        {"completed", m.completed}, {"failed", m.failed}, {"duration_s", m.duration_s},
+                        {"requests_per_s", req_s}, {"output_tps", out_tps}, {"output_tps_runs", all},
+                        {"ttft_ms", PercentileJson(m.ttft_ms)}, {"tpot_ms", PercentileJson(m.tpot_ms)},
+                        {"prefix_hit_tokens", m.prefix_hit_tokens}, {"prefix_query_tokens", m.prefix_query_tokens},
+                        {"preemptions", m.preemptions}};
+    std::cout << j.dump(2) << std::endl;
+  } else {
+    std::cout << fmt::format("model {}  prompts {} x ({} shared + {} in, {} out)  max-num-seqs {}  prefix cache {}\n",
+                             path, o.num_prompts, o.shared_prefix, o.input_len, o.output_len,
+                             o.serving.max_num_seqs, o.serving.enable_prefix_cache ? "on" : "off");
+    std::cout << fmt::format("completed {}  failed {}  duration {:.2f} s  requests/s {:.2f}  output tokens/s {:.2f}\n",
+                             m.completed, m.failed, m.duration_s, req_s, out_tps);
+    std::cout << fmt::format("TTFT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n", Percentile(m.ttft_ms, 50),
+                             Percentile(m.ttft_ms, 90), Percentile(m.ttft_ms, 99));
+    std::cout << fmt::format("TPOT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n", Percentile(m.tpot_ms, 50),
+                             Percentile(m.tpot_ms, 90), Percentile(m.tpot_ms, 99));
+    std::cout << fmt::format("prefix cache hits {} / {} tokens, preemptions {}\n", m.prefix_hit_tokens,
+                             m.prefix_query_tokens, m.preemptions);
+  }
+  return m.failed == 0 ? Status::Ok() : Status::Internal(std::to_string(m.failed) + " requests failed");
+}
+
 }  // namespace
 
 void RegisterBench(CLI::App& app, int* exit_code) {
@@ -112,6 +288,31 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o, exit_code] {
     Status s = RunBenchModel(*o);
+    if (!s.ok()) {
+      std::cerr << "error: " << s.message() << "\n";
+      *exit_code = 1;
+    }
+  });
+
+  auto f = std::make_shared<BenchOfflineOptions>();
+  CLI::App* off = bench->add_subcommand("offline", "Run N requests through the batching engine; throughput, TTFT, TPOT");
+  off->add_option("-m,--model", f->model, "GGUF model file (default: the bundled tiny model)");
+  off->add_option("--num-prompts", f->num_prompts, "Requests")->capture_default_str();
+  off->add_option("--input-len", f->input_len, "Prompt tokens per request (after the shared prefix)")->capture_default_str();
+  off->add_option("--output-len", f->output_len, "Generated tokens per request")->capture_default_str();
+  off->add_option("--shared-prefix", f->shared_prefix, "Tokens of a prefix common to every prompt")->capture_default_str();
+  off->add_option("--max-num-seqs", f->serving.max_num_seqs, "Sequences running at once")->capture_default_str();
+  off->add_option("--max-batched-tokens", f->serving.max_batched_tokens, "Token budget per step")->capture_default_str();
+  off->add_option("--kv-cache-memory", f->serving.kv_cache_memory, "KV pool size (e.g. 4GiB, or a RAM fraction 0.25)")->capture_default_str();
+  off->add_option("--kv-cache-dtype", f->kv_dtype, "f16 | f32 | q8_0")->capture_default_str();
+  off->add_option("--block-size", f->serving.block_size, "Tokens per KV block")->capture_default_str();
+  off->add_flag("!--no-prefix-cache", f->serving.enable_prefix_cache, "Disable prefix caching");
+  off->add_option("-t,--threads", f->serving.threads, "Threads (default: all cores)");
+  off->add_option("-r,--reps", f->reps, "Repetitions (median reported)")->capture_default_str();
+  off->add_option("--seed", f->seed, "Prompt generator seed")->capture_default_str();
+  off->add_flag("--json", f->json, "Print JSON");
+  off->callback([f, exit_code] {
+    Status s = RunBenchOffline(*f);
     if (!s.ok()) {
       std::cerr << "error: " << s.message() << "\n";
       *exit_code = 1;

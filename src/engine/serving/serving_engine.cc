@@ -1,0 +1,72 @@
+#include "engine/serving/serving_engine.h"
+
+#include <algorithm>
+
+namespace strata::engine {
+
+Status ServingConfig::Validate() const {
+  if (block_size < 1 || block_size > 1024) return Status::InvalidArgument("--block-size must be in [1, 1024]");
+  if (max_batched_tokens < 1) return Status::InvalidArgument("--max-batched-tokens must be >= 1");
+  if (max_num_seqs < 1) return Status::InvalidArgument("--max-num-seqs must be >= 1");
+  if (max_model_len < 0) return Status::InvalidArgument("--max-model-len must be >= 0");
+  if (threads < 0) return Status::InvalidArgument("--threads must be >= 0");
+  return Status::Ok();
+}
+
+ServingEngine::~ServingEngine() {
+  if (engine_) engine_->Stop();
+}
+
+Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<const model::Model> model,
+                                                             const ServingConfig& config) {
+  RETURN_IF_ERROR(config.Validate());
+  std::unique_ptr<ServingEngine> s(new ServingEngine());
+  s->model_ = std::move(model);
+  s->cfg_ = config;
+  const auto& mc = s->model_->config();
+  s->max_model_len_ = config.max_model_len > 0 ? std::min(config.max_model_len, mc.ctx_len)
+                                               : std::min(mc.ctx_len, 8192);
+  ASSIGN_OR_RETURN(uint64_t budget, kv::ParseMemorySize(config.kv_cache_memory));
+  kv::KvLayout layout;
+  layout.n_layers = mc.n_layers;
+  layout.kv_dim = mc.kv_dim();
+  layout.block_size = config.block_size;
+  layout.dtype = config.kv_dtype;
+  layout.num_blocks = 1;
+  RETURN_IF_ERROR(layout.Validate().WithContext("KV cache layout"));
+  layout.num_blocks = kv::NumBlocksForBudget(layout, budget);
+  const int blocks_per_seq = (s->max_model_len_ + config.block_size - 1) / config.block_size;
+  if (layout.num_blocks < blocks_per_seq)
+    return Status::InvalidArgument("--kv-cache-memory " + config.kv_cache_memory + " holds " +
+                                   std::to_string(layout.num_blocks) + " blocks, fewer than one sequence of " +
+                                   std::to_string(s->max_model_len_) + " tokens needs (" +
+                                   std::to_string(blocks_per_seq) + "); raise it or lower --max-model-len");
+  s->layout_ = layout;
+  ASSIGN_OR_RETURN(s->storage_, kv::KvStorage::Create(layout));
+  s->pool_ = std::make_unique<ThreadPool>(config.threads > 0 ? config.threads : DefaultThreadCount());
+  s->runner_ = std::make_unique<CpuModelRunner>(*s->model_, s->storage_.get(), s->pool_.get());
+
+  kv::KvManagerConfig kc;
+  kc.num_blocks = layout.num_blocks;
+  kc.block_size = config.block_size;
+  kc.enable_prefix_cache = config.enable_prefix_cache;
+  sched::SchedulerConfig sc;
+  sc.max_batched_tokens = config.max_batched_tokens;
+  sc.max_num_seqs = config.max_num_seqs;
+  sc.max_model_len = s->max_model_len_;
+  sc.max_queued_requests = config.max_queued_requests;
+  sc.max_queued_prompt_tokens = config.max_queued_prompt_tokens;
+  kv::KvStorage* storage = s->storage_.get();
+  auto copy = [storage](std::span<const sched::BlockCopy> copies) {
+    for (const auto& c : copies) storage->CopyBlock(c.src, c.dst, c.num_slots);
+  };
+  ASSIGN_OR_RETURN(s->engine_, sched::Engine::Create(s->runner_.get(), kc, sc, &s->clock_, copy));
+  // Everything that changes the meaning of a KV block: the weights file (path + size as a cheap
+  // fingerprint), KV dtype, block size.
+  const auto& f = s->model_->gguf();
+  s->salt_ = kv::MakePrefixSalt({f.path(), std::to_string(f.file_size()), kv::KvDTypeName(config.kv_dtype),
+                                 std::to_string(config.block_size)});
+  return s;
+}
+
+}  // namespace strata::engine

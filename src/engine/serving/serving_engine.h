@@ -1,0 +1,73 @@
+// ServingEngine: a model served by the batching engine — the assembly of Model, paged KvStorage,
+// CpuModelRunner, thread pool and sched::Engine, sized from one config. Used by `strata bench
+// offline` and `strata serve`.
+//
+// Ownership: owns every part; the Model is shared (the server also tokenizes with it).
+// Thread contract: as sched::Engine (Submit/Cancel/Stats from any thread; the engine thread runs
+// after Start()).
+// Errors: Create() returns InvalidArgument naming the flag that is wrong (memory budget too small
+// for one sequence, bad dtype, ...).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "engine/kv/kv_manager.h"
+#include "engine/kv/kv_storage.h"
+#include "engine/runner/cpu_runner.h"
+#include "engine/sched/clock.h"
+#include "engine/sched/engine.h"
+#include "model/model.h"
+
+namespace strata::engine {
+
+struct ServingConfig {
+  std::string kv_cache_memory = "2GiB";  // size ("4GiB") or fraction of RAM ("0.25")
+  kv::KvDType kv_dtype = kv::KvDType::kF16;
+  int block_size = 16;
+  bool enable_prefix_cache = true;
+  int max_batched_tokens = 2048;
+  int max_num_seqs = 16;
+  int max_model_len = 0;  // 0: the model's context length capped at 8192
+  int max_queued_requests = 1024;
+  int64_t max_queued_prompt_tokens = 1 << 20;
+  int threads = 0;  // 0: all cores
+  Status Validate() const;
+};
+
+class ServingEngine {
+ public:
+  static Result<std::unique_ptr<ServingEngine>> Create(std::shared_ptr<const model::Model> model,
+                                                       const ServingConfig& config);
+  ~ServingEngine();
+
+  sched::Engine& engine() { return *engine_; }
+  const model::Model& model() const { return *model_; }
+  const ServingConfig& config() const { return cfg_; }
+  int num_blocks() const { return layout_.num_blocks; }
+  int max_model_len() const { return max_model_len_; }
+  // The prefix-cache salt of this model + KV format (requests may append a tenant/LoRA part).
+  const std::vector<uint8_t>& salt() const { return salt_; }
+
+  void Start() { engine_->Start(); }
+  void Stop() { engine_->Stop(); }
+
+ private:
+  ServingEngine() = default;
+  std::shared_ptr<const model::Model> model_;
+  ServingConfig cfg_;
+  kv::KvLayout layout_;
+  int max_model_len_ = 0;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<kv::KvStorage> storage_;
+  std::unique_ptr<CpuModelRunner> runner_;
+  sched::SteadyClock clock_;
+  std::unique_ptr<sched::Engine> engine_;
+  std::vector<uint8_t> salt_;
+};
+
+}  // namespace strata::engine
