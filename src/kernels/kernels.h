@@ -69,5 +69,11 @@ float DotF32(const float* a, const float* b, size_t n);
 void Axpy(float a, const float* x, float* y, size_t n);
 // In-place softmax over n values; returns nothing. Uses max-subtraction.
 void Softmax(float* x, size_t n);
+// Attention of one query over `len` cached positions: scores[j] = scale * dot(q, k_j) (k_j = k +
+// j * kv_stride, hd values), scores = softmax(scores), out = sum_j scores[j] * v_j (v_j = v +
+// j * kv_stride). scores must hold len floats (overwritten); out (hd floats) must not alias inputs.
+// Same result for a given (q, keys, values, len) whatever else is in flight (batch-invariant).
+void Attend(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd, float scale,
+            float* scores, float* out);
 
 }  // namespace strata::kernels

@@ -37,6 +37,8 @@ struct VecOps {
   float (*dot_f32)(const float* a, const float* b, size_t n);
   void (*axpy)(float a, const float* x, float* y, size_t n);
   void (*softmax)(float* x, size_t n);
+  void (*attend)(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd,
+                 float scale, float* scores, float* out);
 };
 
 // Returns the tile kernel for weight type t at this ISA level, or nullptr when that level has no

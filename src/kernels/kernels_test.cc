@@ -193,6 +193,37 @@ class VecOpsTest : public ::testing::TestWithParam<Isa> {
   }
 };
 
+// Attend against attention computed in double precision from its definition.
+TEST_P(VecOpsTest, AttendMatchesDefinition) {
+  IsaGuard guard(GetParam());
+  for (size_t hd : {size_t{7}, size_t{64}, size_t{80}, size_t{128}}) {
+    for (size_t len : {size_t{1}, size_t{2}, size_t{5}, size_t{37}}) {
+      const size_t stride = hd * 3 + 5;
+      std::vector<float> q = RandomFloats(hd, 41, 1.0f), k = RandomFloats(len * stride, 42, 1.0f);
+      std::vector<float> v = RandomFloats(len * stride, 43, 2.0f), scores(len), out(hd);
+      const float scale = 0.3f;
+      Attend(q.data(), k.data(), v.data(), stride, len, hd, scale, scores.data(), out.data());
+      std::vector<double> p(len);
+      double mx = -1e300, sum = 0;
+      for (size_t j = 0; j < len; ++j) {
+        double d = 0;
+        for (size_t i = 0; i < hd; ++i) d += static_cast<double>(q[i]) * k[j * stride + i];
+        p[j] = d * scale;
+        mx = std::max(mx, p[j]);
+      }
+      for (double& e : p) sum += (e = std::exp(e - mx));
+      for (size_t i = 0; i < hd; ++i) {
+        double want = 0, mag = 0;
+        for (size_t j = 0; j < len; ++j) {
+          want += p[j] / sum * v[j * stride + i];
+          mag += std::fabs(p[j] / sum * v[j * stride + i]);
+        }
+        ASSERT_NEAR(out[i], want, 1e-5 * mag + 1e-6) << "hd " << hd << " len " << len << " i " << i;
+      }
+    }
+  }
+}
+
 TEST_P(VecOpsTest, MatchScalarReference) {
   IsaGuard guard(GetParam());
   const auto& ref = internal::RefVecOps();

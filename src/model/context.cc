@@ -55,15 +55,15 @@ void Context::Attention(int layer, size_t n) {
   auto body = [&](size_t begin, size_t end, int thread) {
     float* scores = scores_.data() + static_cast<size_t>(thread) * static_cast<size_t>(n_ctx_);
     for (size_t item = begin; item < end; ++item) {
-      size_t t = item / n_heads, h = item % n_heads;
+      // Tokens in the order 0, n-1, 1, n-2, ...: causal cost grows with t, so contiguous chunks of
+      // items get equal work. Each (t, h) is computed the same way whichever thread runs it.
+      const size_t ti = item / n_heads, h = item % n_heads;
+      const size_t t = ti % 2 == 0 ? ti / 2 : n - 1 - ti / 2;
       size_t kvh = h / group;
       size_t len = static_cast<size_t>(n_past_) + t + 1;  // causal: positions 0..pos
       const float* q = q_.data() + t * qd + h * hd;
-      for (size_t j = 0; j < len; ++j) scores[j] = kernels::DotF32(q, kc + j * kvd + kvh * hd, hd) * scale;
-      kernels::Softmax(scores, len);
       float* out = att_.data() + t * qd + h * hd;
-      std::fill(out, out + hd, 0.0f);
-      for (size_t j = 0; j < len; ++j) kernels::Axpy(scores[j], vc + j * kvd + kvh * hd, out, hd);
+      kernels::Attend(q, kc + kvh * hd, vc + kvh * hd, kvd, len, hd, scale, scores, out);
     }
   };
   if (pool_) {

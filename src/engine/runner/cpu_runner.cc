@@ -12,8 +12,8 @@
 //   of the tile. Items are handed out dynamically (an atomic counter) because their costs differ
 //   by orders of magnitude (a long prefill tile vs a short decode); which thread computes an item
 //   never changes its result.
-// - The math mirrors model::Context (same kernels, same order: DotF32 * scale, Softmax, Axpy over
-//   positions 0..pos), so with f32 KV the runner reproduces Context's logits exactly.
+// - The math mirrors model::Context (same kernel: kernels::Attend over positions 0..pos), so with
+//   f32 KV the runner reproduces Context's logits exactly.
 #include "engine/runner/cpu_runner.h"
 
 #include <algorithm>
@@ -211,11 +211,8 @@ void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin
     const size_t n = static_cast<size_t>(seq.start_pos) + static_cast<size_t>(t) + 1;  // causal: 0..pos
     for (size_t h = h0; h < h0 + group; ++h) {
       const float* q = q_.data() + row * qd + h * hd;
-      for (size_t j = 0; j < n; ++j) scores[j] = kernels::DotF32(q, ts.k.data() + j * hd, hd) * scale;
-      kernels::Softmax(scores, n);
       float* out = att_.data() + row * qd + h * hd;
-      std::fill(out, out + hd, 0.0f);
-      for (size_t j = 0; j < n; ++j) kernels::Axpy(scores[j], ts.v.data() + j * hd, out, hd);
+      kernels::Attend(q, ts.k.data(), ts.v.data(), hd, n, hd, scale, scores, out);
     }
   }
 }

@@ -70,7 +70,7 @@ DotTileFn Avx2DotTile(DType t) {
 }
 
 const VecOps& Avx2VecOps() {
-  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK};
+  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK, AttendK};
   return ops;
 }
 

@@ -115,7 +115,7 @@ DotTileFn Avx512DotTile(DType t) {
 }
 
 const VecOps& Avx512VecOps() {
-  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK};
+  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK, AttendK};
   return ops;
 }
 

@@ -348,7 +348,7 @@ void MatMulQx0(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_
   const ActLayout l = MakeLayout(w.cols);
   thread_local Scratch pack_buf, group_buf;
   char* pack = pack_buf.Get(l.stride * n_tokens);
-  auto run = [&](size_t n, const std::function<void(size_t, size_t, int)>& fn, size_t grain) {
+  auto run = [&](size_t n, auto&& fn, size_t grain) {  // no std::function (would allocate)
     if (pool != nullptr && n > grain) {
       pool->ParallelFor(n, fn, grain);
     } else {

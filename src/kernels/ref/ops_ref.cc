@@ -54,6 +54,14 @@ void SoftmaxRef(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+void AttendRef(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd, float scale,
+               float* scores, float* out) {
+  for (size_t j = 0; j < len; ++j) scores[j] = DotF32Ref(q, k + j * kv_stride, hd) * scale;
+  SoftmaxRef(scores, len);
+  for (size_t i = 0; i < hd; ++i) out[i] = 0.0f;
+  for (size_t j = 0; j < len; ++j) AxpyRef(scores[j], v + j * kv_stride, out, hd);
+}
+
 }  // namespace
 
 DType ActivationType(DType w) {
@@ -115,7 +123,7 @@ DotTileFn RefDotTile(DType t) {
 }
 
 const VecOps& RefVecOps() {
-  static const VecOps ops{RmsNormRef, SiluMulRef, AddRef, DotF32Ref, AxpyRef, SoftmaxRef};
+  static const VecOps ops{RmsNormRef, SiluMulRef, AddRef, DotF32Ref, AxpyRef, SoftmaxRef, AttendRef};
   return ops;
 }
 
