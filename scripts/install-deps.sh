@@ -18,11 +18,22 @@ for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+  echo "install-deps: all ${#PACKAGES[@]} Debian packages present"
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# The official OpenAI Node SDK for the client-compatibility test (locked by package-lock.json).
+# Skipped when Node.js/npm are absent; that test then skips with a message.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+client="$root/tests/integration/openai_client"
+if command -v npm > /dev/null 2>&1 && [ -f "$client/package-lock.json" ]; then
+  if [ ! -d "$client/node_modules/openai" ]; then
+    (cd "$client" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+  echo "install-deps: openai npm client present"
+fi
