@@ -200,9 +200,10 @@ Status RunServe(const ServeOptions& o) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   server->StopAccepting();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the last writes leave
+  server->Stop();   // joins the I/O threads: no handler or disconnect callback runs after this
   api.reset();      // stops the pump, cancels what is left
   engine->Stop();
-  server->Stop();
+  server.reset();
   std::fprintf(stderr, "strata serve: stopped\n");
   return Status::Ok();
 }

@@ -1,5 +1,6 @@
 #include "server/api.h"
 
+#include <charconv>
 #include <chrono>
 #include <cstring>
 
@@ -372,11 +373,12 @@ HttpResponse Api::Generate(Endpoint ep, const HttpRequest& req, std::shared_ptr<
   auto& g = job->req;
   std::optional<int64_t> deadline_ms = g.deadline_ms;
   if (!deadline_ms && !req.Header("x-strata-deadline-ms").empty()) {
-    try {
-      deadline_ms = std::stoll(std::string(req.Header("x-strata-deadline-ms")));
-    } catch (...) {
-      return Error(400, "x-strata-deadline-ms: must be an integer", "x-strata-deadline-ms");
-    }
+    std::string_view h = req.Header("x-strata-deadline-ms");
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(h.data(), h.data() + h.size(), v);
+    if (ec != std::errc() || end != h.data() + h.size() || v < 1 || v > (int64_t{1} << 40))
+      return Error(400, "x-strata-deadline-ms: must be a positive integer (milliseconds)", "x-strata-deadline-ms");
+    deadline_ms = v;
   }
   if (deadline_ms) g.submit.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(*deadline_ms);
   job->prompt_tokens = static_cast<int>(g.submit.prompt.size());

@@ -9,7 +9,9 @@
 // at the end, the whole response) to the connection's Responder. A client disconnect cancels the
 // request in the engine at once (Responder::OnClose -> Engine::Cancel).
 //
-// Ownership: borrows the engine, tokenizer, template and registry (they must outlive the Api).
+// Ownership: borrows the engine, tokenizer and template (they must outlive the Api). The HttpServer
+// calling Handle() must be Stop()ped before the Api is destroyed (disconnect callbacks call into it),
+// and destroyed after it (jobs hold Responders of its connections).
 // Thread contract: Handle() is called concurrently by the I/O threads; everything it touches is
 // either immutable, thread-safe (Engine, MetricsRegistry) or guarded by mu_.
 #pragma once

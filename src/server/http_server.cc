@@ -35,7 +35,40 @@ std::string ErrorJson(std::string_view message, std::string_view type, std::stri
   return fmt::format(R"({{"error":{{"message":"{}","type":"{}","param":null,"code":"{}"}}}})", message, type, code);
 }
 
+HttpRequest ToHttpRequest(http::request<http::string_body>& msg) {
+  HttpRequest req;
+  req.method = std::string(msg.method_string().data(), msg.method_string().size());
+  std::string_view target(msg.target().data(), msg.target().size());
+  size_t q = target.find('?');
+  req.path = std::string(target.substr(0, q));
+  if (q != std::string_view::npos) req.query = std::string(target.substr(q + 1));
+  for (const auto& f : msg)
+    req.headers.emplace_back(Lower(std::string_view(f.name_string().data(), f.name_string().size())),
+                             std::string(f.value().data(), f.value().size()));
+  req.body = std::move(msg.body());
+  return req;
+}
+
 }  // namespace
+
+Result<HttpRequest> ParseHttpRequest(std::string_view bytes, const HttpServerOptions& options) {
+  http::request_parser<http::string_body> parser;
+  parser.body_limit(options.max_body_bytes);
+  parser.header_limit(options.max_header_bytes);
+  parser.eager(true);
+  beast::error_code ec;
+  size_t used = parser.put(asio::buffer(bytes.data(), bytes.size()), ec);
+  (void)used;
+  if (ec == http::error::header_limit) return Status::OutOfRange("request header fields too large");
+  if (ec == http::error::body_limit) return Status::OutOfRange("request body too large");
+  if (ec && ec != http::error::need_more) return Status::InvalidArgument("malformed request: " + ec.message());
+  if (!parser.is_done()) {
+    parser.put_eof(ec);
+    if (ec || !parser.is_done()) return Status::InvalidArgument("incomplete request");
+  }
+  auto msg = parser.release();
+  return ToHttpRequest(msg);
+}
 
 std::string_view HttpRequest::Header(std::string_view lower_name) const {
   for (const auto& [k, v] : headers)
@@ -152,15 +185,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) return Close();
     stream_.expires_never();
     auto msg = parser_->release();
-    HttpRequest req;
-    req.method = std::string(msg.method_string().data(), msg.method_string().size());
-    std::string_view target(msg.target().data(), msg.target().size());
-    size_t q = target.find('?');
-    req.path = std::string(target.substr(0, q));
-    if (q != std::string_view::npos) req.query = std::string(target.substr(q + 1));
-    for (const auto& f : msg) req.headers.emplace_back(Lower(std::string_view(f.name_string().data(), f.name_string().size())),
-                               std::string(f.value().data(), f.value().size()));
-    req.body = std::move(msg.body());
+    HttpRequest req = ToHttpRequest(msg);
     req.peer = peer_;
     keep_alive_ = msg.keep_alive() && !impl_->stopped.load();
     ++serial_;

@@ -79,6 +79,11 @@ struct HttpServerOptions {
   int max_connections = 4096;                      // further connections are closed at once
 };
 
+// Parses one complete request from `bytes` with the server's limits (what a Session does with the
+// bytes of a connection). InvalidArgument for malformed or incomplete input, OutOfRange for the header
+// (431) or body (413) limits. For tests and the fuzz target.
+Result<HttpRequest> ParseHttpRequest(std::string_view bytes, const HttpServerOptions& options);
+
 class HttpServer {
  public:
   static Result<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options, Handler handler);

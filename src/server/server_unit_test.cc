@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "engine/sched/engine.h"
@@ -74,6 +75,25 @@ TEST(Metrics, RendersPrometheusText) {
   EXPECT_NE(t.find("strata:h_sum{model_name=\"m\"} 6.5\n"), std::string::npos) << t;
 }
 
+TEST(ParseHttpRequest, LimitsAndFields) {
+  HttpServerOptions o;
+  o.max_body_bytes = 10;
+  auto r = ParseHttpRequest("POST /v1/x?a=b HTTP/1.1\r\nHost: h\r\nX-Strata-Tier: Gold\r\nContent-Length: 2\r\n\r\n{}", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->method, "POST");
+  EXPECT_EQ(r->path, "/v1/x");
+  EXPECT_EQ(r->query, "a=b");
+  EXPECT_EQ(r->Header("x-strata-tier"), "Gold");
+  EXPECT_EQ(r->body, "{}");
+  auto big = ParseHttpRequest("POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\n01234567890", o);
+  EXPECT_EQ(big.status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(ParseHttpRequest("NOT HTTP\r\n\r\n", o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ParseHttpRequest("GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\nab", o).ok());  // incomplete
+  o.max_header_bytes = 64;
+  auto hdr = ParseHttpRequest("GET / HTTP/1.1\r\nX: " + std::string(200, 'a') + "\r\n\r\n", o);
+  EXPECT_EQ(hdr.status().code(), StatusCode::kOutOfRange);
+}
+
 // ---------------------------------------------------------------------------------------------
 // In-process server fixture.
 
@@ -130,7 +150,7 @@ class ServerTest : public ::testing::Test {
   }
   void StartEngine() { engine_->Start(); }
   void Shutdown() {
-    if (server_) server_->StopAccepting();
+    if (server_) server_->Stop();  // no I/O callback (and so no Api call) after this
     api_.reset();
     if (engine_) engine_->Stop();
     server_.reset();
@@ -470,6 +490,33 @@ TEST_F(ServerTest, MetricsScrapeHasTheDocumentedFamilies) {
   }
 }
 
+TEST_F(ServerTest, TierFromBodyOrHeaderAndNChoicesStream) {
+  StartEngine();
+  auto r = HttpCall(port_, "POST", "/v1/completions", json{{"prompt", "x"}, {"max_tokens", 2}, {"ignore_eos", true}}.dump(),
+                    {"x-strata-tier: gold"});
+  EXPECT_EQ(r.status, 200);
+  int st = 0;
+  Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 3}, {"ignore_eos", true}, {"priority", "bronze"},
+                           {"deadline_ms", 5000}}, &st);
+  EXPECT_EQ(st, 200);
+  auto bad = HttpCall(port_, "POST", "/v1/completions", json{{"prompt", "x"}}.dump(), {"x-strata-deadline-ms: soon"});
+  EXPECT_EQ(bad.status, 400);
+  auto m = HttpCall(port_, "GET", "/metrics").body;
+  EXPECT_NE(m.find("strata:generation_tokens_total{model_name=\"fake\",tier=\"gold\"} 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("strata:generation_tokens_total{model_name=\"fake\",tier=\"bronze\"} 3"), std::string::npos) << m;
+  // n = 3 streamed: every index gets its own finish_reason.
+  auto s = HttpCall(port_, "POST", "/v1/completions",
+                    json{{"prompt", "x"}, {"max_tokens", 4}, {"ignore_eos", true}, {"n", 3}, {"stream", true}}.dump());
+  ASSERT_EQ(s.status, 200);
+  std::set<int> finished;
+  for (auto& e : SseData(s.body)) {
+    if (e == "[DONE]") continue;
+    json c = json::parse(e);
+    if (!c["choices"][0]["finish_reason"].is_null()) finished.insert(c["choices"][0]["index"].get<int>());
+  }
+  EXPECT_EQ(finished, (std::set<int>{0, 1, 2}));
+}
+
 class AuthServerTest : public ServerTest {
  protected:
   void SetUp() override { Boot(1024, {"k1", "sekrit"}); }
@@ -495,12 +542,9 @@ TEST_F(TinyQueueTest, AdmissionBoundGives429WithRetryAfter) {
   // Engine not started: the first request stays queued, the second hits the bound.
   HttpConn first(port_);
   ASSERT_TRUE(first.Send("POST", "/v1/completions", json{{"prompt", "x"}, {"max_tokens", 2}}.dump()));
-  testing::HttpReply r;
-  for (int i = 0; i < 100; ++i) {
-    r = HttpCall(port_, "POST", "/v1/completions", json{{"prompt", "y"}, {"max_tokens", 2}}.dump());
-    if (r.status == 429) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  for (int i = 0; i < 1000 && api_->live_jobs() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(api_->live_jobs(), 1);  // the first request is queued in the engine
+  testing::HttpReply r = HttpCall(port_, "POST", "/v1/completions", json{{"prompt", "y"}, {"max_tokens", 2}}.dump());
   EXPECT_EQ(r.status, 429);
   EXPECT_EQ(r.headers["retry-after"], "1");
   EXPECT_EQ(json::parse(r.body)["error"]["type"], "rate_limit_error");
