@@ -1,5 +1,5 @@
 // `strata serve`: the OpenAI-compatible HTTP server (src/server) over the serving engine
-// (src/engine/sched + CpuModelRunner). Wiring only: load, build the engine, start HTTP, wait for
+// (engine::ServingEngine: model + paged KV + CpuModelRunner + sched::Engine). Wiring only: load, build the engine, start HTTP, wait for
 // SIGINT/SIGTERM, drain, exit 0.
 #include <pthread.h>
 #include <signal.h>
@@ -16,10 +16,8 @@
 #include <fmt/format.h>
 
 #include "app/commands.h"
-#include "base/thread_pool.h"
 #include "engine/kv/kv_storage.h"
-#include "engine/runner/cpu_runner.h"
-#include "engine/sched/engine.h"
+#include "engine/serving/serving_engine.h"
 #include "model/model.h"
 #include "server/api.h"
 #include "server/http_server.h"
@@ -40,7 +38,7 @@ struct ServeOptions {
   int threads = 0;
   int io_threads = 2;
   int max_model_len = 0;
-  std::string kv_cache_memory = "512MiB";
+  std::string kv_cache_memory = "1GiB";
   std::string kv_dtype = "f16";
   int block_size = 16;
   int max_num_seqs = 64;
@@ -99,40 +97,22 @@ Status RunServe(const ServeOptions& o) {
     tmpl = std::move(*t);
   }
 
-  const int max_len = o.max_model_len > 0 ? std::min(o.max_model_len, cfg.ctx_len) : std::min(cfg.ctx_len, 4096);
   ASSIGN_OR_RETURN(auto kv_dtype, engine::kv::ParseKvDType(o.kv_dtype));
-  engine::kv::KvLayout layout;
-  layout.n_layers = cfg.n_layers;
-  layout.kv_dim = cfg.kv_dim();
-  layout.block_size = o.block_size;
-  layout.dtype = kv_dtype;
-  ASSIGN_OR_RETURN(uint64_t kv_bytes, engine::kv::ParseMemorySize(o.kv_cache_memory));
-  int blocks = engine::kv::NumBlocksForBudget(layout, kv_bytes);
-  const int per_seq = (max_len + o.block_size - 1) / o.block_size;
-  blocks = std::min<int64_t>(blocks, static_cast<int64_t>(per_seq) * o.max_num_seqs + 1);
-  if (blocks < per_seq)
-    return Status::InvalidArgument(fmt::format("--kv-cache-memory {} holds {} blocks, fewer than one sequence of {} tokens needs ({})",
-                                               o.kv_cache_memory, blocks, max_len, per_seq));
-  layout.num_blocks = blocks;
-  ASSIGN_OR_RETURN(auto storage, engine::kv::KvStorage::Create(layout));
-
-  ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
-  engine::CpuModelRunner runner(*model, storage.get(), &pool);
-  engine::kv::KvManagerConfig kc;
-  kc.num_blocks = blocks;
-  kc.block_size = o.block_size;
-  engine::sched::SchedulerConfig sc;
-  sc.max_model_len = max_len;
-  sc.max_num_seqs = o.max_num_seqs;
+  engine::ServingConfig sc;
+  sc.kv_cache_memory = o.kv_cache_memory;
+  sc.kv_dtype = kv_dtype;
+  sc.block_size = o.block_size;
   sc.max_batched_tokens = o.max_batched_tokens;
+  sc.max_num_seqs = o.max_num_seqs;
+  sc.max_model_len = o.max_model_len;
   sc.max_queued_requests = o.max_queued_requests;
-  engine::sched::SteadyClock clock;
-  auto* st = storage.get();
-  ASSIGN_OR_RETURN(auto engine, engine::sched::Engine::Create(&runner, kc, sc, &clock,
-                                                              [st](std::span<const engine::sched::BlockCopy> copies) {
-                                                                for (const auto& c : copies) st->CopyBlock(c.src, c.dst, c.num_slots);
-                                                              }));
-  engine->Start();
+  sc.threads = o.threads;
+  std::shared_ptr<const model::Model> shared_model = std::move(model);
+  ASSIGN_OR_RETURN(auto serving, engine::ServingEngine::Create(shared_model, sc));
+  const int max_len = serving->max_model_len();
+  const int blocks = serving->num_blocks();
+  auto* eng = &serving->engine();
+  serving->Start();
 
   server::ModelInfo info;
   info.name = o.served_model_name.empty() ? std::filesystem::path(path).stem().string() : o.served_model_name;
@@ -142,6 +122,7 @@ Status RunServe(const ServeOptions& o) {
   if (tok->bos() >= 0 && static_cast<size_t>(tok->bos()) < v.tokens.size()) info.bos_token = v.tokens[static_cast<size_t>(tok->bos())];
   if (tok->eos() >= 0 && static_cast<size_t>(tok->eos()) < v.tokens.size()) info.eos_token = v.tokens[static_cast<size_t>(tok->eos())];
   info.max_model_len = max_len;
+  info.salt = serving->salt();
   info.limits.max_tokens = o.max_tokens_cap;
   server::ApiOptions ao;
   ao.api_keys = std::move(keys);
@@ -153,7 +134,7 @@ Status RunServe(const ServeOptions& o) {
     std::unique_ptr<model::Context> ctx;
   };
   auto embedder = std::make_shared<Embedder>();
-  const model::Model* mp = model.get();
+  const model::Model* mp = shared_model.get();
   ao.embed = [embedder, mp, max_len](std::span<const int32_t> tokens) -> Result<std::vector<float>> {
     std::lock_guard<std::mutex> lock(embedder->mu);
     if (!embedder->ctx) embedder->ctx = std::make_unique<model::Context>(*mp, max_len, nullptr);
@@ -171,7 +152,7 @@ Status RunServe(const ServeOptions& o) {
     for (size_t i = 0; i < dim; ++i) out[i] = norm > 0 ? static_cast<float>(acc[i] / norm) : 0.0f;
     return out;
   };
-  auto api = std::make_unique<server::Api>(info, engine.get(), ao);
+  auto api = std::make_unique<server::Api>(info, eng, ao);
 
   server::HttpServerOptions so;
   so.host = o.host;
@@ -202,7 +183,7 @@ Status RunServe(const ServeOptions& o) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the last writes leave
   server->Stop();   // joins the I/O threads: no handler or disconnect callback runs after this
   api.reset();      // stops the pump, cancels what is left
-  engine->Stop();
+  serving->Stop();
   server.reset();
   std::fprintf(stderr, "strata serve: stopped\n");
   return Status::Ok();
@@ -222,7 +203,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_option("--chat-template-file", o->chat_template_file, "Jinja chat template overriding the GGUF's");
   cmd->add_option("-t,--threads", o->threads, "compute threads (default: all cores)");
   cmd->add_option("--io-threads", o->io_threads, "HTTP I/O threads");
-  cmd->add_option("--max-model-len", o->max_model_len, "context size per sequence (default: model's, at most 4096)");
+  cmd->add_option("--max-model-len", o->max_model_len, "context size per sequence (default: model's, at most 8192)");
   cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache budget: 512MiB, 2GiB, 0.25 (of RAM), 10%");
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache type: f16, f32, q8_0");
   cmd->add_option("--block-size", o->block_size, "tokens per KV block");

@@ -230,6 +230,7 @@ Result<GenRequest> ParseGenRequest(Endpoint endpoint, const json& body, const Mo
   }
   RETURN_IF_ERROR(GetBool(body, "ignore_eos", &s.ignore_eos));
   s.eog_ids = model.tok->eog_ids();
+  s.salt = model.salt;
 
   // Streaming.
   RETURN_IF_ERROR(GetBool(body, "stream", &g.stream));
