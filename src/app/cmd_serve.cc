@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -76,6 +77,24 @@ Status RunServe(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   ASSIGN_OR_RETURN(auto keys, LoadKeys(o));
+
+  // HTTP comes up first: while the model loads, /health is 200 and everything else 503 (loading).
+  std::atomic<server::Api*> api_ptr{nullptr};
+  server::HttpServerOptions so;
+  so.host = o.host;
+  if (o.port < 0 || o.port > 65535) return Status::InvalidArgument("--port must be in [0, 65535]");
+  so.port = static_cast<uint16_t>(o.port);
+  so.io_threads = o.io_threads;
+  so.max_body_bytes = o.max_body_bytes;
+  so.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout * 1000));
+  so.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout * 1000));
+  ASSIGN_OR_RETURN(auto server, server::HttpServer::Start(so, [&api_ptr](server::HttpRequest req,
+                                                                          std::shared_ptr<server::Responder> out) {
+    if (server::Api* a = api_ptr.load(std::memory_order_acquire)) return a->Handle(std::move(req), std::move(out));
+    out->Respond(server::LoadingResponse(req));
+  }));
+  std::printf("listening on http://%s:%u\n", o.host.c_str(), static_cast<unsigned>(server->port()));
+  std::fflush(stdout);
   std::string path = o.model.empty() ? DefaultModelPath() : o.model;
   ASSIGN_OR_RETURN(auto model, model::Model::Load(path));
   ASSIGN_OR_RETURN(auto vocab, tokenizer::VocabFromGguf(model->gguf()));
@@ -154,22 +173,10 @@ Status RunServe(const ServeOptions& o) {
   };
   auto api = std::make_unique<server::Api>(info, eng, ao);
 
-  server::HttpServerOptions so;
-  so.host = o.host;
-  if (o.port < 0 || o.port > 65535) return Status::InvalidArgument("--port must be in [0, 65535]");
-  so.port = static_cast<uint16_t>(o.port);
-  so.io_threads = o.io_threads;
-  so.max_body_bytes = o.max_body_bytes;
-  so.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout * 1000));
-  so.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout * 1000));
-  auto* a = api.get();
-  ASSIGN_OR_RETURN(auto server, server::HttpServer::Start(so, [a](server::HttpRequest req, std::shared_ptr<server::Responder> out) {
-    a->Handle(std::move(req), std::move(out));
-  }));
   api->SetReady(true);
-  std::printf("strata serve: model '%s' (%s), context %d, %d KV blocks of %d tokens, %s\n", info.name.c_str(), path.c_str(),
-              max_len, blocks, o.block_size, tmpl ? "chat template present" : "no chat template (chat -> 400)");
-  std::printf("listening on http://%s:%u\n", o.host.c_str(), static_cast<unsigned>(server->port()));
+  api_ptr.store(api.get(), std::memory_order_release);
+  std::printf("strata serve: ready: model '%s' (%s), context %d, %d KV blocks of %d tokens, %s\n", info.name.c_str(),
+              path.c_str(), max_len, blocks, o.block_size, tmpl ? "chat template present" : "no chat template (chat -> 400)");
   std::fflush(stdout);
 
   int sig = 0;

@@ -107,6 +107,11 @@ std::string ErrorBody(std::string_view message, std::string_view type, std::stri
   return Dump(json{{"error", e}});
 }
 
+HttpResponse LoadingResponse(const HttpRequest& req) {
+  if (req.path == "/health") return JsonResponse(200, {{"status", "loading"}});
+  return Error(503, "the server is loading the model");
+}
+
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   size_t n = std::max(a.size(), b.size());

@@ -84,6 +84,8 @@ class Api {
   std::thread pump_;
 };
 
+// The answer while the model is still loading: /health 200 {"status":"loading"}, anything else 503.
+HttpResponse LoadingResponse(const HttpRequest& req);
 // OpenAI-style error body.
 std::string ErrorBody(std::string_view message, std::string_view type, std::string_view param, std::string_view code);
 // Constant-time string equality (time depends only on the lengths).

@@ -75,6 +75,16 @@ TEST(Metrics, RendersPrometheusText) {
   EXPECT_NE(t.find("strata:h_sum{model_name=\"m\"} 6.5\n"), std::string::npos) << t;
 }
 
+TEST(LoadingResponse, HealthIsUpEverythingElse503) {
+  HttpRequest r;
+  r.path = "/health";
+  EXPECT_EQ(LoadingResponse(r).status, 200);
+  for (const char* p : {"/ready", "/v1/completions", "/metrics"}) {
+    r.path = p;
+    EXPECT_EQ(LoadingResponse(r).status, 503) << p;
+  }
+}
+
 TEST(ParseHttpRequest, LimitsAndFields) {
   HttpServerOptions o;
   o.max_body_bytes = 10;

@@ -105,6 +105,7 @@ def main():
             m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
             if m:
                 port = int(m.group(1))
+            if port is not None and "strata serve: ready" in line:
                 break
         if port is None:
             sys.exit("server did not start")

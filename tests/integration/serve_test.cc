@@ -49,7 +49,7 @@ class ServeProcess {
       _exit(127);
     }
     close(out[1]);
-    // Read the startup lines until the listening line.
+    // Read the startup lines: "listening on ..." (HTTP up, /ready 503 while loading), then "ready".
     std::string buf;
     char c;
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -57,10 +57,9 @@ class ServeProcess {
     std::smatch m;
     while (std::chrono::steady_clock::now() < deadline && read(out[0], &c, 1) == 1) {
       buf += c;
-      if (c == '\n' && std::regex_search(buf, m, re)) {
-        port_ = std::stoi(m[1]);
-        break;
-      }
+      if (c != '\n') continue;
+      if (port_ == 0 && std::regex_search(buf, m, re)) port_ = std::stoi(m[1]);
+      if (port_ != 0 && buf.find("strata serve: ready") != std::string::npos) break;  // model loaded
     }
     out_fd_ = out[0];
   }
