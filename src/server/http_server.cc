@@ -175,6 +175,20 @@ class Session : public std::enable_shared_from_this<Session> {
     auto len = parser_->content_length();
     if (len && *len > impl_->opt.max_body_bytes) return SendErrorAndClose(413, "request body too large");
     stream_.expires_after(impl_->opt.read_timeout);
+    auto expect = parser_->get()[http::field::expect];
+    if (beast::iequals(expect, "100-continue") && !parser_->is_done()) {
+      // curl and others wait for this before sending a larger body.
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      return asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
+                               [self = shared_from_this()](beast::error_code ec2, size_t) {
+                                 if (ec2) return self->Close();
+                                 self->ReadBody();
+                               });
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec2, size_t) { self->OnRead(ec2); });
   }

@@ -406,6 +406,18 @@ TEST_F(ServerTest, BodyLimitIs413) {
   EXPECT_EQ(r.status, 413);
 }
 
+TEST_F(ServerTest, ExpectContinueGetsInterimResponse) {
+  HttpConn c(port_);
+  std::string body = R"({"content":"hi"})";
+  ASSERT_TRUE(c.SendRaw("POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: " +
+                        std::to_string(body.size()) + "\r\n\r\n"));
+  ASSERT_TRUE(c.ReadUntil([](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; }, 5));
+  EXPECT_EQ(c.buffer().rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << c.buffer();
+  c.buffer().clear();
+  ASSERT_TRUE(c.SendRaw(body));
+  EXPECT_EQ(c.ReadResponse().status, 200);
+}
+
 TEST_F(ServerTest, SlowClientTimesOut) {
   HttpConn c(port_);
   ASSERT_TRUE(c.SendRaw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"));
