@@ -172,8 +172,6 @@ Api::Api(ModelInfo model, engine::sched::Engine* engine, ApiOptions options)
   m.Declare("strata:num_preemptions_total", T::kCounter, "Sequences preempted by the scheduler.");
   m.Declare("strata:request_success_total", T::kCounter, "Finished requests by finish reason (stop, length, abort, error).");
   m.Declare("strata:http_requests_total", T::kCounter, "HTTP requests by route and status code.");
-  for (const char* fr : {"stop", "length", "abort", "error"})
-    m.Add("strata:request_success_total", Labels({{"model_name", model_.name}, {"finished_reason", fr}}), 0);
   pump_ = std::thread([this] { PumpLoop(); });
 }
 
@@ -469,7 +467,9 @@ void Api::PumpLoop() {
 
 bool Api::Process(Job& job) {
   if (job.gone.load()) {
-    metrics_.Add("strata:request_success_total", Labels({{"model_name", model_.name}, {"finished_reason", "abort"}}), 1);
+    metrics_.Add("strata:request_success_total",
+                 Labels({{"model_name", model_.name}, {"tier", engine::sched::TierName(job.req.submit.tier)},
+                         {"finished_reason", "abort"}}), 1);
     metrics_.Add("strata:http_requests_total",
                  Labels({{"model_name", model_.name},
                          {"route", job.req.endpoint == Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions"},
@@ -616,7 +616,9 @@ void Api::Finish(Job& job) {
     job.out->Respond(JsonResponse(200, resp));
   }
   std::string reason = job.error ? "error" : job.choices.empty() ? "stop" : job.choices[0].finish;
-  metrics_.Add("strata:request_success_total", Labels({{"model_name", model_.name}, {"finished_reason", reason}}), 1);
+  metrics_.Add("strata:request_success_total",
+               Labels({{"model_name", model_.name}, {"tier", engine::sched::TierName(job.req.submit.tier)},
+                       {"finished_reason", reason}}), 1);
   metrics_.Add("strata:http_requests_total",
                Labels({{"model_name", model_.name}, {"route", route}, {"status", std::to_string(status)}}), 1);
   metrics_.Observe("strata:e2e_request_latency_seconds", job.labels, Seconds(job.arrival, now));

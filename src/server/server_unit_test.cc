@@ -456,7 +456,7 @@ TEST_F(ServerTest, DisconnectCancelsTheRequest) {
   EXPECT_LT(s.generated_tokens, 200);
   EXPECT_EQ(api_->live_jobs(), 0);
   auto m = HttpCall(port_, "GET", "/metrics");
-  EXPECT_NE(m.body.find("strata:request_success_total{model_name=\"fake\",finished_reason=\"abort\"} 1"), std::string::npos)
+  EXPECT_NE(m.body.find("strata:request_success_total{model_name=\"fake\",tier=\"silver\",finished_reason=\"abort\"} 1"), std::string::npos)
       << m.body;
 }
 

@@ -180,7 +180,7 @@ TEST(Serve, EveryEndpointOnTheBundledModel) {
 
   auto metrics = HttpCall(port, "GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);
-  EXPECT_NE(metrics.body.find("strata:request_success_total{model_name=\"tiny\",finished_reason=\"length\"} 3"),
+  EXPECT_NE(metrics.body.find("strata:request_success_total{model_name=\"tiny\",tier=\"silver\",finished_reason=\"length\"} 3"),
             std::string::npos) << metrics.body;
   EXPECT_NE(metrics.body.find("strata:http_requests_total{model_name=\"tiny\",route=\"/v1/completions\",status=\"200\"} 2"),
             std::string::npos);
