@@ -564,7 +564,7 @@ TEST_F(TinyQueueTest, AdmissionBoundGives429WithRetryAfter) {
   // Engine not started: the first request stays queued, the second hits the bound.
   HttpConn first(port_);
   ASSERT_TRUE(first.Send("POST", "/v1/completions", json{{"prompt", "x"}, {"max_tokens", 2}}.dump()));
-  for (int i = 0; i < 1000 && api_->live_jobs() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (int i = 0; i < 10000 && api_->live_jobs() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ASSERT_EQ(api_->live_jobs(), 1);  // the first request is queued in the engine
   testing::HttpReply r = HttpCall(port_, "POST", "/v1/completions", json{{"prompt", "y"}, {"max_tokens", 2}}.dump());
   EXPECT_EQ(r.status, 429);
