@@ -174,6 +174,90 @@ TEST(EngineSim, PrefixCacheSkipsCachedBlocks) {
   EXPECT_EQ(sim.engine->Stats().prefix_hit_tokens, b3.prefix_hit_tokens);
 }
 
+// Prompt tokens fed to the runner (positions below each request's prompt length).
+int64_t PrefillTokens(const Sim& sim, int prompt_len) {
+  int64_t n = 0;
+  for (const auto& batch : sim.runner->batches())
+    for (const auto& s : batch)
+      if (s.start_pos < prompt_len) n += std::min(s.num_tokens, prompt_len - s.start_pos);
+  return n;
+}
+
+std::vector<std::vector<int32_t>> SharedPrefixPrompts(int count, int prefix_len, int suffix_len) {
+  const std::vector<int32_t> prefix = MakePrompt(prefix_len, 77);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < count; ++i) {
+    std::vector<int32_t> p = prefix;
+    const std::vector<int32_t> suffix = MakePrompt(suffix_len, 1000 + static_cast<uint32_t>(i));
+    p.insert(p.end(), suffix.begin(), suffix.end());
+    p[static_cast<size_t>(prefix_len)] = static_cast<int32_t>(i);  // suffixes surely differ in their first token
+    prompts.push_back(std::move(p));
+  }
+  return prompts;
+}
+
+TEST(EngineSim, SimultaneousSharedPrefixIsComputedOnce) {
+  const auto prompts = SharedPrefixPrompts(8, 1024, 32);
+  std::map<RequestId, std::map<int, Completion>> res[2];
+  int64_t prefill[2] = {0, 0};
+  for (int cache = 0; cache < 2; ++cache) {
+    Sim sim(1024, Cfg(2048, 16), 16, /*prefix_cache=*/cache == 1);
+    for (const auto& p : prompts) ASSERT_TRUE(sim.Submit(Req(p, 8)).ok());
+    sim.RunToCompletion();  // checks KV + in-flight invariants after every step
+    prefill[cache] = PrefillTokens(sim, 1056);
+    res[cache] = sim.results;
+    if (cache == 1) {
+      EXPECT_EQ(sim.engine->scheduler().num_deferrals(), 7);  // once each, in the first step
+      EXPECT_EQ(sim.engine->Stats().prefix_hit_tokens, 7 * 1024);
+    }
+    int i = 0;
+    for (auto& [id, comps] : sim.results)
+      EXPECT_EQ(comps[0].tokens, GreedyReference(sim.rcfg, prompts[static_cast<size_t>(i++)], 8)) << id;
+  }
+  EXPECT_EQ(prefill[0], 8 * 1056);
+  EXPECT_EQ(prefill[1], 1024 + 8 * 32);  // the prefix once (64 full blocks), then each suffix
+  ASSERT_EQ(res[0].size(), res[1].size());
+  for (auto& [id, comps] : res[0]) EXPECT_EQ(comps[0].tokens, res[1][id][0].tokens) << id;
+}
+
+TEST(EngineSim, DeferredRequestIsAdmittedWhenItsProviderIsCancelled) {
+  const auto prompts = SharedPrefixPrompts(2, 256, 16);
+  Sim sim(256, Cfg(64, 16));  // the 272-token prompt takes 5 steps
+  auto a = sim.Submit(Req(prompts[0], 4, Tier::kSilver));
+  ASSERT_TRUE(a.ok());
+  sim.Step();
+  // b ranks first but a is computing its next uncached block: deferred while a runs.
+  auto b = sim.Submit(Req(prompts[1], 4, Tier::kGold));
+  ASSERT_TRUE(b.ok());
+  sim.Step();
+  sim.Step();
+  EXPECT_EQ(sim.engine->scheduler().Find(*b)->phase, RequestState::Phase::kWaiting);
+  EXPECT_EQ(sim.engine->scheduler().num_deferrals(), 2);
+  sim.engine->Cancel(*a);
+  sim.Step();  // a's blocks freed at the start of this step; b admitted in it
+  EXPECT_EQ(sim.engine->scheduler().Find(*b)->phase, RequestState::Phase::kRunning);
+  EXPECT_EQ(sim.engine->scheduler().num_deferrals(), 2);
+  sim.RunToCompletion();
+  EXPECT_EQ(sim.results[*a][0].finish, FinishReason::kCancelled);
+  EXPECT_EQ(sim.results[*b][0].tokens, GreedyReference(sim.rcfg, prompts[1], 4));
+  EXPECT_EQ(sim.engine->Stats().prefix_hit_tokens, 192);  // the three chunks a committed (12 blocks)
+}
+
+TEST(EngineSim, DifferentSaltIsNotDeferred) {
+  const auto prompts = SharedPrefixPrompts(2, 256, 16);
+  Sim sim(256, Cfg(2048, 16));
+  SubmitRequest ra = Req(prompts[0], 4), rb = Req(prompts[1], 4);
+  ra.salt = {1};
+  rb.salt = {2};
+  ASSERT_TRUE(sim.Submit(ra).ok());
+  ASSERT_TRUE(sim.Submit(rb).ok());
+  sim.Step();
+  EXPECT_EQ(sim.engine->scheduler().num_running(), 2);  // both admitted at once
+  sim.RunToCompletion();
+  EXPECT_EQ(sim.engine->scheduler().num_deferrals(), 0);
+  EXPECT_EQ(PrefillTokens(sim, 272), 2 * 272);
+}
+
 TEST(EngineSim, CancellationFreesBlocksWithinOneStep) {
   Sim sim(256, Cfg());
   auto a = sim.Submit(Req(MakePrompt(40, 3), 100));

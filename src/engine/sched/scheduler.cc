@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <tuple>
 
@@ -43,7 +44,8 @@ std::unique_ptr<RequestState> MakeRequestState(RequestId id, SubmitRequest req, 
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager* kv, int block_size, const Clock* clock)
-    : cfg_(config), kv_(kv), block_size_(block_size), clock_(clock) {
+    : cfg_(config), kv_(kv), block_size_(block_size), clock_(clock),
+      defer_enabled_(kv->config().enable_prefix_cache) {
   out_.seqs.reserve(static_cast<size_t>(cfg_.max_num_seqs));
   out_.copies.reserve(static_cast<size_t>(cfg_.max_num_seqs));
 }
@@ -139,7 +141,107 @@ void Scheduler::Unschedule(RequestState* r) {
   }
 }
 
+size_t Scheduler::HashKey::operator()(const kv::BlockHash& h) const {
+  size_t v = 0;
+  std::memcpy(&v, h.data(), sizeof(v));  // SHA-256 output: any 8 bytes are uniform
+  return v;
+}
+
+void Scheduler::EnsureHashes(RequestState* r) {
+  if (r->hashes_ready) return;
+  r->prompt_hashes = kv::ComputeBlockHashes(r->req.prompt, block_size_, std::span<const uint8_t>(r->req.salt));
+  r->hashes_ready = true;
+}
+
+int Scheduler::Progress(const RequestState& r) {
+  int p = 0;
+  for (int i = 0; i < r.num_active(); ++i) {
+    const SequenceState& s = r.seqs[static_cast<size_t>(i)];
+    if (s.live() && s.kv_id >= 0) p = std::max(p, s.num_computed);
+  }
+  return p;
+}
+
+void Scheduler::AddInflight(RequestState* r) {
+  if (!defer_enabled_) return;
+  EnsureHashes(r);
+  r->inflight_hi = static_cast<int>(r->prompt_hashes.size());
+  r->inflight_lo = std::min(r->inflight_hi, Progress(*r) / block_size_);
+  for (int i = r->inflight_lo; i < r->inflight_hi; ++i) {
+    inflight_[r->prompt_hashes[static_cast<size_t>(i)]] += 1;
+    inflight_count_ += 1;
+  }
+}
+
+void Scheduler::AdvanceInflight(RequestState* r) {
+  const int lo = std::min(r->inflight_hi, Progress(*r) / block_size_);
+  for (; r->inflight_lo < lo; ++r->inflight_lo) {
+    auto it = inflight_.find(r->prompt_hashes[static_cast<size_t>(r->inflight_lo)]);
+    if (it != inflight_.end() && --it->second == 0) inflight_.erase(it);
+    inflight_count_ -= 1;
+  }
+}
+
+void Scheduler::DropInflight(RequestState* r) {
+  for (int i = r->inflight_lo; i < r->inflight_hi; ++i) {
+    auto it = inflight_.find(r->prompt_hashes[static_cast<size_t>(i)]);
+    if (it != inflight_.end() && --it->second == 0) inflight_.erase(it);
+    inflight_count_ -= 1;
+  }
+  r->inflight_lo = r->inflight_hi = 0;
+}
+
+bool Scheduler::ShouldDefer(RequestState* r) {
+  if (!defer_enabled_ || inflight_.empty()) return false;
+  EnsureHashes(r);
+  // Blocks a prefix hit could cover: MatchPrefix leaves at least one token to compute.
+  size_t len = 0;
+  for (int i = 0; i < r->num_active(); ++i) {
+    const SequenceState& s = r->seqs[static_cast<size_t>(i)];
+    if (s.live()) len = std::max(len, s.tokens.size());
+  }
+  const size_t usable = len == 0 ? 0 : std::min(r->prompt_hashes.size(), (len - 1) / static_cast<size_t>(block_size_));
+  // The first in-flight block is the first one not cached: every block before an in-flight one is
+  // held, registered, by the request computing it.
+  for (size_t j = 0; j < usable; ++j) {
+    if (inflight_.count(r->prompt_hashes[j])) {
+      deferrals_ += 1;
+      return true;
+    }
+  }
+  return false;
+}
+
+Status Scheduler::CheckInflight() const {
+  std::unordered_map<kv::BlockHash, int, HashKey> expect;
+  int count = 0;
+  for (const auto& [id, owned] : all_) {
+    const RequestState& r = *owned;
+    const bool running = r.phase == RequestState::Phase::kRunning;
+    if (!running || !defer_enabled_) {
+      if (r.inflight_lo != 0 || r.inflight_hi != 0)
+        return Status::Internal("request " + std::to_string(id) + ": in-flight blocks while not running");
+      continue;
+    }
+    const int hi = static_cast<int>(r.prompt_hashes.size());
+    // lo only grows (a finishing completion may lower Progress after its blocks were registered).
+    if (!r.hashes_ready || r.inflight_hi != hi || r.inflight_lo > hi ||
+        r.inflight_lo < std::min(hi, Progress(r) / block_size_))
+      return Status::Internal("request " + std::to_string(id) + ": in-flight range [" + std::to_string(r.inflight_lo) +
+                              ", " + std::to_string(r.inflight_hi) + ") disagrees with its progress");
+    for (int i = r.inflight_lo; i < r.inflight_hi; ++i) {
+      expect[r.prompt_hashes[static_cast<size_t>(i)]] += 1;
+      count += 1;
+    }
+  }
+  if (count != inflight_count_ || expect != inflight_)
+    return Status::Internal("in-flight block set disagrees with the running requests (" + std::to_string(count) +
+                            " expected, " + std::to_string(inflight_count_) + " held)");
+  return Status::Ok();
+}
+
 void Scheduler::ReleaseBlocks(RequestState* r) {
+  DropInflight(r);
   for (SequenceState& s : r->seqs) {
     if (s.kv_id >= 0 && kv_->Has(s.kv_id)) kv_->Free(s.kv_id);
     s.kv_id = -1;
@@ -225,6 +327,7 @@ bool Scheduler::Admit(RequestState* r) {
       return false;
     }
   }
+  AddInflight(r);
   if (!r->started) {
     r->started = true;
     MarkNotQueued(r);
@@ -275,6 +378,7 @@ const SchedulerOutput& Scheduler::Schedule() {
         if (r->phase != RequestState::Phase::kRunning) break;
       }
     } else if (r->phase == RequestState::Phase::kWaiting && admission_open && r->preempted_in_step != step_) {
+      if (ShouldDefer(r)) continue;  // keeps its place; lower-priority requests may go
       if (!Admit(r)) admission_open = false;
     }
   }
@@ -285,6 +389,7 @@ void Scheduler::CommitComputed(const ScheduledSeq& e) {
   SequenceState& s = e.req->seqs[static_cast<size_t>(e.seq_index)];
   s.num_computed += e.num_tokens;
   kv_->CommitComputed(s.kv_id, s.tokens, s.num_computed, std::span<const uint8_t>(e.req->req.salt));
+  if (e.req->inflight_lo < e.req->inflight_hi) AdvanceInflight(e.req);
 }
 
 void Scheduler::Fork(RequestState* r) {

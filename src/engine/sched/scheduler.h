@@ -27,6 +27,17 @@
 //   at a full engine is scheduled before bronze requests that are merely decoding. If nothing lower
 //   is running, a running request preempts itself; a waiting one stays waiting (admission stops
 //   for this step, keeping the order strict).
+// Shared-prefix deferral: a waiting request whose first not-yet-cached FULL prompt block (same
+// chained hash: same salt and preceding tokens) is currently being computed by a running request's
+// prefill is skipped for this step (it keeps its place; lower-priority requests may still be
+// admitted) and admitted once that block is committed to the prefix cache, so N simultaneous
+// requests with a common prefix compute it once instead of N times. "In flight" = the full prompt
+// blocks of running requests from their admission's prefix hit up to what they have committed;
+// they leave the set on commit, preemption, abort and finish, so a deferred request always becomes
+// admissible (no deadlock). Only blocks a prefix hit could give the waiting request count
+// (MatchPrefix always leaves one token to compute). Off when the KvManager's prefix cache is off.
+// Prompt block hashes are computed once per request (lazily) and cached in its RequestState.
+//
 // Preemption is by recompute: all blocks are freed, the request goes back to waiting, and on
 // readmission each sequence recomputes prompt + generated tokens (full blocks usually come back
 // from the prefix cache). Its Samplers are kept, so it resumes exactly where it was and produces the
@@ -94,6 +105,13 @@ struct RequestState {
   int num_preemptions = 0;
   std::vector<SequenceState> seqs;  // n entries; before the fork only seqs[0] is active
   std::shared_ptr<RequestStream> stream;  // the engine's; unused by the scheduler
+
+  // Scheduler-internal: prompt full-block hashes (computed once, when first needed) and the range
+  // [inflight_lo, inflight_hi) of them this running request has in the scheduler's in-flight set.
+  std::vector<kv::BlockHash> prompt_hashes;
+  bool hashes_ready = false;
+  int inflight_lo = 0;
+  int inflight_hi = 0;
 
   // Scheduler-internal, valid during Schedule().
   int64_t key_level = 0;
@@ -170,6 +188,12 @@ class Scheduler {
   int64_t queued_prompt_tokens() const { return queued_prompt_tokens_; }
   int64_t num_preemptions() const { return preemptions_; }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  // Shared-prefix deferral: admissions skipped so far (one per request per step), and the number
+  // of block hashes currently in flight (counted with multiplicity).
+  int64_t num_deferrals() const { return deferrals_; }
+  int num_inflight_blocks() const { return inflight_count_; }
+  // Checks that the in-flight set equals what the running requests' states imply (tests).
+  Status CheckInflight() const;
   // Effective level (see the header comment) at `now`.
   int64_t Level(const RequestState& r, TimePoint now) const;
 
@@ -184,6 +208,12 @@ class Scheduler {
   void MarkNotQueued(RequestState* r);
   void FinishRequest(RequestState* r);
   static void Remove(std::vector<RequestState*>* v, RequestState* r);
+  void EnsureHashes(RequestState* r);
+  static int Progress(const RequestState& r);  // max num_computed over active live sequences
+  void AddInflight(RequestState* r);
+  void AdvanceInflight(RequestState* r);
+  void DropInflight(RequestState* r);
+  bool ShouldDefer(RequestState* r);
   kv::SeqId NewKvId() { return next_kv_id_++; }
 
   SchedulerConfig cfg_;
@@ -202,6 +232,13 @@ class Scheduler {
   int queued_requests_ = 0;
   int64_t queued_prompt_tokens_ = 0;
   int64_t preemptions_ = 0;
+  struct HashKey {
+    size_t operator()(const kv::BlockHash& h) const;
+  };
+  bool defer_enabled_ = false;  // the KvManager's prefix cache is on
+  std::unordered_map<kv::BlockHash, int, HashKey> inflight_;  // hash -> providers computing it
+  int inflight_count_ = 0;
+  int64_t deferrals_ = 0;
 };
 
 }  // namespace strata::engine::sched

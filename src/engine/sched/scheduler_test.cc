@@ -132,5 +132,115 @@ TEST(Scheduler, PreemptsLowestTierLatestWhenBlocksRunOut) {
   EXPECT_TRUE(f.kv.CheckInvariants().ok());
 }
 
+// Shared-prefix deferral. Prompts: a 64-token common prefix (4 blocks) + an 8-token suffix.
+std::vector<int32_t> SharedPrompt(int32_t suffix) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < 64; ++i) p.push_back(i % 50);
+  for (int i = 0; i < 8; ++i) p.push_back(suffix);
+  return p;
+}
+
+RequestId AddPrompt(Fixture& f, std::vector<int32_t> prompt, Tier tier, std::vector<uint8_t> salt = {}) {
+  SubmitRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = 4;
+  r.tier = tier;
+  r.salt = std::move(salt);
+  const RequestId id = f.next++;
+  EXPECT_TRUE(f.sched.Add(MakeRequestState(id, std::move(r), f.clock.Now())).ok());
+  return id;
+}
+
+TEST(Scheduler, DefersWaitingRequestWhosePrefixIsInFlightButAdmitsOthers) {
+  Fixture f(SchedulerConfig{}, 64);
+  const RequestId a = AddPrompt(f, SharedPrompt(60), Tier::kGold);
+  const RequestId b = AddPrompt(f, SharedPrompt(61), Tier::kSilver);
+  std::vector<int32_t> other = SharedPrompt(62);
+  other[0] = 63;  // differs in the first block: nothing in common
+  const RequestId c = AddPrompt(f, other, Tier::kBronze);
+  const SchedulerOutput& out = f.sched.Schedule();
+  ASSERT_EQ(out.seqs.size(), 2u);  // a and c; b (between them in priority) is deferred
+  EXPECT_EQ(out.seqs[0].req->id, a);
+  EXPECT_EQ(out.seqs[1].req->id, c);
+  EXPECT_EQ(f.sched.Find(b)->phase, RequestState::Phase::kWaiting);
+  EXPECT_EQ(f.sched.num_deferrals(), 1);
+  EXPECT_EQ(f.sched.num_inflight_blocks(), 8);  // 4 full blocks of a's prompt + 4 of c's
+  ASSERT_TRUE(f.sched.CheckInflight().ok()) << f.sched.CheckInflight().ToString();
+  const std::vector<ScheduledSeq> batch(out.seqs.begin(), out.seqs.end());
+  for (const ScheduledSeq& e : batch) f.sched.CommitComputed(e);
+  EXPECT_EQ(f.sched.num_inflight_blocks(), 0);
+  ASSERT_TRUE(f.sched.CheckInflight().ok()) << f.sched.CheckInflight().ToString();
+  // a's blocks are registered now: b is admitted and its first 64 tokens are a prefix hit.
+  const SchedulerOutput& out2 = f.sched.Schedule();
+  bool b_found = false;
+  for (const ScheduledSeq& e : out2.seqs) {
+    if (e.req->id != b) continue;
+    b_found = true;
+    EXPECT_EQ(e.start_pos, 64);
+    EXPECT_EQ(e.num_tokens, 8);
+  }
+  EXPECT_TRUE(b_found);
+  EXPECT_EQ(f.sched.num_deferrals(), 1);
+  ASSERT_TRUE(f.sched.CheckInflight().ok()) << f.sched.CheckInflight().ToString();
+  for (RequestId id : {a, b, c}) ASSERT_NE(f.sched.Abort(id, FinishReason::kCancelled), nullptr);
+  EXPECT_EQ(f.sched.num_inflight_blocks(), 0);
+  EXPECT_EQ(f.kv.Stats().used_blocks, 0);
+}
+
+TEST(Scheduler, DeferralFollowsChunkedPrefillAndEndsWhenTheProviderIsAborted) {
+  SchedulerConfig sc;
+  sc.max_batched_tokens = 32;  // a's 72-token prompt takes 3 steps
+  Fixture f(sc, 64);
+  const RequestId a = AddPrompt(f, SharedPrompt(60), Tier::kSilver);
+  const SchedulerOutput& out = f.sched.Schedule();
+  ASSERT_EQ(out.seqs.size(), 1u);
+  const ScheduledSeq e = out.seqs[0];
+  EXPECT_EQ(e.req->id, a);
+  f.sched.CommitComputed(e);  // blocks 0, 1 registered; 2, 3 still in flight
+  EXPECT_EQ(f.sched.num_inflight_blocks(), 2);
+  ASSERT_TRUE(f.sched.CheckInflight().ok()) << f.sched.CheckInflight().ToString();
+  // b ranks first, but its first uncached block is a's block 2: deferred, a keeps going.
+  const RequestId b = AddPrompt(f, SharedPrompt(61), Tier::kGold);
+  const SchedulerOutput& out2 = f.sched.Schedule();
+  ASSERT_EQ(out2.seqs.size(), 1u);
+  EXPECT_EQ(out2.seqs[0].req->id, a);
+  EXPECT_EQ(f.sched.Find(b)->phase, RequestState::Phase::kWaiting);
+  EXPECT_EQ(f.sched.num_deferrals(), 1);
+  // The provider goes away before computing the blocks: b must not wait for it.
+  ASSERT_NE(f.sched.Abort(a, FinishReason::kCancelled), nullptr);
+  EXPECT_EQ(f.sched.num_inflight_blocks(), 0);
+  const SchedulerOutput& out3 = f.sched.Schedule();
+  ASSERT_EQ(out3.seqs.size(), 1u);
+  EXPECT_EQ(out3.seqs[0].req->id, b);
+  EXPECT_EQ(out3.seqs[0].start_pos, 32);  // the two blocks a committed are hits
+  EXPECT_EQ(f.sched.num_deferrals(), 1);
+  ASSERT_TRUE(f.sched.CheckInflight().ok()) << f.sched.CheckInflight().ToString();
+}
+
+TEST(Scheduler, NoDeferralAcrossSaltsOrWithThePrefixCacheOff) {
+  {
+    Fixture f(SchedulerConfig{}, 64);
+    AddPrompt(f, SharedPrompt(60), Tier::kSilver, {1});
+    AddPrompt(f, SharedPrompt(61), Tier::kSilver, {2});
+    EXPECT_EQ(f.sched.Schedule().seqs.size(), 2u);
+    EXPECT_EQ(f.sched.num_deferrals(), 0);
+  }
+  {
+    FakeClock clock;
+    kv::KvManager kv(kv::KvManagerConfig{64, 16, false});
+    Scheduler sched(SchedulerConfig{}, &kv, 16, &clock);
+    for (RequestId id : {1, 2}) {
+      SubmitRequest r;
+      r.prompt = SharedPrompt(static_cast<int32_t>(id));
+      r.max_tokens = 4;
+      ASSERT_TRUE(sched.Add(MakeRequestState(id, std::move(r), clock.Now())).ok());
+    }
+    EXPECT_EQ(sched.Schedule().seqs.size(), 2u);
+    EXPECT_EQ(sched.num_deferrals(), 0);
+    EXPECT_EQ(sched.num_inflight_blocks(), 0);
+    EXPECT_TRUE(sched.CheckInflight().ok());
+  }
+}
+
 }  // namespace
 }  // namespace strata::engine::sched

@@ -74,6 +74,7 @@ struct Sim {
     ++steps;
     clock.Advance(step_time);
     ASSERT_TRUE(engine->kv().CheckInvariants().ok()) << engine->kv().CheckInvariants().ToString();
+    ASSERT_TRUE(engine->scheduler().CheckInflight().ok()) << engine->scheduler().CheckInflight().ToString();
     const SchedulerOutput& out = engine->last_schedule();
     ASSERT_LE(out.num_tokens, scfg.max_batched_tokens);
     ASSERT_LE(static_cast<int>(out.seqs.size()), scfg.max_num_seqs);
