@@ -11,6 +11,7 @@ PACKAGES=(
   libpcre2-dev                            # Unicode regexes of the BPE pre-tokenizers
   libssl-dev                              # SHA-256 for prefix-cache block keys
   libboost-dev                            # Boost.Asio/Beast (header-only) for strata serve
+  curl                                    # the README demo talks to strata serve
 )
 
 missing=()
