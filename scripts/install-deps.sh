@@ -28,13 +28,16 @@ else
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The official OpenAI Node SDK for the client-compatibility test (locked by package-lock.json).
-# Skipped when Node.js/npm are absent; that test then skips with a message.
+# npm packages of the client/interop tests, locked by their package-lock.json: the official OpenAI
+# Node SDK (tests/integration/openai_client) and Hugging Face's GGUF parser
+# (tests/integration/gguf_interop). Skipped when Node.js/npm are absent; those tests then skip with a
+# message.
 root="$(cd "$(dirname "$0")/.." && pwd)"
-client="$root/tests/integration/openai_client"
-if command -v npm > /dev/null 2>&1 && [ -f "$client/package-lock.json" ]; then
-  if [ ! -d "$client/node_modules/openai" ]; then
-    (cd "$client" && npm ci --no-audit --no-fund --loglevel=error)
-  fi
-  echo "install-deps: openai npm client present"
+if command -v npm > /dev/null 2>&1; then
+  for dir in "$root/tests/integration/openai_client" "$root/tests/integration/gguf_interop"; do
+    if [ -f "$dir/package-lock.json" ] && [ ! -d "$dir/node_modules" ]; then
+      (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+  done
+  echo "install-deps: npm test clients present"
 fi
