@@ -37,17 +37,13 @@ TEST(ThreadPoolTest, ManyRoundsNoDeadlock) {
 }  // namespace
 }  // namespace strata
 
-// Counting global allocations: ParallelFor must not allocate (the decode loop calls it dozens of
-// times per token).
-static std::atomic<long> g_allocs{0};
-
-void* operator new(size_t n) {
-  g_allocs++;
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
+// Counting global allocations (tests/testing/alloc_counter.cc replaces operator new in this
+// binary, in its own translation unit): ParallelFor must not allocate (the decode loop calls it
+// dozens of times per token).
+namespace strata::testing {
+extern std::atomic<bool> g_count_allocs;
+extern std::atomic<size_t> g_allocs;
+}  // namespace strata::testing
 
 namespace strata {
 namespace {
@@ -58,9 +54,11 @@ TEST(ThreadPoolTest, ParallelForDoesNotAllocate) {
   std::atomic<long> sink{0};
   auto body = [&](size_t lo, size_t hi, int) { sink += static_cast<long>((a + b + c + d + e) * static_cast<double>(hi - lo)); };
   pool.ParallelFor(100, body);
-  long before = g_allocs.load();
+  testing::g_allocs = 0;
+  testing::g_count_allocs = true;
   for (int i = 0; i < 100; ++i) pool.ParallelFor(100, body);
-  EXPECT_EQ(g_allocs.load() - before, 0);
+  testing::g_count_allocs = false;
+  EXPECT_EQ(testing::g_allocs.load(), 0u);
   EXPECT_EQ(sink.load(), 101L * 100 * 15);
 }
 
