@@ -485,7 +485,14 @@ TEST_F(ServerTest, ConcurrentStreams) {
 TEST_F(ServerTest, MetricsScrapeHasTheDocumentedFamilies) {
   StartEngine();
   Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 3}, {"ignore_eos", true}});
+  // Per-request counters are recorded when the request's bookkeeping ends, which may be just after
+  // the response reached the client: scrape until they show up (bounded).
+  const std::string want_gen = "strata:generation_tokens_total{model_name=\"fake\",tier=\"silver\"} 3";
   auto m = HttpCall(port_, "GET", "/metrics");
+  for (int i = 0; i < 500 && m.body.find(want_gen) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    m = HttpCall(port_, "GET", "/metrics");
+  }
   ASSERT_EQ(m.status, 200);
   EXPECT_EQ(m.headers["content-type"].rfind("text/plain", 0), 0u);
   for (const char* name : {"time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
