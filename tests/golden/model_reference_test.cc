@@ -16,6 +16,7 @@
 #include "model/synth/synth.h"
 #include "reference/reference_model.h"
 #include "testing/shared_dir.h"
+#include "testing/synth_model.h"
 
 namespace strata {
 namespace {
@@ -27,19 +28,8 @@ struct Built {
 };
 
 Built Build(const synth::SynthConfig& cfg) {
-  Built b;
-  gguf::GgufWriter w;
-  ThreadPool pool(2);
-  auto st = synth::BuildModel(cfg, tokenizer::BuiltinByteVocab(), &pool, &w);
-  EXPECT_TRUE(st.ok()) << st.status().ToString();
-  auto buf = w.WriteToBuffer();
-  EXPECT_TRUE(buf.ok()) << buf.status().ToString();
-  b.bytes = std::move(buf).value();
-  auto f = gguf::GgufFile::Parse(b.bytes);
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
-  auto m = model::Model::FromGguf(std::move(f).value());
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  if (m.ok()) b.model = std::move(m).value();
+  testing::SynthModel sm = testing::BuildSynthModel(cfg);
+  Built b{std::move(sm.bytes), std::move(sm.model), nullptr};
   auto f2 = gguf::GgufFile::Parse(b.bytes);
   if (f2.ok()) b.ref_file = std::move(f2).value();
   return b;

@@ -22,6 +22,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "model/synth/synth.h"
+#include "testing/synth_model.h"
 #include "tokenizer/tokenizer.h"
 
 // Defined in tests/testing/alloc_counter.cc (replaces global operator new in this binary).
@@ -37,27 +38,9 @@ using kv::KvDType;
 using kv::KvLayout;
 using kv::KvStorage;
 
-struct Built {
-  std::vector<uint8_t> bytes;
-  std::unique_ptr<model::Model> model;
-};
+using Built = ::strata::testing::SynthModel;
 
-Built Build(const synth::SynthConfig& cfg) {
-  Built b;
-  gguf::GgufWriter w;
-  ThreadPool pool(2);
-  auto st = synth::BuildModel(cfg, tokenizer::BuiltinByteVocab(), &pool, &w);
-  EXPECT_TRUE(st.ok()) << st.status().ToString();
-  auto buf = w.WriteToBuffer();
-  EXPECT_TRUE(buf.ok()) << buf.status().ToString();
-  b.bytes = std::move(buf).value();
-  auto f = gguf::GgufFile::Parse(b.bytes);
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
-  auto m = model::Model::FromGguf(std::move(f).value());
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  if (m.ok()) b.model = std::move(m).value();
-  return b;
-}
+Built Build(const synth::SynthConfig& cfg) { return ::strata::testing::BuildSynthModel(cfg); }
 
 std::vector<int32_t> Prompt(size_t n, int n_vocab, uint32_t salt) {
   std::vector<int32_t> t(n);
