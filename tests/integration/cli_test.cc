@@ -1,6 +1,7 @@
 // End-to-end tests of the `strata` binary as a user runs it (real process, real files).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -20,7 +21,11 @@ struct RunResult {
 };
 
 RunResult RunStrata(const std::string& args) {
-  std::string err_file = ::testing::TempDir() + "/strata_cli_stderr.txt";
+  // One stderr file per process and call: ctest runs each test as its own process in parallel,
+  // so a fixed name lets one test read another's stderr.
+  static int call = 0;
+  std::string err_file = ::testing::TempDir() + "/strata_cli_stderr." + std::to_string(::getpid()) +
+                         "." + std::to_string(call++) + ".txt";
   std::string cmd = std::string(STRATA_BIN) + " " + args + " 2>" + err_file;
   RunResult r;
   FILE* p = ::popen(cmd.c_str(), "r");
@@ -32,6 +37,7 @@ RunResult RunStrata(const std::string& args) {
   r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   std::ifstream e(err_file);
   r.err.assign(std::istreambuf_iterator<char>(e), {});
+  std::filesystem::remove(err_file);
   return r;
 }
 
@@ -78,7 +84,7 @@ TEST(CliTest, ClearErrorsOnBadInput) {
   EXPECT_NE(r.err.find("error:"), std::string::npos);
   EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
 
-  std::string bad = ::testing::TempDir() + "/not_a_model.gguf";
+  std::string bad = ::testing::TempDir() + "/not_a_model." + std::to_string(::getpid()) + ".gguf";
   std::ofstream(bad) << "this is not a gguf file at all";
   r = RunStrata("generate -m " + bad + " -p hi");
   EXPECT_EQ(r.exit_code, 1);
