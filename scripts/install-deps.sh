@@ -12,6 +12,9 @@ PACKAGES=(
   libssl-dev                              # SHA-256 for prefix-cache block keys
   libboost-dev                            # Boost.Asio/Beast (header-only) for strata serve
   curl                                    # the README demo talks to strata serve
+  libhiredis-dev redis-server             # tiered KV cache: Redis tier (tests start a real redis-server)
+  libyaml-cpp-dev                         # tiered KV cache: YAML config file
+  liblz4-dev libzstd-dev libxxhash-dev    # tiered KV cache: block compression and checksums
 )
 
 missing=()
