@@ -16,82 +16,20 @@
 #include <nlohmann/json.hpp>
 
 #include "integration/http_test_client.h"
+#include "integration/serve_process.h"
 
 namespace {
 
 using nlohmann::json;
 using strata::testing::HttpCall;
 using strata::testing::HttpConn;
+using strata::testing::ServeProcess;
 using strata::testing::SseData;
 
 // A ChatML-style template (written by this test), so chat works on the bundled model.
 constexpr const char* kTemplate =
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-
-class ServeProcess {
- public:
-  explicit ServeProcess(std::vector<std::string> extra) {
-    std::vector<std::string> args = {STRATA_BIN, "serve", "--port", "0", "--model", STRATA_DEFAULT_MODEL,
-                                     "--kv-cache-memory", "64MiB", "--threads", "2"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    int out[2];
-    if (pipe(out) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], 1);
-      close(out[0]);
-      close(out[1]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    // Read the startup lines: "listening on ..." (HTTP up, /ready 503 while loading), then "ready".
-    std::string buf;
-    char c;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    std::regex re("listening on http://127\\.0\\.0\\.1:([0-9]+)");
-    std::smatch m;
-    while (std::chrono::steady_clock::now() < deadline && read(out[0], &c, 1) == 1) {
-      buf += c;
-      if (c != '\n') continue;
-      if (port_ == 0 && std::regex_search(buf, m, re)) port_ = std::stoi(m[1]);
-      if (port_ != 0 && buf.find("strata serve: ready") != std::string::npos) break;  // model loaded
-    }
-    out_fd_ = out[0];
-  }
-  ~ServeProcess() {
-    if (pid_ > 0 && !exited_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (out_fd_ >= 0) close(out_fd_);
-  }
-  int port() const { return port_; }
-  // Sends `sig` and waits (up to timeout) for the exit status; -1 when it did not exit.
-  void Signal(int sig) { kill(pid_, sig); }
-  int Wait(double timeout_s) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < deadline) {
-      int st = 0;
-      if (waitpid(pid_, &st, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
-  int out_fd_ = -1;
-  bool exited_ = false;
-};
 
 std::string TemplateFile() {
   auto p = std::filesystem::temp_directory_path() / ("strata_serve_test_tmpl_" + std::to_string(getpid()) + ".jinja");
