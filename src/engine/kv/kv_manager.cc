@@ -120,6 +120,10 @@ int32_t KvManager::TakeBlock() {
   } else if (!evictable_.empty()) {
     id = std::get<2>(*evictable_.begin());
     evictable_.erase(evictable_.begin());
+    if (listener_ != nullptr) {
+      const Block& victim = blocks_[static_cast<size_t>(id)];
+      listener_->OnEvict(id, victim.hash, victim.tag);
+    }
     Uncache(id);
     ++evicted_;
   } else {
@@ -129,6 +133,7 @@ int32_t KvManager::TakeBlock() {
   assert(b.ref == 0 && !b.cached);
   b.ref = 1;
   b.depth = 0;
+  b.tag = 0;
   b.released_at = 0;
   return id;
 }
@@ -263,8 +268,57 @@ void KvManager::CommitComputed(SeqId seq, std::span<const int32_t> tokens, int n
     b.cached = true;
     b.hash = h;
     b.depth = static_cast<int>(i);
+    b.tag = s.tag;
     cached_.emplace(h, id);
+    if (listener_ != nullptr) listener_->OnRegister(id, h, s.tag);
   }
+}
+
+void KvManager::SetTag(SeqId seq, uint32_t tag) {
+  auto it = seqs_.find(seq);
+  if (it != seqs_.end()) it->second.tag = tag;
+}
+
+int KvManager::AdoptBlocks(SeqId seq, std::span<const BlockHash> hashes,
+                           const std::function<void(size_t index, int32_t block)>& fill) {
+  if (!cfg_.enable_prefix_cache) return 0;
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) {
+    assert(false && "AdoptBlocks on an unknown sequence");
+    return 0;
+  }
+  if (it->second.table.size() != it->second.hashes.size()) {
+    assert(false && "AdoptBlocks after a partial block");
+    return 0;
+  }
+  int adopted = 0;
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    int32_t id;
+    auto hit = cached_.find(hashes[i]);
+    if (hit != cached_.end()) {
+      id = hit->second;
+      AddRef(id);
+    } else {
+      id = TakeBlock();  // may evict (and notify) an LRU cached block; `it` stays valid
+      if (id < 0) break;
+      fill(i, id);
+      Block& b = blocks_[static_cast<size_t>(id)];
+      b.cached = true;
+      b.hash = hashes[i];
+      b.depth = static_cast<int>(it->second.table.size());
+      b.tag = it->second.tag;
+      cached_.emplace(hashes[i], id);
+    }
+    it->second.table.push_back(id);
+    it->second.hashes.push_back(hashes[i]);
+    ++adopted;
+  }
+  return adopted;
+}
+
+void KvManager::ForEachCached(
+    const std::function<void(int32_t block, const BlockHash& hash, uint32_t tag)>& fn) const {
+  for (const auto& [hash, id] : cached_) fn(id, hash, blocks_[static_cast<size_t>(id)].tag);
 }
 
 bool KvManager::Fork(SeqId parent, SeqId child) {

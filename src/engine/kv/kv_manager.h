@@ -26,6 +26,14 @@
 // false, Free(seq) to give the hit blocks back — → PrepareWrite for the first written position
 // (only needed after Fork) → run → CommitComputed. A sequence must use the same salt throughout.
 //
+// Tiered cache hooks (see engine/kvtier): a Listener hears about cached blocks leaving the pool
+// (OnEvict, called just before the block is recycled, while its KV content is still intact) and
+// about blocks newly registered by CommitComputed (OnRegister, content just computed). Each
+// sequence carries a `tag` (the engine's tenant index, 0 by default) that its registered blocks
+// inherit and listeners receive. AdoptBlocks brings blocks loaded from a lower tier back into the
+// pool: it takes blocks, lets the caller fill them, and registers them as the sequence's next
+// full blocks.
+//
 // All methods either fully succeed or change nothing (AllocateSlots returns false on "no room").
 // Misuse by the engine (MatchPrefix on a seq that already has blocks, CommitComputed on an
 // unknown seq) is checked with assert() in debug builds and is a no-op in release builds.
@@ -33,6 +41,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <initializer_list>
 #include <set>
@@ -86,6 +95,17 @@ std::string HashToHex(const BlockHash& h);
 class KvManager {
  public:
   explicit KvManager(const KvManagerConfig& config);
+
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    virtual void OnEvict(int32_t block, const BlockHash& hash, uint32_t tag) = 0;
+    virtual void OnRegister(int32_t block, const BlockHash& hash, uint32_t tag) = 0;
+  };
+  // Not owned; must outlive the manager (or be reset to nullptr).
+  void SetListener(Listener* listener) { listener_ = listener; }
+  // Sets the tag of an existing sequence (no-op for an unknown seq). Forks inherit it.
+  void SetTag(SeqId seq, uint32_t tag);
 
   const KvManagerConfig& config() const { return cfg_; }
   int block_size() const { return cfg_.block_size; }
@@ -141,6 +161,17 @@ class KvManager {
   // True when writing position `pos` of `seq` needs a copy-on-write (so one free block).
   bool NeedsCopyOnWrite(SeqId seq, int pos) const;
 
+  // Appends to `seq` (whose table must hold exactly its registered full blocks, as right after
+  // MatchPrefix) one block per hash, in order: a hash already cached in the pool is attached as a
+  // prefix hit; otherwise a block is taken (possibly evicting an LRU cached block), `fill(i, block)`
+  // must write the KV content of hashes[i] into it, and it is registered under hashes[i] with the
+  // sequence's tag. Stops early when no block can be taken. The caller guarantees that hashes[i] is
+  // the chained hash of the sequence's block (table size + i). Returns the number appended.
+  int AdoptBlocks(SeqId seq, std::span<const BlockHash> hashes,
+                  const std::function<void(size_t index, int32_t block)>& fill);
+  // Calls fn(block, hash, tag) for every block registered in the prefix cache (used or evictable).
+  void ForEachCached(const std::function<void(int32_t block, const BlockHash& hash, uint32_t tag)>& fn) const;
+
   // Releases all blocks of seq (cached full blocks become evictable, others free). No-op for an
   // unknown seq.
   void Free(SeqId seq);
@@ -165,12 +196,14 @@ class KvManager {
     bool cached = false;
     BlockHash hash{};
     int depth = 0;              // index of the block in its chain (set when registered)
+    uint32_t tag = 0;           // tag of the sequence that registered it
     uint64_t released_at = 0;   // LRU clock when ref dropped to 0
   };
   struct SeqState {
     std::vector<int32_t> table;
     // hashes[i] = chained hash of full block i, for the blocks hashed so far (<= table.size()).
     std::vector<BlockHash> hashes;
+    uint32_t tag = 0;
   };
   // Evictable order: released_at ascending, then depth descending, then block id.
   using EvictKey = std::tuple<uint64_t, int, int32_t>;
@@ -193,6 +226,7 @@ class KvManager {
   std::unordered_map<BlockHash, int32_t, HashKey> cached_;
   std::unordered_map<SeqId, SeqState> seqs_;
   uint64_t clock_ = 0;
+  Listener* listener_ = nullptr;
   int64_t query_tokens_ = 0, hit_tokens_ = 0, evicted_ = 0;
 };
 

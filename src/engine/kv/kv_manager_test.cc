@@ -682,5 +682,108 @@ TEST(KvManagerTest, RandomizedStress) {
   EXPECT_INVARIANTS(m);
 }
 
+
+// ---- tiered-cache hooks ----
+
+struct RecordingListener : KvManager::Listener {
+  struct Event {
+    int32_t block;
+    BlockHash hash;
+    uint32_t tag;
+  };
+  std::vector<Event> evicted, registered;
+  void OnEvict(int32_t block, const BlockHash& hash, uint32_t tag) override { evicted.push_back({block, hash, tag}); }
+  void OnRegister(int32_t block, const BlockHash& hash, uint32_t tag) override {
+    registered.push_back({block, hash, tag});
+  }
+};
+
+TEST(KvManagerTierTest, ListenerHearsRegistrationsAndEvictionsWithTags) {
+  KvManager m = MakeManager(2, 4);
+  RecordingListener l;
+  m.SetListener(&l);
+  const auto salt = Salt("s");
+  const auto prompt = Range(10, 8);  // two full blocks
+  ASSERT_EQ(m.MatchPrefix(1, prompt, salt), 0);
+  m.SetTag(1, 7);
+  ASSERT_TRUE(m.AllocateSlots(1, 8));
+  m.CommitComputed(1, prompt, 8, salt);
+  const auto hashes = ComputeBlockHashes(prompt, 4, salt);
+  ASSERT_EQ(l.registered.size(), 2u);
+  EXPECT_EQ(l.registered[0].hash, hashes[0]);
+  EXPECT_EQ(l.registered[1].hash, hashes[1]);
+  EXPECT_EQ(l.registered[0].tag, 7u);
+  EXPECT_TRUE(l.evicted.empty());
+  m.Free(1);
+  // A different prompt needs both blocks: the cached ones are evicted, deepest first, content
+  // still reported with the hash and tag that registered it.
+  ASSERT_EQ(m.MatchPrefix(2, Range(100, 8), salt), 0);
+  ASSERT_TRUE(m.AllocateSlots(2, 8));
+  ASSERT_EQ(l.evicted.size(), 2u);
+  EXPECT_EQ(l.evicted[0].hash, hashes[1]);
+  EXPECT_EQ(l.evicted[1].hash, hashes[0]);
+  EXPECT_EQ(l.evicted[0].tag, 7u);
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvManagerTierTest, AdoptedBlocksAreFilledRegisteredAndHitLater) {
+  KvManager m = MakeManager(8, 4);
+  const auto salt = Salt("s");
+  const auto prompt = Range(1, 13);  // three full blocks + 1 token
+  const auto hashes = ComputeBlockHashes(prompt, 4, salt);
+  ASSERT_EQ(hashes.size(), 3u);
+  ASSERT_EQ(m.MatchPrefix(1, prompt, salt), 0);
+  std::vector<std::pair<size_t, int32_t>> fills;
+  const int n = m.AdoptBlocks(1, std::span(hashes).first(3),
+                              [&](size_t i, int32_t b) { fills.emplace_back(i, b); });
+  ASSERT_EQ(n, 3);
+  ASSERT_EQ(fills.size(), 3u);
+  EXPECT_EQ(m.BlockTable(1).size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(fills[i].first, i);
+    EXPECT_EQ(m.BlockTable(1)[i], fills[i].second);
+    EXPECT_TRUE(m.IsCached(fills[i].second));
+  }
+  EXPECT_INVARIANTS(m);
+  // The rest of the prompt continues after the adopted blocks; commit does not re-register them.
+  ASSERT_TRUE(m.AllocateSlots(1, 13));
+  m.CommitComputed(1, prompt, 13, salt);
+  EXPECT_INVARIANTS(m);
+  // Another request with the same prompt hits all three (at most (13-1)/4 = 3 blocks).
+  EXPECT_EQ(m.MatchPrefix(2, prompt, salt), 12);
+  EXPECT_EQ(m.BlockTable(2)[2], fills[2].second);
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvManagerTierTest, AdoptAttachesAlreadyCachedHashesWithoutFillAndStopsWhenFull) {
+  KvManager m = MakeManager(3, 4);
+  const auto salt = Salt("s");
+  const auto prompt = Range(1, 17);
+  const auto hashes = ComputeBlockHashes(prompt, 4, salt);  // 4 full blocks
+  // Seq 1 computes block 0 only.
+  ASSERT_EQ(Prefill(&m, 1, std::vector<int32_t>(prompt.begin(), prompt.begin() + 4), salt), 0);
+  const int32_t first = m.BlockTable(1)[0];
+  // Seq 2 matches nothing (needs >= 1 token left: prompt of 4 → 0 blocks), then adopts all 4
+  // hashes: block 0 is already cached (attached, no fill), two more fit, the pool is then full.
+  ASSERT_EQ(m.MatchPrefix(2, std::vector<int32_t>(prompt.begin(), prompt.begin() + 4), salt), 0);
+  int fill_calls = 0;
+  const int n = m.AdoptBlocks(2, hashes, [&](size_t i, int32_t) {
+    EXPECT_GE(i, 1u);
+    ++fill_calls;
+  });
+  EXPECT_EQ(n, 3);
+  EXPECT_EQ(fill_calls, 2);
+  EXPECT_EQ(m.BlockTable(2)[0], first);
+  EXPECT_EQ(m.RefCount(first), 2);
+  EXPECT_EQ(m.NumFreeBlocks(), 0);
+  EXPECT_INVARIANTS(m);
+  m.Free(2);
+  m.Free(1);
+  EXPECT_INVARIANTS(m);
+  int cached = 0;
+  m.ForEachCached([&](int32_t, const BlockHash&, uint32_t) { ++cached; });
+  EXPECT_EQ(cached, 3);
+}
+
 }  // namespace
 }  // namespace strata::engine::kv
