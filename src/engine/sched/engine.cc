@@ -192,7 +192,11 @@ void Engine::Drain() {
     std::shared_ptr<RequestStream> stream = r->stream;
     const int n = r->req.n;
     const int64_t prompt_len = r->prompt_len;
-    if (Status s = sched_.Add(std::move(r)); !s.ok()) {
+    RequestState* raw = r.get();
+    if (tier_ != nullptr) raw->tenant_tag = TenantTag(raw->req.tenant);
+    Status s = sched_.Add(std::move(r));
+    if (s.ok() && tier_ != nullptr) StartPrefetch(raw);
+    if (!s.ok()) {
       Dequeued(prompt_len);
       for (int i = 0; i < n; ++i) {
         TokenEvent ev;
@@ -206,6 +210,82 @@ void Engine::Drain() {
   drained_.clear();
   for (RequestId id : drained_cancels_) EndRequest(id, FinishReason::kCancelled, Status::Ok());
   drained_cancels_.clear();
+  if (!fetches_.empty()) PollPrefetches();
+}
+
+void Engine::AttachKvTier(KvTierPort* port, double prefetch_timeout_s) {
+  tier_ = port;
+  prefetch_timeout_s_ = prefetch_timeout_s;
+  kv_.SetListener(port ? this : nullptr);
+  if (port) {
+    sched_.SetBlockFill([port](int32_t block, const std::vector<uint8_t>& payload) { port->Fill(block, payload); });
+  } else {
+    sched_.SetBlockFill(nullptr);
+  }
+  if (tenants_.empty()) tenants_.push_back("");
+}
+
+uint32_t Engine::TenantTag(const std::string& tenant) {
+  for (size_t i = 0; i < tenants_.size(); ++i)
+    if (tenants_[i] == tenant) return static_cast<uint32_t>(i);
+  tenants_.push_back(tenant);  // few tenants per server; a linear scan is fine
+  return static_cast<uint32_t>(tenants_.size() - 1);
+}
+
+void Engine::StartPrefetch(RequestState* r) {
+  if (!kv_cfg_.enable_prefix_cache) return;
+  const int bs = kv_cfg_.block_size;
+  sched_.EnsureHashes(r);
+  const int max_blocks = std::min(static_cast<int>(r->prompt_hashes.size()), (r->prompt_len - 1) / bs);
+  const int in_pool = kv_.ProbePrefix(r->req.prompt, r->req.salt).tokens / bs;
+  if (in_pool >= max_blocks) return;
+  std::vector<kv::BlockHash> keys(r->prompt_hashes.begin() + in_pool, r->prompt_hashes.begin() + max_blocks);
+  r->tier_hold = true;
+  r->staged_first = in_pool;
+  auto fetch = tier_->Prefetch(std::move(keys), r->req.tenant, [this] { cv_.notify_one(); });
+  const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(prefetch_timeout_s_));
+  fetches_.push_back(PendingFetch{r->id, std::move(fetch), clock_->Now() + timeout});
+  tier_prefetches_ += 1;
+}
+
+void Engine::PollPrefetches() {
+  const TimePoint now = clock_->Now();
+  size_t keep = 0;
+  for (size_t i = 0; i < fetches_.size(); ++i) {
+    PendingFetch& f = fetches_[i];
+    RequestState* r = sched_.Find(f.id);
+    if (r == nullptr || r->phase != RequestState::Phase::kWaiting) {  // cancelled meanwhile
+      f.fetch->Cancel();
+      continue;
+    }
+    if (f.fetch->ready()) {
+      r->staged = f.fetch->Take();
+      r->tier_hold = false;
+      continue;
+    }
+    if (now >= f.deadline) {  // a slow tier must not delay the request further: compute instead
+      f.fetch->Cancel();
+      r->tier_hold = false;
+      tier_timeouts_ += 1;
+      continue;
+    }
+    if (keep != i) fetches_[keep] = std::move(f);
+    ++keep;
+  }
+  fetches_.resize(keep);
+}
+
+void Engine::OnEvict(int32_t block, const kv::BlockHash& hash, uint32_t tag) {
+  tier_->Demote(block, hash, tenants_[tag < tenants_.size() ? tag : 0]);
+}
+
+void Engine::OnRegister(int32_t block, const kv::BlockHash& hash, uint32_t tag) {
+  if (tier_->WantsPublish()) tier_->Publish(block, hash, tenants_[tag < tenants_.size() ? tag : 0]);
+}
+
+void Engine::FlushKvTier() {
+  if (tier_ == nullptr) return;
+  kv_.ForEachCached([&](int32_t block, const kv::BlockHash& hash, uint32_t tag) { OnEvict(block, hash, tag); });
 }
 
 void Engine::Emit(RequestState* r, int index, int32_t token, FinishReason why, Sampler* sampler) {
@@ -344,6 +424,9 @@ void Engine::PublishStats() {
   stats_.tokens_computed = tokens_computed_;
   stats_.generated_tokens = generated_tokens_;
   stats_.finished_requests = finished_requests_;
+  stats_.tier_hit_tokens = sched_.tier_hit_tokens();
+  stats_.tier_prefetches = tier_prefetches_;
+  stats_.tier_prefetch_timeouts = tier_timeouts_;
 }
 
 }  // namespace strata::engine::sched

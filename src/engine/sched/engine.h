@@ -13,6 +13,13 @@
 // the caller-visible event buffer (amortised) — token vectors are reserved to prompt + max_tokens,
 // batch/logits/scratch vectors keep their capacity.
 //
+// Tiered KV (AttachKvTier): a new request's prompt blocks not in the pool are prefetched from the
+// lower tiers while it waits (the scheduler holds it at most prefetch_timeout_s; a slow or failing
+// tier only costs that wait, then the blocks are computed); loaded blocks are adopted at admission
+// and skip prefill. Cached blocks evicted from the pool are demoted to the tiers; newly computed
+// blocks are published (write-through) when the port wants them. FlushKvTier() demotes every
+// cached block (graceful shutdown, so a restarted server finds them on disk).
+//
 // Ownership: the Engine does not own the runner, the clock or the block copier's target; they must
 // outlive it. Thread contract: Submit/Cancel/Stats are thread-safe. Either Start() the engine
 // thread, or drive it with Step() from a single thread (deterministic tests) — never both.
@@ -32,6 +39,7 @@
 #include "engine/kv/kv_manager.h"
 #include "engine/runner/model_runner.h"
 #include "engine/sched/clock.h"
+#include "engine/sched/kv_tier_port.h"
 #include "engine/sched/request.h"
 #include "engine/sched/scheduler.h"
 
@@ -56,6 +64,9 @@ struct EngineStats {
   int64_t tokens_computed = 0;   // tokens fed to the runner (prefill, recompute, decode)
   int64_t generated_tokens = 0;
   int64_t finished_requests = 0;
+  int64_t tier_hit_tokens = 0;          // prompt tokens served from lower KV tiers
+  int64_t tier_prefetches = 0;          // prefetches started
+  int64_t tier_prefetch_timeouts = 0;   // prefetches given up after prefetch_timeout_s
 };
 
 struct RequestHandle {
@@ -63,7 +74,7 @@ struct RequestHandle {
   std::shared_ptr<RequestStream> stream;
 };
 
-class Engine {
+class Engine : private kv::KvManager::Listener {
  public:
   // Validates the configs. `copy_blocks` is needed for n > 1 (copy-on-write); without it Submit
   // rejects n > 1.
@@ -92,6 +103,12 @@ class Engine {
 
   // Engine-thread-only views for tests.
   const kv::KvManager& kv() const { return kv_; }
+  // Before Start()/Step(). `port` must outlive the engine.
+  void AttachKvTier(KvTierPort* port, double prefetch_timeout_s);
+  // Demotes every block in the prefix cache to the tiers. Only when the engine thread is stopped
+  // (after Stop(), or between Step() calls).
+  void FlushKvTier();
+
   const Scheduler& scheduler() const { return sched_; }
   const SchedulerOutput& last_schedule() const { return *last_out_; }
 
@@ -105,6 +122,11 @@ class Engine {
   void EndRequest(RequestId id, FinishReason why, const Status& error);
   void Dequeued(int64_t prompt_tokens);
   void PublishStats();
+  void StartPrefetch(RequestState* r);
+  void PollPrefetches();
+  uint32_t TenantTag(const std::string& tenant);
+  void OnEvict(int32_t block, const kv::BlockHash& hash, uint32_t tag) override;
+  void OnRegister(int32_t block, const kv::BlockHash& hash, uint32_t tag) override;
 
   ModelRunner* runner_;
   kv::KvManagerConfig kv_cfg_;
@@ -138,6 +160,18 @@ class Engine {
   std::vector<int32_t> no_ban_;
   std::atomic<bool> has_work_{false};
   std::vector<RequestId> id_list_;
+
+  // Tiered KV (engine thread).
+  KvTierPort* tier_ = nullptr;
+  double prefetch_timeout_s_ = 0.05;
+  struct PendingFetch {
+    RequestId id;
+    std::shared_ptr<KvTierPort::Fetch> fetch;
+    TimePoint deadline;
+  };
+  std::vector<PendingFetch> fetches_;
+  std::vector<std::string> tenants_;  // tag -> tenant ("" is tag 0)
+  int64_t tier_prefetches_ = 0, tier_timeouts_ = 0;
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;

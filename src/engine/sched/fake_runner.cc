@@ -1,5 +1,7 @@
 #include "engine/sched/fake_runner.h"
 
+#include <cstring>
+
 #include <string>
 
 namespace strata::engine::sched {
@@ -49,6 +51,17 @@ void FakeModelRunner::CopyBlocks(std::span<const BlockCopy> copies) {
     for (int s = 0; s < c.num_slots; ++s) At(c.dst, s) = At(c.src, s);
     ++num_copies_;
   }
+}
+
+std::vector<uint8_t> FakeModelRunner::ExportBlock(int32_t block) const {
+  std::vector<uint8_t> out(sizeof(Slot) * static_cast<size_t>(cfg_.block_size));
+  for (int s = 0; s < cfg_.block_size; ++s) std::memcpy(out.data() + sizeof(Slot) * static_cast<size_t>(s), &At(block, s), sizeof(Slot));
+  return out;
+}
+
+void FakeModelRunner::ImportBlock(int32_t block, const std::vector<uint8_t>& bytes) {
+  if (bytes.size() != sizeof(Slot) * static_cast<size_t>(cfg_.block_size)) return;
+  for (int s = 0; s < cfg_.block_size; ++s) std::memcpy(&At(block, s), bytes.data() + sizeof(Slot) * static_cast<size_t>(s), sizeof(Slot));
 }
 
 Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* logits) {

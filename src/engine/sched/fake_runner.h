@@ -58,6 +58,10 @@ class FakeModelRunner final : public ModelRunner {
   // Chain hash of a whole token history (as the runner would compute it).
   static uint64_t Chain(std::span<const int32_t> tokens);
 
+  // Tiered-KV tests: one block's simulated KV (block_size slots) as bytes, and back.
+  std::vector<uint8_t> ExportBlock(int32_t block) const;
+  void ImportBlock(int32_t block, const std::vector<uint8_t>& bytes);  // ignored unless the exact size
+
   const std::vector<RecordedBatch>& batches() const { return batches_; }
   int64_t num_copies() const { return num_copies_; }
   int64_t num_errors() const { return num_errors_; }
@@ -71,6 +75,7 @@ class FakeModelRunner final : public ModelRunner {
   };
   static uint64_t Mix(uint64_t h, int32_t token, int32_t pos);
   Status Fail(std::string msg);
+  const Slot& At(int32_t block, int slot) const { return slots_[static_cast<size_t>(block) * static_cast<size_t>(cfg_.block_size) + static_cast<size_t>(slot)]; }
   Slot& At(int32_t block, int slot) { return slots_[static_cast<size_t>(block) * static_cast<size_t>(cfg_.block_size) + static_cast<size_t>(slot)]; }
 
   FakeRunnerConfig cfg_;

@@ -56,6 +56,8 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
   if (stop_token_ids.size() > kMaxStopTokenIds)
     return Status::InvalidArgument("stop_token_ids: more than " + std::to_string(kMaxStopTokenIds) + " ids");
   RETURN_IF_ERROR(CheckIds("stop_token_ids", stop_token_ids, n_vocab));
+  if (tenant.size() > kMaxTenantBytes)
+    return Status::InvalidArgument("tenant: longer than " + std::to_string(kMaxTenantBytes) + " bytes");
   if (eog_ids.size() > kMaxStopTokenIds)
     return Status::InvalidArgument("eog_ids: more than " + std::to_string(kMaxStopTokenIds) + " ids");
   RETURN_IF_ERROR(CheckIds("eog_ids", eog_ids, n_vocab));

@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -37,6 +38,7 @@ inline constexpr int kMaxTopLogprobs = 20;
 inline constexpr int kMaxN = 64;
 inline constexpr size_t kMaxSaltBytes = 1024;
 inline constexpr size_t kMaxStopTokenIds = 1024;
+inline constexpr size_t kMaxTenantBytes = 256;
 
 struct SubmitRequest {
   std::vector<int32_t> prompt;  // token ids, >= 1
@@ -51,6 +53,7 @@ struct SubmitRequest {
   bool logprobs = false;              // report the sampled token's logprob
   int top_logprobs = 0;               // 0..20 most likely tokens with their logprobs (needs logprobs)
   std::vector<uint8_t> salt;          // model fingerprint / LoRA id / tenant, bound into prefix hashes
+  std::string tenant;                 // tiered-KV quota owner ("" = default tenant); <= kMaxTenantBytes
 
   // Field checks against the model: n_vocab (token id range) and max_model_len (positions per
   // sequence). Capacity checks (KV pool, max_num_seqs) are the engine's.

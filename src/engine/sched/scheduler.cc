@@ -153,6 +153,24 @@ void Scheduler::EnsureHashes(RequestState* r) {
   r->hashes_ready = true;
 }
 
+int Scheduler::AdoptStaged(RequestState* r, SequenceState& s) {
+  std::vector<std::vector<uint8_t>> staged = std::move(r->staged);  // used once, then freed
+  r->staged.clear();
+  if (!fill_ || r->started || s.num_computed % block_size_ != 0) return 0;
+  EnsureHashes(r);
+  // Blocks a hit may cover: all but the last prompt token (it must be computed for the logits).
+  const int max_blocks = std::min(static_cast<int>(r->prompt_hashes.size()), (r->prompt_len - 1) / block_size_);
+  const int first = s.num_computed / block_size_;
+  const int end = std::min(max_blocks, r->staged_first + static_cast<int>(staged.size()));
+  if (first < r->staged_first || first >= end) return 0;
+  const std::span<const kv::BlockHash> hashes(r->prompt_hashes.data() + first, static_cast<size_t>(end - first));
+  const int adopted = kv_->AdoptBlocks(s.kv_id, hashes, [&](size_t i, int32_t block) {
+    fill_(block, staged[static_cast<size_t>(first - r->staged_first) + i]);
+  });
+  tier_hit_tokens_ += static_cast<int64_t>(adopted) * block_size_;
+  return adopted * block_size_;
+}
+
 int Scheduler::Progress(const RequestState& r) {
   int p = 0;
   for (int i = 0; i < r.num_active(); ++i) {
@@ -307,6 +325,8 @@ bool Scheduler::Admit(RequestState* r) {
     if (!s.live()) continue;
     s.kv_id = NewKvId();
     s.num_computed = kv_->MatchPrefix(s.kv_id, s.tokens, salt);
+    kv_->SetTag(s.kv_id, r->tenant_tag);
+    if (i == 0 && !r->staged.empty()) s.num_computed += AdoptStaged(r, s);
   }
   r->phase = RequestState::Phase::kRunning;
   Remove(&waiting_, r);
@@ -378,6 +398,7 @@ const SchedulerOutput& Scheduler::Schedule() {
         if (r->phase != RequestState::Phase::kRunning) break;
       }
     } else if (r->phase == RequestState::Phase::kWaiting && admission_open && r->preempted_in_step != step_) {
+      if (r->tier_hold) continue;    // prefetching from lower tiers; keeps its place
       if (ShouldDefer(r)) continue;  // keeps its place; lower-priority requests may go
       if (!Admit(r)) admission_open = false;
     }

@@ -44,6 +44,13 @@
 // same tokens. Swapping to host memory is not implemented: on CPU the KV already lives in host
 // memory and recomputing a prefix-cached prefix is cheap.
 //
+// Tiered KV (see Engine::AttachKvTier): a waiting request with tier_hold set is skipped like a
+// deferred one (it keeps its place) while the engine prefetches its prompt blocks from lower tiers.
+// At its first admission, after MatchPrefix, the staged blocks that continue the pool hit
+// (prompt block staged_first + i for staged[i]) are adopted into the pool (KvManager::AdoptBlocks,
+// content written by the BlockFillFn) and skipped like a prefix hit; `tier_hit_tokens` counts them.
+// MatchPrefix's rule holds for the total: at least one prompt token is always computed.
+//
 // Admission bound: requests that have never started (never been admitted to running) are limited
 // by max_queued_requests and max_queued_prompt_tokens; preempted requests are not counted (they are
 // never rejected once accepted).
@@ -54,6 +61,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <span>
@@ -113,6 +121,13 @@ struct RequestState {
   int inflight_lo = 0;
   int inflight_hi = 0;
 
+  // Tiered KV (set by the engine): waiting for a prefetch; blocks loaded from lower tiers for
+  // prompt blocks [staged_first, staged_first + staged.size()); the tenant's tag for the KvManager.
+  bool tier_hold = false;
+  int staged_first = 0;
+  std::vector<std::vector<uint8_t>> staged;
+  uint32_t tenant_tag = 0;
+
   // Scheduler-internal, valid during Schedule().
   int64_t key_level = 0;
   int64_t key_deadline = 0;
@@ -149,6 +164,9 @@ struct SchedulerOutput {
   int num_tokens = 0;
   int num_preempted = 0;              // preemptions in this step
 };
+
+// Writes a block's KV content loaded from a lower tier into the pool's storage (engine thread).
+using BlockFillFn = std::function<void(int32_t block, const std::vector<uint8_t>& payload)>;
 
 class Scheduler {
  public:
@@ -194,6 +212,11 @@ class Scheduler {
   int num_inflight_blocks() const { return inflight_count_; }
   // Checks that the in-flight set equals what the running requests' states imply (tests).
   Status CheckInflight() const;
+  // Tiered KV: the fill function for adopted blocks (without one, staged blocks are ignored).
+  void SetBlockFill(BlockFillFn fill) { fill_ = std::move(fill); }
+  int64_t tier_hit_tokens() const { return tier_hit_tokens_; }
+  // Computes r's prompt full-block hashes once (cached in the RequestState).
+  void EnsureHashes(RequestState* r);
   // Effective level (see the header comment) at `now`.
   int64_t Level(const RequestState& r, TimePoint now) const;
 
@@ -208,7 +231,7 @@ class Scheduler {
   void MarkNotQueued(RequestState* r);
   void FinishRequest(RequestState* r);
   static void Remove(std::vector<RequestState*>* v, RequestState* r);
-  void EnsureHashes(RequestState* r);
+  int AdoptStaged(RequestState* r, SequenceState& s);
   static int Progress(const RequestState& r);  // max num_computed over active live sequences
   void AddInflight(RequestState* r);
   void AdvanceInflight(RequestState* r);
@@ -239,6 +262,8 @@ class Scheduler {
   std::unordered_map<kv::BlockHash, int, HashKey> inflight_;  // hash -> providers computing it
   int inflight_count_ = 0;
   int64_t deferrals_ = 0;
+  BlockFillFn fill_;
+  int64_t tier_hit_tokens_ = 0;
 };
 
 }  // namespace strata::engine::sched

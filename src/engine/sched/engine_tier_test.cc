@@ -1,0 +1,189 @@
+// Deterministic simulation tests of the engine with a tiered KV port: blocks evicted from the pool
+// come back from the tier and skip prefill with the same tokens; a slow tier costs at most the
+// prefetch timeout; cancellation while prefetching leaks nothing. The fake runner's KV is exported
+// and imported byte for byte, and it verifies every position it reads back, so a wrong adopted
+// block is an error, not a silent pass.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "engine/sched/engine.h"
+#include "engine/sched/kv_tier_port.h"
+#include "engine/sched/sim_testing.h"
+
+namespace strata::engine::sched {
+namespace {
+
+using testing::GreedyReference;
+using testing::MakePrompt;
+using testing::Sim;
+
+// An in-memory tier: a map from hash to the fake runner's exported block.
+class MapTier final : public KvTierPort {
+ public:
+  explicit MapTier(FakeModelRunner* runner) : runner_(runner) {}
+
+  class MapFetch final : public Fetch {
+   public:
+    bool ready() const override { return ready_; }
+    std::vector<std::vector<uint8_t>> Take() override { return std::move(payloads_); }
+    void Cancel() override { cancelled_ = true; }
+    bool ready_ = false;
+    bool cancelled_ = false;
+    std::vector<std::vector<uint8_t>> payloads_;
+  };
+
+  void Demote(int32_t block, const kv::BlockHash& hash, std::string_view tenant) override {
+    store_[hash] = runner_->ExportBlock(block);
+    ++demoted_;
+    tenants_.insert(std::string(tenant));
+  }
+  bool WantsPublish() const override { return publish_; }
+  void Publish(int32_t block, const kv::BlockHash& hash, std::string_view) override {
+    store_[hash] = runner_->ExportBlock(block);
+    ++published_;
+  }
+  std::shared_ptr<Fetch> Prefetch(std::vector<kv::BlockHash> hashes, std::string_view,
+                                  std::function<void()> wake) override {
+    auto f = std::make_shared<MapFetch>();
+    for (const auto& h : hashes) {
+      auto it = store_.find(h);
+      if (it == store_.end()) break;
+      f->payloads_.push_back(it->second);
+    }
+    f->ready_ = !stall_;
+    last_ = f;
+    ++prefetches_;
+    if (wake) wake();
+    return f;
+  }
+  void Fill(int32_t block, const std::vector<uint8_t>& payload) override {
+    runner_->ImportBlock(block, payload);
+    ++filled_;
+  }
+
+  FakeModelRunner* runner_;
+  std::map<kv::BlockHash, std::vector<uint8_t>> store_;
+  std::set<std::string> tenants_;
+  bool publish_ = false;
+  bool stall_ = false;  // fetches never become ready
+  std::shared_ptr<MapFetch> last_;
+  int demoted_ = 0, published_ = 0, prefetches_ = 0, filled_ = 0;
+};
+
+SubmitRequest Greedy(std::vector<int32_t> prompt, int max_tokens, std::string tenant = "") {
+  SubmitRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling = SamplingParams::Greedy();
+  r.tenant = std::move(tenant);
+  return r;
+}
+
+SchedulerConfig Cfg() {
+  SchedulerConfig c;
+  c.max_batched_tokens = 64;
+  c.max_num_seqs = 4;
+  return c;
+}
+
+TEST(EngineTierSim, EvictedBlocksReturnFromTheTierAndSkipPrefillWithSameTokens) {
+  Sim sim(/*num_blocks=*/8, Cfg(), /*block_size=*/16);
+  MapTier tier(sim.runner.get());
+  sim.engine->AttachKvTier(&tier, 0.05);
+  const auto a = MakePrompt(70, 1);  // 4 full blocks + 6 tokens
+  auto id1 = sim.Submit(Greedy(a, 8, "acme"));
+  ASSERT_TRUE(id1.ok());
+  sim.RunToCompletion();
+  // A different long prompt recycles the pool: A's cached blocks are demoted to the tier.
+  auto id2 = sim.Submit(Greedy(MakePrompt(110, 2), 8));
+  ASSERT_TRUE(id2.ok());
+  sim.RunToCompletion();
+  EXPECT_GE(tier.demoted_, 4);
+  EXPECT_TRUE(tier.tenants_.count("acme"));
+  const int64_t computed_before = sim.engine->Stats().tokens_computed;
+  // A again: its first four blocks are not in the pool any more; the tier brings them back.
+  auto id3 = sim.Submit(Greedy(a, 8, "acme"));
+  ASSERT_TRUE(id3.ok());
+  sim.RunToCompletion();
+  const EngineStats st = sim.engine->Stats();
+  EXPECT_EQ(st.tier_hit_tokens, 64);
+  EXPECT_EQ(tier.filled_, 4);
+  EXPECT_EQ(st.tier_prefetch_timeouts, 0);
+  // Only the 6-token tail and the decodes were computed.
+  EXPECT_EQ(st.tokens_computed - computed_before, 6 + 7);
+  const auto ref = GreedyReference(sim.rcfg, a, 8);
+  EXPECT_EQ(sim.results[*id1][0].tokens, ref);
+  EXPECT_EQ(sim.results[*id3][0].tokens, ref);
+}
+
+TEST(EngineTierSim, PublishWritesComputedBlocksThrough) {
+  Sim sim(16, Cfg(), 16);
+  MapTier tier(sim.runner.get());
+  tier.publish_ = true;
+  sim.engine->AttachKvTier(&tier, 0.05);
+  ASSERT_TRUE(sim.Submit(Greedy(MakePrompt(50, 3), 4)).ok());  // 3 full prompt blocks
+  sim.RunToCompletion();
+  EXPECT_EQ(tier.published_, 3);
+  // A second engine ("another replica") with an empty pool finds them in the shared tier.
+  Sim other(16, Cfg(), 16);
+  MapTier shared(other.runner.get());
+  shared.store_ = tier.store_;
+  other.engine->AttachKvTier(&shared, 0.05);
+  auto id = other.Submit(Greedy(MakePrompt(50, 3), 4));
+  ASSERT_TRUE(id.ok());
+  other.RunToCompletion();
+  EXPECT_EQ(other.engine->Stats().tier_hit_tokens, 48);
+  EXPECT_EQ(other.results[*id][0].tokens, GreedyReference(other.rcfg, MakePrompt(50, 3), 4));
+}
+
+TEST(EngineTierSim, StalledTierCostsAtMostThePrefetchTimeout) {
+  Sim sim(8, Cfg(), 16);  // each step advances the fake clock by 10 ms
+  MapTier tier(sim.runner.get());
+  tier.stall_ = true;
+  sim.engine->AttachKvTier(&tier, 0.05);
+  const auto a = MakePrompt(40, 4);
+  auto id = sim.Submit(Greedy(a, 5));
+  ASSERT_TRUE(id.ok());
+  sim.RunToCompletion();
+  EXPECT_EQ(tier.prefetches_, 1);
+  EXPECT_TRUE(tier.last_->cancelled_);
+  EXPECT_EQ(sim.engine->Stats().tier_prefetch_timeouts, 1);
+  EXPECT_EQ(sim.engine->Stats().tier_hit_tokens, 0);
+  EXPECT_LE(sim.steps, 6 + 5 + 2);  // ~5 held steps (50 ms), then the prompt and decodes
+  EXPECT_EQ(sim.results[*id][0].tokens, GreedyReference(sim.rcfg, a, 5));
+}
+
+TEST(EngineTierSim, CancelWhilePrefetchingFreesEverything) {
+  Sim sim(8, Cfg(), 16);
+  MapTier tier(sim.runner.get());
+  tier.stall_ = true;
+  sim.engine->AttachKvTier(&tier, 10.0);
+  auto id = sim.Submit(Greedy(MakePrompt(40, 5), 5));
+  ASSERT_TRUE(id.ok());
+  sim.Step();
+  sim.Step();
+  EXPECT_EQ(sim.engine->Stats().running_requests, 0);  // held while prefetching
+  sim.engine->Cancel(*id);
+  sim.RunToCompletion();
+  EXPECT_TRUE(tier.last_->cancelled_);
+  EXPECT_EQ(sim.results[*id][0].finish, FinishReason::kCancelled);
+}
+
+TEST(EngineTierSim, ShortPromptsAndPoolHitsDoNotPrefetch) {
+  Sim sim(16, Cfg(), 16);
+  MapTier tier(sim.runner.get());
+  sim.engine->AttachKvTier(&tier, 0.05);
+  ASSERT_TRUE(sim.Submit(Greedy(MakePrompt(16, 6), 3)).ok());  // (16-1)/16 = 0 reusable blocks
+  sim.RunToCompletion();
+  EXPECT_EQ(tier.prefetches_, 0);
+  ASSERT_TRUE(sim.Submit(Greedy(MakePrompt(40, 7), 3)).ok());
+  sim.RunToCompletion();
+  EXPECT_EQ(tier.prefetches_, 1);  // nothing in the pool yet
+  ASSERT_TRUE(sim.Submit(Greedy(MakePrompt(40, 7), 3)).ok());
+  sim.RunToCompletion();
+  EXPECT_EQ(tier.prefetches_, 1);  // the pool has both reusable blocks: no prefetch
+}
+
+}  // namespace
+}  // namespace strata::engine::sched
