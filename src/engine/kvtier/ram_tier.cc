@@ -1,0 +1,92 @@
+#include "engine/kvtier/ram_tier.h"
+
+namespace strata::engine::kvtier {
+
+RamTier::RamTier(const TierLimits& limits, Clock clock) : clock_(std::move(clock)), index_(limits) {}
+
+std::vector<StoredEntry> RamTier::Put(const BlockKey& key, std::string tenant, std::vector<uint8_t> entry) {
+  OpTimer timer(&counters_.write_ops, &counters_.write_ns);
+  const size_t n = entry.size();
+  Index::Entry e{key, std::move(tenant), n, clock_(), std::move(entry)};
+  std::vector<Index::Removed> removed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    removed = index_.Insert(std::move(e));
+  }
+  std::vector<StoredEntry> out;
+  out.reserve(removed.size());
+  bool stored = true;
+  for (auto& r : removed) {
+    if (r.reason == RemoveReason::kTooLarge) stored = false;
+    else counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+    out.push_back({r.entry.key, std::move(r.entry.tenant), std::move(r.entry.value)});
+  }
+  if (stored) counters_.bytes_in.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+  return out;
+}
+
+std::optional<std::vector<uint8_t>> RamTier::Get(const BlockKey& key) {
+  OpTimer timer(&counters_.read_ops, &counters_.read_ns);
+  std::optional<Index::Entry> expired;
+  std::lock_guard<std::mutex> lock(mu_);
+  Index::Entry* e = index_.Find(key, clock_(), &expired);
+  if (e == nullptr) {
+    if (expired) counters_.expirations.fetch_add(1, std::memory_order_relaxed);
+    counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    return std::nullopt;
+  }
+  return e->value;
+}
+
+void RamTier::CountHit(size_t bytes) {
+  counters_.hits.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes_out.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+}
+
+void RamTier::EraseCorrupt(const BlockKey& key) {
+  counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
+  counters_.misses.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.Erase(key);
+}
+
+void RamTier::SweepExpired() {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.expirations.fetch_add(static_cast<int64_t>(index_.SweepExpired(clock_()).size()),
+                                  std::memory_order_relaxed);
+}
+
+std::vector<StoredEntry> RamTier::TakeAll() {
+  std::vector<Index::Entry> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    all = index_.TakeAll();
+  }
+  std::vector<StoredEntry> out;
+  out.reserve(all.size());
+  for (auto& e : all) out.push_back({e.key, std::move(e.tenant), std::move(e.value)});
+  return out;
+}
+
+bool RamTier::Contains(const BlockKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.Contains(key);
+}
+
+uint64_t RamTier::tenant_bytes(const std::string& tenant) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.tenant_bytes(tenant);
+}
+
+TierStats RamTier::Stats() const {
+  TierStats s;
+  s.name = "ram";
+  s.enabled = true;
+  counters_.Fill(&s);
+  std::lock_guard<std::mutex> lock(mu_);
+  s.entries = static_cast<int64_t>(index_.size());
+  s.bytes_used = static_cast<int64_t>(index_.bytes());
+  return s;
+}
+
+}  // namespace strata::engine::kvtier
