@@ -1,0 +1,77 @@
+// RedisTier (L4): encoded entries as Redis string values, shared by every replica.
+//
+// Key "<key_prefix><64 hex>" → the whole entry (block_codec.h); SET with PX when a TTL is set.
+// A small pool of connections (one per I/O thread) is used; each command runs under the
+// connection's mutex with the configured connect/command timeout. Connection failures never
+// reach the caller: Get misses, Set/Delete return false, `errors` is counted, and the connection
+// is retried with exponential backoff (50 ms doubling to 2 s) — while backing off, calls fail
+// fast without touching the network.
+// Thread contract: thread-safe.
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/kvtier/tier_policy.h"
+
+namespace strata::engine::kvtier {
+
+struct RedisUrl {
+  std::string host;
+  int port = 6379;
+  int db = 0;
+};
+// redis://host[:port][/db]; InvalidArgument naming the problem.
+Result<RedisUrl> ParseRedisUrl(std::string_view url);
+
+class RedisTier {
+ public:
+  // Does not fail when Redis is down (the first command retries the connection).
+  static Result<std::unique_ptr<RedisTier>> Create(const RedisTierConfig& config, int connections,
+                                                   uint64_t max_entry_bytes);
+  ~RedisTier();
+
+  bool Set(const BlockKey& key, const std::vector<uint8_t>& entry);
+  // The value, or nullopt (miss, error, oversized value; counted). Hits are counted by the
+  // caller once the bytes decode.
+  std::optional<std::vector<uint8_t>> Get(const BlockKey& key);
+  void CountHit(size_t bytes);
+  // Deletes a value that failed verification (counted corrupt).
+  void EraseCorrupt(const BlockKey& key);
+  bool Delete(const BlockKey& key);
+  bool connected() const;
+  TierStats Stats() const;
+  TierCounters& counters() { return counters_; }
+  std::string RedisKey(const BlockKey& key) const;
+
+ private:
+  struct Conn {
+    std::mutex mu;
+    redisContext* ctx = nullptr;                      // guarded by mu
+    std::chrono::steady_clock::time_point next_try{};  // guarded by mu
+    double backoff_s = 0;                             // guarded by mu
+  };
+  RedisTier(const RedisTierConfig& config, RedisUrl url, int connections, uint64_t max_entry_bytes);
+  // Returns a usable context (connecting if allowed), or nullptr. Called with c.mu held.
+  redisContext* Ready(Conn& c);
+  void Drop(Conn& c);  // after a failed command; schedules the retry
+  Conn& Pick();
+
+  RedisTierConfig config_;
+  RedisUrl url_;
+  uint64_t max_entry_bytes_;
+  long long ttl_ms_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::atomic<uint64_t> next_conn_{0};
+  std::atomic<int> live_{0};
+  TierCounters counters_;
+};
+
+}  // namespace strata::engine::kvtier

@@ -1,0 +1,379 @@
+#include "engine/kvtier/tiered_cache.h"
+
+#include <condition_variable>
+#include <cmath>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "engine/kvtier/block_codec.h"
+#include "engine/kvtier/disk_tier.h"
+#include "engine/kvtier/ram_tier.h"
+#include "engine/kvtier/redis_tier.h"
+#include "engine/kvtier/tiered_cache_internal.h"
+
+namespace strata::engine::kvtier {
+namespace {
+
+constexpr size_t kMaxPrefetchKeys = 4096;
+constexpr size_t kMaxQueuedWrites = size_t{1} << 20;
+constexpr int kMaxIoThreads = 64;
+
+Status ValidateLimits(const TierLimits& l, const std::string& tier, bool need_capacity) {
+  if (need_capacity && l.capacity_bytes == 0) return Status::InvalidArgument(tier + ".capacity: must be > 0");
+  if (!std::isfinite(l.ttl_s) || l.ttl_s < 0) return Status::InvalidArgument(tier + ".ttl_s: must be >= 0");
+  for (const auto& [tenant, quota] : l.tenant_quota_bytes) {
+    if (tenant.size() > kMaxTenantBytes) {
+      return Status::InvalidArgument(tier + ".tenant_quota: tenant name longer than " +
+                                     std::to_string(kMaxTenantBytes) + " bytes");
+    }
+    if (quota == 0) return Status::InvalidArgument(tier + ".tenant_quota." + tenant + ": must be > 0");
+  }
+  return Status::Ok();
+}
+
+class PrefetchHandleImpl final : public PrefetchHandle {
+ public:
+  PrefetchHandleImpl(std::vector<BlockKey> keys, std::string tenant, std::function<void()> on_done)
+      : keys_(std::move(keys)), tenant_(std::move(tenant)), on_done_(std::move(on_done)) {}
+
+  bool ready() const override { return ready_.load(std::memory_order_acquire); }
+  std::vector<std::vector<uint8_t>> Take() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::move(blocks_);
+  }
+  void Cancel() override { cancelled_.store(true, std::memory_order_relaxed); }
+
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  const std::vector<BlockKey>& keys() const { return keys_; }
+
+  void Finish(std::vector<std::vector<uint8_t>> blocks) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      blocks_ = std::move(blocks);
+    }
+    ready_.store(true, std::memory_order_release);
+    if (on_done_) on_done_();
+    on_done_ = nullptr;  // drop captures now, not when the engine releases the handle
+  }
+
+ private:
+  std::vector<BlockKey> keys_;
+  std::string tenant_;
+  std::function<void()> on_done_;
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::vector<std::vector<uint8_t>> blocks_;  // guarded by mu_
+};
+
+class TieredKvCacheImpl final : public TieredKvCache {
+ public:
+  TieredKvCacheImpl(const TieredKvConfig& config, uint64_t block_bytes, std::string format_id,
+                    TieredKvTestHooks hooks)
+      : config_(config), block_bytes_(block_bytes), format_hash_(FormatHash(format_id)), hooks_(std::move(hooks)) {
+    if (!hooks_.clock) hooks_.clock = WallClockSeconds;
+  }
+  ~TieredKvCacheImpl() override { Shutdown(); }
+
+  Status Init() {
+    const uint64_t max_entry = kEntryHeaderBytes + kMaxTenantBytes + block_bytes_;
+    if (config_.ram) ram_ = std::make_unique<RamTier>(config_.ram->limits, hooks_.clock);
+    if (config_.disk) {
+      ASSIGN_OR_RETURN(disk_, DiskTier::Open(*config_.disk, max_entry, hooks_.clock));
+    }
+    if (config_.redis) {
+      ASSIGN_OR_RETURN(redis_, RedisTier::Create(*config_.redis, config_.io_threads, max_entry));
+    }
+    double sweep = 0;
+    for (const TierLimits* l : {config_.ram ? &config_.ram->limits : nullptr, config_.disk ? &config_.disk->limits : nullptr}) {
+      if (l != nullptr && l->ttl_s > 0) {
+        double s = std::clamp(l->ttl_s / 4, 0.05, 5.0);
+        sweep = sweep == 0 ? s : std::min(sweep, s);
+      }
+    }
+    sweep_interval_s_ = sweep;
+    if (config_.enabled()) {
+      for (int i = 0; i < config_.io_threads; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+    }
+    return Status::Ok();
+  }
+
+  uint64_t block_bytes() const override { return block_bytes_; }
+  bool WantsPublish() const override {
+    return (config_.redis && config_.redis->write_through) || (config_.disk && config_.disk->write_through);
+  }
+
+  void Demote(const BlockKey& key, std::string_view tenant, std::vector<uint8_t> payload) override {
+    if (!ram_ && !disk_) return;
+    if (payload.size() != block_bytes_) {
+      (ram_ ? ram_->counters() : disk_->counters()).errors.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    Enqueue({false, key, std::string(tenant), std::move(payload)});
+  }
+
+  void Publish(const BlockKey& key, std::string_view tenant, std::vector<uint8_t> payload) override {
+    if (!WantsPublish()) return;
+    if (payload.size() != block_bytes_) {
+      (redis_ && config_.redis->write_through ? redis_->counters() : disk_->counters())
+          .errors.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    Enqueue({true, key, std::string(tenant), std::move(payload)});
+  }
+
+  std::shared_ptr<PrefetchHandle> Prefetch(std::vector<BlockKey> keys, std::string_view tenant,
+                                           std::function<void()> on_done) override {
+    prefetches_.fetch_add(1, std::memory_order_relaxed);
+    if (keys.size() > kMaxPrefetchKeys) keys.resize(kMaxPrefetchKeys);
+    auto handle = std::make_shared<PrefetchHandleImpl>(std::move(keys), std::string(tenant), std::move(on_done));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stopping_ && !workers_.empty()) {
+        prefetch_queue_.push_back(handle);
+        work_cv_.notify_one();
+        return handle;
+      }
+    }
+    handle->Finish({});  // no tiers or shut down: ready at once, on_done on this thread
+    return handle;
+  }
+
+  TieredKvStats Stats() const override {
+    TieredKvStats s;
+    s.ram = ram_ ? ram_->Stats() : TierStats{.name = "ram"};
+    s.disk = disk_ ? disk_->Stats() : TierStats{.name = "disk"};
+    s.redis = redis_ ? redis_->Stats() : TierStats{.name = "redis"};
+    s.queue_drops = queue_drops_.load(std::memory_order_relaxed);
+    s.prefetches = prefetches_.load(std::memory_order_relaxed);
+    s.prefetched_blocks = prefetched_blocks_.load(std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mu_);
+    s.queued_writes = static_cast<int64_t>(write_queue_.size());
+    return s;
+  }
+
+  void Shutdown() override {
+    std::lock_guard<std::mutex> shutdown_lock(shutdown_mu_);
+    if (shut_down_) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    work_cv_.notify_all();
+    for (std::thread& t : workers_) t.join();  // workers drain both queues before they exit
+    workers_.clear();
+    if (ram_ && disk_) {  // warm restart: whatever is only in RAM goes to disk, LRU first
+      for (StoredEntry& e : ram_->TakeAll()) {
+        if (!disk_->Contains(e.key)) (void)disk_->Put(e.key, e.tenant, e.bytes);
+      }
+    }
+    shut_down_ = true;
+  }
+
+ private:
+  struct WriteTask {
+    bool publish;
+    BlockKey key;
+    std::string tenant;
+    std::vector<uint8_t> payload;
+  };
+
+  void Enqueue(WriteTask task) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    if (write_queue_.size() >= config_.max_queued_writes) {
+      queue_drops_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    write_queue_.push_back(std::move(task));
+    work_cv_.notify_one();
+  }
+
+  void WorkerLoop(int index) {
+    const bool sweeper = index == 0 && sweep_interval_s_ > 0;
+    auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(sweep_interval_s_));
+    auto next_sweep = std::chrono::steady_clock::now() + interval;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      if (!prefetch_queue_.empty()) {
+        std::shared_ptr<PrefetchHandleImpl> h = std::move(prefetch_queue_.front());
+        prefetch_queue_.pop_front();
+        lock.unlock();
+        RunPrefetch(*h);
+        lock.lock();
+        continue;
+      }
+      if (!write_queue_.empty()) {
+        WriteTask task = std::move(write_queue_.front());
+        write_queue_.pop_front();
+        lock.unlock();
+        RunWrite(std::move(task));
+        lock.lock();
+        continue;
+      }
+      if (stopping_) return;
+      if (sweeper) {
+        if (work_cv_.wait_until(lock, next_sweep) == std::cv_status::timeout) {
+          lock.unlock();
+          if (ram_) ram_->SweepExpired();
+          if (disk_) disk_->SweepExpired();
+          lock.lock();
+          next_sweep = std::chrono::steady_clock::now() + interval;
+        }
+      } else {
+        work_cv_.wait(lock);
+      }
+    }
+  }
+
+  void RunWrite(WriteTask task) {
+    if (hooks_.before_write) hooks_.before_write();
+    auto entry = EncodeEntry(task.key, format_hash_, task.tenant, task.payload, config_.compression);
+    task.payload = {};
+    if (!entry.ok()) {  // tenant name too long
+      (task.publish ? (redis_ ? redis_->counters() : disk_->counters())
+                    : (ram_ ? ram_->counters() : disk_->counters()))
+          .errors.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if (task.publish) {
+      if (redis_ && config_.redis->write_through) redis_->Set(task.key, *entry);
+      if (disk_ && config_.disk->write_through) (void)disk_->Put(task.key, task.tenant, *entry);
+      return;
+    }
+    if (ram_) {
+      for (StoredEntry& e : ram_->Put(task.key, std::move(task.tenant), std::move(*entry))) {
+        if (disk_) (void)disk_->Put(e.key, e.tenant, e.bytes);  // the demotion chain L2 → L3
+      }
+    } else {
+      (void)disk_->Put(task.key, task.tenant, *entry);
+    }
+  }
+
+  // Verifies stored bytes; nullopt when corrupt.
+  std::optional<std::vector<uint8_t>> Decode(const std::vector<uint8_t>& entry, const BlockKey& key,
+                                             EntryMeta* meta) {
+    auto d = DecodeEntry(entry, key, format_hash_, block_bytes_, meta);
+    if (!d.ok()) return std::nullopt;
+    return std::move(d).value();
+  }
+
+  void RunPrefetch(PrefetchHandleImpl& h) {
+    std::vector<std::vector<uint8_t>> blocks;
+    std::vector<StoredEntry> to_disk;  // RAM evictions caused by promotions, written after Finish
+    auto promote = [&](const BlockKey& key, std::string tenant, std::vector<uint8_t> entry, bool from_disk) {
+      if (ram_) {
+        for (StoredEntry& e : ram_->Put(key, std::move(tenant), std::move(entry))) {
+          if (disk_) to_disk.push_back(std::move(e));
+        }
+      } else if (disk_ && !from_disk) {
+        to_disk.push_back({key, std::move(tenant), std::move(entry)});
+      }
+    };
+    for (const BlockKey& key : h.keys()) {
+      if (h.cancelled()) break;
+      std::optional<std::vector<uint8_t>> payload;
+      EntryMeta meta;
+      if (ram_) {
+        if (auto e = ram_->Get(key)) {
+          payload = Decode(*e, key, &meta);
+          if (payload) ram_->CountHit(e->size());
+          else ram_->EraseCorrupt(key);
+        }
+      }
+      if (!payload && disk_) {
+        if (auto e = disk_->Get(key)) {
+          payload = Decode(*e, key, &meta);
+          if (payload) {
+            disk_->CountHit(e->size());
+            promote(key, meta.tenant, std::move(*e), true);
+          } else {
+            disk_->EraseCorrupt(key);
+          }
+        }
+      }
+      if (!payload && redis_) {
+        if (auto e = redis_->Get(key)) {
+          payload = Decode(*e, key, &meta);
+          if (payload) {
+            redis_->CountHit(e->size());
+            promote(key, meta.tenant, std::move(*e), false);
+          } else {
+            redis_->EraseCorrupt(key);
+          }
+        }
+      }
+      if (!payload) break;
+      blocks.push_back(std::move(*payload));
+    }
+    prefetched_blocks_.fetch_add(static_cast<int64_t>(blocks.size()), std::memory_order_relaxed);
+    h.Finish(std::move(blocks));
+    for (StoredEntry& e : to_disk) (void)disk_->Put(e.key, e.tenant, e.bytes);
+  }
+
+  const TieredKvConfig config_;
+  const uint64_t block_bytes_;
+  const uint64_t format_hash_;
+  TieredKvTestHooks hooks_;
+  double sweep_interval_s_ = 0;
+  std::unique_ptr<RamTier> ram_;
+  std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<RedisTier> redis_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::deque<WriteTask> write_queue_;                                   // guarded by mu_
+  std::deque<std::shared_ptr<PrefetchHandleImpl>> prefetch_queue_;      // guarded by mu_
+  bool stopping_ = false;                                               // guarded by mu_
+  std::vector<std::thread> workers_;
+
+  std::mutex shutdown_mu_;
+  bool shut_down_ = false;  // guarded by shutdown_mu_
+
+  std::atomic<int64_t> queue_drops_{0}, prefetches_{0}, prefetched_blocks_{0};
+};
+
+}  // namespace
+
+Status TieredKvConfig::Validate() const {
+  if (ram) RETURN_IF_ERROR(ValidateLimits(ram->limits, "ram", true));
+  if (disk) {
+    if (disk->dir.empty()) return Status::InvalidArgument("disk.dir: must not be empty");
+    RETURN_IF_ERROR(ValidateLimits(disk->limits, "disk", true));
+  }
+  if (redis) {
+    RETURN_IF_ERROR(ParseRedisUrl(redis->url).status());
+    if (!std::isfinite(redis->timeout_s) || redis->timeout_s <= 0 || redis->timeout_s > 60) {
+      return Status::InvalidArgument("redis.timeout_s: must be in (0, 60]");
+    }
+    RETURN_IF_ERROR(ValidateLimits(redis->limits, "redis", false));
+  }
+  if (max_queued_writes < 1 || max_queued_writes > kMaxQueuedWrites) {
+    return Status::InvalidArgument("max_queued_writes: must be in [1, " + std::to_string(kMaxQueuedWrites) + "]");
+  }
+  if (io_threads < 1 || io_threads > kMaxIoThreads) {
+    return Status::InvalidArgument("io_threads: must be in [1, " + std::to_string(kMaxIoThreads) + "]");
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<TieredKvCache>> CreateTieredKvCacheWithHooks(const TieredKvConfig& config,
+                                                                   uint64_t block_bytes, std::string format_id,
+                                                                   TieredKvTestHooks hooks) {
+  RETURN_IF_ERROR(config.Validate());
+  if (block_bytes == 0 || block_bytes > kMaxPayloadBytes) {
+    return Status::InvalidArgument("kv tiers: block_bytes must be in [1, " + std::to_string(kMaxPayloadBytes) + "]");
+  }
+  auto cache = std::make_unique<TieredKvCacheImpl>(config, block_bytes, std::move(format_id), std::move(hooks));
+  RETURN_IF_ERROR(cache->Init());
+  return std::unique_ptr<TieredKvCache>(std::move(cache));
+}
+
+Result<std::unique_ptr<TieredKvCache>> TieredKvCache::Create(const TieredKvConfig& config, uint64_t block_bytes,
+                                                             std::string format_id) {
+  return CreateTieredKvCacheWithHooks(config, block_bytes, std::move(format_id), {});
+}
+
+}  // namespace strata::engine::kvtier
