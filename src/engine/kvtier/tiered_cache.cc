@@ -245,7 +245,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
     }
     if (ram_) {
       for (StoredEntry& e : ram_->Put(task.key, std::move(task.tenant), std::move(*entry))) {
-        if (disk_) (void)disk_->Put(e.key, e.tenant, e.bytes);  // the demotion chain L2 → L3
+        // The demotion chain L2 → L3 (an entry promoted from L3 is still there: same key, same bytes).
+        if (disk_ && !disk_->Contains(e.key)) (void)disk_->Put(e.key, e.tenant, e.bytes);
       }
     } else {
       (void)disk_->Put(task.key, task.tenant, *entry);
@@ -262,16 +263,13 @@ class TieredKvCacheImpl final : public TieredKvCache {
 
   void RunPrefetch(PrefetchHandleImpl& h) {
     std::vector<std::vector<uint8_t>> blocks;
-    std::vector<StoredEntry> to_disk;  // RAM evictions caused by promotions, written after Finish
-    auto promote = [&](const BlockKey& key, std::string tenant, std::vector<uint8_t> entry, bool from_disk) {
-      if (ram_) {
-        for (StoredEntry& e : ram_->Put(key, std::move(tenant), std::move(entry))) {
-          if (disk_) to_disk.push_back(std::move(e));
-        }
-      } else if (disk_ && !from_disk) {
-        to_disk.push_back({key, std::move(tenant), std::move(entry)});
-      }
+    // Promotions run after the result is delivered: they stay off the engine's critical path, and
+    // RAM evictions they cause cannot push out keys later in this same prefix.
+    struct Promotion {
+      StoredEntry entry;
+      bool from_disk;
     };
+    std::vector<Promotion> promotions;
     for (const BlockKey& key : h.keys()) {
       if (h.cancelled()) break;
       std::optional<std::vector<uint8_t>> payload;
@@ -288,7 +286,7 @@ class TieredKvCacheImpl final : public TieredKvCache {
           payload = Decode(*e, key, &meta);
           if (payload) {
             disk_->CountHit(e->size());
-            promote(key, meta.tenant, std::move(*e), true);
+            if (ram_) promotions.push_back({{key, meta.tenant, std::move(*e)}, true});
           } else {
             disk_->EraseCorrupt(key);
           }
@@ -299,7 +297,7 @@ class TieredKvCacheImpl final : public TieredKvCache {
           payload = Decode(*e, key, &meta);
           if (payload) {
             redis_->CountHit(e->size());
-            promote(key, meta.tenant, std::move(*e), false);
+            if (ram_ || disk_) promotions.push_back({{key, meta.tenant, std::move(*e)}, false});
           } else {
             redis_->EraseCorrupt(key);
           }
@@ -310,7 +308,16 @@ class TieredKvCacheImpl final : public TieredKvCache {
     }
     prefetched_blocks_.fetch_add(static_cast<int64_t>(blocks.size()), std::memory_order_relaxed);
     h.Finish(std::move(blocks));
-    for (StoredEntry& e : to_disk) (void)disk_->Put(e.key, e.tenant, e.bytes);
+    // L3/L4 hits go into L2 (RAM evictions continue down to L3); without L2, L4 hits go to L3.
+    for (Promotion& p : promotions) {
+      if (ram_) {
+        for (StoredEntry& e : ram_->Put(p.entry.key, std::move(p.entry.tenant), std::move(p.entry.bytes))) {
+          if (disk_ && !disk_->Contains(e.key)) (void)disk_->Put(e.key, e.tenant, e.bytes);
+        }
+      } else if (!p.from_disk) {
+        (void)disk_->Put(p.entry.key, p.entry.tenant, p.entry.bytes);
+      }
+    }
   }
 
   const TieredKvConfig config_;
