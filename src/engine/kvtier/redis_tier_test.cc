@@ -1,0 +1,261 @@
+// Redis tier tests against a real redis-server started by the test (skipped visibly when
+// /usr/bin/redis-server is absent).
+#include "engine/kvtier/redis_tier.h"
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine/kvtier/kvtier_test_util.h"
+
+extern char** environ;
+
+namespace strata::engine::kvtier {
+namespace {
+
+using testing::Key;
+using testing::Payload;
+using testing::PrefetchSync;
+using testing::WaitFor;
+
+constexpr const char* kRedisServer = "/usr/bin/redis-server";
+constexpr uint64_t kBlock = 2048;
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// A redis-server child process on 127.0.0.1:port, no persistence.
+class RedisServer {
+ public:
+  explicit RedisServer(int port) : port_(port) {}
+  ~RedisServer() { Stop(); }
+
+  bool Start() {
+    std::string port = std::to_string(port_);
+    std::vector<std::string> args = {kRedisServer, "--port", port, "--bind", "127.0.0.1", "--save", "",
+                                     "--appendonly", "no", "--loglevel", "warning"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    int rc = posix_spawn(&pid_, kRedisServer, &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+      pid_ = -1;
+      return false;
+    }
+    return WaitFor([&] {
+      Client c(port_);
+      return c.ok() && c.Command("PING") == "PONG";
+    });
+  }
+  void Stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+  int port() const { return port_; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+  // A plain hiredis client for checking and tampering.
+  class Client {
+   public:
+    explicit Client(int port) {
+      timeval tv{1, 0};
+      ctx_ = redisConnectWithTimeout("127.0.0.1", port, tv);
+      if (ctx_ != nullptr) redisSetTimeout(ctx_, tv);
+    }
+    ~Client() {
+      if (ctx_) redisFree(ctx_);
+    }
+    bool ok() const { return ctx_ != nullptr && ctx_->err == 0; }
+    // Status/string reply text, integer as decimal, "(nil)" or "(error)".
+    std::string Command(const char* fmt, const std::string& a = "", const std::string& b = "") {
+      if (!ok()) return "(error)";
+      auto* r = static_cast<redisReply*>(redisCommand(ctx_, fmt, a.data(), a.size(), b.data(), b.size()));
+      if (r == nullptr) return "(error)";
+      std::string out;
+      if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) out.assign(r->str, r->len);
+      else if (r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
+      else if (r->type == REDIS_REPLY_NIL) out = "(nil)";
+      else out = "(error)";
+      freeReplyObject(r);
+      return out;
+    }
+
+   private:
+    redisContext* ctx_ = nullptr;
+  };
+
+ private:
+  int port_;
+  pid_t pid_ = -1;
+};
+
+class RedisTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::access(kRedisServer, X_OK) != 0) GTEST_SKIP() << kRedisServer << " not installed";
+    server_ = std::make_unique<RedisServer>(FreePort());
+    ASSERT_TRUE(server_->Start()) << "redis-server did not start";
+  }
+
+  TieredKvConfig RedisConfig(double ttl_s = 0) {
+    TieredKvConfig c;
+    c.redis = RedisTierConfig{};
+    c.redis->url = server_->url();
+    c.redis->key_prefix = "test:kv:";
+    c.redis->limits.ttl_s = ttl_s;
+    c.redis->timeout_s = 0.5;
+    return c;
+  }
+  std::unique_ptr<TieredKvCache> Make(const TieredKvConfig& c) {
+    auto r = TieredKvCache::Create(c, kBlock, "fmt");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : nullptr;
+  }
+  std::string RedisKey(int i) { return "test:kv:" + KeyHex(Key(i)); }
+
+  std::unique_ptr<RedisServer> server_;
+};
+
+TEST_F(RedisTierTest, PublishedBlocksAreVisibleToAnotherReplica) {
+  auto a = Make(RedisConfig());
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(a->WantsPublish());
+  for (int i = 0; i < 3; ++i) a->Publish(Key(i), "", Payload(kBlock, i));
+  RedisServer::Client client(server_->port());
+  ASSERT_TRUE(WaitFor([&] { return client.Command("EXISTS %b", RedisKey(2)) == "1"; }));
+  EXPECT_EQ(client.Command("PTTL %b", RedisKey(0)), "-1") << "no TTL configured";
+  auto b = Make(RedisConfig());  // a second replica: its own process state, the same Redis
+  ASSERT_TRUE(b);
+  auto got = PrefetchSync(*b, {Key(0), Key(1), Key(2), Key(3)});
+  ASSERT_EQ(got.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(got[i], Payload(kBlock, i));
+  TieredKvStats s = b->Stats();
+  EXPECT_EQ(s.redis.hits, 3);
+  EXPECT_EQ(s.redis.misses, 1);
+  EXPECT_EQ(a->Stats().redis.write_ops, 3);
+}
+
+TEST_F(RedisTierTest, TtlUsesRedisExpiry) {
+  auto a = Make(RedisConfig(0.3));
+  ASSERT_TRUE(a);
+  a->Publish(Key(1), "", Payload(kBlock, 1));
+  RedisServer::Client client(server_->port());
+  ASSERT_TRUE(WaitFor([&] { return client.Command("EXISTS %b", RedisKey(1)) == "1"; }));
+  std::string pttl = client.Command("PTTL %b", RedisKey(1));
+  EXPECT_GT(std::stoll(pttl), 0);
+  EXPECT_LE(std::stoll(pttl), 300);
+  ASSERT_TRUE(WaitFor([&] { return client.Command("EXISTS %b", RedisKey(1)) == "0"; }));
+  EXPECT_EQ(PrefetchSync(*a, {Key(1)}).size(), 0u);
+}
+
+TEST_F(RedisTierTest, CorruptValueIsAMissCountedAndDeleted) {
+  auto a = Make(RedisConfig());
+  ASSERT_TRUE(a);
+  a->Publish(Key(1), "", Payload(kBlock, 1));
+  RedisServer::Client client(server_->port());
+  ASSERT_TRUE(WaitFor([&] { return client.Command("EXISTS %b", RedisKey(1)) == "1"; }));
+  ASSERT_EQ(client.Command("SET %b %b", RedisKey(1), std::string("garbage\0bytes", 13)), "OK");
+  EXPECT_EQ(PrefetchSync(*a, {Key(1)}).size(), 0u);
+  EXPECT_EQ(a->Stats().redis.corrupt, 1);
+  EXPECT_EQ(client.Command("EXISTS %b", RedisKey(1)), "0");
+  // A huge value (larger than any entry) is refused without being decoded.
+  ASSERT_EQ(client.Command("SET %b %b", RedisKey(2), std::string(kBlock * 4, 'x')), "OK");
+  EXPECT_EQ(PrefetchSync(*a, {Key(2)}).size(), 0u);
+  EXPECT_EQ(a->Stats().redis.corrupt, 2);
+}
+
+TEST_F(RedisTierTest, SurvivesRedisDyingAndReconnects) {
+  auto a = Make(RedisConfig());
+  ASSERT_TRUE(a);
+  a->Publish(Key(1), "", Payload(kBlock, 1));
+  ASSERT_TRUE(WaitFor([&] { return a->Stats().redis.write_ops == 1; }));
+  ASSERT_EQ(PrefetchSync(*a, {Key(1)}).size(), 1u);
+  server_->Stop();
+  auto start = std::chrono::steady_clock::now();
+  a->Publish(Key(2), "", Payload(kBlock, 2));
+  auto h = a->Prefetch({Key(1)}, "", nullptr);
+  ASSERT_TRUE(WaitFor([&] { return h->ready(); }));
+  EXPECT_TRUE(h->Take().empty());
+  ASSERT_TRUE(WaitFor([&] { return a->Stats().redis.write_ops == 2; }));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+  EXPECT_GT(a->Stats().redis.errors, 0);
+  ASSERT_TRUE(server_->Start());  // same port, empty data
+  ASSERT_TRUE(WaitFor([&] {
+    a->Publish(Key(3), "", Payload(kBlock, 3));
+    return PrefetchSync(*a, {Key(3)}).size() == 1;
+  }));
+}
+
+TEST_F(RedisTierTest, RedisDownAtCreateIsNotAnError) {
+  TieredKvConfig c = RedisConfig();
+  c.redis->url = "redis://127.0.0.1:" + std::to_string(FreePort());
+  auto a = Make(c);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(PrefetchSync(*a, {Key(1)}).size(), 0u);
+  EXPECT_GT(a->Stats().redis.errors, 0);
+}
+
+TEST_F(RedisTierTest, RedisHitsArePromotedIntoRam) {
+  auto a = Make(RedisConfig());
+  ASSERT_TRUE(a);
+  a->Publish(Key(1), "t", Payload(kBlock, 1));
+  ASSERT_TRUE(WaitFor([&] { return a->Stats().redis.write_ops == 1; }));
+  TieredKvConfig c = RedisConfig();
+  c.ram = RamTierConfig{};
+  c.ram->limits.capacity_bytes = 1 << 20;
+  auto b = Make(c);
+  ASSERT_TRUE(b);
+  ASSERT_EQ(PrefetchSync(*b, {Key(1)}).size(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return b->Stats().ram.entries == 1; }));
+  ASSERT_EQ(PrefetchSync(*b, {Key(1)}).size(), 1u);
+  EXPECT_EQ(b->Stats().ram.hits, 1);
+  EXPECT_EQ(b->Stats().redis.hits, 1);
+}
+
+TEST(RedisUrlTest, Parses) {
+  auto u = ParseRedisUrl("redis://cache.local:6380/3");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->host, "cache.local");
+  EXPECT_EQ(u->port, 6380);
+  EXPECT_EQ(u->db, 3);
+  u = ParseRedisUrl("redis://10.0.0.1");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->port, 6379);
+  EXPECT_EQ(u->db, 0);
+  for (const char* bad : {"http://x:1", "redis://", "redis://:6379", "redis://h:0", "redis://h:70000",
+                          "redis://h:12x", "redis://h:1/x", "redis://user:pw@h:1"}) {
+    auto r = ParseRedisUrl(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("redis.url"), std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::engine::kvtier
