@@ -50,7 +50,74 @@ struct ServeOptions {
   double idle_timeout = 60;
   double request_timeout = 30;
   int max_tokens_cap = 4096;
+  // KV tiers (flags override the YAML file's values).
+  std::string kv_tier_config;
+  std::string kv_tier_ram;
+  double kv_tier_ram_ttl = -1;
+  std::string kv_tier_disk;
+  std::string kv_tier_disk_size;
+  double kv_tier_disk_ttl = -1;
+  std::string kv_tier_redis;
+  double kv_tier_redis_ttl = -1;
+  std::string kv_tier_redis_write_through;  // "", "on", "off"
+  std::string kv_tier_compression;
+  double kv_tier_prefetch_timeout = 1.0;
 };
+
+Result<engine::kvtier::TieredKvConfig> TierConfig(const ServeOptions& o) {
+  namespace kt = engine::kvtier;
+  kt::TieredKvConfig c;
+  if (!o.kv_tier_config.empty()) {
+    ASSIGN_OR_RETURN(c, kt::LoadTieredKvConfigFile(o.kv_tier_config));
+  }
+  if (!o.kv_tier_ram.empty()) {
+    if (!c.ram) c.ram.emplace();
+    auto bytes = engine::kv::ParseMemorySize(o.kv_tier_ram);
+    if (!bytes.ok()) return Status::InvalidArgument("--kv-tier-ram: " + std::string(bytes.status().message()));
+    c.ram->limits.capacity_bytes = *bytes;
+  }
+  if (o.kv_tier_ram_ttl >= 0 && c.ram) c.ram->limits.ttl_s = o.kv_tier_ram_ttl;
+  if (!o.kv_tier_disk.empty()) {
+    if (!c.disk) c.disk.emplace();
+    c.disk->dir = o.kv_tier_disk;
+    if (c.disk->limits.capacity_bytes == 0) c.disk->limits.capacity_bytes = uint64_t{4} << 30;  // default 4 GiB
+  }
+  if (!o.kv_tier_disk_size.empty()) {
+    if (!c.disk) return Status::InvalidArgument("--kv-tier-disk-size needs --kv-tier-disk DIR");
+    auto bytes = engine::kv::ParseMemorySize(o.kv_tier_disk_size);
+    if (!bytes.ok()) return Status::InvalidArgument("--kv-tier-disk-size: " + std::string(bytes.status().message()));
+    c.disk->limits.capacity_bytes = *bytes;
+  }
+  if (o.kv_tier_disk_ttl >= 0 && c.disk) c.disk->limits.ttl_s = o.kv_tier_disk_ttl;
+  if (!o.kv_tier_redis.empty()) {
+    if (!c.redis) c.redis.emplace();
+    c.redis->url = o.kv_tier_redis;
+  }
+  if (o.kv_tier_redis_ttl >= 0 && c.redis) c.redis->limits.ttl_s = o.kv_tier_redis_ttl;
+  if (!o.kv_tier_redis_write_through.empty()) {
+    if (!c.redis) return Status::InvalidArgument("--kv-tier-redis-write-through needs --kv-tier-redis URL");
+    if (o.kv_tier_redis_write_through != "on" && o.kv_tier_redis_write_through != "off")
+      return Status::InvalidArgument("--kv-tier-redis-write-through must be on or off");
+    c.redis->write_through = o.kv_tier_redis_write_through == "on";
+  }
+  if (!o.kv_tier_compression.empty()) {
+    if (o.kv_tier_compression == "none") c.compression = kt::Compression::kNone;
+    else if (o.kv_tier_compression == "lz4") c.compression = kt::Compression::kLz4;
+    else if (o.kv_tier_compression == "zstd") c.compression = kt::Compression::kZstd;
+    else return Status::InvalidArgument("--kv-tier-compression must be none, lz4 or zstd");
+  }
+  if (c.enabled()) RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+std::string DescribeTiers(const engine::kvtier::TieredKvConfig& c) {
+  if (!c.enabled()) return "no KV tiers";
+  std::string s = "KV tiers:";
+  if (c.ram) s += fmt::format(" ram {} MiB", c.ram->limits.capacity_bytes >> 20);
+  if (c.disk) s += fmt::format(" disk {} ({} MiB)", c.disk->dir, c.disk->limits.capacity_bytes >> 20);
+  if (c.redis) s += fmt::format(" redis {}{}", c.redis->url, c.redis->write_through ? " (write-through)" : "");
+  return s;
+}
 
 Result<std::vector<std::string>> LoadKeys(const ServeOptions& o) {
   std::vector<std::string> keys;
@@ -126,6 +193,8 @@ Status RunServe(const ServeOptions& o) {
   sc.max_model_len = o.max_model_len;
   sc.max_queued_requests = o.max_queued_requests;
   sc.threads = o.threads;
+  ASSIGN_OR_RETURN(sc.kv_tiers, TierConfig(o));
+  sc.kv_tier_prefetch_timeout_s = o.kv_tier_prefetch_timeout;
   std::shared_ptr<const model::Model> shared_model = std::move(model);
   ASSIGN_OR_RETURN(auto serving, engine::ServingEngine::Create(shared_model, sc));
   const int max_len = serving->max_model_len();
@@ -145,6 +214,8 @@ Status RunServe(const ServeOptions& o) {
   info.limits.max_tokens = o.max_tokens_cap;
   server::ApiOptions ao;
   ao.api_keys = std::move(keys);
+  engine::ServingEngine* serving_ptr = serving.get();
+  ao.tier_stats = [serving_ptr] { return serving_ptr->TierStats(); };
   // Embeddings: a separate small path (the engine's runner exposes no hidden states): one
   // model::Context, single-threaded, one input at a time; mean of the final-normed hidden states of
   // every token, L2-normalised.
@@ -175,8 +246,9 @@ Status RunServe(const ServeOptions& o) {
 
   api->SetReady(true);
   api_ptr.store(api.get(), std::memory_order_release);
-  std::printf("strata serve: ready: model '%s' (%s), context %d, %d KV blocks of %d tokens, %s\n", info.name.c_str(),
-              path.c_str(), max_len, blocks, o.block_size, tmpl ? "chat template present" : "no chat template (chat -> 400)");
+  std::printf("strata serve: ready: model '%s' (%s), context %d, %d KV blocks of %d tokens, %s, %s\n", info.name.c_str(),
+              path.c_str(), max_len, blocks, o.block_size, tmpl ? "chat template present" : "no chat template (chat -> 400)",
+              DescribeTiers(sc.kv_tiers).c_str());
   std::fflush(stdout);
 
   int sig = 0;
@@ -222,6 +294,19 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout, "seconds in-flight requests get to finish on SIGTERM");
   cmd->add_option("--idle-timeout", o->idle_timeout, "seconds an idle keep-alive connection is kept");
   cmd->add_option("--request-timeout", o->request_timeout, "seconds a client gets to send one request");
+  cmd->add_option("--kv-tier-config", o->kv_tier_config, "YAML file configuring the KV tiers (flags below override it)");
+  cmd->add_option("--kv-tier-ram", o->kv_tier_ram, "host-RAM KV tier (L2) capacity, e.g. 2GiB");
+  cmd->add_option("--kv-tier-ram-ttl", o->kv_tier_ram_ttl, "seconds a RAM-tier entry lives (0: no expiry)");
+  cmd->add_option("--kv-tier-disk", o->kv_tier_disk, "directory of the disk KV tier (L3; survives restarts)");
+  cmd->add_option("--kv-tier-disk-size", o->kv_tier_disk_size, "disk KV tier capacity (default 4GiB)");
+  cmd->add_option("--kv-tier-disk-ttl", o->kv_tier_disk_ttl, "seconds a disk-tier entry lives (0: no expiry)");
+  cmd->add_option("--kv-tier-redis", o->kv_tier_redis, "Redis KV tier (L4, shared by replicas): redis://host:port[/db]");
+  cmd->add_option("--kv-tier-redis-ttl", o->kv_tier_redis_ttl, "seconds a Redis-tier entry lives (0: no expiry)");
+  cmd->add_option("--kv-tier-redis-write-through", o->kv_tier_redis_write_through,
+                  "on (default): every computed block is written to Redis; off: only demotions reach it");
+  cmd->add_option("--kv-tier-compression", o->kv_tier_compression, "none (default), lz4 or zstd");
+  cmd->add_option("--kv-tier-prefetch-timeout", o->kv_tier_prefetch_timeout,
+                  "seconds a request waits for its blocks from the tiers before computing them (default 1)");
   cmd->callback([o, exit_code] {
     Status s = RunServe(*o);
     if (!s.ok()) {

@@ -172,6 +172,22 @@ Api::Api(ModelInfo model, engine::sched::Engine* engine, ApiOptions options)
   m.Declare("strata:num_preemptions_total", T::kCounter, "Sequences preempted by the scheduler.");
   m.Declare("strata:request_success_total", T::kCounter, "Finished requests by finish reason (stop, length, abort, error).");
   m.Declare("strata:http_requests_total", T::kCounter, "HTTP requests by route and status code.");
+  m.Declare("strata:kv_tier_hit_tokens_total", T::kCounter, "Prompt tokens whose KV was loaded from a lower tier (RAM/disk/Redis) instead of computed.");
+  m.Declare("strata:kv_tier_prefetch_timeouts_total", T::kCounter, "Tier prefetches given up after --kv-tier-prefetch-timeout (the blocks were computed).");
+  m.Declare("strata:kv_tier_hits_total", T::kCounter, "Block lookups found in a KV tier, by tier.");
+  m.Declare("strata:kv_tier_misses_total", T::kCounter, "Block lookups not found in a KV tier, by tier.");
+  m.Declare("strata:kv_tier_bytes_in_total", T::kCounter, "Bytes written into a KV tier, by tier.");
+  m.Declare("strata:kv_tier_bytes_out_total", T::kCounter, "Bytes read out of a KV tier, by tier.");
+  m.Declare("strata:kv_tier_evictions_total", T::kCounter, "Entries evicted from a KV tier (capacity or quota), by tier.");
+  m.Declare("strata:kv_tier_expirations_total", T::kCounter, "Entries expired by TTL in a KV tier, by tier.");
+  m.Declare("strata:kv_tier_corrupt_total", T::kCounter, "Entries rejected on read (checksum, length, key or format mismatch) and deleted, by tier.");
+  m.Declare("strata:kv_tier_errors_total", T::kCounter, "I/O or connection errors of a KV tier, by tier.");
+  m.Declare("strata:kv_tier_entries", T::kGauge, "Entries held by a KV tier, by tier.");
+  m.Declare("strata:kv_tier_bytes_used", T::kGauge, "Bytes held by a KV tier, by tier.");
+  m.Declare("strata:kv_tier_read_seconds_mean", T::kGauge, "Mean latency of a KV tier's reads, by tier.");
+  m.Declare("strata:kv_tier_write_seconds_mean", T::kGauge, "Mean latency of a KV tier's writes, by tier.");
+  m.Declare("strata:kv_tier_queue_drops_total", T::kCounter, "Tier writes dropped because the write queue was full.");
+  m.Declare("strata:kv_tier_queued_writes", T::kGauge, "Tier writes waiting for a worker.");
   pump_ = std::thread([this] { PumpLoop(); });
 }
 
@@ -374,6 +390,19 @@ HttpResponse Api::Generate(Endpoint ep, const HttpRequest& req, std::shared_ptr<
   auto job = std::make_shared<Job>();
   job->req = std::move(*parsed);
   auto& g = job->req;
+  // Tenant (x-strata-tenant): owns the request's KV-tier quota and isolates its prefix cache (the
+  // tenant is bound into every block hash, so tenants never share or probe each other's blocks).
+  if (std::string_view tenant = req.Header("x-strata-tenant"); !tenant.empty()) {
+    if (tenant.size() > engine::sched::kMaxTenantBytes)
+      return Error(400, "x-strata-tenant: longer than 256 bytes", "x-strata-tenant");
+    for (char c : tenant) {
+      if (static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e)
+        return Error(400, "x-strata-tenant: must be printable ASCII without spaces", "x-strata-tenant");
+    }
+    g.submit.tenant.assign(tenant);
+    const auto part = engine::kv::MakePrefixSalt({"tenant", tenant});
+    g.submit.salt.insert(g.submit.salt.end(), part.begin(), part.end());
+  }
   std::optional<int64_t> deadline_ms = g.deadline_ms;
   if (!deadline_ms && !req.Header("x-strata-deadline-ms").empty()) {
     std::string_view h = req.Header("x-strata-deadline-ms");
@@ -635,6 +664,29 @@ void Api::RefreshEngineGauges() {
   metrics_.Set("strata:prefix_cache_queries_total", model_labels_, static_cast<double>(s.prefix_query_tokens));
   metrics_.Set("strata:prefix_cache_hits_total", model_labels_, static_cast<double>(s.prefix_hit_tokens));
   metrics_.Set("strata:num_preemptions_total", model_labels_, static_cast<double>(s.preemptions));
+  if (!options_.tier_stats) return;
+  auto ts = options_.tier_stats();
+  if (!ts) return;
+  metrics_.Set("strata:kv_tier_hit_tokens_total", model_labels_, static_cast<double>(s.tier_hit_tokens));
+  metrics_.Set("strata:kv_tier_prefetch_timeouts_total", model_labels_, static_cast<double>(s.tier_prefetch_timeouts));
+  metrics_.Set("strata:kv_tier_queue_drops_total", model_labels_, static_cast<double>(ts->queue_drops));
+  metrics_.Set("strata:kv_tier_queued_writes", model_labels_, static_cast<double>(ts->queued_writes));
+  for (const engine::kvtier::TierStats* t : {&ts->ram, &ts->disk, &ts->redis}) {
+    if (!t->enabled) continue;
+    const std::string l = Labels({{"model_name", model_.name}, {"kv_tier", t->name}});
+    metrics_.Set("strata:kv_tier_hits_total", l, static_cast<double>(t->hits));
+    metrics_.Set("strata:kv_tier_misses_total", l, static_cast<double>(t->misses));
+    metrics_.Set("strata:kv_tier_bytes_in_total", l, static_cast<double>(t->bytes_in));
+    metrics_.Set("strata:kv_tier_bytes_out_total", l, static_cast<double>(t->bytes_out));
+    metrics_.Set("strata:kv_tier_evictions_total", l, static_cast<double>(t->evictions));
+    metrics_.Set("strata:kv_tier_expirations_total", l, static_cast<double>(t->expirations));
+    metrics_.Set("strata:kv_tier_corrupt_total", l, static_cast<double>(t->corrupt));
+    metrics_.Set("strata:kv_tier_errors_total", l, static_cast<double>(t->errors));
+    metrics_.Set("strata:kv_tier_entries", l, static_cast<double>(t->entries));
+    metrics_.Set("strata:kv_tier_bytes_used", l, static_cast<double>(t->bytes_used));
+    metrics_.Set("strata:kv_tier_read_seconds_mean", l, t->read_ops ? t->read_seconds_total / static_cast<double>(t->read_ops) : 0.0);
+    metrics_.Set("strata:kv_tier_write_seconds_mean", l, t->write_ops ? t->write_seconds_total / static_cast<double>(t->write_ops) : 0.0);
+  }
 }
 
 }  // namespace strata::server

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/kvtier/tiered_cache.h"
 #include "engine/sched/engine.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -39,6 +40,9 @@ struct ApiOptions {
   std::vector<std::string> api_keys;  // empty: no auth
   EmbedFn embed;
   int retry_after_s = 1;             // Retry-After on 429
+  // Statistics of the KV tiers below the engine's pool, for /metrics (empty function or nullopt:
+  // no tiers configured).
+  std::function<std::optional<engine::kvtier::TieredKvStats>()> tier_stats;
 };
 
 class Api {

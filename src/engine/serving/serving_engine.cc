@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+#include <xxhash.h>
+
 namespace strata::engine {
 
 Status ServingConfig::Validate() const {
@@ -10,11 +13,38 @@ Status ServingConfig::Validate() const {
   if (max_num_seqs < 1) return Status::InvalidArgument("--max-num-seqs must be >= 1");
   if (max_model_len < 0) return Status::InvalidArgument("--max-model-len must be >= 0");
   if (threads < 0) return Status::InvalidArgument("--threads must be >= 0");
+  if (!(kv_tier_prefetch_timeout_s >= 0 && kv_tier_prefetch_timeout_s <= 3600))
+    return Status::InvalidArgument("--kv-tier-prefetch-timeout must be in [0, 3600] seconds");
+  if (kv_tiers.enabled()) {
+    if (!enable_prefix_cache) return Status::InvalidArgument("KV tiers need the prefix cache (drop --no-prefix-cache)");
+    RETURN_IF_ERROR(kv_tiers.Validate());
+  }
   return Status::Ok();
 }
 
-ServingEngine::~ServingEngine() {
-  if (engine_) engine_->Stop();
+namespace {
+std::string Fingerprint(std::span<const uint8_t> bytes) {
+  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  return fmt::format("{:016x}{:016x}", h.high64, h.low64);
+}
+}  // namespace
+
+ServingEngine::~ServingEngine() { Stop(); }
+
+void ServingEngine::Stop() {
+  if (!engine_ || stopped_) return;
+  stopped_ = true;
+  engine_->Stop();
+  if (tiers_) {
+    port_->set_flush_mode(true);
+    engine_->FlushKvTier();
+    tiers_->Shutdown();
+  }
+}
+
+std::optional<kvtier::TieredKvStats> ServingEngine::TierStats() const {
+  if (!tiers_) return std::nullopt;
+  return tiers_->Stats();
 }
 
 Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<const model::Model> model,
@@ -61,11 +91,19 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<con
     for (const auto& c : copies) storage->CopyBlock(c.src, c.dst, c.num_slots);
   };
   ASSIGN_OR_RETURN(s->engine_, sched::Engine::Create(s->runner_.get(), kc, sc, &s->clock_, copy));
-  // Everything that changes the meaning of a KV block: the weights file (path + size as a cheap
-  // fingerprint), KV dtype, block size.
+  // Everything that changes the meaning of a KV block: the whole model file (weights, tokenizer,
+  // rope settings and every other metadata key) by content hash, the KV dtype and the block size.
   const auto& f = s->model_->gguf();
-  s->salt_ = kv::MakePrefixSalt({f.path(), std::to_string(f.file_size()), kv::KvDTypeName(config.kv_dtype),
+  s->fingerprint_ = Fingerprint(f.bytes());
+  s->salt_ = kv::MakePrefixSalt({"model", s->fingerprint_, kv::KvDTypeName(config.kv_dtype),
                                  std::to_string(config.block_size)});
+  if (config.kv_tiers.enabled()) {
+    ASSIGN_OR_RETURN(s->tiers_, kvtier::TieredKvCache::Create(config.kv_tiers, layout.BlockBytes(),
+                                                              FormatId(s->fingerprint_, layout)));
+    s->port_ = std::make_unique<StorageTierPort>(s->tiers_.get(), s->storage_.get(),
+                                                 config.kv_tiers.max_queued_writes);
+    s->engine_->AttachKvTier(s->port_.get(), config.kv_tier_prefetch_timeout_s);
+  }
   return s;
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include "base/thread_pool.h"
 #include "engine/kv/kv_manager.h"
 #include "engine/kv/kv_storage.h"
+#include "engine/kvtier/tiered_cache.h"
+#include "engine/serving/kv_tier_port.h"
 #include "engine/runner/cpu_runner.h"
 #include "engine/sched/clock.h"
 #include "engine/sched/engine.h"
@@ -36,6 +39,9 @@ struct ServingConfig {
   int max_queued_requests = 1024;
   int64_t max_queued_prompt_tokens = 1 << 20;
   int threads = 0;  // 0: all cores
+  // KV tiers below the pool (RAM / disk / Redis); all optional. See engine/kvtier.
+  kvtier::TieredKvConfig kv_tiers;
+  double kv_tier_prefetch_timeout_s = 1.0;  // longest a request waits for its prefetch
   Status Validate() const;
 };
 
@@ -52,9 +58,16 @@ class ServingEngine {
   int max_model_len() const { return max_model_len_; }
   // The prefix-cache salt of this model + KV format (requests may append a tenant/LoRA part).
   const std::vector<uint8_t>& salt() const { return salt_; }
+  // XXH3-128 of the whole model file, hex: the weights fingerprint bound into every block key.
+  const std::string& model_fingerprint() const { return fingerprint_; }
+  // The tier cache's statistics, or nullptr-equivalent (empty optional) when no tier is configured.
+  std::optional<kvtier::TieredKvStats> TierStats() const;
+  kvtier::TieredKvCache* tiers() { return tiers_.get(); }
 
   void Start() { engine_->Start(); }
-  void Stop() { engine_->Stop(); }
+  // Stops the engine thread; with tiers, demotes every cached pool block and shuts the tier cache
+  // down (drains writes, persists RAM into disk) so a restarted server finds them. Idempotent.
+  void Stop();
 
  private:
   ServingEngine() = default;
@@ -66,8 +79,12 @@ class ServingEngine {
   std::unique_ptr<kv::KvStorage> storage_;
   std::unique_ptr<CpuModelRunner> runner_;
   sched::SteadyClock clock_;
+  std::unique_ptr<kvtier::TieredKvCache> tiers_;
+  std::unique_ptr<StorageTierPort> port_;
   std::unique_ptr<sched::Engine> engine_;
   std::vector<uint8_t> salt_;
+  std::string fingerprint_;
+  bool stopped_ = false;
 };
 
 }  // namespace strata::engine

@@ -109,6 +109,7 @@ class GgufFile {
   uint64_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }  // file offset of the data section
   uint64_t file_size() const { return bytes_.size(); }
+  std::span<const uint8_t> bytes() const { return bytes_; }  // the whole file (mapped)
   const std::string& path() const { return path_; }
 
   const std::vector<KeyValue>& metadata() const { return kv_; }
