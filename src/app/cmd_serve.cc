@@ -303,7 +303,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_option("--kv-tier-redis", o->kv_tier_redis, "Redis KV tier (L4, shared by replicas): redis://host:port[/db]");
   cmd->add_option("--kv-tier-redis-ttl", o->kv_tier_redis_ttl, "seconds a Redis-tier entry lives (0: no expiry)");
   cmd->add_option("--kv-tier-redis-write-through", o->kv_tier_redis_write_through,
-                  "on (default): every computed block is written to Redis; off: only demotions reach it");
+                  "on (default): every computed block is written to Redis; off: this replica only reads Redis");
   cmd->add_option("--kv-tier-compression", o->kv_tier_compression, "none (default), lz4 or zstd");
   cmd->add_option("--kv-tier-prefetch-timeout", o->kv_tier_prefetch_timeout,
                   "seconds a request waits for its blocks from the tiers before computing them (default 1)");

@@ -160,6 +160,27 @@ TEST_F(RedisTierTest, PublishedBlocksAreVisibleToAnotherReplica) {
   EXPECT_EQ(a->Stats().redis.write_ops, 3);
 }
 
+TEST_F(RedisTierTest, TenantQuotaDeletesThatTenantsOldestKeysOnly) {
+  TieredKvConfig c = RedisConfig();
+  c.redis->limits.tenant_quota_bytes = {{"acme", kBlock * 5 / 2}};  // room for two entries
+  auto a = Make(c);
+  ASSERT_TRUE(a);
+  RedisServer::Client client(server_->port());
+  a->Publish(Key(10), "globex", Payload(kBlock, 10));
+  ASSERT_TRUE(WaitFor([&] { return client.Command("EXISTS %b", RedisKey(10)) == "1"; }));
+  for (int i = 0; i < 4; ++i) {  // one at a time, so "oldest" is well defined
+    a->Publish(Key(i), "acme", Payload(kBlock, i));
+    ASSERT_TRUE(WaitFor([&] { return client.Command("EXISTS %b", RedisKey(i)) == "1"; }));
+    ASSERT_TRUE(WaitFor([&] { return a->Stats().queued_writes == 0; }));
+  }
+  ASSERT_TRUE(WaitFor([&] { return client.Command("EXISTS %b", RedisKey(1)) == "0"; }));
+  EXPECT_EQ(client.Command("EXISTS %b", RedisKey(0)), "0");
+  EXPECT_EQ(client.Command("EXISTS %b", RedisKey(2)), "1");
+  EXPECT_EQ(client.Command("EXISTS %b", RedisKey(3)), "1");
+  EXPECT_EQ(client.Command("EXISTS %b", RedisKey(10)), "1");  // another tenant's key is untouched
+  EXPECT_EQ(a->Stats().redis.evictions, 2);
+}
+
 TEST_F(RedisTierTest, TtlUsesRedisExpiry) {
   auto a = Make(RedisConfig(0.3));
   ASSERT_TRUE(a);

@@ -84,6 +84,13 @@ class TieredKvCacheImpl final : public TieredKvCache {
     }
     if (config_.redis) {
       ASSIGN_OR_RETURN(redis_, RedisTier::Create(*config_.redis, config_.io_threads, max_entry));
+      const TierLimits& rl = config_.redis->limits;
+      if (rl.default_tenant_quota_bytes > 0 || !rl.tenant_quota_bytes.empty()) {
+        TierLimits quota_only = rl;
+        quota_only.capacity_bytes = 0;  // Redis's own maxmemory policy bounds the total
+        quota_only.ttl_s = 0;           // Redis expires keys itself (PX)
+        redis_quota_ = std::make_unique<PolicyIndex<char>>(quota_only);
+      }
     }
     double sweep = 0;
     for (const TierLimits* l : {config_.ram ? &config_.ram->limits : nullptr, config_.disk ? &config_.disk->limits : nullptr}) {
@@ -239,7 +246,7 @@ class TieredKvCacheImpl final : public TieredKvCache {
       return;
     }
     if (task.publish) {
-      if (redis_ && config_.redis->write_through) redis_->Set(task.key, *entry);
+      if (redis_ && config_.redis->write_through && redis_->Set(task.key, *entry)) EnforceRedisQuota(task, entry->size());
       if (disk_ && config_.disk->write_through) (void)disk_->Put(task.key, task.tenant, *entry);
       return;
     }
@@ -250,6 +257,21 @@ class TieredKvCacheImpl final : public TieredKvCache {
       }
     } else {
       (void)disk_->Put(task.key, task.tenant, *entry);
+    }
+  }
+
+  // Per-tenant quotas in Redis, for what THIS replica wrote (Redis is shared; other replicas keep
+  // their own accounts): a tenant over its quota loses its least recently written keys (DEL).
+  void EnforceRedisQuota(const WriteTask& task, size_t bytes) {
+    std::vector<BlockKey> victims;
+    {
+      std::lock_guard lock(redis_quota_mu_);
+      if (!redis_quota_) return;
+      for (auto& r : redis_quota_->Insert({task.key, task.tenant, bytes, hooks_.clock(), 0}))
+        victims.push_back(r.entry.key);
+    }
+    for (const BlockKey& k : victims) {
+      if (redis_->Delete(k)) redis_->counters().evictions.fetch_add(1, std::memory_order_relaxed);
     }
   }
 
@@ -328,6 +350,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
   std::unique_ptr<RamTier> ram_;
   std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<RedisTier> redis_;
+  std::mutex redis_quota_mu_;
+  std::unique_ptr<PolicyIndex<char>> redis_quota_;  // only when a Redis quota is configured
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;

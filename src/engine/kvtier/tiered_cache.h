@@ -92,8 +92,9 @@ struct DiskTierConfig {
 struct RedisTierConfig {
   std::string url;  // redis://host:port[/db]   (host may be a name or IPv4 address)
   std::string key_prefix = "strata:kv:";
-  TierLimits limits;           // capacity is not enforced for Redis (its maxmemory policy is); TTL and
-                               // quotas are
+  TierLimits limits;           // capacity is not enforced for Redis (its maxmemory policy is); TTL is
+                               // (PX); tenant quotas are, over the keys THIS replica wrote (least
+                               // recently written deleted first)
   bool write_through = true;   // Publish() writes here
   double timeout_s = 0.5;      // connect and per-command timeout
 };
