@@ -60,7 +60,7 @@ class RedisProcess {
     return reply;
   }
 
- private:
+ // A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
   static int FreePort() {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -76,6 +76,7 @@ class RedisProcess {
     return port;
   }
 
+ private:
   int Connect() const {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};

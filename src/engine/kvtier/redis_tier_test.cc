@@ -6,14 +6,12 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine/kvtier/kvtier_test_util.h"
-
-extern char** environ;
+#include "testing/redis_process.h"
 
 namespace strata::engine::kvtier {
 namespace {
@@ -26,100 +24,42 @@ using testing::WaitFor;
 constexpr const char* kRedisServer = "/usr/bin/redis-server";
 constexpr uint64_t kBlock = 2048;
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
-// A redis-server child process on 127.0.0.1:port, no persistence.
-class RedisServer {
+// A plain hiredis client for checking and tampering.
+class RedisClient {
  public:
-  explicit RedisServer(int port) : port_(port) {}
-  ~RedisServer() { Stop(); }
-
-  bool Start() {
-    std::string port = std::to_string(port_);
-    std::vector<std::string> args = {kRedisServer, "--port", port, "--bind", "127.0.0.1", "--save", "",
-                                     "--appendonly", "no", "--loglevel", "warning"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawn(&pid_, kRedisServer, &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-      pid_ = -1;
-      return false;
-    }
-    return WaitFor([&] {
-      Client c(port_);
-      return c.ok() && c.Command("PING") == "PONG";
-    });
+  explicit RedisClient(int port) {
+    timeval tv{1, 0};
+    ctx_ = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (ctx_ != nullptr) redisSetTimeout(ctx_, tv);
   }
-  void Stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
+  ~RedisClient() {
+    if (ctx_) redisFree(ctx_);
   }
-  int port() const { return port_; }
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
-
-  // A plain hiredis client for checking and tampering.
-  class Client {
-   public:
-    explicit Client(int port) {
-      timeval tv{1, 0};
-      ctx_ = redisConnectWithTimeout("127.0.0.1", port, tv);
-      if (ctx_ != nullptr) redisSetTimeout(ctx_, tv);
-    }
-    ~Client() {
-      if (ctx_) redisFree(ctx_);
-    }
-    bool ok() const { return ctx_ != nullptr && ctx_->err == 0; }
-    // Status/string reply text, integer as decimal, "(nil)" or "(error)".
-    std::string Command(const char* fmt, const std::string& a = "", const std::string& b = "") {
-      if (!ok()) return "(error)";
-      auto* r = static_cast<redisReply*>(redisCommand(ctx_, fmt, a.data(), a.size(), b.data(), b.size()));
-      if (r == nullptr) return "(error)";
-      std::string out;
-      if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) out.assign(r->str, r->len);
-      else if (r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
-      else if (r->type == REDIS_REPLY_NIL) out = "(nil)";
-      else out = "(error)";
-      freeReplyObject(r);
-      return out;
-    }
-
-   private:
-    redisContext* ctx_ = nullptr;
-  };
+  bool ok() const { return ctx_ != nullptr && ctx_->err == 0; }
+  // Status/string reply text, integer as decimal, "(nil)" or "(error)".
+  std::string Command(const char* fmt, const std::string& a = "", const std::string& b = "") {
+    if (!ok()) return "(error)";
+    auto* r = static_cast<redisReply*>(redisCommand(ctx_, fmt, a.data(), a.size(), b.data(), b.size()));
+    if (r == nullptr) return "(error)";
+    std::string out;
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) out.assign(r->str, r->len);
+    else if (r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
+    else if (r->type == REDIS_REPLY_NIL) out = "(nil)";
+    else out = "(error)";
+    freeReplyObject(r);
+    return out;
+  }
 
  private:
-  int port_;
-  pid_t pid_ = -1;
+  redisContext* ctx_ = nullptr;
 };
 
 class RedisTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::access(kRedisServer, X_OK) != 0) GTEST_SKIP() << kRedisServer << " not installed";
-    server_ = std::make_unique<RedisServer>(FreePort());
-    ASSERT_TRUE(server_->Start()) << "redis-server did not start";
+    server_ = std::make_unique<::strata::testing::RedisProcess>();
+    ASSERT_TRUE(server_->available()) << "redis-server did not start";
   }
 
   TieredKvConfig RedisConfig(double ttl_s = 0) {
@@ -138,7 +78,7 @@ class RedisTierTest : public ::testing::Test {
   }
   std::string RedisKey(int i) { return "test:kv:" + KeyHex(Key(i)); }
 
-  std::unique_ptr<RedisServer> server_;
+  std::unique_ptr<::strata::testing::RedisProcess> server_;
 };
 
 TEST_F(RedisTierTest, PublishedBlocksAreVisibleToAnotherReplica) {
@@ -146,7 +86,7 @@ TEST_F(RedisTierTest, PublishedBlocksAreVisibleToAnotherReplica) {
   ASSERT_TRUE(a);
   EXPECT_TRUE(a->WantsPublish());
   for (int i = 0; i < 3; ++i) a->Publish(Key(i), "", Payload(kBlock, i));
-  RedisServer::Client client(server_->port());
+  RedisClient client(server_->port());
   ASSERT_TRUE(WaitFor([&] { return client.Command("EXISTS %b", RedisKey(2)) == "1"; }));
   EXPECT_EQ(client.Command("PTTL %b", RedisKey(0)), "-1") << "no TTL configured";
   auto b = Make(RedisConfig());  // a second replica: its own process state, the same Redis
@@ -165,7 +105,7 @@ TEST_F(RedisTierTest, TenantQuotaDeletesThatTenantsOldestKeysOnly) {
   c.redis->limits.tenant_quota_bytes = {{"acme", kBlock * 5 / 2}};  // room for two entries
   auto a = Make(c);
   ASSERT_TRUE(a);
-  RedisServer::Client client(server_->port());
+  RedisClient client(server_->port());
   a->Publish(Key(10), "globex", Payload(kBlock, 10));
   ASSERT_TRUE(WaitFor([&] { return client.Command("EXISTS %b", RedisKey(10)) == "1"; }));
   for (int i = 0; i < 4; ++i) {  // one at a time, so "oldest" is well defined
@@ -185,7 +125,7 @@ TEST_F(RedisTierTest, TtlUsesRedisExpiry) {
   auto a = Make(RedisConfig(0.3));
   ASSERT_TRUE(a);
   a->Publish(Key(1), "", Payload(kBlock, 1));
-  RedisServer::Client client(server_->port());
+  RedisClient client(server_->port());
   ASSERT_TRUE(WaitFor([&] { return client.Command("EXISTS %b", RedisKey(1)) == "1"; }));
   std::string pttl = client.Command("PTTL %b", RedisKey(1));
   EXPECT_GT(std::stoll(pttl), 0);
@@ -198,7 +138,7 @@ TEST_F(RedisTierTest, CorruptValueIsAMissCountedAndDeleted) {
   auto a = Make(RedisConfig());
   ASSERT_TRUE(a);
   a->Publish(Key(1), "", Payload(kBlock, 1));
-  RedisServer::Client client(server_->port());
+  RedisClient client(server_->port());
   ASSERT_TRUE(WaitFor([&] { return client.Command("EXISTS %b", RedisKey(1)) == "1"; }));
   ASSERT_EQ(client.Command("SET %b %b", RedisKey(1), std::string("garbage\0bytes", 13)), "OK");
   EXPECT_EQ(PrefetchSync(*a, {Key(1)}).size(), 0u);
@@ -216,7 +156,7 @@ TEST_F(RedisTierTest, SurvivesRedisDyingAndReconnects) {
   a->Publish(Key(1), "", Payload(kBlock, 1));
   ASSERT_TRUE(WaitFor([&] { return a->Stats().redis.write_ops == 1; }));
   ASSERT_EQ(PrefetchSync(*a, {Key(1)}).size(), 1u);
-  server_->Stop();
+  server_->Kill();
   auto start = std::chrono::steady_clock::now();
   a->Publish(Key(2), "", Payload(kBlock, 2));
   auto h = a->Prefetch({Key(1)}, "", nullptr);
@@ -225,7 +165,8 @@ TEST_F(RedisTierTest, SurvivesRedisDyingAndReconnects) {
   ASSERT_TRUE(WaitFor([&] { return a->Stats().redis.write_ops == 2; }));
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
   EXPECT_GT(a->Stats().redis.errors, 0);
-  ASSERT_TRUE(server_->Start());  // same port, empty data
+  server_->Restart();  // same port, empty data
+  ASSERT_TRUE(server_->available());
   ASSERT_TRUE(WaitFor([&] {
     a->Publish(Key(3), "", Payload(kBlock, 3));
     return PrefetchSync(*a, {Key(3)}).size() == 1;
@@ -234,7 +175,7 @@ TEST_F(RedisTierTest, SurvivesRedisDyingAndReconnects) {
 
 TEST_F(RedisTierTest, RedisDownAtCreateIsNotAnError) {
   TieredKvConfig c = RedisConfig();
-  c.redis->url = "redis://127.0.0.1:" + std::to_string(FreePort());
+  c.redis->url = "redis://127.0.0.1:" + std::to_string(::strata::testing::RedisProcess::FreePort());
   auto a = Make(c);
   ASSERT_TRUE(a);
   EXPECT_EQ(PrefetchSync(*a, {Key(1)}).size(), 0u);
