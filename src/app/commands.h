@@ -12,6 +12,7 @@ void RegisterTokenize(CLI::App& app, int* exit_code);    // cmd_tokenize.cc (tok
 void RegisterGenerate(CLI::App& app, int* exit_code);    // cmd_generate.cc
 void RegisterBench(CLI::App& app, int* exit_code);       // cmd_bench.cc
 void RegisterServe(CLI::App& app, int* exit_code);       // cmd_serve.cc
+void RegisterBenchServe(CLI::App* bench, int* exit_code);  // cmd_bench_serve.cc (bench serve + bench sweep)
 
 // Path of the bundled default model (synthesized at build time next to the binary):
 // <dir of executable>/../models/strata-tiny.gguf

@@ -1,0 +1,187 @@
+// `strata bench serve` and `strata bench sweep`: load generators for OpenAI-compatible endpoints
+// (strata serve, llama.cpp's llama-server, vLLM). The work is in src/bench/; this file maps flags.
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "app/commands.h"
+#include "bench/dataset.h"
+#include "bench/load_gen.h"
+#include "bench/report.h"
+#include "bench/sweep.h"
+
+namespace strata::app {
+namespace {
+
+struct BenchServeFlags {
+  bench::LoadOptions load;
+  bench::DatasetOptions data;
+  std::vector<std::string> base_urls;
+  std::vector<std::string> labels;
+  std::string prompt_format = "ids";
+  std::string request_rate;  // number or "inf"; empty: not given
+  std::vector<double> slo_ttft, slo_tpot, slo_e2el;  // 0 or 1 values (CLI11 leaves them empty when absent)
+  std::string json_path;
+  bool no_ignore_eos = false;
+  bool no_progress = false;
+  std::string rates, concurrency, out_dir;
+};
+
+void AddCommon(CLI::App* c, BenchServeFlags* f) {
+  c->add_option("--model", f->load.model, "model name sent in requests (default: first id of GET /v1/models)");
+  c->add_option("--api-key", f->load.api_key, "sent as 'Authorization: Bearer KEY'");
+  c->add_option("--endpoint", f->load.endpoint, "completions | chat")->capture_default_str();
+  c->add_option("--dataset", f->data.name, "random | shared-prefix | multi-turn | jsonl")->capture_default_str();
+  c->add_option("--num-prompts", f->data.num_prompts,
+                "requests (random: required; jsonl: truncate/cycle; shared-prefix: at most G*Q)");
+  c->add_option("--seed", f->data.seed, "seed for prompts and arrival times")->capture_default_str();
+  c->add_option("--prompt-format", f->prompt_format, "ids (token-id prompts) | text")->capture_default_str();
+  c->add_option("--tokenizer", f->data.tokenizer_path, "GGUF whose vocabulary makes token ids and text");
+  c->add_option("--vocab-size", f->data.vocab_size, "token ids are drawn below this (default: ids 100..499)");
+  c->add_option("--random-input-len", f->data.random_input_len, "random: prompt tokens")->capture_default_str();
+  c->add_option("--random-output-len", f->data.random_output_len, "random: output tokens")->capture_default_str();
+  c->add_option("--random-range-ratio", f->data.random_range_ratio, "random: lengths vary in [len*(1-r), len*(1+r)]")->capture_default_str();
+  c->add_option("--random-prefix-len", f->data.random_prefix_len, "random: tokens of a prefix common to every prompt")->capture_default_str();
+  c->add_option("--sp-num-groups", f->data.sp_num_groups, "shared-prefix: groups (G)")->capture_default_str();
+  c->add_option("--sp-prompts-per-group", f->data.sp_prompts_per_group, "shared-prefix: questions per group (Q)")->capture_default_str();
+  c->add_option("--sp-system-prompt-len", f->data.sp_system_prompt_len, "shared-prefix: system prompt tokens (P)")->capture_default_str();
+  c->add_option("--sp-question-len", f->data.sp_question_len, "shared-prefix: question tokens")->capture_default_str();
+  c->add_option("--sp-output-len", f->data.sp_output_len, "shared-prefix: output tokens")->capture_default_str();
+  c->add_option("--mt-num-conversations", f->data.mt_num_conversations, "multi-turn: conversations")->capture_default_str();
+  c->add_option("--mt-turns", f->data.mt_turns, "multi-turn: turns per conversation")->capture_default_str();
+  c->add_option("--mt-user-len", f->data.mt_user_len, "multi-turn: tokens (about) of each new user message")->capture_default_str();
+  c->add_option("--mt-output-len", f->data.mt_output_len, "multi-turn: output tokens per turn")->capture_default_str();
+  c->add_option("--dataset-path", f->data.dataset_path, "jsonl: file with one {\"prompt\": ..., \"output_len\": N} per line");
+  c->add_option("--jsonl-output-len", f->data.jsonl_output_len, "jsonl: output tokens when a line has none")->capture_default_str();
+  c->add_option("--request-rate", f->request_rate, "requests/s (Poisson/gamma arrivals) or inf");
+  c->add_option("--burstiness", f->load.burstiness, "gamma shape of inter-arrival gaps (1 = Poisson)")->capture_default_str();
+  c->add_option("--max-concurrency", f->load.max_concurrency, "requests in flight at most");
+  c->add_option("--slo-ttft-ms", f->slo_ttft, "goodput SLO on TTFT")->expected(1);
+  c->add_option("--slo-tpot-ms", f->slo_tpot, "goodput SLO on TPOT")->expected(1);
+  c->add_option("--slo-e2el-ms", f->slo_e2el, "goodput SLO on end-to-end latency")->expected(1);
+  c->add_flag("--no-ignore-eos", f->no_ignore_eos, "let the model stop at EOS (output lengths vary)");
+  c->add_option("--temperature", f->load.temperature, "sampling temperature")->capture_default_str();
+  c->add_option("--request-timeout", f->load.request_timeout_s, "seconds per request")->capture_default_str();
+  c->add_option("--max-duration-s", f->load.max_duration_s, "stop sending and abort in-flight requests after this")->capture_default_str();
+  c->add_flag("--no-progress", f->no_progress, "no progress bar (it is drawn only when stderr is a terminal)");
+}
+
+Status Finalize(BenchServeFlags* f, bench::Slo* slo) {
+  if (f->prompt_format != "ids" && f->prompt_format != "text")
+    return Status::InvalidArgument("--prompt-format must be 'ids' or 'text'");
+  f->data.text = f->prompt_format == "text" || f->load.endpoint == "chat";
+  f->load.ignore_eos = !f->no_ignore_eos;
+  f->load.progress = !f->no_progress && isatty(2);
+  f->load.seed = f->data.seed;
+  if (f->data.vocab_size < 0) return Status::InvalidArgument("--vocab-size must be > 0");
+  if (!f->request_rate.empty()) {
+    ASSIGN_OR_RETURN(auto v, bench::ParseLevels(f->request_rate, "--request-rate", true));
+    if (v.size() != 1) return Status::InvalidArgument("--request-rate takes one value (bench sweep takes --rates)");
+    f->load.request_rate = v[0];
+  }
+  if (f->load.max_concurrency < 0 || (f->load.max_concurrency == 0 && f->request_rate.empty() && f->rates.empty() && f->concurrency.empty()))
+    return Status::InvalidArgument("give --request-rate R and/or --max-concurrency C (>= 1)");
+  auto one = [](const std::vector<double>& v, const char* name, std::optional<double>* out) -> Status {
+    if (v.empty()) return Status::Ok();
+    if (!(v[0] > 0) || !std::isfinite(v[0])) return Status::InvalidArgument(fmt::format("{} must be a number > 0", name));
+    *out = v[0];
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(one(f->slo_ttft, "--slo-ttft-ms", &slo->ttft_ms));
+  RETURN_IF_ERROR(one(f->slo_tpot, "--slo-tpot-ms", &slo->tpot_ms));
+  RETURN_IF_ERROR(one(f->slo_e2el, "--slo-e2el-ms", &slo->e2el_ms));
+  return Status::Ok();
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    std::cout << text;
+    return Status::Ok();
+  }
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) return Status::IoError("cannot write " + path);
+  return Status::Ok();
+}
+
+// 0: every request completed; 3: the run finished but some requests failed or were not sent.
+Result<int> RunServe(BenchServeFlags f) {
+  bench::Slo slo;
+  RETURN_IF_ERROR(Finalize(&f, &slo));
+  if (f.base_urls.size() != 1) return Status::InvalidArgument("bench serve takes one --base-url (bench sweep takes several)");
+  f.load.base_url = f.base_urls[0];
+  ASSIGN_OR_RETURN(auto data, bench::BuildDataset(f.data));
+  RETURN_IF_ERROR(bench::ValidateLoadOptions(f.load, data));
+  ASSIGN_OR_RETURN(auto res, bench::RunLoad(f.load, data));
+  bench::Report rep = bench::MakeReport(f.load, data, res, slo);
+  if (f.json_path != "-") std::cout << bench::FormatReport(rep) << std::flush;
+  if (!f.json_path.empty())
+    RETURN_IF_ERROR(WriteText(f.json_path, bench::ReportToJson(rep).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"));
+  return rep.agg.failed == 0 && rep.not_sent == 0 ? 0 : 3;
+}
+
+Result<int> RunSweepCmd(BenchServeFlags f) {
+  bench::Slo slo;
+  RETURN_IF_ERROR(Finalize(&f, &slo));
+  bench::SweepOptions s;
+  s.base = f.load;
+  s.base_urls = f.base_urls;
+  s.labels = f.labels;
+  s.out_dir = f.out_dir;
+  s.slo = slo;
+  if (f.rates.empty() == f.concurrency.empty()) return Status::InvalidArgument("give exactly one of --rates or --concurrency");
+  if (!f.rates.empty()) {
+    ASSIGN_OR_RETURN(s.rates, bench::ParseLevels(f.rates, "--rates", true));
+  } else {
+    ASSIGN_OR_RETURN(auto c, bench::ParseLevels(f.concurrency, "--concurrency", false));
+    for (double v : c) {
+      if (v != std::floor(v) || v > static_cast<double>(bench::kMaxPrompts))
+        return Status::InvalidArgument(fmt::format("--concurrency: {:g} is not an integer in [1, {}]", v, bench::kMaxPrompts));
+      s.concurrency.push_back(static_cast<int64_t>(v));
+    }
+  }
+  ASSIGN_OR_RETURN(auto data, bench::BuildDataset(f.data));
+  ASSIGN_OR_RETURN(auto runs, bench::RunSweep(s, data, std::cout));
+  std::cout << "\n" << bench::SweepTable(runs, !s.rates.empty()) << "\nwrote " << s.out_dir << "/sweep.json, sweep.md, pareto.svg\n";
+  for (const auto& r : runs)
+    if (r.report.agg.failed != 0 || r.report.not_sent != 0) return 3;
+  return 0;
+}
+
+void Report(const Result<int>& r, int* exit_code) {
+  if (!r.ok()) {
+    std::cerr << "error: " << r.status().message() << "\n";
+    *exit_code = 1;
+  } else {
+    *exit_code = *r;
+  }
+}
+
+}  // namespace
+
+void RegisterBenchServe(CLI::App* bench, int* exit_code) {
+  auto f = std::make_shared<BenchServeFlags>();
+  CLI::App* c = bench->add_subcommand("serve", "Load-test an OpenAI-compatible server (strata serve, llama-server, vLLM)");
+  c->add_option("--base-url", f->base_urls, "server, e.g. http://127.0.0.1:8080")->required()->expected(1);
+  AddCommon(c, f.get());
+  c->add_option("--json", f->json_path, "write the report as JSON to this file ('-': stdout only)");
+  c->callback([f, exit_code] { Report(RunServe(*f), exit_code); });
+
+  auto g = std::make_shared<BenchServeFlags>();
+  CLI::App* s = bench->add_subcommand("sweep", "Run bench serve over load levels (and endpoints); table, JSON and a Pareto SVG");
+  s->add_option("--base-url", g->base_urls, "server(s); several are run interleaved and plotted side by side")->required();
+  s->add_option("--label", g->labels, "a name per --base-url for the table and plot");
+  AddCommon(s, g.get());
+  s->add_option("--rates", g->rates, "request rates, e.g. 1,2,4,8 (inf allowed)");
+  s->add_option("--concurrency", g->concurrency, "concurrency levels, e.g. 1,2,4,8,16");
+  s->add_option("--out", g->out_dir, "output directory")->required();
+  s->callback([g, exit_code] { Report(RunSweepCmd(*g), exit_code); });
+}
+
+}  // namespace strata::app
