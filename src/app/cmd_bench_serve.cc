@@ -146,8 +146,7 @@ Result<int> RunSweepCmd(BenchServeFlags f) {
       s.concurrency.push_back(static_cast<int64_t>(v));
     }
   }
-  ASSIGN_OR_RETURN(auto data, bench::BuildDataset(f.data));
-  ASSIGN_OR_RETURN(auto runs, bench::RunSweep(s, data, std::cout));
+  ASSIGN_OR_RETURN(auto runs, bench::RunSweep(s, f.data, std::cout));
   std::cout << "\n" << bench::SweepTable(runs, !s.rates.empty()) << "\nwrote " << s.out_dir << "/sweep.json, sweep.md, pareto.svg\n";
   for (const auto& r : runs)
     if (r.report.agg.failed != 0 || r.report.not_sent != 0) return 3;

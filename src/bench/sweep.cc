@@ -83,7 +83,7 @@ std::string SweepSvg(const std::vector<SweepRun>& runs, bool rate_mode) {
   return RenderSvg({ttft, tpot});
 }
 
-Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const Dataset& d, std::ostream& log) {
+Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const DatasetOptions& data, std::ostream& log) {
   if (o.base_urls.empty()) return Status::InvalidArgument("bench sweep needs at least one --base-url");
   if (o.rates.empty() == o.concurrency.empty()) return Status::InvalidArgument("give exactly one of --rates or --concurrency");
   if (!o.labels.empty() && o.labels.size() != o.base_urls.size())
@@ -99,7 +99,15 @@ Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const Dataset& d, 
       labels.push_back(url.host + ":" + url.port + url.path_prefix);
     }
   }
-  // Validate every run's options before sending anything.
+  // Validate every run's options (and the dataset) before sending anything.
+  std::vector<Dataset> datasets;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    DatasetOptions di = data;
+    di.seed = data.seed + i;
+    ASSIGN_OR_RETURN(Dataset ds, BuildDataset(di));
+    datasets.push_back(std::move(ds));
+  }
+  const Dataset& d = datasets[0];
   for (const auto& u : o.base_urls) {
     LoadOptions lo = o.base;
     lo.base_url = u;
@@ -110,9 +118,12 @@ Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const Dataset& d, 
   if (ec) return Status::IoError(fmt::format("cannot create --out {}: {}", o.out_dir, ec.message()));
 
   std::vector<SweepRun> runs;
-  for (double level : levels) {
+  for (size_t li = 0; li < levels.size(); ++li) {
+    const double level = levels[li];
+    const Dataset& d = datasets[li];
     for (size_t e = 0; e < o.base_urls.size(); ++e) {
       LoadOptions lo = o.base;
+      lo.seed = data.seed + li;
       lo.base_url = o.base_urls[e];
       if (rate_mode) lo.request_rate = level;
       else lo.max_concurrency = static_cast<int64_t>(level);

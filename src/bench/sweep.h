@@ -2,7 +2,9 @@
 //
 // Levels are request rates or concurrency limits. With several endpoints the runs are interleaved
 // (level 1: A B, level 2: A B, ...) so slow drift of the machine affects every endpoint alike.
-// Every run uses the same dataset (same seed). Writes into out_dir (created if missing):
+// Each level gets its own prompts (seed + level index), shared by every endpoint at that level: a
+// server's prefix cache must not turn the next level's prompts into cache hits, and the endpoints
+// must see identical work. Writes into out_dir (created if missing):
 //   sweep.json  {"schema": "strata.bench.sweep/1", "mode", "levels", "runs": [report + label + level]}
 //   sweep.md    a Markdown table of the runs
 //   pareto.svg  output tokens/s against p99 TTFT and against p99 TPOT, one series per endpoint
@@ -37,7 +39,7 @@ struct SweepRun {
   Report report;
 };
 
-Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const Dataset& d, std::ostream& log);
+Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const DatasetOptions& data, std::ostream& log);
 
 // Rendering (exposed for tests).
 std::string SweepTable(const std::vector<SweepRun>& runs, bool rate_mode);

@@ -244,6 +244,10 @@ TEST_F(BenchServeTest, SweepTwoEndpointsInterleavedWithSvg) {
     EXPECT_EQ(j["runs"][i]["completed"], 4);
     EXPECT_EQ(j["runs"][i]["total_output_tokens"], 16);
   }
+  // Same prompts for both endpoints at a level, fresh prompts per level (no prefix-cache carry-over).
+  EXPECT_EQ(j["runs"][0]["seed"], j["runs"][1]["seed"]);
+  EXPECT_EQ(j["runs"][2]["seed"], j["runs"][3]["seed"]);
+  EXPECT_NE(j["runs"][0]["seed"], j["runs"][2]["seed"]);
   std::ifstream svg_file(dir + "/pareto.svg");
   std::string svg((std::istreambuf_iterator<char>(svg_file)), {});
   EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
