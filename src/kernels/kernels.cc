@@ -10,6 +10,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -27,6 +31,26 @@ namespace {
 
 using internal::DotTileFn;
 
+// AMX-TILE + AMX-INT8 in cpuid, tile state enabled by the OS in XCR0, and (Linux) the process
+// allowed to use it. The permission is process-wide, so asking once covers every thread.
+bool DetectAmx() {
+#if defined(__linux__) && defined(__x86_64__) && defined(STRATA_KERNELS_AMX)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || (ecx & (1u << 27)) == 0) return false;  // OSXSAVE
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  if ((edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) return false;  // AMX-TILE, AMX-INT8
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  constexpr unsigned kTileBits = (1u << 17) | (1u << 18);  // XTILECFG, XTILEDATA
+  return (lo & kTileBits) == kTileBits;
+#else
+  return false;
+#endif
+}
+
 Isa DetectIsaUncached() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
@@ -39,7 +63,8 @@ Isa DetectIsaUncached() {
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512vnni");
-  return avx512 ? Isa::kAvx512 : Isa::kAvx2;
+  if (!avx512) return Isa::kAvx2;
+  return DetectAmx() ? Isa::kAmx : Isa::kAvx512;
 #else
   return Isa::kScalar;
 #endif
@@ -54,7 +79,8 @@ Isa InitialIsa() {
   if (v == "scalar") return Isa::kScalar;
   if (v == "avx2") return ClampIsa(Isa::kAvx2);
   if (v == "avx512") return ClampIsa(Isa::kAvx512);
-  std::fprintf(stderr, "strata: ignoring unknown STRATA_ISA=%s (use scalar|avx2|avx512)\n", env);
+  if (v == "amx") return ClampIsa(Isa::kAmx);
+  std::fprintf(stderr, "strata: ignoring unknown STRATA_ISA=%s (use scalar|avx2|avx512|amx)\n", env);
   return DetectIsa();
 }
 
@@ -65,7 +91,7 @@ std::atomic<int>& ActiveIsaSlot() {
 
 DotTileFn SelectDot(DType t, Isa isa) {
   DotTileFn fn = nullptr;
-  if (isa == Isa::kAvx512) fn = internal::Avx512DotTile(t);
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) fn = internal::Avx512DotTile(t);
   if (fn == nullptr && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) fn = internal::Avx2DotTile(t);
   if (fn == nullptr) fn = internal::RefDotTile(t);
   return fn;
@@ -73,6 +99,7 @@ DotTileFn SelectDot(DType t, Isa isa) {
 
 const internal::VecOps& Ops() {
   switch (ActiveIsa()) {
+    case Isa::kAmx:
     case Isa::kAvx512:
       return internal::Avx512VecOps();
     case Isa::kAvx2:
@@ -98,6 +125,8 @@ size_t BlockSize(DType t) {
 
 std::string_view IsaName(Isa isa) {
   switch (isa) {
+    case Isa::kAmx:
+      return "amx";
     case Isa::kAvx512:
       return "avx512";
     case Isa::kAvx2:
@@ -211,14 +240,15 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   if (y_stride == 0) y_stride = w.rows;
   const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
 
-  if (ActiveIsa() == Isa::kAvx512) {
+  const Isa isa = ActiveIsa();
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
     WeightMatrix wm = w;
     wm.row_bytes = row_bytes;
-    if (internal::Avx512MatMul(wm, x, x_stride, n_tokens, y, y_stride, pool)) return;
+    if (internal::Avx512MatMul(wm, x, x_stride, n_tokens, y, y_stride, pool, isa == Isa::kAmx)) return;
   }
 
   const DType act = internal::ActivationType(w.type);
-  const DotTileFn dot = SelectDot(w.type, ActiveIsa());
+  const DotTileFn dot = SelectDot(w.type, isa);
 
   // Activations in the dot-product format (see internal::ActivationType). F32 weights read x in place.
   const char* xq;

@@ -22,12 +22,15 @@
 
 namespace strata::kernels {
 
-enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+// kAmx = kAvx512 plus AMX-INT8 tiles for Q4_0/Q8_0 MatMul with many tokens (same results bit for
+// bit as kAvx512; only faster). Detecting it asks Linux once for permission to use AMX tile state
+// (arch_prctl ARCH_REQ_XCOMP_PERM); if refused, the CPU is reported as kAvx512.
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 std::string_view IsaName(Isa isa);
-// Best ISA this CPU supports (cpuid).
+// Best ISA this CPU (and OS) supports (cpuid, xgetbv, arch_prctl).
 Isa DetectIsa();
 // ISA used by the dispatching kernels: min(detected, forced). Initially DetectIsa(), or the value of
-// env STRATA_ISA=scalar|avx2|avx512 (clamped to what the CPU supports).
+// env STRATA_ISA=scalar|avx2|avx512|amx (clamped to what the CPU supports).
 Isa ActiveIsa();
 // Forces an ISA (clamped to DetectIsa()); for tests and benchmarks. Not thread-safe w.r.t. running kernels.
 void SetIsa(Isa isa);

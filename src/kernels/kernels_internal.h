@@ -8,6 +8,12 @@
 #include "kernels/kernels.h"
 #include "tensor/dtype.h"
 
+// Set when the compiler can build the AMX-INT8 kernels (target attributes amx-tile/amx-int8).
+#if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 12) || \
+                            (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define STRATA_KERNELS_AMX 1
+#endif
+
 namespace strata::kernels::internal {
 
 // Largest number of tokens a tile kernel handles per pass over a weight row.
@@ -48,9 +54,11 @@ DotTileFn Avx2DotTile(DType t);
 DotTileFn Avx512DotTile(DType t);
 
 // Whole-MatMul fast paths of the AVX-512 level (cpu/matmul_*_avx512.cc): return false when they
-// do not handle w.type (the caller then uses the tile kernels). w.row_bytes must be set.
+// do not handle w.type (the caller then uses the tile kernels). w.row_bytes must be set. `amx`:
+// the caller checked that AMX-INT8 is usable (DetectIsa() == kAmx); the kernels may then use tiles
+// for large token counts, with results identical bit for bit to the non-AMX code.
 bool Avx512MatMul(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
-                  size_t y_stride, ThreadPool* pool);
+                  size_t y_stride, ThreadPool* pool, bool amx);
 
 const VecOps& RefVecOps();
 const VecOps& Avx2VecOps();

@@ -179,7 +179,7 @@ std::string ParamName(const ::testing::TestParamInfo<MatMulParam>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsasAllTypes, MatMulTest,
-                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
                                             ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
                                                               DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
                                                               DType::kQ6_K)),
@@ -286,7 +286,7 @@ TEST_P(VecOpsTest, ExtremeValues) {
   for (float v : r) ASSERT_TRUE(std::isfinite(v));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, VecOpsTest, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+INSTANTIATE_TEST_SUITE_P(AllIsas, VecOpsTest, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
                          [](const auto& info) { return std::string(IsaName(info.param)); });
 
 TEST(IsaControl, SetIsaClampsToDetected) {
@@ -295,9 +295,12 @@ TEST(IsaControl, SetIsaClampsToDetected) {
   EXPECT_EQ(ActiveIsa(), Isa::kScalar);
   SetIsa(Isa::kAvx512);
   EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(DetectIsa()));
-  EXPECT_EQ(ActiveIsa(), DetectIsa() == Isa::kAvx512 ? Isa::kAvx512 : DetectIsa());
+  EXPECT_EQ(ActiveIsa(), static_cast<int>(DetectIsa()) >= static_cast<int>(Isa::kAvx512) ? Isa::kAvx512 : DetectIsa());
+  SetIsa(Isa::kAmx);
+  EXPECT_EQ(ActiveIsa(), DetectIsa());
   SetIsa(saved);
   EXPECT_EQ(IsaName(Isa::kAvx2), "avx2");
+  EXPECT_EQ(IsaName(Isa::kAmx), "amx");
 }
 
 TEST(IsaControl, SupportedTypes) {

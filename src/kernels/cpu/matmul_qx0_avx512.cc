@@ -253,14 +253,15 @@ QX_FN void GemmTile(const PanelRow (&pr)[kTileRows], const char* grp, size_t nb,
   for (int r = 0; r < kTileRows; ++r) out[r] = acc[r];
 }
 
-// Transposes tokens [t0, t0 + 16) (clamped to n_tokens) of the per-token pack into the GEMM layout.
-template <bool kQ4>
+// Transposes tokens [t0, t0 + 16) (clamped to n_tokens) of the per-token pack into the GEMM layout
+// (kBias: values as u8 y + 128 for vpdpbusd; otherwise signed y for AMX tdpbssd).
+template <bool kQ4, bool kBias>
 QX_FN void PackGroup(const char* pack, const ActLayout& l, size_t t0, size_t n_tokens, char* dst) {
   alignas(64) int32_t idx[16];
   for (size_t t = 0; t < 16; ++t) idx[t] = static_cast<int32_t>((std::min(t0 + t, n_tokens - 1) - t0) * l.stride);
   const __m512i vindex = _mm512_load_si512(idx);
   pack += t0 * l.stride;
-  const __m512i bias = _mm512_set1_epi8(-128);
+  const __m512i bias = _mm512_set1_epi8(kBias ? -128 : 0);
   for (size_t b = 0; b < l.nb; ++b) {
     char* out = dst + b * kGroupBlockBytes;
     for (size_t j = 0; j < 8; ++j) {
@@ -276,10 +277,10 @@ QX_ENTRY void PackTokens(const float* x, size_t x_stride, size_t t0, size_t t1, 
   for (size_t t = t0; t < t1; ++t) PackToken<kQ4>(x + t * x_stride, l, pack + t * l.stride);
 }
 
-template <bool kQ4>
+template <bool kQ4, bool kBias>
 QX_ENTRY void PackGroups(const char* pack, const ActLayout& l, size_t n_tokens, size_t g0, size_t g1, char* groups) {
   const size_t gbytes = l.nb * kGroupBlockBytes;
-  for (size_t g = g0; g < g1; ++g) PackGroup<kQ4>(pack, l, g * kGroup, n_tokens, groups + g * gbytes);
+  for (size_t g = g0; g < g1; ++g) PackGroup<kQ4, kBias>(pack, l, g * kGroup, n_tokens, groups + g * gbytes);
 }
 
 template <bool kQ4>
@@ -342,9 +343,165 @@ QX_ENTRY void GemmRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
   }
 }
 
+#if defined(STRATA_KERNELS_AMX)
+// ---- AMX-INT8 GEMM (kAmx level, >= kAmxMinTokens tokens) ----
+// One tdpbssd computes a 16 x 16 int32 tile C[i][t] = sum_k A[i][k] * B[k/4][4t + k%4] over one
+// 32-value block (A: 16 weight rows x 32 int8; B: the block of 16 tokens in the GEMM group layout
+// above, signed). The tile is zeroed per block, so C[i][t] is the exact integer dot isum_b of row i
+// and token t -- the same integer the vpdpbusd paths get after removing their +128 / +8 offsets.
+// C is stored and, row by row, folded into f32 accumulators (lane = token) with
+//   acc = fma(float(C[i][t]), dw_b[i] * dx_b[t], acc)   for b = 0, 1, ... in order,
+// exactly the GemmTile / GemvPanel instruction sequence, so every output has the same bits as on
+// the kAvx512 level.
+#define AMX_TARGET QX_TARGET ",amx-tile,amx-int8"
+#define AMX_FN static inline __attribute__((target(AMX_TARGET), always_inline))
+#define AMX_ENTRY __attribute__((target(AMX_TARGET), noinline))
+
+constexpr size_t kAmxMinTokens = 16;
+// Token groups per pass over a weight panel: their activation blocks (nb * kGroupBlockBytes each)
+// should stay in L2 while every panel of the thread's rows streams past them.
+constexpr size_t kAmxChunkBytes = 1 << 20;
+
+// LDTILECFG operand (palette 1). Tiles: 0, 1 = C (16 x 64 B); 2, 3 = A (16 x 32 B);
+// 4, 5 = B (8 x 64 B). Even/odd numbers hold blocks b / b + 1 so two blocks are in flight.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 32, 32, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 8, 8};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Per-panel weight data: scales as dwt[b * 16 + i] (f32, row i of the panel) and, unless the tiles
+// read the GGUF rows in place (full Q8_0 panels), int8 weights at s8 + i * s8_stride + 32 * b
+// (Q4_0: nibble - 8). Rows past the matrix repeat its last row (their outputs are dropped).
+template <bool kQ4>
+AMX_FN void PrepAmxPanel(const char* wd, size_t row_bytes, size_t p0, size_t nr, size_t nb, bool copy_s8,
+                         int8_t* s8, size_t s8_stride, float* dwt) {
+  constexpr size_t kBlockBytes = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  alignas(64) int32_t idx[16];
+  for (size_t i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>(std::min(i, nr - 1) * row_bytes);
+  const __m512i vindex = _mm512_load_si512(idx);
+  const char* base = wd + p0 * row_bytes;
+  for (size_t b = 0; b < nb; ++b) {
+    const __m512i d = _mm512_i32gather_epi32(vindex, base + b * kBlockBytes, 1);
+    _mm512_store_ps(dwt + 16 * b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
+  }
+  if (!copy_s8) return;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (size_t i = 0; i < 16; ++i) {
+    const char* row = base + std::min(i, nr - 1) * row_bytes;
+    int8_t* dst = s8 + i * s8_stride;
+    for (size_t b = 0; b < nb; ++b) {
+      const char* blk = row + b * kBlockBytes + 2;
+      __m256i v;
+      if constexpr (kQ4) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+        const __m256i qq = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+        v = _mm256_sub_epi8(_mm256_and_si256(qq, m4), _mm256_set1_epi8(8));
+      } else {
+        v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * b), v);
+    }
+  }
+}
+
+// acc[i] = fma(float(c[i]), dw_b[i] * dx_b, acc[i]) for the 16 panel rows (see the section comment).
+AMX_FN void FoldBlock(const int32_t (&c)[16][16], const float* dw, const char* gblock, __m512 (&acc)[16]) {
+  const __m512 dxv = _mm512_load_ps(reinterpret_cast<const float*>(gblock + 512));
+  for (int i = 0; i < 16; ++i) {
+    const __m512 isum = _mm512_cvtepi32_ps(_mm512_load_si512(c[i]));
+    acc[i] = _mm512_fmadd_ps(isum, _mm512_mul_ps(_mm512_set1_ps(dw[i]), dxv), acc[i]);
+  }
+}
+
+// Tile product of block b into C tile kC (A tile kA, B tile kB), stored to c.
+#define STRATA_AMX_BLOCK(kC, kA, kB, b, c)                      \
+  do {                                                          \
+    _tile_zero(kC);                                             \
+    _tile_loadd(kA, a + (b) * a_step, as);                      \
+    _tile_loadd(kB, grp + (b) * kGroupBlockBytes, 64);          \
+    _tile_dpbssd(kC, kA, kB);                                   \
+    _tile_stored(kC, c, 64);                                    \
+  } while (0)
+
+// 16 panel rows x 16 tokens over all blocks. Block b of row i is at a + i * a_stride + b * a_step.
+// Software-pipelined: block b's tiles are computed and stored while block b - 1 (stored one step
+// earlier, so its stores have drained) is folded into the accumulators -- the fold order is still
+// b = 0, 1, 2, ...
+AMX_FN void AmxTile(const char* a, size_t a_stride, size_t a_step, const float* dwt, const char* grp, size_t nb,
+                    __m512 (&acc)[16]) {
+  alignas(64) int32_t c0[16][16];
+  alignas(64) int32_t c1[16][16];
+  const long as = static_cast<long>(a_stride);
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  STRATA_AMX_BLOCK(0, 2, 4, 0, c0);
+  size_t b = 1;
+  for (; b + 2 <= nb; b += 2) {
+    STRATA_AMX_BLOCK(1, 3, 5, b, c1);
+    FoldBlock(c0, dwt + 16 * (b - 1), grp + (b - 1) * kGroupBlockBytes, acc);
+    STRATA_AMX_BLOCK(0, 2, 4, b + 1, c0);
+    FoldBlock(c1, dwt + 16 * b, grp + b * kGroupBlockBytes, acc);
+  }
+  if (b < nb) {
+    STRATA_AMX_BLOCK(1, 3, 5, b, c1);
+    FoldBlock(c0, dwt + 16 * (b - 1), grp + (b - 1) * kGroupBlockBytes, acc);
+    FoldBlock(c1, dwt + 16 * b, grp + b * kGroupBlockBytes, acc);
+  } else {
+    FoldBlock(c0, dwt + 16 * (b - 1), grp + (b - 1) * kGroupBlockBytes, acc);
+  }
+}
+#undef STRATA_AMX_BLOCK
+
+template <bool kQ4>
+AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* groups, const ActLayout& l,
+                       size_t n_tokens, float* y, size_t y_stride) {
+  // Tile state is per thread; configure it for this call and release it afterwards (so a context
+  // switch does not save 8 KiB of tiles for threads that are done with AMX).
+  static const TileConfig kConfig;
+  __asm__ volatile("" ::: "memory");
+  _tile_loadconfig(&kConfig);
+  const char* wd = static_cast<const char*>(w.data);
+  const size_t nb = l.nb;
+  const size_t s8_stride = (nb * 32 + 63) / 64 * 64;
+  thread_local Scratch panel_buf;
+  char* buf = panel_buf.Get(kPanel * s8_stride + nb * 16 * sizeof(float));
+  int8_t* s8 = reinterpret_cast<int8_t*>(buf);
+  float* dwt = reinterpret_cast<float*>(buf + kPanel * s8_stride);
+  const size_t gbytes = nb * kGroupBlockBytes;
+  const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
+  const size_t chunk = std::max<size_t>(1, kAmxChunkBytes / gbytes);
+  for (size_t c0 = 0; c0 < n_groups; c0 += chunk) {
+    const size_t c1 = std::min(n_groups, c0 + chunk);
+    for (size_t p0 = r0; p0 < r1; p0 += kPanel) {
+      const size_t nr = std::min(kPanel, r1 - p0);
+      const bool in_place = !kQ4 && nr == kPanel;
+      PrepAmxPanel<kQ4>(wd, w.row_bytes, p0, nr, nb, !in_place, s8, s8_stride, dwt);
+      __asm__ volatile("" ::: "memory");  // GCC's tile loads are asm without memory inputs
+      const char* a = in_place ? wd + p0 * w.row_bytes + 2 : reinterpret_cast<const char*>(s8);
+      const size_t a_stride = in_place ? w.row_bytes : s8_stride;
+      const size_t a_step = in_place ? sizeof(BlockQ8_0) : 32;
+      for (size_t g = c0; g < c1; ++g) {
+        __m512 acc[16];
+        AmxTile(a, a_stride, a_step, dwt, groups + g * gbytes, nb, acc);
+        alignas(64) float tmp[16][16];
+        for (int i = 0; i < 16; ++i) _mm512_store_ps(tmp[i], acc[i]);
+        const size_t t0 = g * kGroup;
+        const size_t nt = std::min(kGroup, n_tokens - t0);
+        for (size_t t = 0; t < nt; ++t)
+          for (size_t i = 0; i < nr; ++i) y[(t0 + t) * y_stride + p0 + i] = tmp[i][t];
+      }
+    }
+  }
+  _tile_release();
+}
+#endif  // STRATA_KERNELS_AMX
+
 template <bool kQ4>
 void MatMulQx0(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
-               ThreadPool* pool) {
+               ThreadPool* pool, bool amx) {
   const ActLayout l = MakeLayout(w.cols);
   thread_local Scratch pack_buf, group_buf;
   char* pack = pack_buf.Get(l.stride * n_tokens);
@@ -366,20 +523,30 @@ void MatMulQx0(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_
   }
   const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
   char* groups = group_buf.Get(n_groups * l.nb * kGroupBlockBytes);
-  run(n_groups, [&](size_t g0, size_t g1, int) { PackGroups<kQ4>(pack, l, n_tokens, g0, g1, groups); }, 1);
+#if defined(STRATA_KERNELS_AMX)
+  if (amx && n_tokens >= kAmxMinTokens) {
+    run(n_groups, [&](size_t g0, size_t g1, int) { PackGroups<kQ4, false>(pack, l, n_tokens, g0, g1, groups); }, 1);
+    run(w.rows, [&](size_t r0, size_t r1, int) { AmxRows<kQ4>(w, r0, r1, groups, l, n_tokens, y, y_stride); },
+        kPanel);
+    return;
+  }
+#else
+  (void)amx;
+#endif
+  run(n_groups, [&](size_t g0, size_t g1, int) { PackGroups<kQ4, true>(pack, l, n_tokens, g0, g1, groups); }, 1);
   run(w.rows, [&](size_t r0, size_t r1, int) { GemmRows<kQ4>(w, r0, r1, groups, l, n_tokens, y, y_stride); }, kPanel);
 }
 
 }  // namespace
 
 bool Avx512MatMul(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
-                  size_t y_stride, ThreadPool* pool) {
+                  size_t y_stride, ThreadPool* pool, bool amx) {
   switch (w.type) {
     case DType::kQ4_0:
-      MatMulQx0<true>(w, x, x_stride, n_tokens, y, y_stride, pool);
+      MatMulQx0<true>(w, x, x_stride, n_tokens, y, y_stride, pool, amx);
       return true;
     case DType::kQ8_0:
-      MatMulQx0<false>(w, x, x_stride, n_tokens, y, y_stride, pool);
+      MatMulQx0<false>(w, x, x_stride, n_tokens, y, y_stride, pool, amx);
       return true;
     default:
       return false;
