@@ -209,6 +209,16 @@ int KvManager::MatchPrefix(SeqId seq, std::span<const int32_t> prompt,
   return tokens;
 }
 
+int KvManager::ProbeHashes(std::span<const BlockHash> hashes) const {
+  if (!cfg_.enable_prefix_cache) return 0;
+  int n = 0;
+  for (const BlockHash& h : hashes) {
+    if (cached_.count(h) == 0) break;
+    ++n;
+  }
+  return n;
+}
+
 KvManager::PrefixProbe KvManager::ProbePrefix(std::span<const int32_t> prompt,
                                               std::span<const uint8_t> salt) const {
   PrefixProbe probe;

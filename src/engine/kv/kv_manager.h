@@ -126,6 +126,8 @@ class KvManager {
     int evictable_blocks = 0;
   };
   PrefixProbe ProbePrefix(std::span<const int32_t> prompt, std::span<const uint8_t> salt) const;
+  // How many leading hashes of a precomputed chain are cached in the pool (no hashing, no counting).
+  int ProbeHashes(std::span<const BlockHash> hashes) const;
 
   // Ensures `seq`'s block table covers `num_tokens` positions, allocating blocks as needed
   // (creates the table for a new seq). Returns false — changing nothing — when not enough blocks
@@ -181,6 +183,12 @@ class KvManager {
   int NumSeqs() const { return static_cast<int>(seqs_.size()); }
   int RefCount(int32_t block) const;        // for tests and stats
   bool IsCached(int32_t block) const;       // hash registered
+  // Takes back the counts of MatchPrefix calls whose admission was rolled back (the scheduler
+  // retries it later; counting every attempt would inflate the hit rate's both sides).
+  void UncountQuery(int64_t query_tokens, int64_t hit_tokens) {
+    query_tokens_ -= query_tokens;
+    hit_tokens_ -= hit_tokens;
+  }
   // Clears the prefix-cache counters (stats reset).
   void ResetCounters() { query_tokens_ = hit_tokens_ = evicted_ = 0; }
 

@@ -195,7 +195,6 @@ void Engine::Drain() {
     RequestState* raw = r.get();
     if (tier_ != nullptr) raw->tenant_tag = TenantTag(raw->req.tenant);
     Status s = sched_.Add(std::move(r));
-    if (s.ok() && tier_ != nullptr) StartPrefetch(raw);
     if (!s.ok()) {
       Dequeued(prompt_len);
       for (int i = 0; i < n; ++i) {
@@ -211,6 +210,7 @@ void Engine::Drain() {
   for (RequestId id : drained_cancels_) EndRequest(id, FinishReason::kCancelled, Status::Ok());
   drained_cancels_.clear();
   if (!fetches_.empty()) PollPrefetches();
+  if (tier_ != nullptr) RefreshPrefetches();
 }
 
 void Engine::AttachKvTier(KvTierPort* port, double prefetch_timeout_s) {
@@ -232,20 +232,45 @@ uint32_t Engine::TenantTag(const std::string& tenant) {
   return static_cast<uint32_t>(tenants_.size() - 1);
 }
 
-void Engine::StartPrefetch(RequestState* r) {
+void Engine::RefreshPrefetches() {
   if (!kv_cfg_.enable_prefix_cache) return;
+  for (RequestState* r : sched_.waiting()) {
+    if (!r->tier_hold) MaybePrefetch(r);
+  }
+}
+
+bool Engine::MaybePrefetch(RequestState* r) {
+  if (r->num_active() != 1) return false;  // forked completions: recomputed (rare)
+  const SequenceState& s = r->seqs[0];
+  if (!s.live()) return false;
   const int bs = kv_cfg_.block_size;
-  sched_.EnsureHashes(r);
-  const int max_blocks = std::min(static_cast<int>(r->prompt_hashes.size()), (r->prompt_len - 1) / bs);
-  const int in_pool = kv_.ProbePrefix(r->req.prompt, r->req.salt).tokens / bs;
-  if (in_pool >= max_blocks) return;
-  std::vector<kv::BlockHash> keys(r->prompt_hashes.begin() + in_pool, r->prompt_hashes.begin() + max_blocks);
+  const int len = static_cast<int>(s.tokens.size());
+  if (r->tier_hashes_tokens != len) {
+    r->tier_hashes = kv::ComputeBlockHashes(s.tokens, bs, r->req.salt);
+    r->tier_hashes_tokens = len;
+    // A preempted request had all its blocks in the pool when it was preempted.
+    if (r->started) r->tier_covered_at_prefetch = static_cast<int>(r->tier_hashes.size());
+  }
+  const int max_blocks = std::min(static_cast<int>(r->tier_hashes.size()), (len - 1) / bs);
+  const int covered = kv_.ProbeHashes(std::span<const kv::BlockHash>(r->tier_hashes.data(), static_cast<size_t>(max_blocks)));
+  int effective = covered;
+  if (!r->staged.empty() && r->staged_first <= covered)
+    effective = std::max(covered, r->staged_first + static_cast<int>(r->staged.size()));
+  if (effective >= max_blocks) return false;
+  // First prefetch, or blocks were evicted from the pool since the last one (they went down to the
+  // tiers); a plain miss in the tiers is not retried.
+  if (r->tier_covered_at_prefetch >= 0 && covered >= r->tier_covered_at_prefetch) return false;
+  std::vector<kv::BlockHash> keys(r->tier_hashes.begin() + covered, r->tier_hashes.begin() + max_blocks);
+  r->staged.clear();
   r->tier_hold = true;
-  r->staged_first = in_pool;
+  r->staged_first = covered;
+  r->tier_covered_at_prefetch = covered;
   auto fetch = tier_->Prefetch(std::move(keys), r->req.tenant, [this] { cv_.notify_one(); });
-  const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(prefetch_timeout_s_));
+  const auto timeout =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(prefetch_timeout_s_));
   fetches_.push_back(PendingFetch{r->id, std::move(fetch), clock_->Now() + timeout});
   tier_prefetches_ += 1;
+  return true;
 }
 
 void Engine::PollPrefetches() {

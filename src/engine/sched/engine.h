@@ -13,10 +13,12 @@
 // the caller-visible event buffer (amortised) — token vectors are reserved to prompt + max_tokens,
 // batch/logits/scratch vectors keep their capacity.
 //
-// Tiered KV (AttachKvTier): a new request's prompt blocks not in the pool are prefetched from the
-// lower tiers while it waits (the scheduler holds it at most prefetch_timeout_s; a slow or failing
-// tier only costs that wait, then the blocks are computed); loaded blocks are adopted at admission
-// and skip prefill. Cached blocks evicted from the pool are demoted to the tiers; newly computed
+// Tiered KV (AttachKvTier): each step, a waiting request whose reusable blocks are not all in the
+// pool — a new request, one whose cached blocks were evicted while it waited, or a preempted one
+// (single completion) — has the missing blocks prefetched from the lower tiers (the scheduler holds
+// it at most prefetch_timeout_s; a slow or failing tier only costs that wait, then the blocks are
+// computed); loaded blocks are adopted at admission and skip prefill. A request is prefetched again
+// only when its pool coverage dropped since its last prefetch (so misses are not retried). Cached blocks evicted from the pool are demoted to the tiers; newly computed
 // blocks are published (write-through) when the port wants them. FlushKvTier() demotes every
 // cached block (graceful shutdown, so a restarted server finds them on disk).
 //
@@ -122,7 +124,8 @@ class Engine : private kv::KvManager::Listener {
   void EndRequest(RequestId id, FinishReason why, const Status& error);
   void Dequeued(int64_t prompt_tokens);
   void PublishStats();
-  void StartPrefetch(RequestState* r);
+  void RefreshPrefetches();
+  bool MaybePrefetch(RequestState* r);
   void PollPrefetches();
   uint32_t TenantTag(const std::string& tenant);
   void OnEvict(int32_t block, const kv::BlockHash& hash, uint32_t tag) override;

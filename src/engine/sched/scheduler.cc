@@ -154,20 +154,20 @@ void Scheduler::EnsureHashes(RequestState* r) {
 }
 
 int Scheduler::AdoptStaged(RequestState* r, SequenceState& s) {
-  std::vector<std::vector<uint8_t>> staged = std::move(r->staged);  // used once, then freed
-  r->staged.clear();
-  if (!fill_ || r->started || s.num_computed % block_size_ != 0) return 0;
-  EnsureHashes(r);
-  // Blocks a hit may cover: all but the last prompt token (it must be computed for the logits).
-  const int max_blocks = std::min(static_cast<int>(r->prompt_hashes.size()), (r->prompt_len - 1) / block_size_);
+  const std::vector<std::vector<uint8_t>>& staged = r->staged;  // freed once the admission sticks
+  if (!fill_ || r->num_active() != 1 || s.num_computed % block_size_ != 0 ||
+      r->tier_hashes_tokens != static_cast<int>(s.tokens.size()))
+    return 0;
+  // Blocks a hit may cover: all but the last token (it must be computed for the logits).
+  const int max_blocks =
+      std::min(static_cast<int>(r->tier_hashes.size()), (static_cast<int>(s.tokens.size()) - 1) / block_size_);
   const int first = s.num_computed / block_size_;
   const int end = std::min(max_blocks, r->staged_first + static_cast<int>(staged.size()));
   if (first < r->staged_first || first >= end) return 0;
-  const std::span<const kv::BlockHash> hashes(r->prompt_hashes.data() + first, static_cast<size_t>(end - first));
+  const std::span<const kv::BlockHash> hashes(r->tier_hashes.data() + first, static_cast<size_t>(end - first));
   const int adopted = kv_->AdoptBlocks(s.kv_id, hashes, [&](size_t i, int32_t block) {
     fill_(block, staged[static_cast<size_t>(first - r->staged_first) + i]);
   });
-  tier_hit_tokens_ += static_cast<int64_t>(adopted) * block_size_;
   return adopted * block_size_;
 }
 
@@ -320,13 +320,22 @@ bool Scheduler::Admit(RequestState* r) {
     Preempt(victim);
   }
   const std::span<const uint8_t> salt(r->req.salt);
+  int64_t queried = 0, hit = 0, adopted = 0;
   for (int i = 0; i < r->num_active(); ++i) {
     SequenceState& s = r->seqs[static_cast<size_t>(i)];
     if (!s.live()) continue;
     s.kv_id = NewKvId();
     s.num_computed = kv_->MatchPrefix(s.kv_id, s.tokens, salt);
+    if (kv_->config().enable_prefix_cache) {
+      queried += static_cast<int64_t>(s.tokens.size());
+      hit += s.num_computed;
+    }
     kv_->SetTag(s.kv_id, r->tenant_tag);
-    if (i == 0 && !r->staged.empty()) s.num_computed += AdoptStaged(r, s);
+    if (i == 0 && !r->staged.empty()) {
+      const int n = AdoptStaged(r, s);
+      s.num_computed += n;
+      adopted += n;
+    }
   }
   r->phase = RequestState::Phase::kRunning;
   Remove(&waiting_, r);
@@ -344,9 +353,15 @@ bool Scheduler::Admit(RequestState* r) {
       seats_used_ -= need;
       r->phase = RequestState::Phase::kWaiting;
       waiting_.push_back(r);
+      // Retried later: this attempt is not a prefix-cache query. Adopted blocks stay cached in the
+      // pool, and the staged copies are kept in case they are evicted before the retry.
+      kv_->UncountQuery(queried, hit);
       return false;
     }
   }
+  tier_hit_tokens_ += adopted;
+  r->staged.clear();
+  r->staged.shrink_to_fit();
   AddInflight(r);
   if (!r->started) {
     r->started = true;

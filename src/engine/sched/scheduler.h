@@ -46,10 +46,12 @@
 //
 // Tiered KV (see Engine::AttachKvTier): a waiting request with tier_hold set is skipped like a
 // deferred one (it keeps its place) while the engine prefetches its prompt blocks from lower tiers.
-// At its first admission, after MatchPrefix, the staged blocks that continue the pool hit
-// (prompt block staged_first + i for staged[i]) are adopted into the pool (KvManager::AdoptBlocks,
-// content written by the BlockFillFn) and skipped like a prefix hit; `tier_hit_tokens` counts them.
-// MatchPrefix's rule holds for the total: at least one prompt token is always computed.
+// At its next admission (first, or after a preemption; single-completion requests), after
+// MatchPrefix, the staged blocks that continue the pool hit (block staged_first + i of
+// tier_hashes, the full-block chain of seqs[0].tokens, for staged[i]) are adopted into the pool
+// (KvManager::AdoptBlocks, content written by the BlockFillFn) and skipped like a prefix hit;
+// `tier_hit_tokens` counts them. MatchPrefix's rule holds for the total: at least one token of the
+// sequence is always computed.
 //
 // Admission bound: requests that have never started (never been admitted to running) are limited
 // by max_queued_requests and max_queued_prompt_tokens; preempted requests are not counted (they are
@@ -121,11 +123,16 @@ struct RequestState {
   int inflight_lo = 0;
   int inflight_hi = 0;
 
-  // Tiered KV (set by the engine): waiting for a prefetch; blocks loaded from lower tiers for
-  // prompt blocks [staged_first, staged_first + staged.size()); the tenant's tag for the KvManager.
+  // Tiered KV (set by the engine): waiting for a prefetch; the chained hashes of seqs[0].tokens'
+  // full blocks (valid while tier_hashes_tokens == seqs[0].tokens.size()); blocks loaded from lower
+  // tiers for hashes [staged_first, staged_first + staged.size()); pool coverage when the last
+  // prefetch started (-1: none yet); the tenant's tag for the KvManager.
   bool tier_hold = false;
+  std::vector<kv::BlockHash> tier_hashes;
+  int tier_hashes_tokens = -1;
   int staged_first = 0;
   std::vector<std::vector<uint8_t>> staged;
+  int tier_covered_at_prefetch = -1;
   uint32_t tenant_tag = 0;
 
   // Scheduler-internal, valid during Schedule().
@@ -200,6 +207,7 @@ class Scheduler {
   // Ids of every request the scheduler holds (waiting, running, finished-not-taken).
   std::vector<RequestId> AllIds() const;
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  const std::vector<RequestState*>& waiting() const { return waiting_; }
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_running_seqs() const;
   int num_queued_never_started() const { return queued_requests_; }
