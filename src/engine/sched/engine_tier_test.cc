@@ -185,5 +185,55 @@ TEST(EngineTierSim, ShortPromptsAndPoolHitsDoNotPrefetch) {
   EXPECT_EQ(tier.prefetches_, 1);  // the pool has both reusable blocks: no prefetch
 }
 
+TEST(EngineTierSim, BlocksEvictedWhileWaitingArePrefetchedAgain) {
+  SchedulerConfig c = Cfg();
+  c.max_num_seqs = 1;  // the third request waits for a seat while the second one runs
+  Sim sim(8, c, 16);
+  MapTier tier(sim.runner.get());
+  sim.engine->AttachKvTier(&tier, 0.05);
+  const auto p = MakePrompt(50, 31);  // 3 full blocks
+  ASSERT_TRUE(sim.Submit(Greedy(p, 2)).ok());
+  sim.RunToCompletion();
+  EXPECT_EQ(tier.prefetches_, 1);  // a miss on the empty tier
+  auto big = sim.Submit(Greedy(MakePrompt(100, 32), 20));  // needs all 8 blocks
+  std::vector<int32_t> again = p;
+  for (int i = 0; i < 10; ++i) again.push_back(static_cast<int32_t>(i));
+  auto id = sim.Submit(Greedy(again, 4));
+  ASSERT_TRUE(big.ok());
+  ASSERT_TRUE(id.ok());
+  sim.RunToCompletion();
+  // The big request's own arrival prefetch misses. At arrival the third request's 3 blocks were in
+  // the pool (no prefetch); the big request's chunks evicted them (demoted), so the engine fetched
+  // them back while the request waited (again after each further eviction).
+  EXPECT_GE(tier.prefetches_, 3);
+  EXPECT_EQ(sim.engine->Stats().tier_hit_tokens, 48);
+  EXPECT_EQ(sim.results[*id][0].tokens, GreedyReference(sim.rcfg, again, 4));
+}
+
+TEST(EngineTierSim, PreemptedRequestGetsItsEvictedBlocksBackFromTheTier) {
+  SchedulerConfig c = Cfg();
+  c.max_batched_tokens = 32;
+  Sim sim(10, c, 16);
+  MapTier tier(sim.runner.get());
+  sim.engine->AttachKvTier(&tier, 0.05);
+  // A bronze request with a long generation runs first...
+  SubmitRequest bronze = Greedy(MakePrompt(60, 41), 40);
+  bronze.tier = Tier::kBronze;
+  auto b = sim.Submit(bronze);
+  ASSERT_TRUE(b.ok());
+  for (int i = 0; i < 6; ++i) sim.Step();
+  // ...then a gold request needing most of the pool preempts it and evicts its cached blocks.
+  SubmitRequest gold = Greedy(MakePrompt(120, 42), 20);
+  gold.tier = Tier::kGold;
+  auto g = sim.Submit(gold);
+  ASSERT_TRUE(g.ok());
+  sim.RunToCompletion();
+  const EngineStats st = sim.engine->Stats();
+  EXPECT_GE(st.preemptions, 1);
+  EXPECT_GT(st.tier_hit_tokens, 0);
+  EXPECT_EQ(sim.results[*b][0].tokens, GreedyReference(sim.rcfg, MakePrompt(60, 41), 40));
+  EXPECT_EQ(sim.results[*g][0].tokens, GreedyReference(sim.rcfg, MakePrompt(120, 42), 20));
+}
+
 }  // namespace
 }  // namespace strata::engine::sched
