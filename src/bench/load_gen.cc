@@ -60,6 +60,7 @@ Status ValidateLoadOptions(const LoadOptions& o, const Dataset& d) {
   if (!(o.request_timeout_s > 0) || o.request_timeout_s > 86400) return Status::InvalidArgument("--request-timeout must be in (0, 86400] seconds");
   if (!(o.max_duration_s > 0) || o.max_duration_s > 7 * 86400) return Status::InvalidArgument("--max-duration-s must be in (0, 604800]");
   if (!(o.temperature >= 0) || o.temperature > 100) return Status::InvalidArgument("--temperature must be >= 0");
+  if (!(o.think_time_s >= 0) || o.think_time_s > 3600) return Status::InvalidArgument("--mt-think-time-s must be in [0, 3600]");
   if (o.endpoint == "chat")
     for (const auto& u : d.units)
       for (const auto& t : u.turns)
@@ -171,6 +172,12 @@ class Runner {
         chat_history.push_back(rec.generated_text);
       }
       Done();
+      if (d_.multi_turn && o_.think_time_s > 0 && t + 1 < unit.turns.size() && !failed) {
+        // The user reads the reply and types the next message (the conversation keeps its slot).
+        co_await WaitUntil(std::min(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                       std::chrono::duration<double>(o_.think_time_s)),
+                                    deadline_));
+      }
     }
   }
 

@@ -40,6 +40,7 @@ struct LoadOptions {
   double temperature = 0.0;
   double request_timeout_s = 600;
   double max_duration_s = 3600;
+  double think_time_s = 0;      // multi-turn: pause between a reply and the conversation's next turn
   bool progress = false;        // draw a progress bar on stderr
   std::string progress_label;
 };

@@ -155,6 +155,14 @@ TEST_F(BenchServeTest, MultiTurnCompletionsHistoryGrows) {
   EXPECT_GT(j["total_input_tokens"].get<int64_t>(), 6 * 6);
 }
 
+TEST_F(BenchServeTest, MultiTurnThinkTimeSpacesAConversationsTurns) {
+  json j = Serve("--dataset multi-turn --mt-num-conversations 1 --mt-turns 3 --mt-user-len 6 --mt-output-len 2 "
+                 "--mt-think-time-s 0.4 --max-concurrency 1");
+  CheckComplete(j, 3, 6);
+  // Two pauses of 0.4 s between the three turns of the only conversation.
+  EXPECT_GE(j["duration_s"].get<double>(), 0.8);
+}
+
 TEST_F(BenchServeTest, MultiTurnChatEndpoint) {
   // The tiny model has no chat template: give the server a minimal one.
   std::string tmpl = Tmp("chat.jinja");
