@@ -1,5 +1,5 @@
 // MatMul throughput per weight type. Reports weight GB/s (decode-like, n_tokens = 1) and GFLOP/s
-// (2 * rows * cols * n_tokens per call; batched decode n_tokens = 8..64, prefill-like 512). Runs
+// (2 * rows * cols * n_tokens per call; batched decode n_tokens = 4..64, prefill-like 512). Runs
 // with 1 and 2 threads; set STRATA_ISA=scalar|avx2|avx512|amx to pick the kernels.
 #include <benchmark/benchmark.h>
 
@@ -33,7 +33,7 @@ void BM_MatMul(benchmark::State& state, DType type) {
 
 void Shapes(benchmark::internal::Benchmark* b) {
   for (int64_t rows : {2048, 8192})
-    for (int64_t n_tokens : {1, 8, 16, 64, 512})
+    for (int64_t n_tokens : {1, 4, 8, 16, 64, 512})
       for (int64_t threads : {1, 2}) b->Args({rows, 2048, n_tokens, threads});
   b->ArgNames({"rows", "cols", "tokens", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 }

@@ -357,7 +357,7 @@ QX_ENTRY void GemmRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
 #define AMX_FN static inline __attribute__((target(AMX_TARGET), always_inline))
 #define AMX_ENTRY __attribute__((target(AMX_TARGET), noinline))
 
-constexpr size_t kAmxMinTokens = 16;
+constexpr size_t kAmxMinTokens = 4;
 // Token groups per pass over a weight panel: their activation blocks (nb * kGroupBlockBytes each)
 // should stay in L2 while every panel of the thread's rows streams past them.
 constexpr size_t kAmxChunkBytes = 1 << 20;
@@ -517,7 +517,7 @@ void MatMulQx0(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_
   } else {
     PackTokens<kQ4>(x, x_stride, 0, n_tokens, l, pack);
   }
-  if (n_tokens < kGemmMinTokens) {
+  if (n_tokens < kGemmMinTokens && !(amx && n_tokens >= kAmxMinTokens)) {
     run(w.rows, [&](size_t r0, size_t r1, int) { GemvRows<kQ4>(w, r0, r1, pack, l, n_tokens, y, y_stride); }, kPanel);
     return;
   }
