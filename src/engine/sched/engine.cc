@@ -210,7 +210,22 @@ void Engine::Drain() {
   for (RequestId id : drained_cancels_) EndRequest(id, FinishReason::kCancelled, Status::Ok());
   drained_cancels_.clear();
   if (!fetches_.empty()) PollPrefetches();
-  if (tier_ != nullptr) RefreshPrefetches();
+  if (tier_ != nullptr && RefreshPrefetches()) {
+    // Local tiers answer in microseconds (a miss is a map lookup): give the new prefetches a moment
+    // so their requests can be admitted in this very step instead of the next one — on a cold cache
+    // the tiers must not add a step of latency. Bounded, so a slow tier never stalls the step.
+    const auto until = std::chrono::steady_clock::now() + kPrefetchSyncWait;
+    auto all_ready = [&] {
+      for (const PendingFetch& f : fetches_)
+        if (!f.fetch->ready()) return false;
+      return true;
+    };
+    while (!all_ready() && std::chrono::steady_clock::now() < until) {
+      std::unique_lock lk(mu_);
+      cv_.wait_until(lk, until);
+    }
+    PollPrefetches();
+  }
 }
 
 void Engine::AttachKvTier(KvTierPort* port, double prefetch_timeout_s) {
@@ -232,11 +247,13 @@ uint32_t Engine::TenantTag(const std::string& tenant) {
   return static_cast<uint32_t>(tenants_.size() - 1);
 }
 
-void Engine::RefreshPrefetches() {
-  if (!kv_cfg_.enable_prefix_cache) return;
+bool Engine::RefreshPrefetches() {
+  if (!kv_cfg_.enable_prefix_cache) return false;
+  bool started = false;
   for (RequestState* r : sched_.waiting()) {
-    if (!r->tier_hold) MaybePrefetch(r);
+    if (!r->tier_hold) started |= MaybePrefetch(r);
   }
+  return started;
 }
 
 bool Engine::MaybePrefetch(RequestState* r) {

@@ -18,7 +18,9 @@
 // (single completion) — has the missing blocks prefetched from the lower tiers (the scheduler holds
 // it at most prefetch_timeout_s; a slow or failing tier only costs that wait, then the blocks are
 // computed); loaded blocks are adopted at admission and skip prefill. A request is prefetched again
-// only when its pool coverage dropped since its last prefetch (so misses are not retried). Cached blocks evicted from the pool are demoted to the tiers; newly computed
+// only when its pool coverage dropped since its last prefetch (so misses are not retried). New
+// prefetches get up to 2 ms (kPrefetchSyncWait) to finish within the step that started them, so a
+// quick answer (a local miss or hit) admits the request in that step rather than the next. Cached blocks evicted from the pool are demoted to the tiers; newly computed
 // blocks are published (write-through) when the port wants them. FlushKvTier() demotes every
 // cached block (graceful shutdown, so a restarted server finds them on disk).
 //
@@ -30,6 +32,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -124,7 +127,7 @@ class Engine : private kv::KvManager::Listener {
   void EndRequest(RequestId id, FinishReason why, const Status& error);
   void Dequeued(int64_t prompt_tokens);
   void PublishStats();
-  void RefreshPrefetches();
+  bool RefreshPrefetches();  // true when a prefetch was started
   bool MaybePrefetch(RequestState* r);
   void PollPrefetches();
   uint32_t TenantTag(const std::string& tenant);
@@ -167,6 +170,7 @@ class Engine : private kv::KvManager::Listener {
   // Tiered KV (engine thread).
   KvTierPort* tier_ = nullptr;
   double prefetch_timeout_s_ = 0.05;
+  static constexpr std::chrono::microseconds kPrefetchSyncWait{2000};
   struct PendingFetch {
     RequestId id;
     std::shared_ptr<KvTierPort::Fetch> fetch;

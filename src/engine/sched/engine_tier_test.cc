@@ -235,5 +235,18 @@ TEST(EngineTierSim, PreemptedRequestGetsItsEvictedBlocksBackFromTheTier) {
   EXPECT_EQ(sim.results[*g][0].tokens, GreedyReference(sim.rcfg, MakePrompt(120, 42), 20));
 }
 
+TEST(EngineTierSim, QuickPrefetchAdmitsInTheSameStep) {
+  // A cold cache (every lookup a quick miss) must not delay admission by a step.
+  Sim sim(8, Cfg(), 16);
+  MapTier tier(sim.runner.get());
+  sim.engine->AttachKvTier(&tier, 1.0);
+  ASSERT_TRUE(sim.Submit(Greedy(MakePrompt(40, 51), 3)).ok());
+  sim.Step();
+  EXPECT_EQ(tier.prefetches_, 1);
+  EXPECT_EQ(sim.engine->Stats().running_requests, 1);
+  EXPECT_EQ(sim.runner->batches().size(), 1u);  // its prompt ran in the first step
+  sim.RunToCompletion();
+}
+
 }  // namespace
 }  // namespace strata::engine::sched
