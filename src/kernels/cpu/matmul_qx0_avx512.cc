@@ -374,11 +374,12 @@ struct alignas(64) TileConfig {
 static_assert(sizeof(TileConfig) == 64);
 
 // Per-panel weight data: scales as dwt[b * 16 + i] (f32, row i of the panel) and, unless the tiles
-// read the GGUF rows in place (full Q8_0 panels), int8 weights at s8 + i * s8_stride + 32 * b
-// (Q4_0: nibble - 8). Rows past the matrix repeat its last row (their outputs are dropped).
+// read the GGUF rows in place (full Q8_0 panels used by few token groups), int8 weights block-major
+// at s8 + 512 * b + 32 * i (Q4_0: nibble - 8), so one A tile is 512 contiguous bytes. Rows past the
+// matrix repeat its last row (their outputs are dropped).
 template <bool kQ4>
 AMX_FN void PrepAmxPanel(const char* wd, size_t row_bytes, size_t p0, size_t nr, size_t nb, bool copy_s8,
-                         int8_t* s8, size_t s8_stride, float* dwt) {
+                         int8_t* s8, float* dwt) {
   constexpr size_t kBlockBytes = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
   alignas(64) int32_t idx[16];
   for (size_t i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>(std::min(i, nr - 1) * row_bytes);
@@ -392,7 +393,7 @@ AMX_FN void PrepAmxPanel(const char* wd, size_t row_bytes, size_t p0, size_t nr,
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (size_t i = 0; i < 16; ++i) {
     const char* row = base + std::min(i, nr - 1) * row_bytes;
-    int8_t* dst = s8 + i * s8_stride;
+    int8_t* dst = s8 + 32 * i;
     for (size_t b = 0; b < nb; ++b) {
       const char* blk = row + b * kBlockBytes + 2;
       __m256i v;
@@ -403,7 +404,7 @@ AMX_FN void PrepAmxPanel(const char* wd, size_t row_bytes, size_t p0, size_t nr,
       } else {
         v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
       }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * b), v);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 512 * b), v);
     }
   }
 }
@@ -465,11 +466,10 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
   _tile_loadconfig(&kConfig);
   const char* wd = static_cast<const char*>(w.data);
   const size_t nb = l.nb;
-  const size_t s8_stride = (nb * 32 + 63) / 64 * 64;
   thread_local Scratch panel_buf;
-  char* buf = panel_buf.Get(kPanel * s8_stride + nb * 16 * sizeof(float));
+  char* buf = panel_buf.Get(nb * 512 + nb * 16 * sizeof(float));
   int8_t* s8 = reinterpret_cast<int8_t*>(buf);
-  float* dwt = reinterpret_cast<float*>(buf + kPanel * s8_stride);
+  float* dwt = reinterpret_cast<float*>(buf + nb * 512);
   const size_t gbytes = nb * kGroupBlockBytes;
   const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
   const size_t chunk = std::max<size_t>(1, kAmxChunkBytes / gbytes);
@@ -477,12 +477,14 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
     const size_t c1 = std::min(n_groups, c0 + chunk);
     for (size_t p0 = r0; p0 < r1; p0 += kPanel) {
       const size_t nr = std::min(kPanel, r1 - p0);
-      const bool in_place = !kQ4 && nr == kPanel;
-      PrepAmxPanel<kQ4>(wd, w.row_bytes, p0, nr, nb, !in_place, s8, s8_stride, dwt);
+      // Q8_0 rows can feed the tiles in place (16 strided half-lines per tile); a compact copy
+      // pays off once the panel is used by several token groups.
+      const bool in_place = !kQ4 && nr == kPanel && c1 - c0 <= 2;
+      PrepAmxPanel<kQ4>(wd, w.row_bytes, p0, nr, nb, !in_place, s8, dwt);
       __asm__ volatile("" ::: "memory");  // GCC's tile loads are asm without memory inputs
       const char* a = in_place ? wd + p0 * w.row_bytes + 2 : reinterpret_cast<const char*>(s8);
-      const size_t a_stride = in_place ? w.row_bytes : s8_stride;
-      const size_t a_step = in_place ? sizeof(BlockQ8_0) : 32;
+      const size_t a_stride = in_place ? w.row_bytes : 32;
+      const size_t a_step = in_place ? sizeof(BlockQ8_0) : 512;
       for (size_t g = c0; g < c1; ++g) {
         __m512 acc[16];
         AmxTile(a, a_stride, a_step, dwt, groups + g * gbytes, nb, acc);
