@@ -91,12 +91,13 @@ class AmxMatMulTest : public ::testing::TestWithParam<DType> {
 };
 
 // Every token count 1..70 (GEMV, VNNI GEMM and AMX paths; partial token groups and panels), block
-// counts odd and even (1, 3, 11, 65), row counts around the 16-row panel: AMX == VNNI == model.
+// counts zero, odd and even (0, 1, 3, 11, 65), row counts around the 16-row panel:
+// AMX == VNNI == model.
 TEST_P(AmxMatMulTest, BitIdenticalToAvx512AndScalarModel) {
   const DType type = GetParam();
   constexpr size_t kMaxTokens = 70;
   uint32_t seed = 1000;
-  for (size_t cols : {size_t{32}, size_t{96}, size_t{352}, size_t{2080}}) {
+  for (size_t cols : {size_t{0}, size_t{32}, size_t{96}, size_t{352}, size_t{2080}}) {
     for (size_t rows : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{50}}) {
       auto w = RandomBitsWeights(type, rows, cols, ++seed);
       const std::vector<float> x = Activations(kMaxTokens, cols, ++seed);

@@ -438,6 +438,7 @@ AMX_FN void AmxTile(const char* a, size_t a_stride, size_t a_step, const float* 
   alignas(64) int32_t c1[16][16];
   const long as = static_cast<long>(a_stride);
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  if (nb == 0) return;
   STRATA_AMX_BLOCK(0, 2, 4, 0, c0);
   size_t b = 1;
   for (; b + 2 <= nb; b += 2) {
@@ -472,7 +473,7 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
   float* dwt = reinterpret_cast<float*>(buf + nb * 512);
   const size_t gbytes = nb * kGroupBlockBytes;
   const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
-  const size_t chunk = std::max<size_t>(1, kAmxChunkBytes / gbytes);
+  const size_t chunk = gbytes == 0 ? n_groups : std::max<size_t>(1, kAmxChunkBytes / gbytes);
   for (size_t c0 = 0; c0 < n_groups; c0 += chunk) {
     const size_t c1 = std::min(n_groups, c0 + chunk);
     for (size_t p0 = r0; p0 < r1; p0 += kPanel) {
