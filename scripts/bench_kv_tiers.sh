@@ -6,14 +6,14 @@
 # working set does not fit in it.
 #
 # Usage: scripts/bench_kv_tiers.sh MODEL.gguf OUT_DIR [extra `bench serve` multi-turn options]
-# Environment: POOL (KV pool, default 48MiB), THREADS (2), PORT (18400), MAXLEN (1024),
+# Environment: STRATA_BIN (default build/bin/strata), POOL (KV pool, default 48MiB), THREADS (2), PORT (18400), MAXLEN (1024),
 #              MT_OPTS (multi-turn dataset options), RANDOM_OPTS (no-reuse workload options).
-# Prints a table and writes OUT_DIR/<workload>-<config>.json (bench serve --json reports).
+# Prints a table and writes OUT_DIR/<workload>-<config>.json (workload: multiturn | random) (bench serve --json reports).
 set -euo pipefail
 model=${1:?model}
 out=${2:?out dir}
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="$root/build/bin/strata"
+bin="${STRATA_BIN:-$root/build/bin/strata}"
 pool=${POOL:-48MiB}
 threads=${THREADS:-2}
 port=${PORT:-18400}
@@ -63,7 +63,7 @@ for config in off L2 L2+L3 L2+L3+L4; do
   # shellcheck disable=SC2086
   serve "$config" ${flags[$config]}
   # shellcheck disable=SC2086
-  bench multi-turn "$config" --dataset multi-turn $mt_opts --seed 1
+  bench multiturn "$config" --dataset multi-turn $mt_opts --seed 1
   # shellcheck disable=SC2086
   bench random "$config" --dataset random $random_opts --seed 2
   stop
@@ -72,11 +72,11 @@ done
 # Warm restart: fill the disk tier, SIGTERM (the pool and RAM tier are persisted), restart, rerun.
 serve warm-fill --kv-tier-ram 1GiB --kv-tier-disk "$work/disk-warm" --kv-tier-disk-size 4GiB
 # shellcheck disable=SC2086
-bench multi-turn warm-fill --dataset multi-turn $mt_opts --seed 1
+bench multiturn warm-fill --dataset multi-turn $mt_opts --seed 1
 stop
 serve warm --kv-tier-ram 1GiB --kv-tier-disk "$work/disk-warm" --kv-tier-disk-size 4GiB
 # shellcheck disable=SC2086
-bench multi-turn warm-restart --dataset multi-turn $mt_opts --seed 1
+bench multiturn warm-restart --dataset multi-turn $mt_opts --seed 1
 stop
 kill "$redis_pid" 2>/dev/null || true
 

@@ -56,6 +56,9 @@ void AddCommon(CLI::App* c, BenchServeFlags* f) {
   c->add_option("--mt-turns", f->data.mt_turns, "multi-turn: turns per conversation")->capture_default_str();
   c->add_option("--mt-user-len", f->data.mt_user_len, "multi-turn: tokens (about) of each new user message")->capture_default_str();
   c->add_option("--mt-output-len", f->data.mt_output_len, "multi-turn: output tokens per turn")->capture_default_str();
+  c->add_option("--mt-first-len", f->data.mt_first_len,
+                "multi-turn: tokens (about) of each conversation's first message (0: --mt-user-len)")
+      ->capture_default_str();
   c->add_option("--mt-think-time-s", f->load.think_time_s,
                 "multi-turn: seconds between a reply and the next turn of its conversation (user think time)")
       ->capture_default_str();

@@ -131,6 +131,7 @@ Result<Dataset> BuildMultiTurn(const DatasetOptions& o, const TextSource& src) {
   RETURN_IF_ERROR(CheckLen(o.mt_turns, "--mt-turns"));
   RETURN_IF_ERROR(CheckLen(o.mt_user_len, "--mt-user-len"));
   RETURN_IF_ERROR(CheckLen(o.mt_output_len, "--mt-output-len"));
+  RETURN_IF_ERROR(CheckLen(o.mt_first_len, "--mt-first-len", 0));
   if (o.mt_num_conversations * o.mt_turns > kMaxPrompts)
     return Status::InvalidArgument(fmt::format("--mt-num-conversations x --mt-turns exceeds {}", kMaxPrompts));
   Rng rng(o.seed);
@@ -140,8 +141,9 @@ Result<Dataset> BuildMultiTurn(const DatasetOptions& o, const TextSource& src) {
     Unit u;
     for (int64_t t = 0; t < o.mt_turns; ++t) {
       Turn turn;
-      turn.prompt.text = (t == 0 ? "" : "\n") + src.Text(rng, o.mt_user_len);
-      turn.prompt.approx_tokens = o.mt_user_len;
+      const int64_t len = t == 0 && o.mt_first_len > 0 ? o.mt_first_len : o.mt_user_len;
+      turn.prompt.text = (t == 0 ? "" : "\n") + src.Text(rng, len);
+      turn.prompt.approx_tokens = len;
       turn.output_len = o.mt_output_len;
       u.turns.push_back(std::move(turn));
     }

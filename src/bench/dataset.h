@@ -64,6 +64,7 @@ struct DatasetOptions {
           sp_output_len = 64;
   // multi-turn
   int64_t mt_num_conversations = 8, mt_turns = 4, mt_user_len = 32, mt_output_len = 32;
+  int64_t mt_first_len = 0;  // first user message (a document, an agent's context); 0: mt_user_len
   // jsonl
   std::string dataset_path;
   int64_t jsonl_output_len = 128;  // when a line has neither output_len nor max_tokens

@@ -161,6 +161,24 @@ TEST(Dataset, MultiTurnConversationsAreText) {
   EXPECT_EQ(again->units[2].turns[3].prompt.text, d->units[2].turns[3].prompt.text);
 }
 
+TEST(Dataset, MultiTurnFirstMessageCanBeLonger) {
+  DatasetOptions o;
+  o.name = "multi-turn";
+  o.mt_num_conversations = 2;
+  o.mt_turns = 3;
+  o.mt_user_len = 4;
+  o.mt_first_len = 100;
+  auto d = BuildDataset(o);
+  ASSERT_TRUE(d.ok());
+  for (const auto& u : d->units) {
+    EXPECT_EQ(u.turns[0].prompt.approx_tokens, 100);
+    EXPECT_EQ(u.turns[1].prompt.approx_tokens, 4);
+    EXPECT_GT(u.turns[0].prompt.text.size(), 5 * u.turns[1].prompt.text.size());
+  }
+  o.mt_first_len = -1;
+  EXPECT_FALSE(BuildDataset(o).ok());
+}
+
 class TempFile {
  public:
   explicit TempFile(const std::string& text) {
