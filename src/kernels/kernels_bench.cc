@@ -3,6 +3,7 @@
 // with 1 and 2 threads; set STRATA_ISA=scalar|avx2|avx512|amx to pick the kernels.
 #include <benchmark/benchmark.h>
 
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -32,9 +33,10 @@ void BM_MatMul(benchmark::State& state, DType type) {
 }
 
 void Shapes(benchmark::internal::Benchmark* b) {
-  for (int64_t rows : {2048, 8192})
+  // Llama-3.2-1B shapes: attention / FFN up (cols 2048) and FFN down (cols 8192).
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{2048, 2048}, {8192, 2048}, {2048, 8192}})
     for (int64_t n_tokens : {1, 4, 8, 16, 64, 512})
-      for (int64_t threads : {1, 2}) b->Args({rows, 2048, n_tokens, threads});
+      for (int64_t threads : {1, 2}) b->Args({rows, cols, n_tokens, threads});
   b->ArgNames({"rows", "cols", "tokens", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 

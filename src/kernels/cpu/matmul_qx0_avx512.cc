@@ -17,6 +17,9 @@
 // of 16 tokens are transposed so that one vector holds 4 consecutive values of 16 tokens (as u8,
 // y + 128); each vpdpbusd broadcasts 4 weight bytes, the +128 offset is removed by starting the
 // accumulator at -128 * sum(w). A tile is 4 rows x 16 tokens.
+// AMX GEMM (Isa::kAmx, >= kAmxMinTokens tokens): the same 16-token activation groups (signed),
+// one tdpbssd per 16 rows x 16 tokens x 32-block, the exact int32 tile folded into the same FMA
+// sequence (see the section further down).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC bug 105593, see kernels_avx512.cc
 #endif
@@ -361,6 +364,10 @@ constexpr size_t kAmxMinTokens = 4;
 // Token groups per pass over a weight panel: their activation blocks (nb * kGroupBlockBytes each)
 // should stay in L2 while every panel of the thread's rows streams past them.
 constexpr size_t kAmxChunkBytes = 1 << 20;
+// Blocks per K segment: a panel's segment (512 bytes per block) stays in L1 while the chunk's token
+// groups pass over it; accumulators are parked in memory between segments (exact f32 copies, so the
+// per-output FMA sequence is unchanged).
+constexpr size_t kAmxSegBlocks = 64;
 
 // LDTILECFG operand (palette 1). Tiles: 0, 1 = C (16 x 64 B); 2, 3 = A (16 x 32 B);
 // 4, 5 = B (8 x 64 B). Even/odd numbers hold blocks b / b + 1 so two blocks are in flight.
@@ -428,7 +435,8 @@ AMX_FN void FoldBlock(const int32_t (&c)[16][16], const float* dw, const char* g
     _tile_stored(kC, c, 64);                                    \
   } while (0)
 
-// 16 panel rows x 16 tokens over all blocks. Block b of row i is at a + i * a_stride + b * a_step.
+// 16 panel rows x 16 tokens over nb blocks, continuing the accumulators. Block b of row i is at
+// a + i * a_stride + b * a_step.
 // Software-pipelined: block b's tiles are computed and stored while block b - 1 (stored one step
 // earlier, so its stores have drained) is folded into the accumulators -- the fold order is still
 // b = 0, 1, 2, ...
@@ -437,7 +445,6 @@ AMX_FN void AmxTile(const char* a, size_t a_stride, size_t a_step, const float* 
   alignas(64) int32_t c0[16][16];
   alignas(64) int32_t c1[16][16];
   const long as = static_cast<long>(a_stride);
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
   if (nb == 0) return;
   STRATA_AMX_BLOCK(0, 2, 4, 0, c0);
   size_t b = 1;
@@ -467,13 +474,14 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
   _tile_loadconfig(&kConfig);
   const char* wd = static_cast<const char*>(w.data);
   const size_t nb = l.nb;
-  thread_local Scratch panel_buf;
-  char* buf = panel_buf.Get(nb * 512 + nb * 16 * sizeof(float));
-  int8_t* s8 = reinterpret_cast<int8_t*>(buf);
-  float* dwt = reinterpret_cast<float*>(buf + nb * 512);
   const size_t gbytes = nb * kGroupBlockBytes;
   const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
   const size_t chunk = gbytes == 0 ? n_groups : std::max<size_t>(1, kAmxChunkBytes / gbytes);
+  thread_local Scratch panel_buf;
+  char* buf = panel_buf.Get(nb * 512 + nb * 16 * sizeof(float) + chunk * 16 * 16 * sizeof(float));
+  int8_t* s8 = reinterpret_cast<int8_t*>(buf);
+  float* dwt = reinterpret_cast<float*>(buf + nb * 512);
+  float* parked = dwt + nb * 16;  // accumulators of the chunk's groups between K segments
   for (size_t c0 = 0; c0 < n_groups; c0 += chunk) {
     const size_t c1 = std::min(n_groups, c0 + chunk);
     for (size_t p0 = r0; p0 < r1; p0 += kPanel) {
@@ -486,15 +494,25 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
       const char* a = in_place ? wd + p0 * w.row_bytes + 2 : reinterpret_cast<const char*>(s8);
       const size_t a_stride = in_place ? w.row_bytes : 32;
       const size_t a_step = in_place ? sizeof(BlockQ8_0) : 512;
-      for (size_t g = c0; g < c1; ++g) {
-        __m512 acc[16];
-        AmxTile(a, a_stride, a_step, dwt, groups + g * gbytes, nb, acc);
-        alignas(64) float tmp[16][16];
-        for (int i = 0; i < 16; ++i) _mm512_store_ps(tmp[i], acc[i]);
-        const size_t t0 = g * kGroup;
-        const size_t nt = std::min(kGroup, n_tokens - t0);
-        for (size_t t = 0; t < nt; ++t)
-          for (size_t i = 0; i < nr; ++i) y[(t0 + t) * y_stride + p0 + i] = tmp[i][t];
+      for (size_t s0 = 0; s0 < std::max<size_t>(nb, 1); s0 += kAmxSegBlocks) {
+        const size_t s1 = std::min(nb, s0 + kAmxSegBlocks);
+        for (size_t g = c0; g < c1; ++g) {
+          float* park = parked + (g - c0) * 256;
+          __m512 acc[16];
+          for (int i = 0; i < 16; ++i) acc[i] = s0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(park + 16 * i);
+          AmxTile(a + s0 * a_step, a_stride, a_step, dwt + 16 * s0, groups + g * gbytes + s0 * kGroupBlockBytes,
+                  s1 - s0, acc);
+          if (s1 < nb) {
+            for (int i = 0; i < 16; ++i) _mm512_store_ps(park + 16 * i, acc[i]);
+            continue;
+          }
+          alignas(64) float tmp[16][16];
+          for (int i = 0; i < 16; ++i) _mm512_store_ps(tmp[i], acc[i]);
+          const size_t t0 = g * kGroup;
+          const size_t nt = std::min(kGroup, n_tokens - t0);
+          for (size_t t = 0; t < nt; ++t)
+            for (size_t i = 0; i < nr; ++i) y[(t0 + t) * y_stride + p0 + i] = tmp[i][t];
+        }
       }
     }
   }
