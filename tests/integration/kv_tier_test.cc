@@ -70,6 +70,27 @@ bool WaitMetric(int port, const std::string& name, const std::string& label, dou
   return false;
 }
 
+// Waits until `name{label}` > 0, the write queue is empty and the value has not moved for 300 ms
+// (a write taken off the queue may still be in progress).
+bool WaitSettled(int port, const std::string& name, const std::string& label, double timeout_s = 30) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  double last = -1;
+  auto since = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() < deadline) {
+    const double v = Metric(port, name, label);
+    const auto now = std::chrono::steady_clock::now();
+    if (v != last) {
+      last = v;
+      since = now;
+    } else if (v > 0 && Metric(port, "strata:kv_tier_queued_writes") == 0 &&
+               now - since >= std::chrono::milliseconds(300)) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 std::string TempDir(const std::string& stem) {
   fs::path p = fs::temp_directory_path() / (stem + "-" + std::to_string(::getpid()));
   fs::remove_all(p);
@@ -134,7 +155,9 @@ TEST(KvTier, KillNineDuringWritesAndCorruptFilesNeverServeABadBlock) {
     ServeProcess a({"--kv-tier-config", yaml});
     ASSERT_GT(a.port(), 0);
     for (size_t i = 0; i + 1 < prompts.size(); ++i) EXPECT_EQ(Complete(a.port(), prompts[i]), want[i]);
-    // The last request's blocks are being written when the process dies.
+    // Let the first five prompts' blocks reach the disk (writes are asynchronous and fsynced; a slow
+    // disk must not make the test flaky); the last request's blocks are in flight when it dies.
+    ASSERT_TRUE(WaitMetric(a.port(), "strata:kv_tier_bytes_in_total", "kv_tier=\"disk\"", 1, 60));
     std::thread last([&] { Complete(a.port(), prompts.back()); });
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     a.Signal(SIGKILL);
@@ -178,7 +201,7 @@ TEST(KvTier, TwoReplicasShareBlocksThroughRedis) {
   ASSERT_GT(b.port(), 0);
   const auto p = Prompt(kLen, 7);
   const std::string want = Complete(a.port(), p);
-  ASSERT_TRUE(WaitMetric(a.port(), "strata:kv_tier_bytes_in_total", "kv_tier=\"redis\"", 1));
+  ASSERT_TRUE(WaitSettled(a.port(), "strata:kv_tier_bytes_in_total", "kv_tier=\"redis\""));
   EXPECT_EQ(Complete(b.port(), p), want);
   EXPECT_EQ(Metric(b.port(), "strata:kv_tier_hit_tokens_total"), kReusable);
   EXPECT_GE(Metric(b.port(), "strata:kv_tier_hits_total", "kv_tier=\"redis\""), 12);
