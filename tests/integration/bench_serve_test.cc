@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "integration/run_strata.h"
 #include "integration/serve_process.h"
 
 namespace strata {
@@ -21,32 +22,14 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out, err;
-};
+using ::strata::testing::RunResult;
 
 std::string Tmp(const std::string& name) {
   static int n = 0;
   return ::testing::TempDir() + "/bench_serve_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + "_" + name;
 }
 
-RunResult Bench(const std::string& args) {
-  std::string err_file = Tmp("stderr.txt");
-  std::string cmd = std::string(STRATA_BIN) + " bench " + args + " 2>" + err_file;
-  RunResult r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream e(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  fs::remove(err_file);
-  return r;
-}
+RunResult Bench(const std::string& args) { return ::strata::testing::RunStrata("bench " + args); }
 
 json ReadJson(const std::string& path) {
   std::ifstream f(path);

@@ -9,37 +9,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "integration/run_strata.h"
 #include "testing/shared_dir.h"
 
 namespace strata {
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;  // stdout (stderr goes to err)
-  std::string err;
-};
-
-RunResult RunStrata(const std::string& args) {
-  // One stderr file per process and call: ctest runs each test as its own process in parallel,
-  // so a fixed name lets one test read another's stderr.
-  static int call = 0;
-  std::string err_file = ::testing::TempDir() + "/strata_cli_stderr." + std::to_string(::getpid()) +
-                         "." + std::to_string(call++) + ".txt";
-  std::string cmd = std::string(STRATA_BIN) + " " + args + " 2>" + err_file;
-  RunResult r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream e(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  std::filesystem::remove(err_file);
-  return r;
-}
+using ::strata::testing::RunResult;
+using ::strata::testing::RunStrata;
 
 TEST(CliTest, GenerateWithBundledDefaultModel) {
   ASSERT_TRUE(std::filesystem::exists(STRATA_DEFAULT_MODEL)) << "build the default_model target";
