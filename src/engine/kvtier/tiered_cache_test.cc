@@ -175,6 +175,7 @@ TEST(TieredKvCacheTest, RamEvictionsDemoteToDisk) {
   TieredKvConfig c = DiskOnly(dir.path());
   c.ram = RamTierConfig{};
   c.ram->limits.capacity_bytes = 2 * kEntry;
+  c.io_threads = 1;  // one worker: writes apply in submission order, so "oldest" is well defined
   auto cache = Make(c);
   ASSERT_TRUE(cache);
   for (int i = 0; i < 5; ++i) cache->Demote(Key(i), "", Payload(kBlock, i));
@@ -324,6 +325,7 @@ TEST(TieredKvCacheTest, CompressionRoundTripsThroughTheTiers) {
     TieredKvConfig c = DiskOnly(dir.path());
     c.ram = RamTierConfig{};
     c.ram->limits.capacity_bytes = 1 * kEntry;  // the second entry pushes the first to disk
+    c.io_threads = 1;  // one worker: writes apply in submission order
     c.compression = comp;
     auto cache = Make(c);
     ASSERT_TRUE(cache);
@@ -401,6 +403,7 @@ TEST(TieredKvCacheTest, TenantQuotaInRamDemotesOnlyThatTenant) {
   c.ram = RamTierConfig{};
   c.ram->limits.capacity_bytes = 100 * kEntry;
   c.ram->limits.tenant_quota_bytes = {{"small", 2 * (kEntry + 5)}};
+  c.io_threads = 1;  // one worker: writes apply in submission order, so "oldest" is well defined
   auto cache = Make(c);
   ASSERT_TRUE(cache);
   cache->Demote(Key(100), "big", Payload(kBlock, 100));
