@@ -263,7 +263,12 @@ bool Engine::MaybePrefetch(RequestState* r) {
   const int bs = kv_cfg_.block_size;
   const int len = static_cast<int>(s.tokens.size());
   if (r->tier_hashes_tokens != len) {
-    r->tier_hashes = kv::ComputeBlockHashes(s.tokens, bs, r->req.salt);
+    if (!r->started) {  // tokens == prompt: reuse the scheduler's prompt hashes instead of rehashing
+      sched_.EnsureHashes(r);
+      r->tier_hashes = r->prompt_hashes;
+    } else {
+      r->tier_hashes = kv::ComputeBlockHashes(s.tokens, bs, r->req.salt);
+    }
     r->tier_hashes_tokens = len;
     // A preempted request had all its blocks in the pool when it was preempted.
     if (r->started) r->tier_covered_at_prefetch = static_cast<int>(r->tier_hashes.size());
