@@ -292,14 +292,8 @@ bool DiskTier::Contains(const BlockKey& key) const {
 }
 
 TierStats DiskTier::Stats() const {
-  TierStats s;
-  s.name = "disk";
-  s.enabled = true;
-  counters_.Fill(&s);
   std::lock_guard<std::mutex> lock(mu_);
-  s.entries = static_cast<int64_t>(index_.size());
-  s.bytes_used = static_cast<int64_t>(index_.bytes());
-  return s;
+  return counters_.Snapshot("disk", index_.size(), index_.bytes());
 }
 
 }  // namespace strata::engine::kvtier

@@ -79,14 +79,8 @@ uint64_t RamTier::tenant_bytes(const std::string& tenant) const {
 }
 
 TierStats RamTier::Stats() const {
-  TierStats s;
-  s.name = "ram";
-  s.enabled = true;
-  counters_.Fill(&s);
   std::lock_guard<std::mutex> lock(mu_);
-  s.entries = static_cast<int64_t>(index_.size());
-  s.bytes_used = static_cast<int64_t>(index_.bytes());
-  return s;
+  return counters_.Snapshot("ram", index_.size(), index_.bytes());
 }
 
 }  // namespace strata::engine::kvtier

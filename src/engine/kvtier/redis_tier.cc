@@ -212,12 +212,8 @@ bool RedisTier::Delete(const BlockKey& key) {
 bool RedisTier::connected() const { return live_.load(std::memory_order_relaxed) > 0; }
 
 TierStats RedisTier::Stats() const {
-  TierStats s;
-  s.name = "redis";
-  s.enabled = true;
-  counters_.Fill(&s);
   // entries / bytes_used stay 0: Redis is shared with other replicas and not tracked here.
-  return s;
+  return counters_.Snapshot("redis", 0, 0);
 }
 
 }  // namespace strata::engine::kvtier

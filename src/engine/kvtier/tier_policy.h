@@ -41,6 +41,16 @@ struct TierCounters {
       corrupt{0}, errors{0}, read_ops{0}, read_ns{0}, write_ops{0}, write_ns{0};
   // Fills everything but name/enabled/entries/bytes_used.
   void Fill(TierStats* s) const;
+  // An enabled tier's stats: the counters plus name, entries and bytes held.
+  TierStats Snapshot(const char* name, uint64_t entries, uint64_t bytes_used) const {
+    TierStats s;
+    s.name = name;
+    s.enabled = true;
+    Fill(&s);
+    s.entries = static_cast<int64_t>(entries);
+    s.bytes_used = static_cast<int64_t>(bytes_used);
+    return s;
+  }
 };
 
 // Measures one read or write into the counters.
