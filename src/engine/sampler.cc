@@ -63,12 +63,8 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   for (int32_t b : banned)
     if (b >= 0 && static_cast<size_t>(b) < n) work_[static_cast<size_t>(b)] = -std::numeric_limits<float>::infinity();
 
-  // log-sum-exp for logprobs.
-  float mx = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < n; ++i) mx = std::max(mx, work_[i]);
-  double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(work_[i] - mx));
-  last_lse_ = mx + static_cast<float>(std::log(sum));
+  last_n_ = n;
+  lse_valid_ = false;  // the log-sum-exp for logprobs is computed on demand (LastLogprob)
 
   if (p_.temperature <= 0.0f || p_.top_k == 1) {
     size_t best = 0;
@@ -136,6 +132,15 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
 
 float Sampler::LastLogprob(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= n_vocab_) return -std::numeric_limits<float>::infinity();
+  if (!lse_valid_) {
+    const size_t n = last_n_;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (size_t i = 0; i < n; ++i) mx = std::max(mx, work_[i]);
+    double sum = 0.0;
+    for (size_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(work_[i] - mx));
+    last_lse_ = mx + static_cast<float>(std::log(sum));
+    lse_valid_ = true;
+  }
   return work_[static_cast<size_t>(id)] - last_lse_;
 }
 

@@ -45,7 +45,8 @@ class Sampler {
                  std::span<const int32_t> banned = {});
 
   // Log-probabilities of the last Sample() call's distribution before truncation (log-softmax of
-  // the penalised logits at temperature 1): filled on demand for `logprobs`.
+  // the penalised logits at temperature 1): filled on demand for `logprobs`. Not thread-safe (the
+  // first call after Sample() caches the normaliser), like the rest of the sampler.
   float LastLogprob(int32_t id) const;
 
  private:
@@ -56,7 +57,11 @@ class Sampler {
   std::vector<int32_t> idx_;          // candidate ids
   std::vector<float> probs_;
   std::vector<uint32_t> counts_;      // token counts in the penalty window
-  float last_lse_ = 0.0f;             // log-sum-exp of work_ at the last call
+  // Log-sum-exp of work_ at the last call, computed by the first LastLogprob() after it (one pass
+  // of n_vocab exps that requests without logprobs never pay).
+  mutable float last_lse_ = 0.0f;
+  mutable bool lse_valid_ = false;
+  size_t last_n_ = 0;                 // logits given to the last call
 };
 
 }  // namespace strata::engine
