@@ -107,6 +107,7 @@ struct BenchOfflineOptions {
   int output_len = 64;
   int shared_prefix = 0;
   int reps = 1;
+  int warmup = 0;
   uint64_t seed = 1;
   bool json = false;
   std::string kv_dtype = "f16";
@@ -135,6 +136,12 @@ struct OfflineRun {
   int completed = 0, failed = 0;
   std::vector<double> ttft_ms, tpot_ms;
   int64_t prefix_hit_tokens = 0, prefix_query_tokens = 0, preemptions = 0;
+  int64_t decode_steps = 0, decode_tokens = 0;  // decode-only engine steps (EngineStats)
+  double decode_seconds = 0;
+  double decode_tps() const { return decode_seconds > 0 ? static_cast<double>(decode_tokens) / decode_seconds : 0.0; }
+  double decode_mean_batch() const {
+    return decode_steps > 0 ? static_cast<double>(decode_tokens) / static_cast<double>(decode_steps) : 0.0;
+  }
 };
 
 Result<OfflineRun> RunOffline(engine::ServingEngine& se, const BenchOfflineOptions& o,
@@ -202,12 +209,16 @@ Result<OfflineRun> RunOffline(engine::ServingEngine& se, const BenchOfflineOptio
   run.prefix_hit_tokens = after.prefix_hit_tokens - before.prefix_hit_tokens;
   run.prefix_query_tokens = after.prefix_query_tokens - before.prefix_query_tokens;
   run.preemptions = after.preemptions - before.preemptions;
+  run.decode_steps = after.decode_steps - before.decode_steps;
+  run.decode_tokens = after.decode_tokens - before.decode_tokens;
+  run.decode_seconds = after.decode_seconds - before.decode_seconds;
   return run;
 }
 
 Status RunBenchOffline(BenchOfflineOptions o) {
-  if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1 || o.shared_prefix < 0 || o.reps < 1)
-    return Status::InvalidArgument("--num-prompts, --input-len, --output-len and --reps must be >= 1; --shared-prefix >= 0");
+  if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1 || o.shared_prefix < 0 || o.reps < 1 || o.warmup < 0)
+    return Status::InvalidArgument(
+        "--num-prompts, --input-len, --output-len and --reps must be >= 1; --shared-prefix and --warmup >= 0");
   std::string path = o.model.empty() ? DefaultModelPath() : o.model;
   ASSIGN_OR_RETURN(auto loaded, model::Model::Load(path));
   std::shared_ptr<const model::Model> model = std::move(loaded);
@@ -224,7 +235,7 @@ Status RunBenchOffline(BenchOfflineOptions o) {
   };
   std::vector<int32_t> prefix = random_tokens(o.shared_prefix);
   std::vector<OfflineRun> runs;
-  for (int rep = 0; rep < o.reps; ++rep) {
+  for (int rep = 0; rep < o.warmup + o.reps; ++rep) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < o.num_prompts; ++i) {
       std::vector<int32_t> p = prefix;
@@ -233,7 +244,7 @@ Status RunBenchOffline(BenchOfflineOptions o) {
       prompts.push_back(std::move(p));
     }
     ASSIGN_OR_RETURN(OfflineRun run, RunOffline(*se, o, prompts));
-    runs.push_back(std::move(run));
+    if (rep >= o.warmup) runs.push_back(std::move(run));  // warm-up runs fill caches, unreported
   }
   se->Stop();
   // Report the median run by output tokens/s (all runs in JSON).
@@ -250,12 +261,14 @@ Status RunBenchOffline(BenchOfflineOptions o) {
                         {"output_len", o.output_len}, {"shared_prefix", o.shared_prefix},
                         {"max_num_seqs", o.serving.max_num_seqs}, {"threads", o.serving.threads},
                         {"prefix_cache", o.serving.enable_prefix_cache}, {"kv_dtype", o.kv_dtype},
-                        {"kv_blocks", se->num_blocks()}, {"reps", o.reps},
+                        {"kv_blocks", se->num_blocks()}, {"reps", o.reps}, {"warmup", o.warmup},
                         {"completed", m.completed}, {"failed", m.failed}, {"duration_s", m.duration_s},
                         {"requests_per_s", req_s}, {"output_tps", out_tps}, {"output_tps_runs", all},
                         {"ttft_ms", PercentileJson(m.ttft_ms)}, {"tpot_ms", PercentileJson(m.tpot_ms)},
                         {"prefix_hit_tokens", m.prefix_hit_tokens}, {"prefix_query_tokens", m.prefix_query_tokens},
-                        {"preemptions", m.preemptions}};
+                        {"preemptions", m.preemptions}, {"decode_tps", m.decode_tps()},
+                        {"decode_steps", m.decode_steps}, {"decode_tokens", m.decode_tokens},
+                        {"decode_mean_batch", m.decode_mean_batch()}};
     std::cout << j.dump(2) << std::endl;
   } else {
     std::cout << fmt::format("model {}  prompts {} x ({} shared + {} in, {} out)  max-num-seqs {}  prefix cache {}\n",
@@ -269,6 +282,8 @@ Status RunBenchOffline(BenchOfflineOptions o) {
                              Percentile(m.tpot_ms, 90), Percentile(m.tpot_ms, 99));
     std::cout << fmt::format("prefix cache hits {} / {} tokens, preemptions {}\n", m.prefix_hit_tokens,
                              m.prefix_query_tokens, m.preemptions);
+    std::cout << fmt::format("decode-only steps {}  mean batch {:.1f}  decode tokens/s {:.2f}\n", m.decode_steps,
+                             m.decode_mean_batch(), m.decode_tps());
   }
   return m.failed == 0 ? Status::Ok() : Status::Internal(std::to_string(m.failed) + " requests failed");
 }
@@ -310,6 +325,7 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   off->add_flag("!--no-prefix-cache", f->serving.enable_prefix_cache, "Disable prefix caching");
   off->add_option("-t,--threads", f->serving.threads, "Threads (default: all cores)");
   off->add_option("-r,--reps", f->reps, "Repetitions (median reported)")->capture_default_str();
+  off->add_option("--warmup", f->warmup, "Unreported runs first (e.g. to warm the prefix cache)")->capture_default_str();
   off->add_option("--seed", f->seed, "Prompt generator seed")->capture_default_str();
   off->add_flag("--json", f->json, "Print JSON");
   off->callback([f, exit_code] {

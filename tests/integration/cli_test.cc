@@ -80,6 +80,46 @@ TEST(CliTest, ClearErrorsOnBadInput) {
   EXPECT_NE(r.err.find("out of range"), std::string::npos) << r.err;
 }
 
+// `bench offline` on the bundled model: the JSON keys, and counts that follow from the
+// workload.
+TEST(CliTest, BenchOfflineReportsTheWorkload) {
+  RunResult r = RunStrata("bench offline --num-prompts 4 --input-len 8 --output-len 5 -t 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["completed"], 4);
+  EXPECT_EQ(j["failed"], 0);
+  for (const char* k : {"ttft_ms", "tpot_ms"})
+    for (const char* p : {"p50", "p90", "p99"}) EXPECT_TRUE(j[k].contains(p)) << k << "." << p;
+  const double duration = j["duration_s"];
+  ASSERT_GT(duration, 0.0);
+  EXPECT_NEAR(j["output_tps"].get<double>(), 4 * 5 / duration, 1e-6 * (4 * 5 / duration));
+  EXPECT_NEAR(j["requests_per_s"].get<double>(), 4 / duration, 1e-6 * (4 / duration));
+  // Tokens 2..5 of each request are decode tokens; those sampled in a step that also ran another
+  // request's prompt chunk are not counted (submission races the engine thread). The request
+  // admitted last decodes after every prompt chunk: at least its 4 steps are decode-only.
+  EXPECT_GE(j["decode_steps"].get<int>(), 4);
+  EXPECT_LE(j["decode_tokens"].get<int>(), 4 * 4);
+  EXPECT_GE(j["decode_tokens"].get<int>(), j["decode_steps"].get<int>());
+  EXPECT_NEAR(j["decode_mean_batch"].get<double>(), j["decode_tokens"].get<double>() / j["decode_steps"].get<double>(), 1e-9);
+  EXPECT_GT(j["decode_tps"].get<double>(), 0.0);
+  EXPECT_LE(j["ttft_ms"]["p50"].get<double>(), 1000.0 * duration);
+
+  // A warm-up run caches the 32-token shared prefix (two 16-token blocks), so the reported run
+  // hits it for every prompt.
+  r = RunStrata("bench offline --num-prompts 4 --input-len 8 --output-len 2 --shared-prefix 32 --warmup 1 -t 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prefix_hit_tokens"], 4 * 32);
+  EXPECT_EQ(j["prefix_query_tokens"], 4 * 40);
+  r = RunStrata("bench offline --num-prompts 4 --input-len 8 --output-len 2 --shared-prefix 32 -t 1 --no-prefix-cache --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["prefix_hit_tokens"], 0);
+
+  r = RunStrata("bench offline --num-prompts 0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--num-prompts"), std::string::npos) << r.err;
+}
+
 TEST(CliTest, InfoPrintsMetadataAndTensors) {
   RunResult r = RunStrata(std::string("info ") + STRATA_DEFAULT_MODEL);
   ASSERT_EQ(r.exit_code, 0) << r.err;

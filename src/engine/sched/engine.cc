@@ -405,7 +405,10 @@ Status Engine::Step() {
     }
     batch_.clear();
     int rows = 0;
+    bool decode_only = true;
+    const TimePoint step_start = clock_->Now();
     for (const ScheduledSeq& e : out.seqs) {
+      decode_only = decode_only && e.num_tokens == 1 && e.sample && e.start_pos >= e.req->prompt_len;
       const SequenceState& s = e.req->seqs[static_cast<size_t>(e.seq_index)];
       BatchSeq b;
       b.seq_id = e.kv_id;
@@ -439,6 +442,11 @@ Status Engine::Step() {
         SampleAndCommit(e, std::span<const float>(logits_).subspan(row * v, v));
         ++row;
       }
+      if (decode_only) {
+        decode_steps_ += 1;
+        decode_tokens_ += rows;
+        decode_seconds_ += std::chrono::duration<double>(clock_->Now() - step_start).count();
+      }
     }
   }
   sched_.TakeFinished(&finished_);
@@ -471,6 +479,9 @@ void Engine::PublishStats() {
   stats_.tokens_computed = tokens_computed_;
   stats_.generated_tokens = generated_tokens_;
   stats_.finished_requests = finished_requests_;
+  stats_.decode_steps = decode_steps_;
+  stats_.decode_tokens = decode_tokens_;
+  stats_.decode_seconds = decode_seconds_;
   stats_.tier_hit_tokens = sched_.tier_hit_tokens();
   stats_.tier_prefetches = tier_prefetches_;
   stats_.tier_prefetch_timeouts = tier_timeouts_;

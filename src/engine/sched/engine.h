@@ -72,6 +72,12 @@ struct EngineStats {
   int64_t tier_hit_tokens = 0;          // prompt tokens served from lower KV tiers
   int64_t tier_prefetches = 0;          // prefetches started
   int64_t tier_prefetch_timeouts = 0;   // prefetches given up after prefetch_timeout_s
+  // Decode-only steps: every scheduled sequence computed one generated token and sampled the next
+  // (no prompt chunk in the step). Their wall time (engine clock) covers the forward pass and
+  // sampling, so decode_tokens / decode_seconds is the steady-state generation rate.
+  int64_t decode_steps = 0;
+  int64_t decode_tokens = 0;
+  double decode_seconds = 0.0;
 };
 
 struct RequestHandle {
@@ -183,6 +189,8 @@ class Engine : private kv::KvManager::Listener {
   mutable std::mutex stats_mu_;
   EngineStats stats_;
   int64_t steps_ = 0, tokens_computed_ = 0, generated_tokens_ = 0, finished_requests_ = 0;
+  int64_t decode_steps_ = 0, decode_tokens_ = 0;
+  double decode_seconds_ = 0.0;
 };
 
 }  // namespace strata::engine::sched

@@ -143,6 +143,47 @@ TEST(EngineSim, ChunkedPrefillMixesWithDecodes) {
   EXPECT_EQ(sim.results[*b][0].tokens, GreedyReference(sim.rcfg, MakePrompt(100, 2), 5));
 }
 
+// A runner whose forward pass takes 1 ms of fake time per fed token.
+class TimedRunner final : public ModelRunner {
+ public:
+  TimedRunner(FakeModelRunner* inner, FakeClock* clock) : inner_(inner), clock_(clock) {}
+  int n_vocab() const override { return inner_->n_vocab(); }
+  Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits) override {
+    for (const BatchSeq& b : batch) clock_->Advance(std::chrono::milliseconds(b.tokens.size()));
+    return inner_->Run(batch, logits);
+  }
+
+ private:
+  FakeModelRunner* inner_;
+  FakeClock* clock_;
+};
+
+TEST(EngineSim, DecodeStatsCountOnlyStepsWithoutPromptTokens) {
+  FakeClock clock;
+  FakeRunnerConfig rcfg;
+  rcfg.num_blocks = 64;
+  FakeModelRunner fake(rcfg);
+  TimedRunner runner(&fake, &clock);
+  kv::KvManagerConfig kcfg;
+  kcfg.num_blocks = 64;
+  auto e = Engine::Create(&runner, kcfg, Cfg(32, 8), &clock, nullptr);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  Engine& engine = **e;
+  ASSERT_TRUE(engine.Submit(Req(MakePrompt(10, 1), 6)).ok());
+  ASSERT_TRUE(engine.Step().ok());  // a: 10 prompt tokens, token 1
+  ASSERT_TRUE(engine.Submit(Req(MakePrompt(40, 2), 3)).ok());
+  ASSERT_TRUE(engine.Step().ok());  // a: decode (token 2) + b: prompt chunk of 31
+  ASSERT_TRUE(engine.Step().ok());  // a: decode (token 3) + b: last 9 prompt tokens, token 1
+  EXPECT_EQ(engine.Stats().decode_steps, 0);
+  while (engine.HasWork()) ASSERT_TRUE(engine.Step().ok());
+  // Then a: tokens 4, 5, 6 and b: tokens 2, 3 in three decode-only steps of 2, 2 and 1 sequences.
+  const EngineStats st = engine.Stats();
+  EXPECT_EQ(st.decode_steps, 3);
+  EXPECT_EQ(st.decode_tokens, 5);
+  EXPECT_NEAR(st.decode_seconds, 0.005, 1e-9);
+  EXPECT_EQ(st.generated_tokens, 9);
+}
+
 TEST(EngineSim, PrefixCacheSkipsCachedBlocks) {
   Sim sim(256, Cfg());
   std::vector<int32_t> shared = MakePrompt(50, 9);
