@@ -111,6 +111,7 @@ struct BenchOfflineOptions {
   uint64_t seed = 1;
   bool json = false;
   std::string kv_dtype = "f16";
+  std::string kv_tier_ram;  // host-RAM KV tier below the pool (empty: none)
   engine::ServingConfig serving;
 };
 
@@ -137,6 +138,7 @@ struct OfflineRun {
   std::vector<double> ttft_ms, tpot_ms;
   int64_t prefix_hit_tokens = 0, prefix_query_tokens = 0, preemptions = 0;
   int64_t decode_steps = 0, decode_tokens = 0;  // decode-only engine steps (EngineStats)
+  int64_t tier_hit_tokens = 0;                   // prompt/recompute tokens restored from the RAM tier
   double decode_seconds = 0;
   double decode_tps() const { return decode_seconds > 0 ? static_cast<double>(decode_tokens) / decode_seconds : 0.0; }
   double decode_mean_batch() const {
@@ -210,6 +212,7 @@ Result<OfflineRun> RunOffline(engine::ServingEngine& se, const BenchOfflineOptio
   run.prefix_query_tokens = after.prefix_query_tokens - before.prefix_query_tokens;
   run.preemptions = after.preemptions - before.preemptions;
   run.decode_steps = after.decode_steps - before.decode_steps;
+  run.tier_hit_tokens = after.tier_hit_tokens - before.tier_hit_tokens;
   run.decode_tokens = after.decode_tokens - before.decode_tokens;
   run.decode_seconds = after.decode_seconds - before.decode_seconds;
   return run;
@@ -223,6 +226,12 @@ Status RunBenchOffline(BenchOfflineOptions o) {
   ASSIGN_OR_RETURN(auto loaded, model::Model::Load(path));
   std::shared_ptr<const model::Model> model = std::move(loaded);
   ASSIGN_OR_RETURN(o.serving.kv_dtype, engine::kv::ParseKvDType(o.kv_dtype));
+  if (!o.kv_tier_ram.empty()) {
+    auto bytes = engine::kv::ParseMemorySize(o.kv_tier_ram);
+    if (!bytes.ok()) return Status::InvalidArgument("--kv-tier-ram: " + std::string(bytes.status().message()));
+    o.serving.kv_tiers.ram.emplace();
+    o.serving.kv_tiers.ram->limits.capacity_bytes = *bytes;
+  }
   if (o.serving.max_model_len == 0) o.serving.max_model_len = o.shared_prefix + o.input_len + o.output_len;
   ASSIGN_OR_RETURN(auto se, engine::ServingEngine::Create(model, o.serving));
   se->Start();
@@ -266,7 +275,8 @@ Status RunBenchOffline(BenchOfflineOptions o) {
                         {"requests_per_s", req_s}, {"output_tps", out_tps}, {"output_tps_runs", all},
                         {"ttft_ms", PercentileJson(m.ttft_ms)}, {"tpot_ms", PercentileJson(m.tpot_ms)},
                         {"prefix_hit_tokens", m.prefix_hit_tokens}, {"prefix_query_tokens", m.prefix_query_tokens},
-                        {"preemptions", m.preemptions}, {"decode_tps", m.decode_tps()},
+                        {"preemptions", m.preemptions}, {"tier_hit_tokens", m.tier_hit_tokens},
+                        {"kv_tier_ram", o.kv_tier_ram}, {"decode_tps", m.decode_tps()},
                         {"decode_steps", m.decode_steps}, {"decode_tokens", m.decode_tokens},
                         {"decode_mean_batch", m.decode_mean_batch()}};
     std::cout << j.dump(2) << std::endl;
@@ -280,8 +290,8 @@ Status RunBenchOffline(BenchOfflineOptions o) {
                              Percentile(m.ttft_ms, 90), Percentile(m.ttft_ms, 99));
     std::cout << fmt::format("TPOT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n", Percentile(m.tpot_ms, 50),
                              Percentile(m.tpot_ms, 90), Percentile(m.tpot_ms, 99));
-    std::cout << fmt::format("prefix cache hits {} / {} tokens, preemptions {}\n", m.prefix_hit_tokens,
-                             m.prefix_query_tokens, m.preemptions);
+    std::cout << fmt::format("prefix cache hits {} / {} tokens, preemptions {}, RAM-tier hits {} tokens\n",
+                             m.prefix_hit_tokens, m.prefix_query_tokens, m.preemptions, m.tier_hit_tokens);
     std::cout << fmt::format("decode-only steps {}  mean batch {:.1f}  decode tokens/s {:.2f}\n", m.decode_steps,
                              m.decode_mean_batch(), m.decode_tps());
   }
@@ -322,6 +332,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   off->add_option("--kv-cache-memory", f->serving.kv_cache_memory, "KV pool size (e.g. 4GiB, or a RAM fraction 0.25)")->capture_default_str();
   off->add_option("--kv-cache-dtype", f->kv_dtype, "f16 | f32 | q8_0")->capture_default_str();
   off->add_option("--block-size", f->serving.block_size, "Tokens per KV block")->capture_default_str();
+  off->add_option("--kv-tier-ram", f->kv_tier_ram,
+                  "Host-RAM KV tier below the pool, e.g. 1GiB: evicted and preempted blocks come back from it");
   off->add_flag("!--no-prefix-cache", f->serving.enable_prefix_cache, "Disable prefix caching");
   off->add_option("-t,--threads", f->serving.threads, "Threads (default: all cores)");
   off->add_option("-r,--reps", f->reps, "Repetitions (median reported)")->capture_default_str();

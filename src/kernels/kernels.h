@@ -78,5 +78,10 @@ void Softmax(float* x, size_t n);
 // Same result for a given (q, keys, values, len) whatever else is in flight (batch-invariant).
 void Attend(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd, float scale,
             float* scores, float* out);
+// Attend over IEEE-half keys/values (strides in elements), widened to f32 as they are read. Gives
+// the same bits as Attend on the widened rows at the same ISA level (widening is exact and the
+// arithmetic order is the same); it saves writing and re-reading an f32 copy of the KV history.
+void AttendF16(const float* q, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len, size_t hd,
+               float scale, float* scores, float* out);
 
 }  // namespace strata::kernels

@@ -45,6 +45,8 @@ struct VecOps {
   void (*softmax)(float* x, size_t n);
   void (*attend)(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd,
                  float scale, float* scores, float* out);
+  void (*attend_f16)(const float* q, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len,
+                     size_t hd, float scale, float* scores, float* out);
 };
 
 // Returns the tile kernel for weight type t at this ISA level, or nullptr when that level has no

@@ -224,6 +224,32 @@ TEST_P(VecOpsTest, AttendMatchesDefinition) {
   }
 }
 
+// AttendF16 on half keys/values gives exactly Attend's bits on the same values widened to f32 (the
+// runner relies on it: F16 KV attention must not depend on which path ran), and both follow the
+// double-precision definition (checked above for Attend).
+TEST_P(VecOpsTest, AttendF16EqualsAttendOnWidenedRows) {
+  IsaGuard guard(GetParam());
+  for (size_t hd : {size_t{7}, size_t{64}, size_t{80}, size_t{128}}) {
+    for (size_t len : {size_t{1}, size_t{2}, size_t{5}, size_t{37}, size_t{300}}) {
+      const size_t stride = hd * 3 + 5;
+      std::vector<float> q = RandomFloats(hd, 51, 1.0f), kf = RandomFloats(len * stride, 52, 1.0f);
+      std::vector<float> vf = RandomFloats(len * stride, 53, 2.0f);
+      std::vector<uint16_t> k16(kf.size()), v16(vf.size());
+      for (size_t i = 0; i < kf.size(); ++i) {
+        k16[i] = F32ToF16(kf[i]);
+        kf[i] = F16ToF32(k16[i]);  // the widened values
+        v16[i] = F32ToF16(vf[i]);
+        vf[i] = F16ToF32(v16[i]);
+      }
+      std::vector<float> s1(len), s2(len), o1(hd), o2(hd);
+      Attend(q.data(), kf.data(), vf.data(), stride, len, hd, 0.3f, s1.data(), o1.data());
+      AttendF16(q.data(), k16.data(), v16.data(), stride, len, hd, 0.3f, s2.data(), o2.data());
+      ASSERT_EQ(0, std::memcmp(o1.data(), o2.data(), hd * sizeof(float))) << "hd " << hd << " len " << len;
+      ASSERT_EQ(0, std::memcmp(s1.data(), s2.data(), len * sizeof(float))) << "hd " << hd << " len " << len;
+    }
+  }
+}
+
 TEST_P(VecOpsTest, MatchScalarReference) {
   IsaGuard guard(GetParam());
   const auto& ref = internal::RefVecOps();

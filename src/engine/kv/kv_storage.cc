@@ -2,6 +2,11 @@
 
 #include <unistd.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define STRATA_KV_X86 1
+#endif
+
 #include <algorithm>
 #include <cassert>
 #include <charconv>
@@ -18,6 +23,26 @@
 namespace strata::engine::kv {
 
 namespace {
+
+#ifdef STRATA_KV_X86
+// Hardware f32 -> f16 (round to nearest even, as F32ToF16; the two differ only in NaN payloads).
+__attribute__((target("avx2,f16c"))) void F32RowToF16F16c(const float* src, uint8_t* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), h);
+  }
+  for (; i < n; ++i) {
+    const uint16_t h = F32ToF16(src[i]);
+    std::memcpy(dst + 2 * i, &h, sizeof(h));
+  }
+}
+
+bool HasF16c() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
 
 constexpr int kQ8Block = 32;  // elements per BlockQ8_0
 // Each of the K and V arrays must stay addressable with ptrdiff_t arithmetic.
@@ -294,6 +319,12 @@ void KvStorage::EncodeRow(KvDType dtype, const float* src, uint8_t* dst, int kv_
       std::memcpy(dst, src, n * sizeof(float));
       return;
     case KvDType::kF16:
+#ifdef STRATA_KV_X86
+      if (HasF16c()) {
+        F32RowToF16F16c(src, dst, n);
+        return;
+      }
+#endif
       for (size_t i = 0; i < n; ++i) {
         const uint16_t h = F32ToF16(src[i]);
         std::memcpy(dst + 2 * i, &h, sizeof(h));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -280,6 +281,54 @@ TEST(KvStorageTest, EncodedBytesFollowFormats) {
       const int8_t got = static_cast<int8_t>(blk[2 + j]);
       EXPECT_LE(std::fabs(got - exact), 0.5f + 1e-4f) << j;
     }
+  }
+}
+
+// F16 rows (hardware conversion where the CPU has it) round every finite value to the nearest half,
+// ties to even, overflow to infinity, tiny values to signed zero or subnormals -- checked against
+// the exact rounding computed here in double precision.
+TEST(KvStorageTest, F16EncodingRoundsToNearestEven) {
+  std::mt19937 rng(11);
+  std::vector<float> src;
+  for (int e = -30; e <= 17; ++e)
+    for (int i = 0; i < 40; ++i) {
+      const float m = 1.0f + static_cast<float>(rng() % 4096) / 4096.0f + static_cast<float>(rng() % 3) * 0x1p-12f;
+      src.push_back(std::ldexp(m, e) * (rng() % 2 ? 1.0f : -1.0f));
+    }
+  for (float x : {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, 1e30f, -1e30f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f,
+                  1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, std::numeric_limits<float>::infinity()})
+    src.push_back(x);
+  while (src.size() % 8 != 3) src.push_back(0.25f);  // a scalar tail after the vector part
+  std::vector<uint8_t> dst(2 * src.size());
+  KvStorage::EncodeRow(KvDType::kF16, src.data(), dst.data(), static_cast<int>(src.size()));
+  for (size_t i = 0; i < src.size(); ++i) {
+    const uint16_t got = static_cast<uint16_t>(dst[2 * i] | (dst[2 * i + 1] << 8));
+    // Exact: the nearest half by enumeration of the two neighbours of |x| (ties: even mantissa).
+    const double ax = std::fabs(static_cast<double>(src[i]));
+    uint16_t want;
+    if (ax >= 65520.0) {
+      want = 0x7C00;
+    } else {
+      uint16_t lo = 0;
+      auto value = [](uint16_t h) {
+        const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+        return e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+      };
+      uint16_t top = 0x7BFF;  // largest finite half; binary search for the last half <= |x|
+      while (lo < top) {
+        const uint16_t mid = static_cast<uint16_t>((lo + top + 1) / 2);
+        if (value(mid) <= ax) {
+          lo = mid;
+        } else {
+          top = static_cast<uint16_t>(mid - 1);
+        }
+      }
+      const uint16_t hi = static_cast<uint16_t>(lo + 1);
+      const double dl = ax - value(lo), dh = value(hi) - ax;
+      want = dl < dh ? lo : dh < dl ? hi : ((lo & 1) ? hi : lo);
+    }
+    if (std::signbit(src[i])) want |= 0x8000;
+    ASSERT_EQ(got, want) << "x = " << src[i];
   }
 }
 

@@ -134,8 +134,13 @@ void CpuModelRunner::EnsureScratch(size_t n, size_t max_len, size_t n_items) {
     max_len = std::max(max_len, 2 * scratch_len_);
     max_len = (max_len + 255) / 256 * 256;
     for (auto& ts : thread_scratch_) {
-      ts.k.resize(max_len * hd);
-      ts.v.resize(max_len * hd);
+      if (storage_->layout().dtype == kv::KvDType::kF16) {
+        ts.k16.resize(max_len * hd);
+        ts.v16.resize(max_len * hd);
+      } else {
+        ts.k.resize(max_len * hd);
+        ts.v.resize(max_len * hd);
+      }
       ts.scores.resize(max_len);
     }
     scratch_len_ = max_len;
@@ -195,6 +200,28 @@ void CpuModelRunner::GatherHead(bool is_v, int layer, std::span<const int32_t> t
   }
 }
 
+void CpuModelRunner::GatherHeadF16(bool is_v, int layer, std::span<const int32_t> table, int kv_head, size_t len,
+                                   uint16_t* dst) const {
+  const size_t hd = static_cast<size_t>(cfg_.head_dim);
+  const size_t bs = static_cast<size_t>(storage_->layout().block_size);
+  const size_t head_off = static_cast<size_t>(kv_head) * hd * sizeof(uint16_t);  // in bytes
+  const size_t bytes = hd * sizeof(uint16_t);
+  const size_t row_bytes = storage_->layout().RowBytes();
+  // Block by block: rows of a block are row_bytes apart (kv_storage.h), so the address arithmetic is
+  // once per block and the copies are a plain strided walk.
+  for (size_t p0 = 0; p0 < len; p0 += bs) {
+    const int32_t block = table[p0 / bs];
+    const uint8_t* base = (is_v ? storage_->V(layer, block, 0) : storage_->K(layer, block, 0)) + head_off;
+    const size_t n = std::min(bs, len - p0);
+    uint16_t* out = dst + p0 * hd;
+    if (bytes == 128) {  // head_dim 64: a constant-size copy the compiler inlines
+      for (size_t r = 0; r < n; ++r) std::memcpy(out + r * hd, base + r * row_bytes, 128);
+    } else {
+      for (size_t r = 0; r < n; ++r) std::memcpy(out + r * hd, base + r * row_bytes, bytes);
+    }
+  }
+}
+
 void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin, const AttnItem& item,
                                 int thread) {
   const size_t hd = static_cast<size_t>(cfg_.head_dim), qd = static_cast<size_t>(cfg_.q_dim());
@@ -202,8 +229,16 @@ void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin
   const float scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
   ThreadScratch& ts = thread_scratch_[static_cast<size_t>(thread)];
   const size_t len = static_cast<size_t>(seq.start_pos) + static_cast<size_t>(item.t1);  // last pos + 1
-  GatherHead(false, layer, seq.block_table, item.kv_head, len, ts.k.data(), ts.row.data());
-  GatherHead(true, layer, seq.block_table, item.kv_head, len, ts.v.data(), ts.row.data());
+  // F16 KV (the default): the head's rows are copied as halves and widened inside the attention
+  // kernel (same bits as widening here; half the bytes written and re-read per query head).
+  const bool f16 = storage_->layout().dtype == kv::KvDType::kF16;
+  if (f16) {
+    GatherHeadF16(false, layer, seq.block_table, item.kv_head, len, ts.k16.data());
+    GatherHeadF16(true, layer, seq.block_table, item.kv_head, len, ts.v16.data());
+  } else {
+    GatherHead(false, layer, seq.block_table, item.kv_head, len, ts.k.data(), ts.row.data());
+    GatherHead(true, layer, seq.block_table, item.kv_head, len, ts.v.data(), ts.row.data());
+  }
   float* scores = ts.scores.data();
   const size_t h0 = static_cast<size_t>(item.kv_head) * group;
   for (int32_t t = item.t0; t < item.t1; ++t) {
@@ -212,7 +247,11 @@ void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin
     for (size_t h = h0; h < h0 + group; ++h) {
       const float* q = q_.data() + row * qd + h * hd;
       float* out = att_.data() + row * qd + h * hd;
-      kernels::Attend(q, ts.k.data(), ts.v.data(), hd, n, hd, scale, scores, out);
+      if (f16) {
+        kernels::AttendF16(q, ts.k16.data(), ts.v16.data(), hd, n, hd, scale, scores, out);
+      } else {
+        kernels::Attend(q, ts.k.data(), ts.v.data(), hd, n, hd, scale, scores, out);
+      }
     }
   }
 }

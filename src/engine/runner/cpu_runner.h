@@ -64,6 +64,10 @@ class CpuModelRunner final : public ModelRunner {
   void WriteKv(int layer, std::span<const BatchSeq> batch);
   void Attention(int layer, std::span<const BatchSeq> batch);
   void AttendItem(int layer, const BatchSeq& seq, size_t row_begin, const AttnItem& item, int thread);
+  // F16 storage only: rows [0, len) of one kv head of one sequence (K or V), as stored
+  // (head_dim halves each), into dst [len x head_dim].
+  void GatherHeadF16(bool is_v, int layer, std::span<const int32_t> table, int kv_head, size_t len,
+                     uint16_t* dst) const;
   // Decodes rows [0, len) of one kv head of one sequence (K or V) into f32 [len x head_dim].
   void GatherHead(bool is_v, int layer, std::span<const int32_t> table, int kv_head, size_t len,
                   float* dst, float* row_tmp) const;
@@ -85,6 +89,7 @@ class CpuModelRunner final : public ModelRunner {
   // one decoded full row [kv_dim] (Q8_0 heads not aligned to 32).
   struct ThreadScratch {
     std::vector<float> k, v, scores, row;
+    std::vector<uint16_t> k16, v16;  // F16 KV: the head's rows copied as they are stored
   };
   std::vector<ThreadScratch> thread_scratch_;
   size_t scratch_tokens_ = 0, scratch_len_ = 0;

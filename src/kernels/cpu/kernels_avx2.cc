@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/kernels_internal.h"
 #include "kernels/ref/quants_ref.h"
@@ -30,6 +32,7 @@ constexpr size_t kLanes = 8;
 STRATA_FN VF VZero() { return _mm256_setzero_ps(); }
 STRATA_FN VF VSet1(float v) { return _mm256_set1_ps(v); }
 STRATA_FN VF VLoad(const float* p) { return _mm256_loadu_ps(p); }
+STRATA_FN VF VLoad(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 STRATA_FN void VStore(float* p, VF v) { _mm256_storeu_ps(p, v); }
 STRATA_FN VF VAdd(VF a, VF b) { return _mm256_add_ps(a, b); }
 STRATA_FN VF VSub(VF a, VF b) { return _mm256_sub_ps(a, b); }
@@ -70,7 +73,7 @@ DotTileFn Avx2DotTile(DType t) {
 }
 
 const VecOps& Avx2VecOps() {
-  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK, AttendK};
+  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK, AttendK, AttendF16K};
   return ops;
 }
 

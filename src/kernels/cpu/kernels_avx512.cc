@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/kernels_internal.h"
 #include "kernels/ref/quants_ref.h"
@@ -73,6 +75,7 @@ constexpr size_t kLanes = 16;
 STRATA_FN VF VZero() { return _mm512_setzero_ps(); }
 STRATA_FN VF VSet1(float v) { return _mm512_set1_ps(v); }
 STRATA_FN VF VLoad(const float* p) { return _mm512_loadu_ps(p); }
+STRATA_FN VF VLoad(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 STRATA_FN void VStore(float* p, VF v) { _mm512_storeu_ps(p, v); }
 STRATA_FN VF VAdd(VF a, VF b) { return _mm512_add_ps(a, b); }
 STRATA_FN VF VSub(VF a, VF b) { return _mm512_sub_ps(a, b); }
@@ -115,7 +118,7 @@ DotTileFn Avx512DotTile(DType t) {
 }
 
 const VecOps& Avx512VecOps() {
-  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK, AttendK};
+  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK, AttendK, AttendF16K};
   return ops;
 }
 

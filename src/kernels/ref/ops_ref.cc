@@ -1,6 +1,7 @@
 // Reference tile kernels (one scalar dot per token), activation conversion and vector ops.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/kernels_internal.h"
 #include "kernels/ref/quants_ref.h"
@@ -60,6 +61,18 @@ void AttendRef(const float* q, const float* k, const float* v, size_t kv_stride,
   SoftmaxRef(scores, len);
   for (size_t i = 0; i < hd; ++i) out[i] = 0.0f;
   for (size_t j = 0; j < len; ++j) AxpyRef(scores[j], v + j * kv_stride, out, hd);
+}
+
+// The reference widens each row first (exact), then runs AttendRef on the f32 copies.
+void AttendF16Ref(const float* q, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len, size_t hd,
+                  float scale, float* scores, float* out) {
+  std::vector<float> kf(len * hd), vf(len * hd);
+  for (size_t j = 0; j < len; ++j)
+    for (size_t i = 0; i < hd; ++i) {
+      kf[j * hd + i] = F16ToF32(k[j * kv_stride + i]);
+      vf[j * hd + i] = F16ToF32(v[j * kv_stride + i]);
+    }
+  AttendRef(q, kf.data(), vf.data(), hd, len, hd, scale, scores, out);
 }
 
 }  // namespace
@@ -123,7 +136,7 @@ DotTileFn RefDotTile(DType t) {
 }
 
 const VecOps& RefVecOps() {
-  static const VecOps ops{RmsNormRef, SiluMulRef, AddRef, DotF32Ref, AxpyRef, SoftmaxRef, AttendRef};
+  static const VecOps ops{RmsNormRef, SiluMulRef, AddRef, DotF32Ref, AxpyRef, SoftmaxRef, AttendRef, AttendF16Ref};
   return ops;
 }
 
