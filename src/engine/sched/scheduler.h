@@ -41,8 +41,12 @@
 // Preemption is by recompute: all blocks are freed, the request goes back to waiting, and on
 // readmission each sequence recomputes prompt + generated tokens (full blocks usually come back
 // from the prefix cache). Its Samplers are kept, so it resumes exactly where it was and produces the
-// same tokens. Swapping to host memory is not implemented: on CPU the KV already lives in host
-// memory and recomputing a prefix-cached prefix is cheap.
+// same tokens. There is no separate swap space: on CPU the KV already lives in host memory. The
+// preempted request's full blocks stay in the prefix cache, and with a RAM KV tier configured
+// (Engine::AttachKvTier) the ones the pool recycles meanwhile are demoted there and prefetched back
+// at readmission -- that is the "swap" path; only blocks lost from every tier and the last partial
+// block are recomputed. Measured (docs/perf.md, `bench offline --kv-cache-memory 64MiB`): the RAM
+// tier restores most preempted blocks and raises 1B throughput over pure recompute.
 //
 // Tiered KV (see Engine::AttachKvTier): a waiting request with tier_hold set is skipped like a
 // deferred one (it keeps its place) while the engine prefetches its prompt blocks from lower tiers.
