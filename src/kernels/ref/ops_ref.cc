@@ -66,7 +66,9 @@ void AttendRef(const float* q, const float* k, const float* v, size_t kv_stride,
 // The reference widens each row first (exact), then runs AttendRef on the f32 copies.
 void AttendF16Ref(const float* q, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len, size_t hd,
                   float scale, float* scores, float* out) {
-  std::vector<float> kf(len * hd), vf(len * hd);
+  thread_local std::vector<float> kf, vf;  // grow once per thread (no allocation per call after that)
+  kf.resize(len * hd);
+  vf.resize(len * hd);
   for (size_t j = 0; j < len; ++j)
     for (size_t i = 0; i < hd; ++i) {
       kf[j * hd + i] = F16ToF32(k[j * kv_stride + i]);
