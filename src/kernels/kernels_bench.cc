@@ -41,10 +41,11 @@ void Shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"rows", "cols", "tokens", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
-// Weights streamed from DRAM, as in a decode step: 48 copies of an 8192 x 2048 matrix (0.8 GB in
-// Q8_0, more than this machine's L3) are multiplied in turn; reports weight GB/s per call.
+// Weights streamed from DRAM, as in a decode step: copies of one matrix (~0.8 GB of Q8_0 in all,
+// more than this machine's L3) are multiplied in turn; reports weight GB/s per call.
 void BM_MatMulStream(benchmark::State& state, DType type) {
-  constexpr size_t kRows = 8192, kCols = 2048, kCopies = 48;
+  const size_t kRows = static_cast<size_t>(state.range(2)), kCols = static_cast<size_t>(state.range(3));
+  const size_t kCopies = (768u << 20) / (kRows * kCols);  // ~0.8 GB of Q8_0 in all
   const size_t n_tokens = static_cast<size_t>(state.range(0));
   ThreadPool pool(static_cast<int>(state.range(1)));
   auto w = testing::QuantizedWeights(type, kRows, kCols, 1);
@@ -66,9 +67,11 @@ void BM_MatMulStream(benchmark::State& state, DType type) {
 }
 
 void StreamShapes(benchmark::internal::Benchmark* b) {
-  for (int64_t n_tokens : {1, 8, 16, 32, 64})
-    for (int64_t threads : {1, 2}) b->Args({n_tokens, threads});
-  b->ArgNames({"tokens", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+  // Llama-3.2-1B FFN up (8192 x 2048) and the 134M model's FFN up / down (2048 x 768, 768 x 2048).
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{8192, 2048}, {2048, 768}, {768, 2048}})
+    for (int64_t n_tokens : {1, 8, 16, 32, 64})
+      for (int64_t threads : {1, 2}) b->Args({n_tokens, threads, rows, cols});
+  b->ArgNames({"tokens", "threads", "rows", "cols"})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
 BENCHMARK_CAPTURE(BM_MatMulStream, q8_0, DType::kQ8_0)->Apply(StreamShapes);
