@@ -329,6 +329,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   off->add_option("--shared-prefix", f->shared_prefix, "Tokens of a prefix common to every prompt")->capture_default_str();
   off->add_option("--max-num-seqs", f->serving.max_num_seqs, "Sequences running at once")->capture_default_str();
   off->add_option("--max-batched-tokens", f->serving.max_batched_tokens, "Token budget per step")->capture_default_str();
+  off->add_option("--max-prefill-tokens-with-decodes", f->serving.max_prefill_tokens_with_decodes,
+                  "Prompt tokens per step while sequences are decoding (0: no cap)")->capture_default_str();
   off->add_option("--kv-cache-memory", f->serving.kv_cache_memory, "KV pool size (e.g. 4GiB, or a RAM fraction 0.25)")->capture_default_str();
   off->add_option("--kv-cache-dtype", f->kv_dtype, "f16 | f32 | q8_0")->capture_default_str();
   off->add_option("--block-size", f->serving.block_size, "Tokens per KV block")->capture_default_str();

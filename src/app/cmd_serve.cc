@@ -44,6 +44,7 @@ struct ServeOptions {
   int block_size = 16;
   int max_num_seqs = 64;
   int max_batched_tokens = 2048;
+  int max_prefill_tokens_with_decodes = 0;
   int max_queued_requests = 256;
   uint64_t max_body_bytes = 4u << 20;
   double shutdown_timeout = 30;
@@ -189,6 +190,7 @@ Status RunServe(const ServeOptions& o) {
   sc.kv_dtype = kv_dtype;
   sc.block_size = o.block_size;
   sc.max_batched_tokens = o.max_batched_tokens;
+  sc.max_prefill_tokens_with_decodes = o.max_prefill_tokens_with_decodes;
   sc.max_num_seqs = o.max_num_seqs;
   sc.max_model_len = o.max_model_len;
   sc.max_queued_requests = o.max_queued_requests;
@@ -288,6 +290,8 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_option("--block-size", o->block_size, "tokens per KV block");
   cmd->add_option("--max-num-seqs", o->max_num_seqs, "sequences running at once");
   cmd->add_option("--max-batched-tokens", o->max_batched_tokens, "tokens per engine step");
+  cmd->add_option("--max-prefill-tokens-with-decodes", o->max_prefill_tokens_with_decodes,
+                  "prompt tokens per step while sequences are decoding (bounds their inter-token stall; 0: no cap)");
   cmd->add_option("--max-queued-requests", o->max_queued_requests, "admission bound: more waiting requests get 429");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "request body limit (413 above)");
   cmd->add_option("--max-tokens-cap", o->max_tokens_cap, "largest accepted max_tokens");

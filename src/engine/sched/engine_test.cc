@@ -143,6 +143,52 @@ TEST(EngineSim, ChunkedPrefillMixesWithDecodes) {
   EXPECT_EQ(sim.results[*b][0].tokens, GreedyReference(sim.rcfg, MakePrompt(100, 2), 5));
 }
 
+// With max_prefill_tokens_with_decodes, a long prompt arriving while another request decodes is
+// fed in chunks of at most the cap in every step that carries a decode, the full budget once no one
+// decodes; the tokens are unchanged.
+TEST(EngineSim, PrefillCapBoundsPromptTokensInStepsWithDecodes) {
+  SchedulerConfig sc = Cfg(64, 8);
+  sc.max_prefill_tokens_with_decodes = 8;
+  Sim sim(256, sc);
+  auto a = sim.Submit(Req(MakePrompt(10, 1), 12));
+  ASSERT_TRUE(a.ok());
+  sim.Step();  // a's prompt alone: no decode in the step, so no cap (10 tokens)
+  EXPECT_EQ(sim.runner->batches().back().size(), 1u);
+  EXPECT_EQ(sim.runner->batches().back()[0].num_tokens, 10);
+  const int64_t a_seq = sim.runner->batches().back()[0].seq_id;
+  auto b = sim.Submit(Req(MakePrompt(40, 2), 3));
+  ASSERT_TRUE(b.ok());
+  std::vector<int> b_chunks;
+  while (sim.engine->HasWork()) {
+    sim.Step();
+    const auto& batch = sim.runner->batches().back();
+    int decodes = 0, prompt = 0;
+    for (const auto& e : batch) {
+      if (e.start_pos >= (e.seq_id == a_seq ? 10 : 40)) {  // past its prompt: a decode
+        ++decodes;
+      } else {
+        prompt += e.num_tokens;
+      }
+    }
+    if (decodes > 0) {
+      EXPECT_LE(prompt, 8) << "step " << sim.steps;
+    }
+    if (batch.size() == 2 && batch[1].num_tokens > 1) b_chunks.push_back(batch[1].num_tokens);
+  }
+  EXPECT_EQ(b_chunks, (std::vector<int>{8, 8, 8, 8, 8}));  // while a decodes (a needs 11 more steps)
+  EXPECT_EQ(sim.results[*a][0].tokens, GreedyReference(sim.rcfg, MakePrompt(10, 1), 12));
+  EXPECT_EQ(sim.results[*b][0].tokens, GreedyReference(sim.rcfg, MakePrompt(40, 2), 3));
+
+  // Without decodes in flight the whole budget goes to prompts.
+  Sim idle(256, sc);
+  ASSERT_TRUE(idle.Submit(Req(MakePrompt(40, 3), 2)).ok());
+  idle.Step();
+  EXPECT_EQ(idle.runner->batches().back()[0].num_tokens, 40);
+
+  sc.max_prefill_tokens_with_decodes = -1;
+  EXPECT_FALSE(sc.Validate().ok());
+}
+
 // A runner whose forward pass takes 1 ms of fake time per fed token.
 class TimedRunner final : public ModelRunner {
  public:

@@ -11,6 +11,8 @@ namespace strata::engine::sched {
 Status SchedulerConfig::Validate() const {
   if (max_batched_tokens < 1) return Status::InvalidArgument("max_batched_tokens: must be >= 1");
   if (max_num_seqs < 1) return Status::InvalidArgument("max_num_seqs: must be >= 1");
+  if (max_prefill_tokens_with_decodes < 0)
+    return Status::InvalidArgument("max_prefill_tokens_with_decodes: must be >= 0");
   if (max_queued_requests < 1) return Status::InvalidArgument("max_queued_requests: must be >= 1");
   if (max_queued_prompt_tokens < 1) return Status::InvalidArgument("max_queued_prompt_tokens: must be >= 1");
   if (max_model_len < 2) return Status::InvalidArgument("max_model_len: must be >= 2");
@@ -401,7 +403,14 @@ const SchedulerOutput& Scheduler::Schedule() {
       if (!TrySchedule(r, s, 1, /*allow_self_preempt=*/true)) break;
     }
   }
-  // B. Prefill chunks of running sequences and admissions, in priority order.
+  // B. Prefill chunks of running sequences and admissions, in priority order. With decodes in the
+  // step, the prefill cap holds back the rest of the budget (returned below; nothing else reads it).
+  int held_back = 0;
+  if (cfg_.max_prefill_tokens_with_decodes > 0 && !out_.seqs.empty() &&
+      budget_ > cfg_.max_prefill_tokens_with_decodes) {
+    held_back = budget_ - cfg_.max_prefill_tokens_with_decodes;
+    budget_ = cfg_.max_prefill_tokens_with_decodes;
+  }
   bool admission_open = true;
   for (RequestState* r : order_) {
     if (budget_ == 0) break;
@@ -418,6 +427,7 @@ const SchedulerOutput& Scheduler::Schedule() {
       if (!Admit(r)) admission_open = false;
     }
   }
+  budget_ += held_back;
   return out_;
 }
 

@@ -86,6 +86,10 @@ class RequestStream;
 
 struct SchedulerConfig {
   int max_batched_tokens = 2048;  // tokens per step (prefill chunks + decodes)
+  // When > 0: in a step that runs decodes, prompt chunks get at most this many tokens, so a long
+  // prompt arriving at a busy engine cannot stall everyone's next token for a whole
+  // max_batched_tokens prefill (it is chunked over several steps instead). 0: no cap.
+  int max_prefill_tokens_with_decodes = 0;
   int max_num_seqs = 64;          // sequences admitted (and so per step)
   int max_queued_requests = 1024;
   int64_t max_queued_prompt_tokens = 1 << 20;

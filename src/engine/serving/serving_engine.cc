@@ -11,6 +11,8 @@ Status ServingConfig::Validate() const {
   if (block_size < 1 || block_size > 1024) return Status::InvalidArgument("--block-size must be in [1, 1024]");
   if (max_batched_tokens < 1) return Status::InvalidArgument("--max-batched-tokens must be >= 1");
   if (max_num_seqs < 1) return Status::InvalidArgument("--max-num-seqs must be >= 1");
+  if (max_prefill_tokens_with_decodes < 0)
+    return Status::InvalidArgument("--max-prefill-tokens-with-decodes must be >= 0");
   if (max_model_len < 0) return Status::InvalidArgument("--max-model-len must be >= 0");
   if (threads < 0) return Status::InvalidArgument("--threads must be >= 0");
   if (!(kv_tier_prefetch_timeout_s >= 0 && kv_tier_prefetch_timeout_s <= 3600))
@@ -82,6 +84,7 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<con
   kc.enable_prefix_cache = config.enable_prefix_cache;
   sched::SchedulerConfig sc;
   sc.max_batched_tokens = config.max_batched_tokens;
+  sc.max_prefill_tokens_with_decodes = config.max_prefill_tokens_with_decodes;
   sc.max_num_seqs = config.max_num_seqs;
   sc.max_model_len = s->max_model_len_;
   sc.max_queued_requests = config.max_queued_requests;

@@ -34,6 +34,7 @@ struct ServingConfig {
   int block_size = 16;
   bool enable_prefix_cache = true;
   int max_batched_tokens = 2048;
+  int max_prefill_tokens_with_decodes = 0;  // prompt tokens in a step with decodes (0: no cap)
   int max_num_seqs = 16;
   int max_model_len = 0;  // 0: the model's context length capped at 8192
   int max_queued_requests = 1024;
