@@ -168,5 +168,15 @@ TEST(ServingConfigTest, RefusesBudgetTooSmallForOneSequence) {
   EXPECT_NE(se.status().message().find("--kv-cache-memory"), std::string::npos) << se.status().message();
 }
 
+TEST(ServingConfigTest, NamesTheBadSchedulingFlag) {
+  ServingConfig c;
+  c.max_prefill_tokens_with_decodes = -1;
+  Status st = c.Validate();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("--max-prefill-tokens-with-decodes"), std::string::npos) << st.message();
+  c.max_prefill_tokens_with_decodes = 128;
+  EXPECT_TRUE(c.Validate().ok());
+}
+
 }  // namespace
 }  // namespace strata::engine
