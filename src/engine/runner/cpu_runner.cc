@@ -26,30 +26,8 @@
 #include "tensor/dtype.h"
 #include "tensor/fp16.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define STRATA_RUNNER_X86 1
-#endif
-
 namespace strata::engine {
 namespace {
-
-void F16RowToF32Scalar(const uint16_t* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = F16ToF32(src[i]);
-}
-
-#ifdef STRATA_RUNNER_X86
-// Hardware conversion (exact, like F16ToF32). Only called when the kernels' active ISA is at least
-// AVX2, which in this project implies F16C (see kernels/README.md).
-__attribute__((target("avx2,f16c"))) void F16RowToF32F16c(const uint16_t* src, float* dst, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-  }
-  for (; i < n; ++i) dst[i] = F16ToF32(src[i]);
-}
-#endif
 
 std::string SeqName(size_t index, const BatchSeq& s) {
   return "batch entry " + std::to_string(index) + " (seq " + std::to_string(s.seq_id) + ")";
@@ -178,14 +156,9 @@ void CpuModelRunner::GatherHead(bool is_v, int layer, std::span<const int32_t> t
         std::memcpy(out, row + head_off * sizeof(float), hd * sizeof(float));
         break;
       case kv::KvDType::kF16: {
+        // (AttendItem sends F16 storage through GatherHeadF16; kept so this decoder covers every dtype.)
         const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + head_off;
-#ifdef STRATA_RUNNER_X86
-        if (f16c_) {
-          F16RowToF32F16c(h, out, hd);
-          break;
-        }
-#endif
-        F16RowToF32Scalar(h, out, hd);
+        for (size_t i = 0; i < hd; ++i) out[i] = F16ToF32(h[i]);
         break;
       }
       case kv::KvDType::kQ8_0:
@@ -287,7 +260,6 @@ Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* 
     logits->clear();
     return Status::Ok();
   }
-  f16c_ = kernels::ActiveIsa() != kernels::Isa::kScalar;
 
   // Rows, context lengths and attention work items (shared by all layers).
   const size_t tile = static_cast<size_t>(kAttnTileTokens);

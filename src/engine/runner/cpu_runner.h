@@ -77,7 +77,6 @@ class CpuModelRunner final : public ModelRunner {
   kv::KvStorage* storage_;
   ThreadPool* pool_;
   model::Rope rope_;
-  bool f16c_ = false;  // hardware f16 -> f32 conversion available (set per Run from the kernels ISA)
 
   // Per-step scratch (grows, reused). Activations: x [n x dim], xn [n x dim], q [n x q_dim],
   // k,v [n x kv_dim], att [n x q_dim], gate/up [n x ffn].
