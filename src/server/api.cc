@@ -603,7 +603,19 @@ void Api::Finish(Job& job) {
   json usage = {{"prompt_tokens", job.prompt_tokens}, {"completion_tokens", job.completion_tokens},
                 {"total_tokens", job.prompt_tokens + job.completion_tokens}};
   std::string route = chat ? "/v1/chat/completions" : "/v1/completions";
-  int status = 200;
+  const int status = !job.req.stream && job.error ? 500 : 200;
+  // Counted before the response goes out, so a client that reads /metrics after its response
+  // always sees its request.
+  std::string reason = job.error ? "error" : job.choices.empty() ? "stop" : job.choices[0].finish;
+  metrics_.Add("strata:request_success_total",
+               Labels({{"model_name", model_.name}, {"tier", engine::sched::TierName(job.req.submit.tier)},
+                       {"finished_reason", reason}}), 1);
+  metrics_.Add("strata:http_requests_total",
+               Labels({{"model_name", model_.name}, {"route", route}, {"status", std::to_string(status)}}), 1);
+  metrics_.Observe("strata:e2e_request_latency_seconds", job.labels, Seconds(job.arrival, now));
+  metrics_.Observe("strata:request_prompt_tokens", job.labels, job.prompt_tokens);
+  metrics_.Observe("strata:request_generation_tokens", job.labels, job.completion_tokens);
+  metrics_.Add("strata:generation_tokens_total", job.labels, job.completion_tokens);
   if (job.req.stream) {
     if (job.error) {
       job.out->Write("data: " + ErrorBody(job.error_message, "server_error", "", "engine_error") + "\n\n");
@@ -615,7 +627,6 @@ void Api::Finish(Job& job) {
     job.out->Write("data: [DONE]\n\n");
     job.out->End();
   } else if (job.error) {
-    status = 500;
     job.out->Respond(Error(500, "engine error: " + job.error_message));
   } else {
     json choices = json::array();
@@ -644,16 +655,6 @@ void Api::Finish(Job& job) {
                  {"model", model_.name}, {"choices", choices}, {"usage", usage}};
     job.out->Respond(JsonResponse(200, resp));
   }
-  std::string reason = job.error ? "error" : job.choices.empty() ? "stop" : job.choices[0].finish;
-  metrics_.Add("strata:request_success_total",
-               Labels({{"model_name", model_.name}, {"tier", engine::sched::TierName(job.req.submit.tier)},
-                       {"finished_reason", reason}}), 1);
-  metrics_.Add("strata:http_requests_total",
-               Labels({{"model_name", model_.name}, {"route", route}, {"status", std::to_string(status)}}), 1);
-  metrics_.Observe("strata:e2e_request_latency_seconds", job.labels, Seconds(job.arrival, now));
-  metrics_.Observe("strata:request_prompt_tokens", job.labels, job.prompt_tokens);
-  metrics_.Observe("strata:request_generation_tokens", job.labels, job.completion_tokens);
-  metrics_.Add("strata:generation_tokens_total", job.labels, job.completion_tokens);
 }
 
 void Api::RefreshEngineGauges() {
