@@ -137,12 +137,17 @@ TEST(Dataset, SharedPrefixGroupsShareTheirSystemPrompt) {
   EXPECT_EQ(cut->units.size(), 5u);
 }
 
-TEST(Dataset, MultiTurnConversationsAreText) {
+DatasetOptions MultiTurn(int conversations, int turns, int user_len) {
   DatasetOptions o;
   o.name = "multi-turn";
-  o.mt_num_conversations = 3;
-  o.mt_turns = 4;
-  o.mt_user_len = 5;
+  o.mt_num_conversations = conversations;
+  o.mt_turns = turns;
+  o.mt_user_len = user_len;
+  return o;
+}
+
+TEST(Dataset, MultiTurnConversationsAreText) {
+  DatasetOptions o = MultiTurn(3, 4, 5);
   o.mt_output_len = 6;
   auto d = BuildDataset(o);
   ASSERT_TRUE(d.ok());
@@ -162,11 +167,7 @@ TEST(Dataset, MultiTurnConversationsAreText) {
 }
 
 TEST(Dataset, MultiTurnFirstMessageCanBeLonger) {
-  DatasetOptions o;
-  o.name = "multi-turn";
-  o.mt_num_conversations = 2;
-  o.mt_turns = 3;
-  o.mt_user_len = 4;
+  DatasetOptions o = MultiTurn(2, 3, 4);
   o.mt_first_len = 100;
   auto d = BuildDataset(o);
   ASSERT_TRUE(d.ok());
