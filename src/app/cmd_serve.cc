@@ -145,6 +145,22 @@ Status RunServe(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   ASSIGN_OR_RETURN(auto keys, LoadKeys(o));
+  // Engine flags are checked before the port is bound: a bad flag is refused without ever
+  // printing "listening".
+  ASSIGN_OR_RETURN(auto kv_dtype, engine::kv::ParseKvDType(o.kv_dtype));
+  engine::ServingConfig sc;
+  sc.kv_cache_memory = o.kv_cache_memory;
+  sc.kv_dtype = kv_dtype;
+  sc.block_size = o.block_size;
+  sc.max_batched_tokens = o.max_batched_tokens;
+  sc.max_prefill_tokens_with_decodes = o.max_prefill_tokens_with_decodes;
+  sc.max_num_seqs = o.max_num_seqs;
+  sc.max_model_len = o.max_model_len;
+  sc.max_queued_requests = o.max_queued_requests;
+  sc.threads = o.threads;
+  ASSIGN_OR_RETURN(sc.kv_tiers, TierConfig(o));
+  sc.kv_tier_prefetch_timeout_s = o.kv_tier_prefetch_timeout;
+  RETURN_IF_ERROR(sc.Validate());
 
   // HTTP comes up first: while the model loads, /health is 200 and everything else 503 (loading).
   std::atomic<server::Api*> api_ptr{nullptr};
@@ -184,19 +200,6 @@ Status RunServe(const ServeOptions& o) {
     tmpl = std::move(*t);
   }
 
-  ASSIGN_OR_RETURN(auto kv_dtype, engine::kv::ParseKvDType(o.kv_dtype));
-  engine::ServingConfig sc;
-  sc.kv_cache_memory = o.kv_cache_memory;
-  sc.kv_dtype = kv_dtype;
-  sc.block_size = o.block_size;
-  sc.max_batched_tokens = o.max_batched_tokens;
-  sc.max_prefill_tokens_with_decodes = o.max_prefill_tokens_with_decodes;
-  sc.max_num_seqs = o.max_num_seqs;
-  sc.max_model_len = o.max_model_len;
-  sc.max_queued_requests = o.max_queued_requests;
-  sc.threads = o.threads;
-  ASSIGN_OR_RETURN(sc.kv_tiers, TierConfig(o));
-  sc.kv_tier_prefetch_timeout_s = o.kv_tier_prefetch_timeout;
   std::shared_ptr<const model::Model> shared_model = std::move(model);
   ASSIGN_OR_RETURN(auto serving, engine::ServingEngine::Create(shared_model, sc));
   const int max_len = serving->max_model_len();

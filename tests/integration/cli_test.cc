@@ -120,6 +120,17 @@ TEST(CliTest, BenchOfflineReportsTheWorkload) {
   EXPECT_NE(r.err.find("--num-prompts"), std::string::npos) << r.err;
 }
 
+// Engine flags are validated before the port is bound: the error names the flag and the server
+// never reports listening.
+TEST(CliTest, ServeRefusesBadEngineFlagsBeforeListening) {
+  for (const char* flag : {"--max-prefill-tokens-with-decodes -5", "--max-num-seqs 0", "--max-batched-tokens 0"}) {
+    RunResult r = RunStrata(std::string("serve --port 0 ") + flag);
+    EXPECT_NE(r.exit_code, 0) << flag;
+    EXPECT_NE(r.err.find(std::string(flag).substr(0, std::string(flag).find(' '))), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("listening"), std::string::npos) << flag << ": " << r.out;
+  }
+}
+
 TEST(CliTest, InfoPrintsMetadataAndTensors) {
   RunResult r = RunStrata(std::string("info ") + STRATA_DEFAULT_MODEL);
   ASSERT_EQ(r.exit_code, 0) << r.err;
