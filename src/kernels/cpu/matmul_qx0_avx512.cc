@@ -429,51 +429,62 @@ AMX_FN void FoldBlock(const int32_t (&c)[16][16], const float* dw, const char* g
   }
 }
 
-// Tile product of block b into C tile kC (A tile kA, B tile kB), stored to c.
-#define STRATA_AMX_BLOCK(kC, kA, kB, b, c)                      \
-  do {                                                          \
-    _tile_zero(kC);                                             \
-    _tile_loadd(kA, a + (b) * a_step, as);                      \
-    _tile_loadd(kB, grp + (b) * kGroupBlockBytes, 64);          \
-    _tile_dpbssd(kC, kA, kB);                                   \
-    _tile_stored(kC, c, 64);                                    \
+// Tile product of block b into C tile kC (A tile kA, B tile kB).
+#define STRATA_AMX_PRODUCT(kC, kA, kB, b)              \
+  do {                                                 \
+    _tile_zero(kC);                                    \
+    _tile_loadd(kA, a + (b) * a_step, as);             \
+    _tile_loadd(kB, grp + (b) * kGroupBlockBytes, 64); \
+    _tile_dpbssd(kC, kA, kB);                          \
   } while (0)
+#define STRATA_AMX_FOLD(c, b) FoldBlock(c, dwt + 16 * (b), grp + (b) * kGroupBlockBytes, acc)
 
 // 16 panel rows x 16 tokens over nb blocks, continuing the accumulators. Block b of row i is at
 // a + i * a_stride + b * a_step.
-// Software-pipelined: block b's tiles are computed and stored while block b - 1 (stored one step
-// earlier, so its stores have drained) is folded into the accumulators -- the fold order is still
-// b = 0, 1, 2, ...
+// Software-pipelined over the two C tiles: the product of block b is issued before block b - 1 is
+// stored (a tile store waits for its product; with the next product already queued the tile unit
+// stays busy meanwhile), and block b - 2, stored one step earlier so its stores have drained, is
+// folded between them. The fold order is still b = 0, 1, 2, ...
 // pf, if not null, is the part of the next panel to pull toward L2 meanwhile: pf_lines cache lines
 // per block, so the DRAM reads of panel p + 1 overlap the tile work of panel p (a tile load that
 // misses to DRAM stalls the tile pipeline; nothing else keeps enough reads in flight).
 AMX_FN void AmxTile(const char* a, size_t a_stride, size_t a_step, const float* dwt, const char* grp, size_t nb,
                     const char* pf, size_t pf_lines, __m512 (&acc)[16]) {
-  alignas(64) int32_t c0[16][16];
-  alignas(64) int32_t c1[16][16];
+  alignas(64) int32_t c0[16][16];  // even blocks (C tile 0)
+  alignas(64) int32_t c1[16][16];  // odd blocks (C tile 1)
   const long as = static_cast<long>(a_stride);
   if (nb == 0) return;
-  STRATA_AMX_BLOCK(0, 2, 4, 0, c0);
+  STRATA_AMX_PRODUCT(0, 2, 4, 0);
+  // Loop invariant (b odd): C tile 0 holds block b - 1, not yet stored; c1 holds block b - 2 (b >= 3),
+  // stored, not yet folded.
   size_t b = 1;
   for (; b + 2 <= nb; b += 2) {
     if (pf != nullptr) {
       for (size_t k = 0; k < 2 * pf_lines; ++k) _mm_prefetch(pf + 64 * k, _MM_HINT_T1);
       pf += 128 * pf_lines;
     }
-    STRATA_AMX_BLOCK(1, 3, 5, b, c1);
-    FoldBlock(c0, dwt + 16 * (b - 1), grp + (b - 1) * kGroupBlockBytes, acc);
-    STRATA_AMX_BLOCK(0, 2, 4, b + 1, c0);
-    FoldBlock(c1, dwt + 16 * b, grp + b * kGroupBlockBytes, acc);
+    STRATA_AMX_PRODUCT(1, 3, 5, b);
+    _tile_stored(0, c0, 64);
+    if (b >= 3) STRATA_AMX_FOLD(c1, b - 2);
+    STRATA_AMX_PRODUCT(0, 2, 4, b + 1);
+    _tile_stored(1, c1, 64);
+    STRATA_AMX_FOLD(c0, b - 1);
   }
-  if (b < nb) {
-    STRATA_AMX_BLOCK(1, 3, 5, b, c1);
-    FoldBlock(c0, dwt + 16 * (b - 1), grp + (b - 1) * kGroupBlockBytes, acc);
-    FoldBlock(c1, dwt + 16 * b, grp + b * kGroupBlockBytes, acc);
+  if (b < nb) {  // one block left
+    STRATA_AMX_PRODUCT(1, 3, 5, b);
+    _tile_stored(0, c0, 64);
+    if (b >= 3) STRATA_AMX_FOLD(c1, b - 2);
+    _tile_stored(1, c1, 64);
+    STRATA_AMX_FOLD(c0, b - 1);
+    STRATA_AMX_FOLD(c1, b);
   } else {
-    FoldBlock(c0, dwt + 16 * (b - 1), grp + (b - 1) * kGroupBlockBytes, acc);
+    _tile_stored(0, c0, 64);
+    if (b >= 3) STRATA_AMX_FOLD(c1, b - 2);
+    STRATA_AMX_FOLD(c0, b - 1);
   }
 }
-#undef STRATA_AMX_BLOCK
+#undef STRATA_AMX_PRODUCT
+#undef STRATA_AMX_FOLD
 
 template <bool kQ4>
 AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* groups, const ActLayout& l,
