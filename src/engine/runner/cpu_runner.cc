@@ -229,21 +229,22 @@ void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin
   }
 }
 
-void CpuModelRunner::Attention(int layer, std::span<const BatchSeq> batch) {
+void CpuModelRunner::Attention(int layer, std::span<const BatchSeq> batch, const std::vector<AttnItem>& items) {
   cur_layer_ = layer;
   cur_batch_ = batch;
+  cur_items_ = &items;
   next_item_.store(0, std::memory_order_relaxed);
   // Captures only `this`, so the std::function below stores it inline (no allocation per layer).
   auto body = [this](int thread) {
     for (;;) {
       const size_t i = next_item_.fetch_add(1, std::memory_order_relaxed);
-      if (i >= items_.size()) return;
-      const AttnItem& it = items_[i];
+      if (i >= cur_items_->size()) return;
+      const AttnItem& it = (*cur_items_)[i];
       const size_t s = static_cast<size_t>(it.seq);
       AttendItem(cur_layer_, cur_batch_[s], seq_row_begin_[s], it, thread);
     }
   };
-  if (pool_ != nullptr && items_.size() > 1) {
+  if (pool_ != nullptr && items.size() > 1) {
     pool_->RunOnAll(std::function<void(int)>(body));
   } else {
     body(0);
@@ -294,6 +295,18 @@ Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* 
     return a.kv_head < b.kv_head;
   });
 
+  // The rows that need logits, and their attention items for the last layer (one token each).
+  out_rows_.clear();
+  out_items_.clear();
+  for (size_t s = 0; s < batch.size(); ++s) {
+    if (!batch[s].want_logits) continue;
+    const int32_t ns = static_cast<int32_t>(batch[s].tokens.size());
+    out_rows_.push_back(seq_row_begin_[s] + static_cast<size_t>(ns) - 1);
+    const int64_t len = static_cast<int64_t>(batch[s].start_pos) + ns;
+    for (int h = 0; h < cfg_.n_kv_heads; ++h)
+      out_items_.push_back(AttnItem{static_cast<int32_t>(s), h, ns - 1, ns, len});
+  }
+
   for (size_t s = 0; s < batch.size(); ++s)
     for (size_t t = 0; t < batch[s].tokens.size(); ++t)
       model_.Embed(batch[s].tokens[t], x_.data() + (seq_row_begin_[s] + t) * dim);
@@ -323,7 +336,24 @@ Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* 
     // All K/V of this layer are stored before any attention reads them, so a sequence's later
     // tokens in the chunk see its earlier ones, and no row is read while being written.
     WriteKv(l, batch);
-    Attention(l, batch);
+    // Last layer: its output feeds only the logits, so past the K/V it runs for the wanted rows
+    // alone (llama.cpp does the same). They are moved to rows 0..n_want-1 of att_ and x_ (row w
+    // comes from row out_rows_[w] >= w, so an in-order copy never overwrites a row still to move).
+    // Every op below is per row, so the wanted rows get exactly the bits of a full pass.
+    if (l + 1 == cfg_.n_layers && n_want < n) {
+      Attention(l, batch, out_items_);
+      for (size_t w = 0; w < n_want; ++w) {
+        const size_t r = out_rows_[w];
+        if (r == w) continue;
+        std::memcpy(att_.data() + w * qd, att_.data() + r * qd, qd * sizeof(float));
+        std::memcpy(x_.data() + w * dim, x_.data() + r * dim, dim * sizeof(float));
+        out_rows_[w] = w;
+      }
+      n = n_want;
+      if (n == 0) break;
+    } else {
+      Attention(l, batch, items_);
+    }
     kernels::MatMul(L.wo, att_.data(), n, xn_.data(), pool_);
     kernels::Add(x_.data(), xn_.data(), n * dim);
     for (size_t r = 0; r < n; ++r)
@@ -339,13 +369,9 @@ Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* 
   // gathered into consecutive rows of xn_ so the output matrix is read once.
   logits->resize(n_want * n_vocab);
   if (n_want == 0) return Status::Ok();
-  size_t w = 0;
-  for (size_t s = 0; s < batch.size(); ++s) {
-    if (!batch[s].want_logits) continue;
-    const size_t r = seq_row_begin_[s] + batch[s].tokens.size() - 1;
-    kernels::RmsNorm(x_.data() + r * dim, model_.output_norm().data(), xn_.data() + w * dim, dim, cfg_.rms_eps);
-    ++w;
-  }
+  for (size_t w = 0; w < n_want; ++w)
+    kernels::RmsNorm(x_.data() + out_rows_[w] * dim, model_.output_norm().data(), xn_.data() + w * dim, dim,
+                     cfg_.rms_eps);
   kernels::MatMul(model_.output(), xn_.data(), n_want, logits->data(), pool_);
   return Status::Ok();
 }

@@ -62,7 +62,8 @@ class CpuModelRunner final : public ModelRunner {
   Status CheckLayout() const;
   void EnsureScratch(size_t n_tokens, size_t max_len, size_t n_items);
   void WriteKv(int layer, std::span<const BatchSeq> batch);
-  void Attention(int layer, std::span<const BatchSeq> batch);
+  // Runs the work items over the pool (items_ for every row, out_items_ for the last layer).
+  void Attention(int layer, std::span<const BatchSeq> batch, const std::vector<AttnItem>& items);
   void AttendItem(int layer, const BatchSeq& seq, size_t row_begin, const AttnItem& item, int thread);
   // F16 storage only: rows [0, len) of one kv head of one sequence (K or V), as stored
   // (head_dim halves each), into dst [len x head_dim].
@@ -83,6 +84,10 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_;
   std::vector<size_t> seq_row_begin_;  // [batch]: first row of each sequence
   std::vector<AttnItem> items_;
+  // Rows whose logits are wanted (the last token of each want_logits sequence, in batch order) and
+  // their attention items: after its K/V are stored, the last layer runs only for these rows.
+  std::vector<size_t> out_rows_;
+  std::vector<AttnItem> out_items_;
   std::atomic<size_t> next_item_{0};
   // Per-thread attention scratch: keys/values of one head [max_len x head_dim], scores [max_len],
   // one decoded full row [kv_dim] (Q8_0 heads not aligned to 32).
@@ -95,6 +100,7 @@ class CpuModelRunner final : public ModelRunner {
   // State of the current Attention() call, read by the pool's workers.
   int cur_layer_ = 0;
   std::span<const BatchSeq> cur_batch_;
+  const std::vector<AttnItem>* cur_items_ = nullptr;
 };
 
 }  // namespace strata::engine
