@@ -251,6 +251,17 @@ void CpuModelRunner::Attention(int layer, std::span<const BatchSeq> batch, const
   }
 }
 
+template <typename F>
+void CpuModelRunner::ForRows(size_t n, F&& fn) {
+  // Per-row ops: a row's result never depends on which thread computes it. Small steps (decode)
+  // stay on the engine thread, where a dispatch would cost more than the op.
+  if (pool_ != nullptr && n >= kParallelRowsMin) {
+    pool_->ParallelFor(n, fn, kParallelRowsMin / 2);
+  } else {
+    fn(0, n, 0);
+  }
+}
+
 Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* logits) {
   RETURN_IF_ERROR(ValidateBatch(batch));
   if (logits == nullptr) return Status::InvalidArgument("logits output is null");
@@ -307,32 +318,41 @@ Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* 
       out_items_.push_back(AttnItem{static_cast<int32_t>(s), h, ns - 1, ns, len});
   }
 
+  // Row -> (sequence, position) for the per-row ops below.
+  row_seq_.resize(n);
   for (size_t s = 0; s < batch.size(); ++s)
-    for (size_t t = 0; t < batch[s].tokens.size(); ++t)
-      model_.Embed(batch[s].tokens[t], x_.data() + (seq_row_begin_[s] + t) * dim);
+    for (size_t t = 0; t < batch[s].tokens.size(); ++t) row_seq_[seq_row_begin_[s] + t] = static_cast<uint32_t>(s);
+  auto pos_of = [&](size_t r) {
+    const size_t s = row_seq_[r];
+    return batch[s].start_pos + static_cast<int>(r - seq_row_begin_[s]);
+  };
+  ForRows(n, [&](size_t r0, size_t r1, int) {
+    for (size_t r = r0; r < r1; ++r) {
+      const size_t s = row_seq_[r];
+      model_.Embed(batch[s].tokens[r - seq_row_begin_[s]], x_.data() + r * dim);
+    }
+  });
 
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const model::LayerWeights& L = model_.layers()[static_cast<size_t>(l)];
-    for (size_t r = 0; r < n; ++r)
-      kernels::RmsNorm(x_.data() + r * dim, L.attn_norm.data(), xn_.data() + r * dim, dim, cfg_.rms_eps);
+    ForRows(n, [&](size_t r0, size_t r1, int) {
+      for (size_t r = r0; r < r1; ++r)
+        kernels::RmsNorm(x_.data() + r * dim, L.attn_norm.data(), xn_.data() + r * dim, dim, cfg_.rms_eps);
+    });
     kernels::MatMul(L.wq, xn_.data(), n, q_.data(), pool_);
     kernels::MatMul(L.wk, xn_.data(), n, k_.data(), pool_);
     kernels::MatMul(L.wv, xn_.data(), n, v_.data(), pool_);
-    if (cfg_.qkv_bias) {
-      for (size_t r = 0; r < n; ++r) {
-        kernels::Add(q_.data() + r * qd, L.bq.data(), qd);
-        kernels::Add(k_.data() + r * kvd, L.bk.data(), kvd);
-        kernels::Add(v_.data() + r * kvd, L.bv.data(), kvd);
+    ForRows(n, [&](size_t r0, size_t r1, int) {
+      for (size_t r = r0; r < r1; ++r) {
+        if (cfg_.qkv_bias) {
+          kernels::Add(q_.data() + r * qd, L.bq.data(), qd);
+          kernels::Add(k_.data() + r * kvd, L.bk.data(), kvd);
+          kernels::Add(v_.data() + r * kvd, L.bv.data(), kvd);
+        }
+        rope_.Apply(q_.data() + r * qd, cfg_.n_heads, pos_of(r));
+        rope_.Apply(k_.data() + r * kvd, cfg_.n_kv_heads, pos_of(r));
       }
-    }
-    for (size_t s = 0; s < batch.size(); ++s) {
-      for (size_t t = 0; t < batch[s].tokens.size(); ++t) {
-        const int pos = batch[s].start_pos + static_cast<int>(t);
-        const size_t r = seq_row_begin_[s] + t;
-        rope_.Apply(q_.data() + r * qd, cfg_.n_heads, pos);
-        rope_.Apply(k_.data() + r * kvd, cfg_.n_kv_heads, pos);
-      }
-    }
+    });
     // All K/V of this layer are stored before any attention reads them, so a sequence's later
     // tokens in the chunk see its earlier ones, and no row is read while being written.
     WriteKv(l, batch);
@@ -355,14 +375,24 @@ Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* 
       Attention(l, batch, items_);
     }
     kernels::MatMul(L.wo, att_.data(), n, xn_.data(), pool_);
-    kernels::Add(x_.data(), xn_.data(), n * dim);
-    for (size_t r = 0; r < n; ++r)
-      kernels::RmsNorm(x_.data() + r * dim, L.ffn_norm.data(), xn_.data() + r * dim, dim, cfg_.rms_eps);
+    ForRows(n, [&](size_t r0, size_t r1, int) {
+      for (size_t r = r0; r < r1; ++r) {
+        kernels::Add(x_.data() + r * dim, xn_.data() + r * dim, dim);
+        kernels::RmsNorm(x_.data() + r * dim, L.ffn_norm.data(), xn_.data() + r * dim, dim, cfg_.rms_eps);
+      }
+    });
     kernels::MatMul(L.w_gate, xn_.data(), n, gate_.data(), pool_);
     kernels::MatMul(L.w_up, xn_.data(), n, up_.data(), pool_);
-    kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), n * ffn);
+    // Row by row: SiluMul's vector body and scalar tail round differently, so a call spanning
+    // several rows would make a row's result depend on where the batch's tail falls.
+    ForRows(n, [&](size_t r0, size_t r1, int) {
+      for (size_t r = r0; r < r1; ++r)
+        kernels::SiluMul(gate_.data() + r * ffn, up_.data() + r * ffn, gate_.data() + r * ffn, ffn);
+    });
     kernels::MatMul(L.w_down, gate_.data(), n, xn_.data(), pool_);
-    kernels::Add(x_.data(), xn_.data(), n * dim);
+    ForRows(n, [&](size_t r0, size_t r1, int) {
+      kernels::Add(x_.data() + r0 * dim, xn_.data() + r0 * dim, (r1 - r0) * dim);
+    });
   }
 
   // Final norm + output projection only for the last token of each sequence that wants logits,

@@ -59,7 +59,13 @@ class CpuModelRunner final : public ModelRunner {
     int64_t cost;    // approximate work, for ordering
   };
 
+  // Rows per step from which the per-row ops (norms, RoPE, adds, SiluMul) are split over the pool.
+  static constexpr size_t kParallelRowsMin = 32;
+
   Status CheckLayout() const;
+  // fn(r0, r1, thread) over [0, n), on the pool when n >= kParallelRowsMin.
+  template <typename F>
+  void ForRows(size_t n, F&& fn);
   void EnsureScratch(size_t n_tokens, size_t max_len, size_t n_items);
   void WriteKv(int layer, std::span<const BatchSeq> batch);
   // Runs the work items over the pool (items_ for every row, out_items_ for the last layer).
@@ -83,6 +89,7 @@ class CpuModelRunner final : public ModelRunner {
   // k,v [n x kv_dim], att [n x q_dim], gate/up [n x ffn].
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_;
   std::vector<size_t> seq_row_begin_;  // [batch]: first row of each sequence
+  std::vector<uint32_t> row_seq_;      // [n]: batch index of each row
   std::vector<AttnItem> items_;
   // Rows whose logits are wanted (the last token of each want_logits sequence, in batch order) and
   // their attention items: after its K/V are stored, the last layer runs only for these rows.

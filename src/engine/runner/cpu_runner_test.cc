@@ -116,6 +116,10 @@ std::vector<ModelCase> ModelCases() {
   v.push_back({"llama_q8_0_hd16", odd});
   synth::SynthConfig f16 = SmallConfig(synth::FileType::kF16);
   v.push_back({"llama_f16", f16});
+  // ffn not a multiple of the vector width: per-row ops with a scalar tail must stay row by row.
+  synth::SynthConfig f16_ffn40 = f16;
+  f16_ffn40.ffn = 40;
+  v.push_back({"llama_f16_ffn40", f16_ffn40});
   return v;
 }
 
