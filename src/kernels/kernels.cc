@@ -244,7 +244,10 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
     WeightMatrix wm = w;
     wm.row_bytes = row_bytes;
-    if (internal::Avx512MatMul(wm, x, x_stride, n_tokens, y, y_stride, pool, isa == Isa::kAmx)) return;
+    const internal::QxJob job{&wm, y, y_stride};
+    if (internal::Avx512MatMul(std::span<const internal::QxJob>(&job, 1), x, x_stride, n_tokens, pool,
+                               isa == Isa::kAmx))
+      return;
   }
 
   const DType act = internal::ActivationType(w.type);
@@ -295,6 +298,29 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   } else {
     body(0, w.rows, 0);
   }
+}
+
+void MatMulShared(std::span<const MatMulOut> outs, const float* x, size_t n_tokens, ThreadPool* pool) {
+  constexpr size_t kMaxShared = 8;
+  const Isa isa = ActiveIsa();
+  if (n_tokens > 0 && outs.size() > 1 && outs.size() <= kMaxShared &&
+      static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
+    WeightMatrix ws[kMaxShared];
+    internal::QxJob jobs[kMaxShared];
+    bool ok = true;
+    for (size_t i = 0; i < outs.size() && ok; ++i) {
+      const WeightMatrix& w = *outs[i].w;
+      ok = IsSupported(w.type) && w.cols % BlockSize(w.type) == 0 && w.rows > 0;
+      if (!ok) break;
+      ws[i] = w;
+      if (ws[i].row_bytes == 0) ws[i].row_bytes = *RowBytes(w.type, w.cols);
+      jobs[i] = internal::QxJob{&ws[i], outs[i].y, w.rows};
+    }
+    if (ok && internal::Avx512MatMul(std::span<const internal::QxJob>(jobs, outs.size()), x, outs[0].w->cols,
+                                     n_tokens, pool, isa == Isa::kAmx))
+      return;
+  }
+  for (const MatMulOut& o : outs) MatMul(*o.w, x, n_tokens, o.y, pool);
 }
 
 void RmsNorm(const float* x, const float* weight, float* out, size_t n, float eps) {

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "base/thread_pool.h"
@@ -58,6 +59,15 @@ struct WeightMatrix {
 // x_stride >= w.cols, y_stride >= w.rows (pass 0 for "dense": cols / rows).
 void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, ThreadPool* pool,
             size_t x_stride = 0, size_t y_stride = 0);
+
+// Several matrices of the same cols applied to the same activations (Q/K/V, gate/up): every y is
+// bit for bit what MatMul(*w, x, n_tokens, y, pool) gives (dense y). When the matrices share a
+// quantized type the activations are converted once and one pass over the pool covers them all.
+struct MatMulOut {
+  const WeightMatrix* w;
+  float* y;
+};
+void MatMulShared(std::span<const MatMulOut> outs, const float* x, size_t n_tokens, ThreadPool* pool);
 
 // ---- Vector ops (f32) ----
 // out = x / sqrt(mean(x^2) + eps) * weight   (weight may be null: no scaling). out may alias x.

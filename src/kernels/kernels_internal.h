@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "kernels/kernels.h"
 #include "tensor/dtype.h"
@@ -56,11 +57,19 @@ DotTileFn Avx2DotTile(DType t);
 DotTileFn Avx512DotTile(DType t);
 
 // Whole-MatMul fast paths of the AVX-512 level (cpu/matmul_*_avx512.cc): return false when they
-// do not handle w.type (the caller then uses the tile kernels). w.row_bytes must be set. `amx`:
+// do not handle the weights' type (the caller then uses the tile kernels). w.row_bytes must be set. `amx`:
 // the caller checked that AMX-INT8 is usable (DetectIsa() == kAmx); the kernels may then use tiles
 // for large token counts, with results identical bit for bit to the non-AMX code.
-bool Avx512MatMul(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
-                  size_t y_stride, ThreadPool* pool, bool amx);
+// One weight matrix of a shared-activation MatMul: y[t * y_stride + r] for r < w->rows.
+struct QxJob {
+  const WeightMatrix* w;  // row_bytes set
+  float* y;
+  size_t y_stride;
+};
+// Several jobs over the same activations (all of one type and one cols, else false): the
+// activations are converted once; each job's outputs are those of a MatMul of its own.
+bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens, ThreadPool* pool,
+                  bool amx);
 
 const VecOps& RefVecOps();
 const VecOps& Avx2VecOps();

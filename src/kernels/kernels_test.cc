@@ -128,6 +128,41 @@ TEST_P(MatMulTest, ThreadCountAndTokenGroupingDoNotChangeBits) {
   }
 }
 
+// MatMulShared over matrices of one type (Q/K/V-like: different row counts, some not a multiple of
+// the 16-row panel), and with a second type mixed in (gate/up of a mixed-quant file): every output
+// equals its own MatMul bit for bit, at every token count path (GEMV, GEMM, AMX) and thread count.
+TEST_P(MatMulTest, SharedActivationsEqualSeparateCalls) {
+  const auto [isa, type] = GetParam();
+  IsaGuard guard(isa);
+  const size_t cols = GetDTypeTraits(type)->block_size == 256 ? 512 : 320;
+  const DType other = type == DType::kQ8_0 ? DType::kQ4_0 : DType::kQ8_0;
+  uint32_t seed = 300;
+  for (bool mixed : {false, true}) {
+    const size_t rows[] = {64, 16, 17};
+    std::vector<testing::OwnedWeights> ws;
+    for (size_t i = 0; i < 3; ++i) ws.push_back(RandomBitsWeights(mixed && i == 2 ? other : type, rows[i], cols, ++seed));
+    for (size_t n_tokens : {size_t{1}, size_t{3}, size_t{4}, size_t{6}, size_t{16}, size_t{37}}) {
+      const std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
+      ThreadPool two(2);
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+        std::vector<std::vector<float>> shared(3), separate(3);
+        std::vector<MatMulOut> outs;
+        for (size_t i = 0; i < 3; ++i) {
+          shared[i].assign(n_tokens * rows[i], -1.0f);
+          separate[i].assign(n_tokens * rows[i], -2.0f);
+          MatMul(ws[i].m, x.data(), n_tokens, separate[i].data(), pool);
+          outs.push_back(MatMulOut{&ws[i].m, shared[i].data()});
+        }
+        MatMulShared(outs, x.data(), n_tokens, pool);
+        for (size_t i = 0; i < 3; ++i)
+          EXPECT_EQ(0, std::memcmp(shared[i].data(), separate[i].data(), shared[i].size() * sizeof(float)))
+              << DTypeName(type) << (mixed ? " mixed" : "") << " matrix " << i << " tokens " << n_tokens
+              << (pool ? " 2 threads" : " 1 thread");
+      }
+    }
+  }
+}
+
 TEST_P(MatMulTest, StridedInputAndOutput) {
   const auto [isa, type] = GetParam();
   IsaGuard guard(isa);

@@ -339,9 +339,8 @@ Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* 
       for (size_t r = r0; r < r1; ++r)
         kernels::RmsNorm(x_.data() + r * dim, L.attn_norm.data(), xn_.data() + r * dim, dim, cfg_.rms_eps);
     });
-    kernels::MatMul(L.wq, xn_.data(), n, q_.data(), pool_);
-    kernels::MatMul(L.wk, xn_.data(), n, k_.data(), pool_);
-    kernels::MatMul(L.wv, xn_.data(), n, v_.data(), pool_);
+    const kernels::MatMulOut qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
+    kernels::MatMulShared(qkv, xn_.data(), n, pool_);
     ForRows(n, [&](size_t r0, size_t r1, int) {
       for (size_t r = r0; r < r1; ++r) {
         if (cfg_.qkv_bias) {
@@ -381,8 +380,8 @@ Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* 
         kernels::RmsNorm(x_.data() + r * dim, L.ffn_norm.data(), xn_.data() + r * dim, dim, cfg_.rms_eps);
       }
     });
-    kernels::MatMul(L.w_gate, xn_.data(), n, gate_.data(), pool_);
-    kernels::MatMul(L.w_up, xn_.data(), n, up_.data(), pool_);
+    const kernels::MatMulOut gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
+    kernels::MatMulShared(gate_up, xn_.data(), n, pool_);
     // Row by row: SiluMul's vector body and scalar tail round differently, so a call spanning
     // several rows would make a row's result depend on where the batch's tail falls.
     ForRows(n, [&](size_t r0, size_t r1, int) {

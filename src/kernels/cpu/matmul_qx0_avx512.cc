@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -547,10 +548,13 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
 }
 #endif  // STRATA_KERNELS_AMX
 
+// Jobs share the activations (same cols): they are quantized and grouped once, and one pass over
+// the pool covers the rows of all jobs, laid end to end (a job's outputs never depend on which
+// thread or row range computes them).
 template <bool kQ4>
-void MatMulQx0(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_tokens, float* y, size_t y_stride,
-               ThreadPool* pool, bool amx) {
-  const ActLayout l = MakeLayout(w.cols);
+void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens, ThreadPool* pool,
+               bool amx) {
+  const ActLayout l = MakeLayout(jobs[0].w->cols);
   thread_local Scratch pack_buf, group_buf;
   char* pack = pack_buf.Get(l.stride * n_tokens);
   auto run = [&](size_t n, auto&& fn, size_t grain) {  // no std::function (would allocate)
@@ -560,13 +564,28 @@ void MatMulQx0(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_
       fn(0, n, 0);
     }
   };
+  size_t total_rows = 0;
+  for (const QxJob& j : jobs) total_rows += j.w->rows;
+  // fn(job, r0, r1) for the part of each job inside the global row range [g0, g1).
+  auto for_jobs = [&](size_t g0, size_t g1, auto&& fn) {
+    size_t off = 0;
+    for (const QxJob& j : jobs) {
+      const size_t lo = std::max(g0, off), hi = std::min(g1, off + j.w->rows);
+      if (lo < hi) fn(j, lo - off, hi - off);
+      off += j.w->rows;
+    }
+  };
   if (n_tokens >= 4) {
     run(n_tokens, [&](size_t t0, size_t t1, int) { PackTokens<kQ4>(x, x_stride, t0, t1, l, pack); }, 1);
   } else {
     PackTokens<kQ4>(x, x_stride, 0, n_tokens, l, pack);
   }
   if (n_tokens < kGemmMinTokens && !(amx && n_tokens >= kAmxMinTokens)) {
-    run(w.rows, [&](size_t r0, size_t r1, int) { GemvRows<kQ4>(w, r0, r1, pack, l, n_tokens, y, y_stride); }, kPanel);
+    run(total_rows, [&](size_t g0, size_t g1, int) {
+      for_jobs(g0, g1, [&](const QxJob& j, size_t r0, size_t r1) {
+        GemvRows<kQ4>(*j.w, r0, r1, pack, l, n_tokens, j.y, j.y_stride);
+      });
+    }, kPanel);
     return;
   }
   const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
@@ -574,27 +593,38 @@ void MatMulQx0(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_
 #if defined(STRATA_KERNELS_AMX)
   if (amx && n_tokens >= kAmxMinTokens) {
     run(n_groups, [&](size_t g0, size_t g1, int) { PackGroups<kQ4, false>(pack, l, n_tokens, g0, g1, groups); }, 1);
-    run(w.rows, [&](size_t r0, size_t r1, int) { AmxRows<kQ4>(w, r0, r1, groups, l, n_tokens, y, y_stride); },
-        kPanel);
+    run(total_rows, [&](size_t g0, size_t g1, int) {
+      for_jobs(g0, g1, [&](const QxJob& j, size_t r0, size_t r1) {
+        AmxRows<kQ4>(*j.w, r0, r1, groups, l, n_tokens, j.y, j.y_stride);
+      });
+    }, kPanel);
     return;
   }
 #else
   (void)amx;
 #endif
   run(n_groups, [&](size_t g0, size_t g1, int) { PackGroups<kQ4, true>(pack, l, n_tokens, g0, g1, groups); }, 1);
-  run(w.rows, [&](size_t r0, size_t r1, int) { GemmRows<kQ4>(w, r0, r1, groups, l, n_tokens, y, y_stride); }, kPanel);
+  run(total_rows, [&](size_t g0, size_t g1, int) {
+    for_jobs(g0, g1, [&](const QxJob& j, size_t r0, size_t r1) {
+      GemmRows<kQ4>(*j.w, r0, r1, groups, l, n_tokens, j.y, j.y_stride);
+    });
+  }, kPanel);
 }
 
 }  // namespace
 
-bool Avx512MatMul(const WeightMatrix& w, const float* x, size_t x_stride, size_t n_tokens, float* y,
-                  size_t y_stride, ThreadPool* pool, bool amx) {
-  switch (w.type) {
+bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens, ThreadPool* pool,
+                  bool amx) {
+  if (jobs.empty()) return true;
+  const DType type = jobs[0].w->type;
+  for (const QxJob& j : jobs)
+    if (j.w->type != type || j.w->cols != jobs[0].w->cols) return false;
+  switch (type) {
     case DType::kQ4_0:
-      MatMulQx0<true>(w, x, x_stride, n_tokens, y, y_stride, pool, amx);
+      MatMulQx0<true>(jobs, x, x_stride, n_tokens, pool, amx);
       return true;
     case DType::kQ8_0:
-      MatMulQx0<false>(w, x, x_stride, n_tokens, y, y_stride, pool, amx);
+      MatMulQx0<false>(jobs, x, x_stride, n_tokens, pool, amx);
       return true;
     default:
       return false;
