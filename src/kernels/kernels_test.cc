@@ -285,6 +285,49 @@ TEST_P(VecOpsTest, AttendF16EqualsAttendOnWidenedRows) {
   }
 }
 
+// Rows spread over blocks (shuffled, each block's rows row_stride apart, heads at an offset):
+// AttendF16Paged gives the bits of AttendF16 on the same rows copied contiguous.
+TEST_P(VecOpsTest, AttendF16PagedEqualsAttendF16OnCopiedRows) {
+  IsaGuard guard(GetParam());
+  for (unsigned shift : {0u, 2u, 4u, 5u}) {
+    const size_t bs = size_t{1} << shift;
+    for (size_t hd : {size_t{7}, size_t{64}, size_t{80}, size_t{128}}) {
+      for (size_t len : {size_t{1}, size_t{3}, size_t{17}, size_t{37}, size_t{300}}) {
+        const size_t n_blocks = (len + bs - 1) / bs, row_stride = 2 * hd + 3, head_off = hd + 1;
+        const size_t block_elems = bs * row_stride;
+        const std::vector<float> q = RandomFloats(hd, 61, 1.0f);
+        const std::vector<float> kf = RandomFloats(n_blocks * block_elems, 62, 1.0f);
+        const std::vector<float> vf = RandomFloats(n_blocks * block_elems, 63, 2.0f);
+        std::vector<uint16_t> kpool(kf.size()), vpool(vf.size());
+        for (size_t i = 0; i < kf.size(); ++i) {
+          kpool[i] = F32ToF16(kf[i]);
+          vpool[i] = F32ToF16(vf[i]);
+        }
+        // Logical block b lives in pool block (b * 7 + 3) % n_blocks (a permutation: 7 is coprime
+        // to every n_blocks here except multiples of 7, which then repeat blocks -- still valid).
+        std::vector<const uint16_t*> kb(n_blocks), vb(n_blocks);
+        std::vector<uint16_t> kc(len * hd), vc(len * hd);
+        for (size_t b = 0; b < n_blocks; ++b) {
+          const size_t p = (b * 7 + 3) % n_blocks;
+          kb[b] = kpool.data() + p * block_elems + head_off;
+          vb[b] = vpool.data() + p * block_elems + head_off;
+        }
+        for (size_t j = 0; j < len; ++j) {
+          std::memcpy(&kc[j * hd], kb[j / bs] + (j % bs) * row_stride, hd * sizeof(uint16_t));
+          std::memcpy(&vc[j * hd], vb[j / bs] + (j % bs) * row_stride, hd * sizeof(uint16_t));
+        }
+        std::vector<float> s1(len), s2(len), o1(hd), o2(hd, -1.0f);
+        AttendF16(q.data(), kc.data(), vc.data(), hd, len, hd, 0.3f, s1.data(), o1.data());
+        AttendF16Paged(q.data(), kb.data(), vb.data(), shift, row_stride, len, hd, 0.3f, s2.data(), o2.data());
+        ASSERT_EQ(0, std::memcmp(o1.data(), o2.data(), hd * sizeof(float)))
+            << "block " << bs << " hd " << hd << " len " << len;
+        ASSERT_EQ(0, std::memcmp(s1.data(), s2.data(), len * sizeof(float)))
+            << "block " << bs << " hd " << hd << " len " << len;
+      }
+    }
+  }
+}
+
 TEST_P(VecOpsTest, MatchScalarReference) {
   IsaGuard guard(GetParam());
   const auto& ref = internal::RefVecOps();

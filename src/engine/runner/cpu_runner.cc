@@ -17,6 +17,7 @@
 #include "engine/runner/cpu_runner.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -120,6 +121,9 @@ void CpuModelRunner::EnsureScratch(size_t n, size_t max_len, size_t n_items) {
         ts.v.resize(max_len * hd);
       }
       ts.scores.resize(max_len);
+      const size_t bs = static_cast<size_t>(storage_->layout().block_size);
+      ts.k_blocks.resize(max_len / bs + 1);
+      ts.v_blocks.resize(max_len / bs + 1);
     }
     scratch_len_ = max_len;
   }
@@ -205,7 +209,23 @@ void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin
   // F16 KV (the default): the head's rows are copied as halves and widened inside the attention
   // kernel (same bits as widening here; half the bytes written and re-read per query head).
   const bool f16 = storage_->layout().dtype == kv::KvDType::kF16;
-  if (f16) {
+  // F16, one query token (decode), power-of-two blocks: attention reads the rows where they are
+  // stored (a table of block addresses, no copy; same bits as on a copy). Items of several tokens
+  // (prefill tiles) gather the head's rows first: every token then re-reads them from a compact
+  // copy instead of from rows spread over the blocks (measured: 134M, 8 x 1536-token prompts,
+  // paged prefill tiles were 15-40 % slower; paged decode ~15 % faster).
+  const int bs = storage_->layout().block_size;
+  const bool paged = f16 && item.t1 - item.t0 == 1 && (bs & (bs - 1)) == 0;
+  const unsigned shift = static_cast<unsigned>(std::countr_zero(static_cast<unsigned>(bs)));
+  const size_t row_stride = storage_->layout().RowBytes() / sizeof(uint16_t);
+  if (paged) {
+    const size_t head_off = static_cast<size_t>(item.kv_head) * hd;
+    for (size_t b = 0; b * static_cast<size_t>(bs) < len; ++b) {
+      const int32_t block = seq.block_table[b];
+      ts.k_blocks[b] = reinterpret_cast<const uint16_t*>(storage_->K(layer, block, 0)) + head_off;
+      ts.v_blocks[b] = reinterpret_cast<const uint16_t*>(storage_->V(layer, block, 0)) + head_off;
+    }
+  } else if (f16) {
     GatherHeadF16(false, layer, seq.block_table, item.kv_head, len, ts.k16.data());
     GatherHeadF16(true, layer, seq.block_table, item.kv_head, len, ts.v16.data());
   } else {
@@ -220,7 +240,10 @@ void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin
     for (size_t h = h0; h < h0 + group; ++h) {
       const float* q = q_.data() + row * qd + h * hd;
       float* out = att_.data() + row * qd + h * hd;
-      if (f16) {
+      if (paged) {
+        kernels::AttendF16Paged(q, ts.k_blocks.data(), ts.v_blocks.data(), shift, row_stride, n, hd, scale, scores,
+                                out);
+      } else if (f16) {
         kernels::AttendF16(q, ts.k16.data(), ts.v16.data(), hd, n, hd, scale, scores, out);
       } else {
         kernels::Attend(q, ts.k.data(), ts.v.data(), hd, n, hd, scale, scores, out);

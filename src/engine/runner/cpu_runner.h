@@ -101,6 +101,7 @@ class CpuModelRunner final : public ModelRunner {
   struct ThreadScratch {
     std::vector<float> k, v, scores, row;
     std::vector<uint16_t> k16, v16;  // F16 KV: the head's rows copied as they are stored
+    std::vector<const uint16_t*> k_blocks, v_blocks;  // F16 KV, paged: the head's rows in each block
   };
   std::vector<ThreadScratch> thread_scratch_;
   size_t scratch_tokens_ = 0, scratch_len_ = 0;

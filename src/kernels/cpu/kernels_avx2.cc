@@ -73,7 +73,7 @@ DotTileFn Avx2DotTile(DType t) {
 }
 
 const VecOps& Avx2VecOps() {
-  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK, AttendK, AttendF16K};
+  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK, AttendK, AttendF16K, AttendF16PagedK};
   return ops;
 }
 

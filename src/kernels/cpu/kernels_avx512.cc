@@ -118,7 +118,7 @@ DotTileFn Avx512DotTile(DType t) {
 }
 
 const VecOps& Avx512VecOps() {
-  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK, AttendK, AttendF16K};
+  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK, AttendK, AttendF16K, AttendF16PagedK};
   return ops;
 }
 

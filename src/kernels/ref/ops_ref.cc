@@ -1,6 +1,7 @@
 // Reference tile kernels (one scalar dot per token), activation conversion and vector ops.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/kernels_internal.h"
@@ -77,6 +78,22 @@ void AttendF16Ref(const float* q, const uint16_t* k, const uint16_t* v, size_t k
   AttendRef(q, kf.data(), vf.data(), hd, len, hd, scale, scores, out);
 }
 
+// The reference copies the rows out of their blocks, then runs AttendF16Ref.
+void AttendF16PagedRef(const float* q, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
+                       unsigned block_shift, size_t row_stride, size_t len, size_t hd, float scale, float* scores,
+                       float* out) {
+  thread_local std::vector<uint16_t> kc, vc;
+  kc.resize(len * hd);
+  vc.resize(len * hd);
+  const size_t mask = (size_t{1} << block_shift) - 1;
+  for (size_t j = 0; j < len; ++j) {
+    std::memcpy(&kc[j * hd], k_blocks[j >> block_shift] + (j & mask) * row_stride, hd * sizeof(uint16_t));
+    std::memcpy(&vc[j * hd], v_blocks[j >> block_shift] + (j & mask) * row_stride, hd * sizeof(uint16_t));
+  }
+  AttendF16Ref(q, kc.data(), vc.data(), hd, len, hd, scale, scores, out);
+}
+
+
 }  // namespace
 
 DType ActivationType(DType w) {
@@ -138,7 +155,7 @@ DotTileFn RefDotTile(DType t) {
 }
 
 const VecOps& RefVecOps() {
-  static const VecOps ops{RmsNormRef, SiluMulRef, AddRef, DotF32Ref, AxpyRef, SoftmaxRef, AttendRef, AttendF16Ref};
+  static const VecOps ops{RmsNormRef, SiluMulRef, AddRef, DotF32Ref, AxpyRef, SoftmaxRef, AttendRef, AttendF16Ref, AttendF16PagedRef};
   return ops;
 }
 
