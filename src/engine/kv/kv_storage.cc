@@ -1,5 +1,6 @@
 #include "engine/kv/kv_storage.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -247,9 +248,22 @@ Result<uint64_t> ParseMemorySize(std::string_view text, uint64_t physical_bytes)
 
 // ---- KvStorage ----
 
+void KvStorage::MapDeleter::operator()(uint8_t* p) const {
+  if (p != nullptr) munmap(p, bytes);
+}
+
 KvStorage::Buffer KvStorage::Allocate(uint64_t bytes) {
-  // calloc: large blocks come straight from mmap, already zero, so untouched pages cost nothing.
-  return Buffer(static_cast<uint8_t*>(std::calloc(static_cast<size_t>(bytes), 1)));
+  // Anonymous mmap: zero pages, so untouched ones cost nothing. Transparent huge pages are asked
+  // for (MADV_HUGEPAGE, a hint; ignored where THP is off): attention walks one head's rows across
+  // many blocks, a row_bytes stride apart, and with 4 KiB pages nearly every row it reads is on a
+  // page of its own -- a TLB miss per row once the pool outgrows the TLB's reach (~8 MiB).
+  const size_t n = std::max<size_t>(static_cast<size_t>(bytes), 1);
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return Buffer(nullptr, MapDeleter{0});
+#ifdef MADV_HUGEPAGE
+  (void)madvise(p, n, MADV_HUGEPAGE);
+#endif
+  return Buffer(static_cast<uint8_t*>(p), MapDeleter{n});
 }
 
 Result<std::unique_ptr<KvStorage>> KvStorage::Create(const KvLayout& layout) {

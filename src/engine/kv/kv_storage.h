@@ -101,10 +101,12 @@ class KvStorage {
   static void DecodeRow(KvDType dtype, const uint8_t* src, float* dst, int kv_dim);
 
  private:
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const { std::free(p); }
+  // An anonymous mapping of `bytes`, unmapped on destruction.
+  struct MapDeleter {
+    size_t bytes;  // (no default member initializer: it would make the nested type non-default-constructible here)
+    void operator()(uint8_t* p) const;
   };
-  using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
+  using Buffer = std::unique_ptr<uint8_t, MapDeleter>;
   KvStorage(const KvLayout& layout, Buffer k, Buffer v);
   static Buffer Allocate(uint64_t bytes);
 
