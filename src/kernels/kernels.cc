@@ -336,10 +336,10 @@ void AttendF16(const float* q, const uint16_t* k, const uint16_t* v, size_t kv_s
   Ops().attend_f16(q, k, v, kv_stride, len, hd, scale, scores, out);
 }
 
-void AttendF16Paged(const float* q, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
+void AttendF16Paged(const float* q, size_t group, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
                     unsigned block_shift, size_t row_stride, size_t len, size_t hd, float scale, float* scores,
                     float* out) {
-  Ops().attend_f16_paged(q, k_blocks, v_blocks, block_shift, row_stride, len, hd, scale, scores, out);
+  Ops().attend_f16_paged(q, group, k_blocks, v_blocks, block_shift, row_stride, len, hd, scale, scores, out);
 }
 
 void Attend(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd, float scale,

@@ -93,10 +93,13 @@ void Attend(const float* q, const float* k, const float* v, size_t kv_stride, si
 // arithmetic order is the same); it saves writing and re-reading an f32 copy of the KV history.
 void AttendF16(const float* q, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len, size_t hd,
                float scale, float* scores, float* out);
-// AttendF16 straight from a paged cache: key j is k_blocks[j >> block_shift] + (j % 2^block_shift) *
-// row_stride (values likewise; strides in elements), so nothing is copied out of the blocks first.
-// Same bits as AttendF16 on those rows laid out contiguously (only the addresses differ).
-void AttendF16Paged(const float* q, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
+// AttendF16 straight from a paged cache, for `group` query heads that share the key/value head
+// (grouped-query attention): key j is k_blocks[j >> block_shift] + (j % 2^block_shift) * row_stride
+// (values likewise; strides in elements), so nothing is copied out of the blocks first. Head h's
+// query is q + h * hd and its output out + h * hd; scores must hold group * len floats. Each head
+// gets the bits of AttendF16 on its own with those rows laid out contiguously (only the addresses
+// differ, and the rows are read once per group instead of once per head).
+void AttendF16Paged(const float* q, size_t group, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
                     unsigned block_shift, size_t row_stride, size_t len, size_t hd, float scale, float* scores,
                     float* out);
 

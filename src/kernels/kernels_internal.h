@@ -48,7 +48,7 @@ struct VecOps {
                  float scale, float* scores, float* out);
   void (*attend_f16)(const float* q, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len,
                      size_t hd, float scale, float* scores, float* out);
-  void (*attend_f16_paged)(const float* q, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
+  void (*attend_f16_paged)(const float* q, size_t group, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
                            unsigned block_shift, size_t row_stride, size_t len, size_t hd, float scale,
                            float* scores, float* out);
 };

@@ -285,17 +285,17 @@ TEST_P(VecOpsTest, AttendF16EqualsAttendOnWidenedRows) {
   }
 }
 
-// Rows spread over blocks (shuffled, each block's rows row_stride apart, heads at an offset):
-// AttendF16Paged gives the bits of AttendF16 on the same rows copied contiguous.
+// Rows spread over blocks (shuffled, each block's rows row_stride apart, heads at an offset), and
+// 1-8 query heads sharing them: AttendF16Paged gives every head the bits of AttendF16 on the same
+// rows copied contiguous, for that head alone.
 TEST_P(VecOpsTest, AttendF16PagedEqualsAttendF16OnCopiedRows) {
   IsaGuard guard(GetParam());
   for (unsigned shift : {0u, 2u, 4u, 5u}) {
     const size_t bs = size_t{1} << shift;
-    for (size_t hd : {size_t{7}, size_t{64}, size_t{80}, size_t{128}}) {
+    for (size_t hd : {size_t{7}, size_t{16}, size_t{32}, size_t{48}, size_t{64}, size_t{80}, size_t{128}}) {
       for (size_t len : {size_t{1}, size_t{3}, size_t{17}, size_t{37}, size_t{300}}) {
         const size_t n_blocks = (len + bs - 1) / bs, row_stride = 2 * hd + 3, head_off = hd + 1;
         const size_t block_elems = bs * row_stride;
-        const std::vector<float> q = RandomFloats(hd, 61, 1.0f);
         const std::vector<float> kf = RandomFloats(n_blocks * block_elems, 62, 1.0f);
         const std::vector<float> vf = RandomFloats(n_blocks * block_elems, 63, 2.0f);
         std::vector<uint16_t> kpool(kf.size()), vpool(vf.size());
@@ -316,13 +316,20 @@ TEST_P(VecOpsTest, AttendF16PagedEqualsAttendF16OnCopiedRows) {
           std::memcpy(&kc[j * hd], kb[j / bs] + (j % bs) * row_stride, hd * sizeof(uint16_t));
           std::memcpy(&vc[j * hd], vb[j / bs] + (j % bs) * row_stride, hd * sizeof(uint16_t));
         }
-        std::vector<float> s1(len), s2(len), o1(hd), o2(hd, -1.0f);
-        AttendF16(q.data(), kc.data(), vc.data(), hd, len, hd, 0.3f, s1.data(), o1.data());
-        AttendF16Paged(q.data(), kb.data(), vb.data(), shift, row_stride, len, hd, 0.3f, s2.data(), o2.data());
-        ASSERT_EQ(0, std::memcmp(o1.data(), o2.data(), hd * sizeof(float)))
-            << "block " << bs << " hd " << hd << " len " << len;
-        ASSERT_EQ(0, std::memcmp(s1.data(), s2.data(), len * sizeof(float)))
-            << "block " << bs << " hd " << hd << " len " << len;
+        for (size_t group : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{5}, size_t{8}}) {
+          const std::vector<float> q = RandomFloats(group * hd, 61 + group, 1.0f);
+          std::vector<float> s2(group * len), o2(group * hd, -1.0f);
+          AttendF16Paged(q.data(), group, kb.data(), vb.data(), shift, row_stride, len, hd, 0.3f, s2.data(),
+                         o2.data());
+          for (size_t h = 0; h < group; ++h) {
+            std::vector<float> s1(len), o1(hd);
+            AttendF16(q.data() + h * hd, kc.data(), vc.data(), hd, len, hd, 0.3f, s1.data(), o1.data());
+            ASSERT_EQ(0, std::memcmp(o1.data(), o2.data() + h * hd, hd * sizeof(float)))
+                << "block " << bs << " hd " << hd << " len " << len << " group " << group << " head " << h;
+            ASSERT_EQ(0, std::memcmp(s1.data(), s2.data() + h * len, len * sizeof(float)))
+                << "block " << bs << " hd " << hd << " len " << len << " group " << group << " head " << h;
+          }
+        }
       }
     }
   }

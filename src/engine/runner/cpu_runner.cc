@@ -91,6 +91,7 @@ void CpuModelRunner::EnsureScratch(size_t n, size_t max_len, size_t n_items) {
   const size_t dim = static_cast<size_t>(cfg_.dim), qd = static_cast<size_t>(cfg_.q_dim());
   const size_t kvd = static_cast<size_t>(cfg_.kv_dim()), ffn = static_cast<size_t>(cfg_.ffn);
   const size_t hd = static_cast<size_t>(cfg_.head_dim);
+  const size_t group = static_cast<size_t>(cfg_.n_heads / cfg_.n_kv_heads);
   if (n > scratch_tokens_) {
     x_.resize(n * dim);
     xn_.resize(n * dim);
@@ -120,7 +121,7 @@ void CpuModelRunner::EnsureScratch(size_t n, size_t max_len, size_t n_items) {
         ts.k.resize(max_len * hd);
         ts.v.resize(max_len * hd);
       }
-      ts.scores.resize(max_len);
+      ts.scores.resize(max_len * group);  // paged decode: one row of scores per query head of a group
       const size_t bs = static_cast<size_t>(storage_->layout().block_size);
       ts.k_blocks.resize(max_len / bs + 1);
       ts.v_blocks.resize(max_len / bs + 1);
@@ -237,13 +238,15 @@ void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin
   for (int32_t t = item.t0; t < item.t1; ++t) {
     const size_t row = row_begin + static_cast<size_t>(t);
     const size_t n = static_cast<size_t>(seq.start_pos) + static_cast<size_t>(t) + 1;  // causal: 0..pos
+    if (paged) {  // the group's query heads together: each K/V row is read once for all of them
+      kernels::AttendF16Paged(q_.data() + row * qd + h0 * hd, group, ts.k_blocks.data(), ts.v_blocks.data(), shift,
+                              row_stride, n, hd, scale, scores, att_.data() + row * qd + h0 * hd);
+      continue;
+    }
     for (size_t h = h0; h < h0 + group; ++h) {
       const float* q = q_.data() + row * qd + h * hd;
       float* out = att_.data() + row * qd + h * hd;
-      if (paged) {
-        kernels::AttendF16Paged(q, ts.k_blocks.data(), ts.v_blocks.data(), shift, row_stride, n, hd, scale, scores,
-                                out);
-      } else if (f16) {
+      if (f16) {
         kernels::AttendF16(q, ts.k16.data(), ts.v16.data(), hd, n, hd, scale, scores, out);
       } else {
         kernels::Attend(q, ts.k.data(), ts.v.data(), hd, n, hd, scale, scores, out);

@@ -42,6 +42,9 @@ STRATA_FN VF VFmadd(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 STRATA_FN VF VMax(VF a, VF b) { return _mm256_max_ps(a, b); }
 STRATA_FN VF VMin(VF a, VF b) { return _mm256_min_ps(a, b); }
 STRATA_FN float VHsum(VF v) { return HsumPs(v); }
+STRATA_FN void VHsum16(const VF (&v)[16], float* out) {  // (unused: grouped attention is 512-bit only)
+  for (int k = 0; k < 16; ++k) out[k] = HsumPs(v[k]);
+}
 STRATA_FN float VHmax(VF v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));

@@ -78,10 +78,10 @@ void AttendF16Ref(const float* q, const uint16_t* k, const uint16_t* v, size_t k
   AttendRef(q, kf.data(), vf.data(), hd, len, hd, scale, scores, out);
 }
 
-// The reference copies the rows out of their blocks, then runs AttendF16Ref.
-void AttendF16PagedRef(const float* q, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
-                       unsigned block_shift, size_t row_stride, size_t len, size_t hd, float scale, float* scores,
-                       float* out) {
+// The reference copies the rows out of their blocks, then runs AttendF16Ref head by head.
+void AttendF16PagedRef(const float* q, size_t group, const uint16_t* const* k_blocks,
+                       const uint16_t* const* v_blocks, unsigned block_shift, size_t row_stride, size_t len,
+                       size_t hd, float scale, float* scores, float* out) {
   thread_local std::vector<uint16_t> kc, vc;
   kc.resize(len * hd);
   vc.resize(len * hd);
@@ -90,7 +90,8 @@ void AttendF16PagedRef(const float* q, const uint16_t* const* k_blocks, const ui
     std::memcpy(&kc[j * hd], k_blocks[j >> block_shift] + (j & mask) * row_stride, hd * sizeof(uint16_t));
     std::memcpy(&vc[j * hd], v_blocks[j >> block_shift] + (j & mask) * row_stride, hd * sizeof(uint16_t));
   }
-  AttendF16Ref(q, kc.data(), vc.data(), hd, len, hd, scale, scores, out);
+  for (size_t h = 0; h < group; ++h)
+    AttendF16Ref(q + h * hd, kc.data(), vc.data(), hd, len, hd, scale, scores + h * len, out + h * hd);
 }
 
 
