@@ -331,9 +331,9 @@ void Add(float* x, const float* y, size_t n) { Ops().add(x, y, n); }
 float DotF32(const float* a, const float* b, size_t n) { return Ops().dot_f32(a, b, n); }
 void Axpy(float a, const float* x, float* y, size_t n) { Ops().axpy(a, x, y, n); }
 void Softmax(float* x, size_t n) { Ops().softmax(x, n); }
-void AttendF16(const float* q, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len, size_t hd,
-               float scale, float* scores, float* out) {
-  Ops().attend_f16(q, k, v, kv_stride, len, hd, scale, scores, out);
+void AttendF16(const float* q, size_t group, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len,
+               size_t hd, float scale, float* scores, float* out) {
+  Ops().attend_f16(q, group, k, v, kv_stride, len, hd, scale, scores, out);
 }
 
 void AttendF16Paged(const float* q, size_t group, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,

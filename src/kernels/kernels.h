@@ -88,10 +88,12 @@ void Softmax(float* x, size_t n);
 // Same result for a given (q, keys, values, len) whatever else is in flight (batch-invariant).
 void Attend(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd, float scale,
             float* scores, float* out);
-// Attend over IEEE-half keys/values (strides in elements), widened to f32 as they are read. Gives
-// the same bits as Attend on the widened rows at the same ISA level (widening is exact and the
-// arithmetic order is the same); it saves writing and re-reading an f32 copy of the KV history.
-void AttendF16(const float* q, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len, size_t hd,
+// Attend over IEEE-half keys/values (strides in elements), widened to f32 as they are read, for
+// `group` query heads sharing them (head h: query q + h * hd, scores scores + h * len, output
+// out + h * hd). Each head gets the same bits as Attend on the widened rows at the same ISA level
+// (widening is exact and the arithmetic order is the same); it saves writing and re-reading an f32
+// copy of the KV history, and reads each row once per group.
+void AttendF16(const float* q, size_t group, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len, size_t hd,
                float scale, float* scores, float* out);
 // AttendF16 straight from a paged cache, for `group` query heads that share the key/value head
 // (grouped-query attention): key j is k_blocks[j >> block_shift] + (j % 2^block_shift) * row_stride

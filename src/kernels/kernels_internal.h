@@ -46,7 +46,7 @@ struct VecOps {
   void (*softmax)(float* x, size_t n);
   void (*attend)(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd,
                  float scale, float* scores, float* out);
-  void (*attend_f16)(const float* q, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len,
+  void (*attend_f16)(const float* q, size_t group, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len,
                      size_t hd, float scale, float* scores, float* out);
   void (*attend_f16_paged)(const float* q, size_t group, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
                            unsigned block_shift, size_t row_stride, size_t len, size_t hd, float scale,

@@ -278,9 +278,22 @@ TEST_P(VecOpsTest, AttendF16EqualsAttendOnWidenedRows) {
       }
       std::vector<float> s1(len), s2(len), o1(hd), o2(hd);
       Attend(q.data(), kf.data(), vf.data(), stride, len, hd, 0.3f, s1.data(), o1.data());
-      AttendF16(q.data(), k16.data(), v16.data(), stride, len, hd, 0.3f, s2.data(), o2.data());
+      AttendF16(q.data(), 1, k16.data(), v16.data(), stride, len, hd, 0.3f, s2.data(), o2.data());
       ASSERT_EQ(0, std::memcmp(o1.data(), o2.data(), hd * sizeof(float))) << "hd " << hd << " len " << len;
       ASSERT_EQ(0, std::memcmp(s1.data(), s2.data(), len * sizeof(float))) << "hd " << hd << " len " << len;
+      // Query heads sharing the rows (GQA): each head's bits as on its own.
+      for (size_t group : {size_t{2}, size_t{4}, size_t{7}}) {
+        const std::vector<float> qg = RandomFloats(group * hd, 54 + group, 1.0f);
+        std::vector<float> sg(group * len), og(group * hd, -1.0f);
+        AttendF16(qg.data(), group, k16.data(), v16.data(), stride, len, hd, 0.3f, sg.data(), og.data());
+        for (size_t h = 0; h < group; ++h) {
+          Attend(qg.data() + h * hd, kf.data(), vf.data(), stride, len, hd, 0.3f, s1.data(), o1.data());
+          ASSERT_EQ(0, std::memcmp(o1.data(), og.data() + h * hd, hd * sizeof(float)))
+              << "hd " << hd << " len " << len << " group " << group << " head " << h;
+          ASSERT_EQ(0, std::memcmp(s1.data(), sg.data() + h * len, len * sizeof(float)))
+              << "hd " << hd << " len " << len << " group " << group << " head " << h;
+        }
+      }
     }
   }
 }
@@ -323,7 +336,7 @@ TEST_P(VecOpsTest, AttendF16PagedEqualsAttendF16OnCopiedRows) {
                          o2.data());
           for (size_t h = 0; h < group; ++h) {
             std::vector<float> s1(len), o1(hd);
-            AttendF16(q.data() + h * hd, kc.data(), vc.data(), hd, len, hd, 0.3f, s1.data(), o1.data());
+            AttendF16(q.data() + h * hd, 1, kc.data(), vc.data(), hd, len, hd, 0.3f, s1.data(), o1.data());
             ASSERT_EQ(0, std::memcmp(o1.data(), o2.data() + h * hd, hd * sizeof(float)))
                 << "block " << bs << " hd " << hd << " len " << len << " group " << group << " head " << h;
             ASSERT_EQ(0, std::memcmp(s1.data(), s2.data() + h * len, len * sizeof(float)))

@@ -238,20 +238,20 @@ void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin
   for (int32_t t = item.t0; t < item.t1; ++t) {
     const size_t row = row_begin + static_cast<size_t>(t);
     const size_t n = static_cast<size_t>(seq.start_pos) + static_cast<size_t>(t) + 1;  // causal: 0..pos
-    if (paged) {  // the group's query heads together: each K/V row is read once for all of them
-      kernels::AttendF16Paged(q_.data() + row * qd + h0 * hd, group, ts.k_blocks.data(), ts.v_blocks.data(), shift,
-                              row_stride, n, hd, scale, scores, att_.data() + row * qd + h0 * hd);
+    // F16: the group's query heads together, so each K/V row is read once for all of them.
+    const float* qg = q_.data() + row * qd + h0 * hd;
+    float* outg = att_.data() + row * qd + h0 * hd;
+    if (paged) {
+      kernels::AttendF16Paged(qg, group, ts.k_blocks.data(), ts.v_blocks.data(), shift, row_stride, n, hd, scale,
+                              scores, outg);
       continue;
     }
-    for (size_t h = h0; h < h0 + group; ++h) {
-      const float* q = q_.data() + row * qd + h * hd;
-      float* out = att_.data() + row * qd + h * hd;
-      if (f16) {
-        kernels::AttendF16(q, ts.k16.data(), ts.v16.data(), hd, n, hd, scale, scores, out);
-      } else {
-        kernels::Attend(q, ts.k.data(), ts.v.data(), hd, n, hd, scale, scores, out);
-      }
+    if (f16) {
+      kernels::AttendF16(qg, group, ts.k16.data(), ts.v16.data(), hd, n, hd, scale, scores, outg);
+      continue;
     }
+    for (size_t h = 0; h < group; ++h)
+      kernels::Attend(qg + h * hd, ts.k.data(), ts.v.data(), hd, n, hd, scale, scores, outg + h * hd);
   }
 }
 

@@ -78,6 +78,12 @@ void AttendF16Ref(const float* q, const uint16_t* k, const uint16_t* v, size_t k
   AttendRef(q, kf.data(), vf.data(), hd, len, hd, scale, scores, out);
 }
 
+void AttendF16GroupRef(const float* q, size_t group, const uint16_t* k, const uint16_t* v, size_t kv_stride,
+                       size_t len, size_t hd, float scale, float* scores, float* out) {
+  for (size_t h = 0; h < group; ++h)
+    AttendF16Ref(q + h * hd, k, v, kv_stride, len, hd, scale, scores + h * len, out + h * hd);
+}
+
 // The reference copies the rows out of their blocks, then runs AttendF16Ref head by head.
 void AttendF16PagedRef(const float* q, size_t group, const uint16_t* const* k_blocks,
                        const uint16_t* const* v_blocks, unsigned block_shift, size_t row_stride, size_t len,
@@ -156,7 +162,7 @@ DotTileFn RefDotTile(DType t) {
 }
 
 const VecOps& RefVecOps() {
-  static const VecOps ops{RmsNormRef, SiluMulRef, AddRef, DotF32Ref, AxpyRef, SoftmaxRef, AttendRef, AttendF16Ref, AttendF16PagedRef};
+  static const VecOps ops{RmsNormRef, SiluMulRef, AddRef, DotF32Ref, AxpyRef, SoftmaxRef, AttendRef, AttendF16GroupRef, AttendF16PagedRef};
   return ops;
 }
 
