@@ -101,6 +101,66 @@ QX_FN int HsumEpi32(__m512i v) {
   return _mm_cvtsi128_si32(h);
 }
 
+// Lane-wise tree over 16 vectors: lane 4c + k of the result is op over the 16 lanes of v[4k + c]
+// (pass v[4k + c] = input 4c + k to get input i in lane i). For ops whose result does not depend on
+// the order (max of non-negative floats, integer addition), this equals a per-vector reduction.
+template <typename Op>
+QX_FN __m512 Tree16(const __m512 (&v)[16], Op op) {
+  __m512 l1[8], l2[4], l3[2];
+  for (int p = 0; p < 8; ++p)
+    l1[p] = op(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44), _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
+  for (int p = 0; p < 4; ++p)
+    l2[p] = op(_mm512_shuffle_f32x4(l1[2 * p], l1[2 * p + 1], 0x88),
+               _mm512_shuffle_f32x4(l1[2 * p], l1[2 * p + 1], 0xDD));
+  for (int p = 0; p < 2; ++p)
+    l3[p] = op(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(l2[2 * p]), _mm512_castps_pd(l2[2 * p + 1]))),
+               _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(l2[2 * p]), _mm512_castps_pd(l2[2 * p + 1]))));
+  return op(_mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+struct MaxPs {
+  __attribute__((target(QX_TARGET))) __m512 operator()(__m512 a, __m512 b) const { return _mm512_max_ps(a, b); }
+};
+struct AddEpi32 {  // on float-typed vectors holding int32 lanes
+  __attribute__((target(QX_TARGET))) __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  }
+};
+
+// PackToken's arithmetic for blocks b0 .. b0 + 15, the per-block reductions (amax, sum of quants)
+// done 16 at a time: max of absolute values and integer sums do not depend on the order, and the
+// divisions and f16 rounding are the same IEEE operations lane-wise (vcvtps2ph rounds to nearest
+// even like F32ToF16), so every byte written is the one PackToken's block loop writes.
+template <bool kQ4>
+QX_FN void PackBlocks16(const float* x, const ActLayout& l, size_t b0, int8_t* qs, float* dx, int32_t* corr) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  auto slot = [](int j) { return 4 * (j % 4) + j / 4; };  // tree input j holds block b0 + slot(j)
+  __m512 m[16];
+  for (int j = 0; j < 16; ++j) {
+    const float* p = x + 32 * (b0 + static_cast<size_t>(slot(j)));
+    m[j] = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(p), abs_mask), _mm512_and_ps(_mm512_loadu_ps(p + 16), abs_mask));
+  }
+  const __m512 amax = Tree16(m, MaxPs{});
+  const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+  // amax != 0.0f (true for NaN as well, like the scalar comparison)
+  const __mmask16 nz = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+  alignas(64) float id[16];
+  _mm512_store_ps(id, _mm512_maskz_div_ps(nz, _mm512_set1_ps(127.0f), amax));
+  _mm512_storeu_ps(dx + b0, _mm512_cvtph_ps(_mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+  __m512 sums[16];
+  for (int j = 0; j < 16; ++j) {
+    const size_t b = b0 + static_cast<size_t>(slot(j));
+    const __m512 vid = _mm512_set1_ps(id[slot(j)]);
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b), vid));
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16), vid));
+    sums[j] = _mm512_castsi512_ps(_mm512_add_epi32(q0, q1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kQ4>(b, 0)), _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kQ4>(b, 16)), _mm512_cvtsepi32_epi8(q1));
+  }
+  const __m512i total = _mm512_castps_si512(Tree16(sums, AddEpi32{}));
+  _mm512_storeu_si512(corr + b0, _mm512_mullo_epi32(total, _mm512_set1_epi32(kQ4 ? 8 : 128)));
+}
+
 // Quantizes one token to Q8_0 exactly as ref::QuantizeQ8_0 (amax/127 rounded to f16, values
 // round-half-even of x * (127/amax)) and writes it in the pack layout.
 template <bool kQ4>
@@ -109,7 +169,9 @@ QX_FN void PackToken(const float* x, const ActLayout& l, char* dst) {
   float* dx = reinterpret_cast<float*>(dst + l.dx_off);
   int32_t* corr = reinterpret_cast<int32_t*>(dst + l.corr_off);
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  for (size_t b = 0; b < l.nb; ++b) {
+  size_t b0 = 0;
+  for (; b0 + 16 <= l.nb; b0 += 16) PackBlocks16<kQ4>(x, l, b0, qs, dx, corr);
+  for (size_t b = b0; b < l.nb; ++b) {
     const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
     const float amax = HmaxPs(_mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
     const float d = amax / 127.0f;
