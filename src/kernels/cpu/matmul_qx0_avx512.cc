@@ -448,7 +448,7 @@ struct alignas(64) TileConfig {
 static_assert(sizeof(TileConfig) == 64);
 
 // Per-panel weight data: scales as dwt[b * 16 + i] (f32, row i of the panel) and, unless the tiles
-// read the GGUF rows in place (full Q8_0 panels used by few token groups), int8 weights block-major
+// read the GGUF rows in place (full Q8_0 panels), int8 weights block-major
 // at s8 + 512 * b + 32 * i (Q4_0: nibble - 8), so one A tile is 512 contiguous bytes. Rows past the
 // matrix repeat its last row (their outputs are dropped).
 template <bool kQ4>
@@ -571,9 +571,11 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
     const size_t c1 = std::min(n_groups, c0 + chunk);
     for (size_t p0 = r0; p0 < r1; p0 += kPanel) {
       const size_t nr = std::min(kPanel, r1 - p0);
-      // Q8_0 rows can feed the tiles in place (16 strided half-lines per tile); a compact copy
-      // pays off once the panel is used by several token groups.
-      const bool in_place = !kQ4 && nr == kPanel && c1 - c0 <= 2;
+      // Full Q8_0 panels feed the tiles in place (16 strided 32-byte rows per tile). A compact
+      // copy per panel and chunk measured no faster with many token groups at K = 2048 and slower
+      // at K = 8192 (BM_MatMul q8_0 512 tokens, 1 thread, 5 alternated runs: 2048 x 8192
+      // 39-51 -> 34-35 ms; 8192 x 2048 33-38 ms either way); Q4_0 nibbles and partial panels need it.
+      const bool in_place = !kQ4 && nr == kPanel;
       PrepAmxPanel<kQ4>(wd, w.row_bytes, p0, nr, nb, !in_place, s8, dwt);
       __asm__ volatile("" ::: "memory");  // GCC's tile loads are asm without memory inputs
       const char* a = in_place ? wd + p0 * w.row_bytes + 2 : reinterpret_cast<const char*>(s8);
