@@ -16,29 +16,44 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads))
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true, std::memory_order_release);
   }
   cv_start_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
+namespace {
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+}  // namespace
+
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    void* obj;
-    Thunk thunk;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      obj = job_obj_;
-      thunk = job_thunk_;
+    bool ready = false;
+    for (int i = 0; i < kSpinIterations && !ready; ++i) {
+      ready = generation_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_acquire);
+      if (!ready) CpuRelax();
     }
-    thunk(obj, index);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) cv_done_.notify_one();
+    if (!ready) {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++sleepers_;
+      cv_start_.wait(lock, [&] {
+        return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
+      });
+      --sleepers_;
+    }
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
+    job_thunk_(job_obj_, index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);  // the owner checks its predicate under mu_
+      if (owner_sleeping_) cv_done_.notify_one();
     }
   }
 }
@@ -48,17 +63,22 @@ void ThreadPool::RunOnAllImpl(void* obj, Thunk thunk) {
     thunk(obj, 0);
     return;
   }
+  job_obj_ = obj;
+  job_thunk_ = thunk;
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_obj_ = obj;
-    job_thunk_ = thunk;
-    pending_ = num_threads_ - 1;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
+    if (sleepers_ > 0) cv_start_.notify_all();
   }
-  cv_start_.notify_all();
   thunk(obj, 0);
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_done_.wait(lock, [&] { return pending_ == 0; });
+  for (int i = 0; i < kSpinIterations && pending_.load(std::memory_order_acquire) != 0; ++i) CpuRelax();
+  if (pending_.load(std::memory_order_acquire) != 0) {
+    std::unique_lock<std::mutex> lock(mu_);
+    owner_sleeping_ = true;
+    cv_done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    owner_sleeping_ = false;
+  }
   job_obj_ = nullptr;
   job_thunk_ = nullptr;
 }

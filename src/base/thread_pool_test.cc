@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 #include <cstdlib>
 #include <new>
@@ -32,6 +34,24 @@ TEST(ThreadPoolTest, ManyRoundsNoDeadlock) {
     pool.ParallelFor(10, [&](size_t b, size_t e, int) { sum += static_cast<long>(e - b); });
   }
   EXPECT_EQ(sum.load(), 20000);
+}
+
+// Both waiting paths: idle gaps longer than the spin (workers go to sleep and must be woken) and
+// chunks slower than the spin (the owner goes to sleep and must be woken), mixed with back-to-back
+// jobs (everyone spinning).
+TEST(ThreadPoolTest, SleepingWorkersAndOwnerAreWoken) {
+  for (int threads : {2, 3, 5}) {
+    ThreadPool pool(threads);
+    std::atomic<long> sum{0};
+    for (int r = 0; r < 60; ++r) {
+      if (r % 7 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      pool.ParallelFor(100, [&](size_t b, size_t e, int t) {
+        if (r % 5 == 0 && t == threads - 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        sum += static_cast<long>(e - b);
+      });
+    }
+    EXPECT_EQ(sum.load(), 60L * 100) << threads << " threads";
+  }
 }
 
 }  // namespace
