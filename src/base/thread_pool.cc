@@ -9,7 +9,9 @@ int DefaultThreadCount() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+ThreadPool::ThreadPool(int num_threads)
+    : num_threads_(std::max(1, num_threads)),
+      spin_iterations_(num_threads_ <= DefaultThreadCount() ? kSpinIterations : 0) {
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
@@ -36,7 +38,7 @@ void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {
     bool ready = false;
-    for (int i = 0; i < kSpinIterations && !ready; ++i) {
+    for (int i = 0; i < spin_iterations_ && !ready; ++i) {
       ready = generation_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_acquire);
       if (!ready) CpuRelax();
     }
@@ -72,7 +74,7 @@ void ThreadPool::RunOnAllImpl(void* obj, Thunk thunk) {
     if (sleepers_ > 0) cv_start_.notify_all();
   }
   thunk(obj, 0);
-  for (int i = 0; i < kSpinIterations && pending_.load(std::memory_order_acquire) != 0; ++i) CpuRelax();
+  for (int i = 0; i < spin_iterations_ && pending_.load(std::memory_order_acquire) != 0; ++i) CpuRelax();
   if (pending_.load(std::memory_order_acquire) != 0) {
     std::unique_lock<std::mutex> lock(mu_);
     owner_sleeping_ = true;

@@ -10,7 +10,8 @@
 // bounded time (kSpinIterations pauses, ~0.1 ms) and then sleep on a condition variable. A decode
 // step dispatches ~150 short jobs; waking a sleeping thread costs a futex call and, on a VM, an
 // idle vCPU's wake-up, so keeping the workers awake between the jobs of a step saves that each time
-// while an idle pool still sleeps.
+// while an idle pool still sleeps. A pool with more threads than the machine has hardware
+// threads does not spin (a spinning thread would hold a core that another one needs).
 #pragma once
 
 #include <atomic>
@@ -66,6 +67,7 @@ class ThreadPool {
   static constexpr int kSpinIterations = 2000;
 
   int num_threads_;
+  int spin_iterations_;  // kSpinIterations, or 0 when oversubscribed
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_start_;
