@@ -264,7 +264,7 @@ TEST_P(VecOpsTest, AttendMatchesDefinition) {
 // double-precision definition (checked above for Attend).
 TEST_P(VecOpsTest, AttendF16EqualsAttendOnWidenedRows) {
   IsaGuard guard(GetParam());
-  for (size_t hd : {size_t{7}, size_t{64}, size_t{80}, size_t{128}}) {
+  for (size_t hd : {size_t{7}, size_t{16}, size_t{32}, size_t{48}, size_t{64}, size_t{80}, size_t{128}}) {
     for (size_t len : {size_t{1}, size_t{2}, size_t{5}, size_t{37}, size_t{300}}) {
       const size_t stride = hd * 3 + 5;
       std::vector<float> q = RandomFloats(hd, 51, 1.0f), kf = RandomFloats(len * stride, 52, 1.0f);
