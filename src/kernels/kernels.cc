@@ -333,12 +333,14 @@ void Axpy(float a, const float* x, float* y, size_t n) { Ops().axpy(a, x, y, n);
 void Softmax(float* x, size_t n) { Ops().softmax(x, n); }
 void AttendF16(const float* q, size_t group, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len,
                size_t hd, float scale, float* scores, float* out) {
+  if (group == 0) return;  // no query heads: nothing to compute
   Ops().attend_f16(q, group, k, v, kv_stride, len, hd, scale, scores, out);
 }
 
 void AttendF16Paged(const float* q, size_t group, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
                     unsigned block_shift, size_t row_stride, size_t len, size_t hd, float scale, float* scores,
                     float* out) {
+  if (group == 0) return;  // no query heads: nothing to compute
   Ops().attend_f16_paged(q, group, k_blocks, v_blocks, block_shift, row_stride, len, hd, scale, scores, out);
 }
 

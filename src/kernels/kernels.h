@@ -92,7 +92,7 @@ void Attend(const float* q, const float* k, const float* v, size_t kv_stride, si
 // `group` query heads sharing them (head h: query q + h * hd, scores scores + h * len, output
 // out + h * hd). Each head gets the same bits as Attend on the widened rows at the same ISA level
 // (widening is exact and the arithmetic order is the same); it saves writing and re-reading an f32
-// copy of the KV history, and reads each row once per group.
+// copy of the KV history, and reads each row once per group. group 0 does nothing.
 void AttendF16(const float* q, size_t group, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len, size_t hd,
                float scale, float* scores, float* out);
 // AttendF16 straight from a paged cache, for `group` query heads that share the key/value head
@@ -100,7 +100,7 @@ void AttendF16(const float* q, size_t group, const uint16_t* k, const uint16_t* 
 // (values likewise; strides in elements), so nothing is copied out of the blocks first. Head h's
 // query is q + h * hd and its output out + h * hd; scores must hold group * len floats. Each head
 // gets the bits of AttendF16 on its own with those rows laid out contiguously (only the addresses
-// differ, and the rows are read once per group instead of once per head).
+// differ, and the rows are read once per group instead of once per head). group 0 does nothing.
 void AttendF16Paged(const float* q, size_t group, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
                     unsigned block_shift, size_t row_stride, size_t len, size_t hd, float scale, float* scores,
                     float* out);
