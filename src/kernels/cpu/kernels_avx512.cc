@@ -85,27 +85,17 @@ STRATA_FN VF VFmadd(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 STRATA_FN VF VMax(VF a, VF b) { return _mm512_max_ps(a, b); }
 STRATA_FN VF VMin(VF a, VF b) { return _mm512_min_ps(a, b); }
 STRATA_FN float VHsum(VF v) { return Hsum512(v); }
-// out[k] = VHsum(v[k]) for 16 vectors, bit for bit: a transposing tree that adds the same pairs as
-// Hsum512 (lanes i and i + 8, then i and i + 4, then i and i + 2, then i and i + 1; IEEE addition is
-// commutative, so only the pairs matter), 15 adds for 16 sums instead of 4 adds each.
+#define TREE16_FN STRATA_FN
+#include "kernels/cpu/tree16.inc"
+struct AddPs {
+  __attribute__((target(STRATA_TARGET))) __m512 operator()(__m512 a, __m512 b) const { return _mm512_add_ps(a, b); }
+};
+// out[k] = VHsum(v[k]) for 16 vectors, bit for bit (Tree16 adds Hsum512's pairs).
 STRATA_FN void VHsum16(const VF (&v)[16], float* out) {
-  __m512 l1[8], l2[4], l3[2];
-  for (int p = 0; p < 8; ++p)  // chunks: v[2p] (c0+c2, c1+c3), v[2p+1] (same)
-    l1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
-                          _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
-  for (int p = 0; p < 4; ++p)  // chunk c: v[4p + c], 4 lanes each
-    l2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(l1[2 * p], l1[2 * p + 1], 0x88),
-                          _mm512_shuffle_f32x4(l1[2 * p], l1[2 * p + 1], 0xDD));
-  for (int p = 0; p < 2; ++p)  // chunk c: lanes 0-1 from v[8p + c], lanes 2-3 from v[8p + 4 + c]
-    l3[p] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(l2[2 * p]), _mm512_castps_pd(l2[2 * p + 1]))),
-                          _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(l2[2 * p]), _mm512_castps_pd(l2[2 * p + 1]))));
-  // Lane 4c + k of the result is the sum of v[4k + c].
-  const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(3, 1, 3, 1)));
   alignas(64) float t[16];
-  _mm512_store_ps(t, r);
+  _mm512_store_ps(t, Tree16(v, AddPs{}));
   for (int c = 0; c < 4; ++c)
-    for (int k = 0; k < 4; ++k) out[4 * k + c] = t[4 * c + k];
+    for (int k = 0; k < 4; ++k) out[4 * k + c] = t[4 * c + k];  // lane 4c + k: input 4k + c
 }
 STRATA_FN float VHmax(VF v) {
   // (GCC 12's _mm512_reduce_* trip -Wuninitialized inside its own headers.)

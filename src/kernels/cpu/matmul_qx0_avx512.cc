@@ -101,22 +101,8 @@ QX_FN int HsumEpi32(__m512i v) {
   return _mm_cvtsi128_si32(h);
 }
 
-// Lane-wise tree over 16 vectors: lane 4c + k of the result is op over the 16 lanes of v[4k + c]
-// (pass v[4k + c] = input 4c + k to get input i in lane i). For ops whose result does not depend on
-// the order (max of non-negative floats, integer addition), this equals a per-vector reduction.
-template <typename Op>
-QX_FN __m512 Tree16(const __m512 (&v)[16], Op op) {
-  __m512 l1[8], l2[4], l3[2];
-  for (int p = 0; p < 8; ++p)
-    l1[p] = op(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44), _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
-  for (int p = 0; p < 4; ++p)
-    l2[p] = op(_mm512_shuffle_f32x4(l1[2 * p], l1[2 * p + 1], 0x88),
-               _mm512_shuffle_f32x4(l1[2 * p], l1[2 * p + 1], 0xDD));
-  for (int p = 0; p < 2; ++p)
-    l3[p] = op(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(l2[2 * p]), _mm512_castps_pd(l2[2 * p + 1]))),
-               _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(l2[2 * p]), _mm512_castps_pd(l2[2 * p + 1]))));
-  return op(_mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
+#define TREE16_FN QX_FN
+#include "kernels/cpu/tree16.inc"
 
 struct MaxPs {
   __attribute__((target(QX_TARGET))) __m512 operator()(__m512 a, __m512 b) const { return _mm512_max_ps(a, b); }
