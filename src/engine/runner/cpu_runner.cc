@@ -121,7 +121,7 @@ void CpuModelRunner::EnsureScratch(size_t n, size_t max_len, size_t n_items) {
         ts.k.resize(max_len * hd);
         ts.v.resize(max_len * hd);
       }
-      ts.scores.resize(max_len * group);  // paged decode: one row of scores per query head of a group
+      ts.scores.resize(max_len * group);  // F16 attention: one row of scores per query head of a group
       const size_t bs = static_cast<size_t>(storage_->layout().block_size);
       ts.k_blocks.resize(max_len / bs + 1);
       ts.v_blocks.resize(max_len / bs + 1);
