@@ -118,7 +118,7 @@ struct AddEpi32 {  // on float-typed vectors holding int32 lanes
 // divisions and f16 rounding are the same IEEE operations lane-wise (vcvtps2ph rounds to nearest
 // even like F32ToF16), so every byte written is the one PackToken's block loop writes.
 template <bool kQ4>
-QX_FN void PackBlocks16(const float* x, const ActLayout& l, size_t b0, int8_t* qs, float* dx, int32_t* corr) {
+QX_FN void PackBlocks16(const float* x, size_t b0, int8_t* qs, float* dx, int32_t* corr) {
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   auto slot = [](int j) { return 4 * (j % 4) + j / 4; };  // tree input j holds block b0 + slot(j)
   __m512 m[16];
@@ -156,7 +156,7 @@ QX_FN void PackToken(const float* x, const ActLayout& l, char* dst) {
   int32_t* corr = reinterpret_cast<int32_t*>(dst + l.corr_off);
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   size_t b0 = 0;
-  for (; b0 + 16 <= l.nb; b0 += 16) PackBlocks16<kQ4>(x, l, b0, qs, dx, corr);
+  for (; b0 + 16 <= l.nb; b0 += 16) PackBlocks16<kQ4>(x, b0, qs, dx, corr);
   for (size_t b = b0; b < l.nb; ++b) {
     const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
     const float amax = HmaxPs(_mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
@@ -616,14 +616,17 @@ void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, siz
   };
   size_t total_rows = 0;
   for (const QxJob& j : jobs) total_rows += j.w->rows;
-  // fn(job, r0, r1) for the part of each job inside the global row range [g0, g1).
-  auto for_jobs = [&](size_t g0, size_t g1, auto&& fn) {
-    size_t off = 0;
-    for (const QxJob& j : jobs) {
-      const size_t lo = std::max(g0, off), hi = std::min(g1, off + j.w->rows);
-      if (lo < hi) fn(j, lo - off, hi - off);
-      off += j.w->rows;
-    }
+  // rows_fn(job, r0, r1) over the pool, for every job's rows laid end to end (each thread gets the
+  // part of each job inside its global row range).
+  auto run_rows = [&](auto&& rows_fn) {
+    run(total_rows, [&](size_t g0, size_t g1, int) {
+      size_t off = 0;
+      for (const QxJob& j : jobs) {
+        const size_t lo = std::max(g0, off), hi = std::min(g1, off + j.w->rows);
+        if (lo < hi) rows_fn(j, lo - off, hi - off);
+        off += j.w->rows;
+      }
+    }, kPanel);
   };
   if (n_tokens >= 4) {
     run(n_tokens, [&](size_t t0, size_t t1, int) { PackTokens<kQ4>(x, x_stride, t0, t1, l, pack); }, 1);
@@ -631,11 +634,9 @@ void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, siz
     PackTokens<kQ4>(x, x_stride, 0, n_tokens, l, pack);
   }
   if (n_tokens < kGemmMinTokens && !(amx && n_tokens >= kAmxMinTokens)) {
-    run(total_rows, [&](size_t g0, size_t g1, int) {
-      for_jobs(g0, g1, [&](const QxJob& j, size_t r0, size_t r1) {
-        GemvRows<kQ4>(*j.w, r0, r1, pack, l, n_tokens, j.y, j.y_stride);
-      });
-    }, kPanel);
+    run_rows([&](const QxJob& j, size_t r0, size_t r1) {
+      GemvRows<kQ4>(*j.w, r0, r1, pack, l, n_tokens, j.y, j.y_stride);
+    });
     return;
   }
   const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
@@ -643,22 +644,18 @@ void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, siz
 #if defined(STRATA_KERNELS_AMX)
   if (amx && n_tokens >= kAmxMinTokens) {
     run(n_groups, [&](size_t g0, size_t g1, int) { PackGroups<kQ4, false>(pack, l, n_tokens, g0, g1, groups); }, 1);
-    run(total_rows, [&](size_t g0, size_t g1, int) {
-      for_jobs(g0, g1, [&](const QxJob& j, size_t r0, size_t r1) {
-        AmxRows<kQ4>(*j.w, r0, r1, groups, l, n_tokens, j.y, j.y_stride);
-      });
-    }, kPanel);
+    run_rows([&](const QxJob& j, size_t r0, size_t r1) {
+      AmxRows<kQ4>(*j.w, r0, r1, groups, l, n_tokens, j.y, j.y_stride);
+    });
     return;
   }
 #else
   (void)amx;
 #endif
   run(n_groups, [&](size_t g0, size_t g1, int) { PackGroups<kQ4, true>(pack, l, n_tokens, g0, g1, groups); }, 1);
-  run(total_rows, [&](size_t g0, size_t g1, int) {
-    for_jobs(g0, g1, [&](const QxJob& j, size_t r0, size_t r1) {
-      GemmRows<kQ4>(*j.w, r0, r1, groups, l, n_tokens, j.y, j.y_stride);
-    });
-  }, kPanel);
+  run_rows([&](const QxJob& j, size_t r0, size_t r1) {
+    GemmRows<kQ4>(*j.w, r0, r1, groups, l, n_tokens, j.y, j.y_stride);
+  });
 }
 
 }  // namespace
