@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 
 namespace strata::app {
 namespace {

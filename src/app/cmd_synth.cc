@@ -7,7 +7,7 @@
 
 #include "app/commands.h"
 #include "base/thread_pool.h"
-#include "model/synth/synth.h"
+#include "synth/synth.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::app {

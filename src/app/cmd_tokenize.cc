@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::app {

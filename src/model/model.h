@@ -18,7 +18,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 #include "model/rope.h"
 
 namespace strata::model {

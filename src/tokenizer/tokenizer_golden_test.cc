@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 #include "testing/shared_dir.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 #include "testing/shared_dir.h"
 #include "tokenizer/tokenizer.h"
 

@@ -6,7 +6,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 

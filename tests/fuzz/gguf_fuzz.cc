@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <span>
 
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strata::gguf;

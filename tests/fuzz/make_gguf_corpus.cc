@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 
 namespace {
 

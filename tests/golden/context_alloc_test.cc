@@ -7,7 +7,7 @@
 #include "base/thread_pool.h"
 #include "engine/sampler.h"
 #include "model/model.h"
-#include "model/synth/synth.h"
+#include "synth/synth.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::testing {

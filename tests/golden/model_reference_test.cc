@@ -13,7 +13,7 @@
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
-#include "model/synth/synth.h"
+#include "synth/synth.h"
 #include "reference/reference_model.h"
 #include "testing/shared_dir.h"
 #include "testing/synth_model.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 
 namespace strata::testing {
 

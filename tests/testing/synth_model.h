@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "model/model.h"
-#include "model/synth/synth.h"
+#include "synth/synth.h"
 
 namespace strata::testing {
 

@@ -21,7 +21,7 @@
 #include "engine/kv/kv_storage.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
-#include "model/synth/synth.h"
+#include "synth/synth.h"
 #include "testing/synth_model.h"
 #include "tokenizer/tokenizer.h"
 

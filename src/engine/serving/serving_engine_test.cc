@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/synth/synth.h"
+#include "synth/synth.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::engine {

@@ -2,8 +2,8 @@
 // parsing fails with InvalidArgument and a message naming the field.
 #include <gtest/gtest.h>
 
-#include "model/gguf/gguf.h"
-#include "model/gguf/gguf_test_util.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_test_util.h"
 
 namespace strata::gguf {
 namespace {

@@ -6,8 +6,8 @@
 #include <limits>
 #include <string>
 
-#include "model/gguf/gguf.h"
-#include "model/gguf/gguf_internal.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_internal.h"
 
 namespace strata::gguf {
 

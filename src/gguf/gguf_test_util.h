@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 
 namespace strata::gguf::testing {
 

@@ -5,8 +5,8 @@
 #include <unordered_set>
 
 #include "base/checked.h"
-#include "model/gguf/gguf.h"
-#include "model/gguf/gguf_internal.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_internal.h"
 
 namespace strata::gguf {
 

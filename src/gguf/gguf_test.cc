@@ -7,8 +7,8 @@
 #include <limits>
 #include <random>
 
-#include "model/gguf/gguf.h"
-#include "model/gguf/gguf_test_util.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_test_util.h"
 
 namespace strata::gguf {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 #include "testing/shared_dir.h"
 
 namespace strata::gguf {

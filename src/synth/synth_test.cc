@@ -1,4 +1,4 @@
-#include "model/synth/synth.h"
+#include "synth/synth.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -24,7 +24,7 @@
 
 #include "base/status.h"
 #include "base/thread_pool.h"
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 #include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/gguf/gguf.h"
+#include "gguf/gguf.h"
 
 namespace strata::gguf::internal {
 

@@ -1,4 +1,4 @@
-#include "model/gguf/gguf_test_util.h"
+#include "gguf/gguf_test_util.h"
 
 #include <cstring>
 
