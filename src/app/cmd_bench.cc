@@ -164,7 +164,6 @@ Result<OfflineRun> RunOffline(engine::ServingEngine& se, const BenchOfflineOptio
     r.sampling = engine::SamplingParams::Greedy();
     r.max_tokens = o.output_len;
     r.ignore_eos = true;
-    r.salt = se.salt();
     live[i].submit = Clock::now();
     auto h = se.engine().Submit(std::move(r));
     if (!h.ok()) return h.status().WithContext("submit");

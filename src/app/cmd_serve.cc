@@ -215,7 +215,6 @@ Status RunServe(const ServeOptions& o) {
   if (tok->bos() >= 0 && static_cast<size_t>(tok->bos()) < v.tokens.size()) info.bos_token = v.tokens[static_cast<size_t>(tok->bos())];
   if (tok->eos() >= 0 && static_cast<size_t>(tok->eos()) < v.tokens.size()) info.eos_token = v.tokens[static_cast<size_t>(tok->eos())];
   info.max_model_len = max_len;
-  info.salt = serving->salt();
   info.limits.max_tokens = o.max_tokens_cap;
   server::ApiOptions ao;
   ao.api_keys = std::move(keys);

@@ -399,9 +399,7 @@ HttpResponse Api::Generate(Endpoint ep, const HttpRequest& req, std::shared_ptr<
       if (static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e)
         return Error(400, "x-strata-tenant: must be printable ASCII without spaces", "x-strata-tenant");
     }
-    g.submit.tenant.assign(tenant);
-    const auto part = engine::kv::MakePrefixSalt({"tenant", tenant});
-    g.submit.salt.insert(g.submit.salt.end(), part.begin(), part.end());
+    g.submit.tenant.assign(tenant);  // the engine binds it into the prefix-cache salt
   }
   std::optional<int64_t> deadline_ms = g.deadline_ms;
   if (!deadline_ms && !req.Header("x-strata-deadline-ms").empty()) {
@@ -415,7 +413,7 @@ HttpResponse Api::Generate(Endpoint ep, const HttpRequest& req, std::shared_ptr<
   if (deadline_ms) g.submit.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(*deadline_ms);
   job->prompt_tokens = static_cast<int>(g.submit.prompt.size());
   const int n = g.submit.n;
-  auto tier = std::string(engine::sched::TierName(g.submit.tier));
+  auto priority = std::string(engine::sched::PriorityName(g.submit.priority));
   auto handle = engine_->Submit(g.submit);
   if (!handle.ok()) {
     HttpResponse r = FromStatus(handle.status());
@@ -425,7 +423,7 @@ HttpResponse Api::Generate(Endpoint ep, const HttpRequest& req, std::shared_ptr<
   job->handle = *handle;
   job->out = out;
   job->arrival = arrival;
-  job->labels = Labels({{"model_name", model_.name}, {"tier", tier}});
+  job->labels = Labels({{"model_name", model_.name}, {"tier", priority}});
   job->id = fmt::format("{}-{:x}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
   job->choices.resize(static_cast<size_t>(n));
   for (auto& c : job->choices) {
@@ -497,7 +495,7 @@ void Api::PumpLoop() {
 bool Api::Process(Job& job) {
   if (job.gone.load()) {
     metrics_.Add("strata:request_success_total",
-                 Labels({{"model_name", model_.name}, {"tier", engine::sched::TierName(job.req.submit.tier)},
+                 Labels({{"model_name", model_.name}, {"tier", engine::sched::PriorityName(job.req.submit.priority)},
                          {"finished_reason", "abort"}}), 1);
     metrics_.Add("strata:http_requests_total",
                  Labels({{"model_name", model_.name},
@@ -608,7 +606,7 @@ void Api::Finish(Job& job) {
   // always sees its request.
   std::string reason = job.error ? "error" : job.choices.empty() ? "stop" : job.choices[0].finish;
   metrics_.Add("strata:request_success_total",
-               Labels({{"model_name", model_.name}, {"tier", engine::sched::TierName(job.req.submit.tier)},
+               Labels({{"model_name", model_.name}, {"tier", engine::sched::PriorityName(job.req.submit.priority)},
                        {"finished_reason", reason}}), 1);
   metrics_.Add("strata:http_requests_total",
                Labels({{"model_name", model_.name}, {"route", route}, {"status", std::to_string(status)}}), 1);

@@ -230,7 +230,6 @@ Result<GenRequest> ParseGenRequest(Endpoint endpoint, const json& body, const Mo
   }
   RETURN_IF_ERROR(GetBool(body, "ignore_eos", &s.ignore_eos));
   s.eog_ids = model.tok->eog_ids();
-  s.salt = model.salt;
 
   // Streaming.
   RETURN_IF_ERROR(GetBool(body, "stream", &g.stream));
@@ -247,9 +246,9 @@ Result<GenRequest> ParseGenRequest(Endpoint endpoint, const json& body, const Mo
     tier_name = body["priority"].get<std::string>();
   }
   if (!tier_name.empty()) {
-    auto t = engine::sched::ParseTier(tier_name);
+    auto t = engine::sched::ParsePriority(tier_name);
     if (!t.ok()) return Bad("priority", fmt::format("must be one of gold, silver, bronze, got '{}'", tier_name));
-    s.tier = *t;
+    s.priority = *t;
   }
   iv.reset();
   RETURN_IF_ERROR(GetInt(body, "deadline_ms", 1, int64_t{1} << 40, &iv));

@@ -40,7 +40,6 @@ struct ModelInfo {
   const chat::ChatTemplate* chat_template = nullptr;  // null: the model has none (chat -> 400)
   std::string bos_token, eos_token;                   // passed to the template
   int max_model_len = 0;
-  std::vector<uint8_t> salt;  // prefix-cache salt of the served model (SubmitRequest::salt)
   ApiLimits limits;
 };
 

@@ -1,7 +1,5 @@
 #include "engine/kv/kv_manager.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <cassert>
 #include <cstdlib>
@@ -10,10 +8,6 @@
 namespace strata::engine::kv {
 
 namespace {
-
-void AppendLe64(std::vector<uint8_t>* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
 
 const std::vector<int32_t>& EmptyTable() {
   static const std::vector<int32_t> kEmpty;
@@ -35,65 +29,6 @@ Status KvManagerConfig::Validate() const {
                                    std::to_string(block_size));
   }
   return Status::Ok();
-}
-
-BlockHash HashBlock(const BlockHash& parent, std::span<const uint8_t> salt,
-                    std::span<const int32_t> tokens) {
-  // One contiguous buffer (reused per thread) keeps this to a single EVP_Digest call.
-  thread_local std::vector<uint8_t> buf;
-  buf.clear();
-  buf.reserve(parent.size() + 8 + salt.size() + 4 * tokens.size());
-  buf.insert(buf.end(), parent.begin(), parent.end());
-  AppendLe64(&buf, salt.size());
-  buf.insert(buf.end(), salt.begin(), salt.end());
-  for (int32_t t : tokens) {
-    const uint32_t u = static_cast<uint32_t>(t);
-    for (int i = 0; i < 4; ++i) buf.push_back(static_cast<uint8_t>(u >> (8 * i)));
-  }
-  BlockHash out{};
-  unsigned int len = 0;
-  if (EVP_Digest(buf.data(), buf.size(), out.data(), &len, EVP_sha256(), nullptr) != 1 ||
-      len != out.size()) {
-    // OpenSSL failing to hash in memory means the library is broken; a wrong key would corrupt
-    // other requests' KV, so stop.
-    std::abort();
-  }
-  return out;
-}
-
-std::vector<BlockHash> ComputeBlockHashes(std::span<const int32_t> tokens, int block_size,
-                                          std::span<const uint8_t> salt) {
-  std::vector<BlockHash> out;
-  if (block_size <= 0) return out;
-  const size_t bs = static_cast<size_t>(block_size);
-  const size_t n = tokens.size() / bs;
-  out.reserve(n);
-  BlockHash parent{};
-  for (size_t i = 0; i < n; ++i) {
-    parent = HashBlock(parent, salt, tokens.subspan(i * bs, bs));
-    out.push_back(parent);
-  }
-  return out;
-}
-
-std::vector<uint8_t> MakePrefixSalt(std::initializer_list<std::string_view> parts) {
-  std::vector<uint8_t> out;
-  for (std::string_view p : parts) {
-    AppendLe64(&out, p.size());
-    out.insert(out.end(), p.begin(), p.end());
-  }
-  return out;
-}
-
-std::string HashToHex(const BlockHash& h) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s;
-  s.reserve(64);
-  for (uint8_t b : h) {
-    s.push_back(kHex[b >> 4]);
-    s.push_back(kHex[b & 15]);
-  }
-  return s;
 }
 
 size_t KvManager::HashKey::operator()(const BlockHash& h) const {
@@ -169,44 +104,166 @@ void KvManager::Uncache(int32_t id) {
   b.hash = BlockHash{};
 }
 
-int KvManager::MatchCount(std::span<const int32_t> prompt, std::span<const uint8_t> salt,
-                          std::vector<int32_t>* blocks, std::vector<BlockHash>* hashes) const {
-  if (!cfg_.enable_prefix_cache || prompt.empty()) return 0;
-  const size_t bs = static_cast<size_t>(cfg_.block_size);
-  // Keep at least the last prompt token to compute: it produces the logits.
-  const size_t max_blocks = (prompt.size() - 1) / bs;
-  BlockHash parent{};
-  size_t i = 0;
-  for (; i < max_blocks; ++i) {
-    const BlockHash h = HashBlock(parent, salt, prompt.subspan(i * bs, bs));
-    auto it = cached_.find(h);
-    if (it == cached_.end()) break;
-    if (blocks) blocks->push_back(it->second);
-    if (hashes) hashes->push_back(h);
-    parent = h;
-  }
-  return static_cast<int>(i);
+// ---- planning (reads the manager, changes nothing) ----
+
+KvPlan::SeqView* KvPlan::View(SeqId seq) {
+  for (SeqView& v : views_)
+    if (v.seq == seq) return &v;
+  const KvManager::SeqState* s = kv_->FindSeq(seq);
+  views_.push_back(SeqView{seq, s != nullptr, s ? s->table.size() : 0, s ? s->hashes.size() : 0});
+  return &views_.back();
 }
 
-int KvManager::MatchPrefix(SeqId seq, std::span<const int32_t> prompt,
-                           std::span<const uint8_t> salt) {
-  auto existing = seqs_.find(seq);
-  if (existing != seqs_.end() && !existing->second.table.empty()) {
-    assert(false && "MatchPrefix on a sequence that already has blocks");
+bool KvPlan::Revive(int32_t block) {
+  if (kv_->block(block).ref != 0) return false;
+  if (std::find(revived_.begin(), revived_.end(), block) != revived_.end()) return false;
+  revived_.push_back(block);
+  needed_ += 1;
+  return true;
+}
+
+int KvPlan::MatchPrefix(SeqId seq, std::span<const int32_t> tokens, std::span<const uint8_t> salt,
+                        uint32_t tag) {
+  if (!valid_) return 0;
+  SeqView* v = View(seq);
+  if (took_ || v->table != 0) {  // a planned take could evict a hit; a seq with blocks is not new
+    Invalidate();
     return 0;
   }
-  SeqState& s = seqs_[seq];
-  if (!cfg_.enable_prefix_cache) return 0;
-  std::vector<int32_t> blocks;
-  std::vector<BlockHash> hashes;
-  const int n = MatchCount(prompt, salt, &blocks, &hashes);
-  for (int32_t id : blocks) AddRef(id);
-  s.table = std::move(blocks);
-  s.hashes = std::move(hashes);
-  const int tokens = n * cfg_.block_size;
-  query_tokens_ += static_cast<int64_t>(prompt.size());
-  hit_tokens_ += tokens;
-  return tokens;
+  Op op{OpKind::kMatch, seq, tag, static_cast<int>(tokens.size()), hits_.size(), hits_.size(), 0};
+  const int bs = kv_->cfg_.block_size;
+  if (kv_->cfg_.enable_prefix_cache && !tokens.empty()) {
+    // Keep at least the last token to compute: it produces the logits.
+    const size_t max_blocks = (tokens.size() - 1) / static_cast<size_t>(bs);
+    BlockHash parent{};
+    for (size_t i = 0; i < max_blocks; ++i) {
+      const BlockHash h =
+          cachekey::HashBlock(parent, salt, tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs)));
+      auto it = kv_->cached_.find(h);
+      if (it == kv_->cached_.end()) break;
+      hits_.push_back(it->second);
+      hit_hashes_.push_back(h);
+      if (Revive(it->second)) evictable_hits_ += 1;
+      parent = h;
+    }
+  }
+  op.end = hits_.size();
+  const size_t n = op.end - op.begin;
+  v->exists = true;
+  v->table = v->hashes = n;
+  ops_.push_back(op);
+  return static_cast<int>(n) * bs;
+}
+
+int KvPlan::Adopt(SeqId seq, std::span<const BlockHash> hashes) {
+  if (!valid_) return 0;
+  SeqView* v = View(seq);
+  if (!v->exists || v->table != v->hashes) {  // adoption continues a chain of full blocks
+    Invalidate();
+    return 0;
+  }
+  if (!kv_->cfg_.enable_prefix_cache) return 0;
+  Op op{OpKind::kAdopt, seq, 0, 0, adopt_hashes_.size(), adopt_hashes_.size(), 0};
+  for (const BlockHash& h : hashes) {
+    auto it = kv_->cached_.find(h);
+    const bool cached = it != kv_->cached_.end();
+    const bool costs = !cached || (kv_->block(it->second).ref == 0 &&
+                                   std::find(revived_.begin(), revived_.end(), it->second) == revived_.end());
+    if (costs && needed_ + 1 > free_at_plan_) break;
+    if (cached) {
+      Revive(it->second);
+    } else {
+      needed_ += 1;
+    }
+    adopt_hashes_.push_back(h);
+  }
+  op.end = adopt_hashes_.size();
+  took_ = true;
+  v->table += op.end - op.begin;
+  v->hashes = v->table;
+  ops_.push_back(op);
+  return static_cast<int>(op.end - op.begin);
+}
+
+void KvPlan::Allocate(SeqId seq, int num_tokens) {
+  if (!valid_) return;
+  SeqView* v = View(seq);
+  const int64_t want = num_tokens <= 0 ? 0 : CeilDiv(num_tokens, kv_->cfg_.block_size);
+  const int64_t need = std::max<int64_t>(0, want - static_cast<int64_t>(v->table));
+  needed_ += static_cast<int>(need);
+  took_ = took_ || need > 0;
+  v->exists = true;
+  v->table += static_cast<size_t>(need);
+  ops_.push_back(Op{OpKind::kAllocate, seq, 0, 0, 0, 0, num_tokens});
+}
+
+void KvPlan::PrepareWrite(SeqId seq, int pos) {
+  if (!valid_) return;
+  SeqView* v = View(seq);
+  const size_t index = pos < 0 ? 0 : static_cast<size_t>(pos / kv_->cfg_.block_size);
+  const KvManager::SeqState* s = kv_->FindSeq(seq);
+  const bool existing = s != nullptr && index < s->table.size();
+  if (!v->exists || pos < 0 || index >= v->table || (existing && s->table[index] == kNoBlock)) {
+    Invalidate();
+    return;
+  }
+  if (existing && kv_->block(s->table[index]).ref > 1) {  // shared with a fork: copy on write
+    needed_ += 1;
+    copies_ += 1;
+    took_ = true;
+  }
+  ops_.push_back(Op{OpKind::kWrite, seq, 0, 0, 0, 0, pos});
+}
+
+void KvPlan::ReleaseRange(SeqId seq, int from, int to) {
+  if (!valid_) return;
+  const KvManager::SeqState* s = kv_->FindSeq(seq);
+  if (s == nullptr || from < 0 || to < from) {
+    Invalidate();
+    return;
+  }
+  const int64_t bs = kv_->cfg_.block_size;
+  Op op{OpKind::kRelease, seq, 0, 0, released_.size(), released_.size(), 0};
+  const int64_t first = CeilDiv(from, bs);
+  const int64_t last = std::min<int64_t>(to / bs, static_cast<int64_t>(s->table.size()));
+  for (int64_t i = first; i < last; ++i) {
+    const size_t index = static_cast<size_t>(i);
+    if (s->table[index] == kNoBlock) continue;
+    // Not twice in one plan.
+    if (std::find(released_.begin() + static_cast<std::ptrdiff_t>(op.begin), released_.end(), index) !=
+        released_.end())
+      continue;
+    released_.push_back(index);
+  }
+  op.end = released_.size();
+  ops_.push_back(op);
+}
+
+void KvManager::Plan(KvPlan* plan) const {
+  plan->kv_ = this;
+  plan->epoch_ = epoch_;
+  plan->free_at_plan_ = NumFreeBlocks();
+  plan->valid_ = true;
+  plan->took_ = false;
+  plan->needed_ = plan->evictable_hits_ = plan->copies_ = 0;
+  plan->ops_.clear();
+  plan->views_.clear();
+  plan->hits_.clear();
+  plan->hit_hashes_.clear();
+  plan->adopt_hashes_.clear();
+  plan->revived_.clear();
+  plan->released_.clear();
+}
+
+KvPlan KvManager::Plan() const {
+  KvPlan plan;
+  Plan(&plan);
+  return plan;
+}
+
+const KvManager::SeqState* KvManager::FindSeq(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? nullptr : &it->second;
 }
 
 int KvManager::ProbeHashes(std::span<const BlockHash> hashes) const {
@@ -219,40 +276,109 @@ int KvManager::ProbeHashes(std::span<const BlockHash> hashes) const {
   return n;
 }
 
-KvManager::PrefixProbe KvManager::ProbePrefix(std::span<const int32_t> prompt,
-                                              std::span<const uint8_t> salt) const {
-  PrefixProbe probe;
-  std::vector<int32_t> blocks;
-  probe.tokens = MatchCount(prompt, salt, &blocks, nullptr) * cfg_.block_size;
-  for (int32_t id : blocks) {
-    if (blocks_[static_cast<size_t>(id)].ref == 0) ++probe.evictable_blocks;
-  }
-  return probe;
-}
-
-int KvManager::BlocksNeeded(SeqId seq, int num_tokens) const {
-  if (num_tokens <= 0) return 0;
-  auto it = seqs_.find(seq);
-  const int64_t have = it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.table.size());
-  const int64_t need = CeilDiv(num_tokens, cfg_.block_size) - have;
-  return need > 0 ? static_cast<int>(need) : 0;
-}
-
 int KvManager::NumFreeBlocks() const {
   return static_cast<int>(free_.size() + evictable_.size());
 }
 
-bool KvManager::AllocateSlots(SeqId seq, int num_tokens) {
-  const int need = BlocksNeeded(seq, num_tokens);
-  if (need > NumFreeBlocks()) return false;
-  SeqState& s = seqs_[seq];
-  s.table.reserve(s.table.size() + static_cast<size_t>(need));
-  for (int i = 0; i < need; ++i) {
-    const int32_t id = TakeBlock();
-    assert(id >= 0);  // counted above
-    s.table.push_back(id);
+// ---- applying ----
+
+bool KvManager::Apply(const KvPlan& plan, std::vector<CopyOp>* copies, const AdoptFill& fill) {
+  if (plan.kv_ != this || plan.epoch_ != epoch_ || !plan.fits()) return false;
+  for (const KvPlan::Op& op : plan.ops_) {
+    if (op.kind == KvPlan::OpKind::kAdopt && op.end > op.begin && !fill) return false;
+  }
+  ++epoch_;
+  for (const KvPlan::Op& op : plan.ops_) {
+    switch (op.kind) {
+      case KvPlan::OpKind::kMatch: ApplyMatch(plan, op); break;
+      case KvPlan::OpKind::kAdopt: ApplyAdopt(plan, op, fill); break;
+      case KvPlan::OpKind::kAllocate: ApplyAllocate(op); break;
+      case KvPlan::OpKind::kWrite: ApplyWrite(op, copies); break;
+      case KvPlan::OpKind::kRelease: ApplyRelease(plan, op); break;
+    }
   }
   return true;
+}
+
+void KvManager::ApplyMatch(const KvPlan& plan, const KvPlan::Op& op) {
+  SeqState& s = seqs_[op.seq];
+  s.tag = op.tag;
+  if (!cfg_.enable_prefix_cache) return;
+  const auto first = static_cast<std::ptrdiff_t>(op.begin), last = static_cast<std::ptrdiff_t>(op.end);
+  for (std::ptrdiff_t i = first; i < last; ++i) AddRef(plan.hits_[static_cast<size_t>(i)]);
+  s.table.assign(plan.hits_.begin() + first, plan.hits_.begin() + last);
+  s.hashes.assign(plan.hit_hashes_.begin() + first, plan.hit_hashes_.begin() + last);
+  query_tokens_ += op.query_tokens;
+  hit_tokens_ += static_cast<int64_t>(op.end - op.begin) * cfg_.block_size;
+}
+
+void KvManager::ApplyAdopt(const KvPlan& plan, const KvPlan::Op& op, const AdoptFill& fill) {
+  SeqState& s = seqs_[op.seq];
+  for (size_t i = op.begin; i < op.end; ++i) {
+    const BlockHash& hash = plan.adopt_hashes_[i];
+    int32_t id;
+    if (auto hit = cached_.find(hash); hit != cached_.end()) {
+      id = hit->second;
+      AddRef(id);
+    } else {
+      id = TakeBlock();  // may evict (and notify) an LRU cached block
+      assert(id >= 0);   // counted by the plan
+      if (id < 0) return;
+      fill(op.seq, i - op.begin, id);
+      Block& b = blocks_[static_cast<size_t>(id)];
+      b.cached = true;
+      b.hash = hash;
+      b.depth = static_cast<int>(s.table.size());
+      b.tag = s.tag;
+      cached_.emplace(hash, id);
+    }
+    s.table.push_back(id);
+    s.hashes.push_back(hash);
+  }
+}
+
+void KvManager::ApplyAllocate(const KvPlan::Op& op) {
+  SeqState& s = seqs_[op.seq];
+  const int64_t want = op.value <= 0 ? 0 : CeilDiv(op.value, cfg_.block_size);
+  while (static_cast<int64_t>(s.table.size()) < want) {
+    const int32_t id = TakeBlock();
+    assert(id >= 0);  // counted by the plan
+    if (id < 0) return;
+    s.table.push_back(id);
+  }
+}
+
+void KvManager::ApplyWrite(const KvPlan::Op& op, std::vector<CopyOp>* copies) {
+  SeqState& s = seqs_[op.seq];
+  const size_t index = static_cast<size_t>(op.value / cfg_.block_size);
+  const int32_t old_id = s.table[index];
+  Block& old_block = blocks_[static_cast<size_t>(old_id)];
+  if (old_block.ref > 1) {
+    const int32_t id = TakeBlock();
+    assert(id >= 0);  // counted by the plan
+    if (id < 0) return;
+    blocks_[static_cast<size_t>(id)].depth = static_cast<int>(index);
+    --blocks_[static_cast<size_t>(old_id)].ref;  // still >= 1: never released here
+    s.table[index] = id;
+    if (copies) copies->push_back(CopyOp{old_id, id});
+  } else if (old_block.cached) {
+    // Rewriting a registered (full) block: its content will change, so it must leave the cache.
+    // The engine only writes partial blocks, so this is a caller slip that we make harmless.
+    Uncache(old_id);
+  }
+  // The hashes of this block and every later one describe content about to change.
+  if (s.hashes.size() > index) s.hashes.resize(index);
+}
+
+void KvManager::ApplyRelease(const KvPlan& plan, const KvPlan::Op& op) {
+  SeqState& s = seqs_[op.seq];
+  ++clock_;
+  for (size_t i = op.begin; i < op.end; ++i) {
+    int32_t& entry = s.table[plan.released_[i]];
+    if (entry == kNoBlock) continue;
+    Release(entry);
+    entry = kNoBlock;
+  }
 }
 
 void KvManager::CommitComputed(SeqId seq, std::span<const int32_t> tokens, int num_computed,
@@ -263,15 +389,17 @@ void KvManager::CommitComputed(SeqId seq, std::span<const int32_t> tokens, int n
     assert(false && "CommitComputed on an unknown sequence");
     return;
   }
+  ++epoch_;
   SeqState& s = it->second;
   const size_t bs = static_cast<size_t>(cfg_.block_size);
   const size_t computed = std::min(static_cast<size_t>(num_computed), tokens.size());
   const size_t full = std::min(computed / bs, s.table.size());
   for (size_t i = s.hashes.size(); i < full; ++i) {
     const BlockHash parent = i == 0 ? BlockHash{} : s.hashes[i - 1];
-    const BlockHash h = HashBlock(parent, salt, tokens.subspan(i * bs, bs));
+    const BlockHash h = cachekey::HashBlock(parent, salt, tokens.subspan(i * bs, bs));
     s.hashes.push_back(h);
     const int32_t id = s.table[i];
+    if (id == kNoBlock) continue;  // released (outside a window) before it was registered
     Block& b = blocks_[static_cast<size_t>(id)];
     if (b.cached) continue;  // shared with a fork or a prefix hit: already registered
     if (cached_.count(h) != 0) continue;  // identical content cached elsewhere: keep that one
@@ -284,48 +412,6 @@ void KvManager::CommitComputed(SeqId seq, std::span<const int32_t> tokens, int n
   }
 }
 
-void KvManager::SetTag(SeqId seq, uint32_t tag) {
-  auto it = seqs_.find(seq);
-  if (it != seqs_.end()) it->second.tag = tag;
-}
-
-int KvManager::AdoptBlocks(SeqId seq, std::span<const BlockHash> hashes,
-                           const std::function<void(size_t index, int32_t block)>& fill) {
-  if (!cfg_.enable_prefix_cache) return 0;
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) {
-    assert(false && "AdoptBlocks on an unknown sequence");
-    return 0;
-  }
-  if (it->second.table.size() != it->second.hashes.size()) {
-    assert(false && "AdoptBlocks after a partial block");
-    return 0;
-  }
-  int adopted = 0;
-  for (size_t i = 0; i < hashes.size(); ++i) {
-    int32_t id;
-    auto hit = cached_.find(hashes[i]);
-    if (hit != cached_.end()) {
-      id = hit->second;
-      AddRef(id);
-    } else {
-      id = TakeBlock();  // may evict (and notify) an LRU cached block; `it` stays valid
-      if (id < 0) break;
-      fill(i, id);
-      Block& b = blocks_[static_cast<size_t>(id)];
-      b.cached = true;
-      b.hash = hashes[i];
-      b.depth = static_cast<int>(it->second.table.size());
-      b.tag = it->second.tag;
-      cached_.emplace(hashes[i], id);
-    }
-    it->second.table.push_back(id);
-    it->second.hashes.push_back(hashes[i]);
-    ++adopted;
-  }
-  return adopted;
-}
-
 void KvManager::ForEachCached(
     const std::function<void(int32_t block, const BlockHash& hash, uint32_t tag)>& fn) const {
   for (const auto& [hash, id] : cached_) fn(id, hash, blocks_[static_cast<size_t>(id)].tag);
@@ -334,76 +420,21 @@ void KvManager::ForEachCached(
 bool KvManager::Fork(SeqId parent, SeqId child) {
   auto it = seqs_.find(parent);
   if (it == seqs_.end() || parent == child || seqs_.count(child) != 0) return false;
+  ++epoch_;
   SeqState copy = it->second;  // copy before inserting (rehash would invalidate `it`)
-  for (int32_t id : copy.table) AddRef(id);
+  for (int32_t id : copy.table)
+    if (id != kNoBlock) AddRef(id);
   seqs_.emplace(child, std::move(copy));
-  return true;
-}
-
-bool KvManager::NeedsCopyOnWrite(SeqId seq, int pos) const {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end() || pos < 0) return false;
-  const size_t index = static_cast<size_t>(pos) / static_cast<size_t>(cfg_.block_size);
-  if (index >= it->second.table.size()) return false;
-  return blocks_[static_cast<size_t>(it->second.table[index])].ref > 1;
-}
-
-bool KvManager::PrepareWrite(SeqId seq, int pos, CopyOp* op) {
-  if (op) *op = CopyOp{-1, -1};
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end() || pos < 0) return false;
-  SeqState& s = it->second;
-  const size_t index = static_cast<size_t>(pos) / static_cast<size_t>(cfg_.block_size);
-  if (index >= s.table.size()) return false;
-  const int32_t old_id = s.table[index];
-  Block& old_block = blocks_[static_cast<size_t>(old_id)];
-  if (old_block.ref > 1) {
-    const int32_t id = TakeBlock();
-    if (id < 0) return false;
-    blocks_[static_cast<size_t>(id)].depth = static_cast<int>(index);
-    --blocks_[static_cast<size_t>(old_id)].ref;  // still >= 1: never released here
-    s.table[index] = id;
-    if (op) *op = CopyOp{old_id, id};
-  } else if (old_block.cached) {
-    // Rewriting a registered (full) block: its content will change, so it must leave the cache.
-    // The engine only writes partial blocks, so this is a caller slip that we make harmless.
-    Uncache(old_id);
-  }
-  // The hashes of this block and every later one describe content about to change.
-  if (s.hashes.size() > index) s.hashes.resize(index);
-  return true;
-}
-
-bool KvManager::PrepareWriteRange(SeqId seq, int start, int count, std::vector<CopyOp>* ops) {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end() || start < 0 || count < 0) return false;
-  if (count == 0) return true;
-  const int64_t bs = cfg_.block_size;
-  const int64_t first = start / bs;
-  const int64_t last = (static_cast<int64_t>(start) + count - 1) / bs;
-  const std::vector<int32_t>& table = it->second.table;
-  if (last >= static_cast<int64_t>(table.size())) return false;
-  int copies = 0;
-  for (int64_t i = first; i <= last; ++i) {
-    copies += blocks_[static_cast<size_t>(table[static_cast<size_t>(i)])].ref > 1;
-  }
-  if (copies > NumFreeBlocks()) return false;
-  for (int64_t i = first; i <= last; ++i) {
-    const int pos = static_cast<int>(std::max<int64_t>(i * bs, start));
-    CopyOp op{-1, -1};
-    const bool ok = PrepareWrite(seq, pos, &op);
-    assert(ok);  // room and coverage checked above
-    (void)ok;
-    if (op.src >= 0 && ops) ops->push_back(op);
-  }
   return true;
 }
 
 void KvManager::Free(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
+  ++epoch_;
   ++clock_;
-  for (int32_t id : it->second.table) Release(id);
+  for (int32_t id : it->second.table)
+    if (id != kNoBlock) Release(id);
   seqs_.erase(it);
 }
 
@@ -449,6 +480,7 @@ Status KvManager::CheckInvariants() const {
     }
     for (size_t i = 0; i < s.table.size(); ++i) {
       const int32_t b = s.table[i];
+      if (b == kNoBlock) continue;  // released range
       if (b < 0 || static_cast<size_t>(b) >= n) {
         return fail("seq " + std::to_string(id) + " holds bad block id " + std::to_string(b));
       }

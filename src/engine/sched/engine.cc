@@ -4,6 +4,8 @@
 #include <numeric>
 #include <string>
 
+#include "cachekey/block_hash.h"
+
 namespace strata::engine::sched {
 
 Result<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner, const kv::KvManagerConfig& kv_config,
@@ -74,8 +76,10 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   const int64_t prompt_tokens = static_cast<int64_t>(req.prompt.size());
   const int n = req.n;
   const SamplingParams sp = req.sampling;
-  // Build the state (and its samplers) outside the lock.
+  // Build the state (its salt and samplers) outside the lock.
+  std::vector<uint8_t> salt = cachekey::RequestSalt(model_salt_, {.adapter = req.adapter, .tenant = req.tenant});
   auto state = MakeRequestState(0, std::move(req), clock_->Now());
+  state->salt = std::move(salt);
   for (int i = 0; i < n; ++i) {
     SamplingParams p = sp;
     p.seed = sp.seed + static_cast<uint64_t>(i);
@@ -84,17 +88,7 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   RequestHandle h;
   {
     std::lock_guard lk(mu_);
-    if (queued_requests_ + 1 > sc.max_queued_requests) {
-      return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_requests_) +
-                                       " requests waiting (max_queued_requests " +
-                                       std::to_string(sc.max_queued_requests) + ")");
-    }
-    if (queued_prompt_tokens_ + prompt_tokens > sc.max_queued_prompt_tokens) {
-      return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_prompt_tokens_) + " + " +
-                                       std::to_string(prompt_tokens) +
-                                       " prompt tokens waiting (max_queued_prompt_tokens " +
-                                       std::to_string(sc.max_queued_prompt_tokens) + ")");
-    }
+    RETURN_IF_ERROR(CheckQueueBound(sc, queued_requests_, queued_prompt_tokens_, prompt_tokens));
     state->id = next_id_++;
     state->stream = std::make_shared<RequestStream>(state->id, n);
     h.id = state->id;
@@ -193,7 +187,10 @@ void Engine::Drain() {
     const int n = r->req.n;
     const int64_t prompt_len = r->prompt_len;
     RequestState* raw = r.get();
-    if (tier_ != nullptr) raw->tenant_tag = TenantTag(raw->req.tenant);
+    if (tier_ != nullptr) {
+      raw->tenant_tag = TenantTag(raw->req.tenant);
+      raw->tier = std::make_unique<TierStaging>(kv_cfg_.block_size);
+    }
     Status s = sched_.Add(std::move(r));
     if (!s.ok()) {
       Dequeued(prompt_len);
@@ -209,15 +206,17 @@ void Engine::Drain() {
   drained_.clear();
   for (RequestId id : drained_cancels_) EndRequest(id, FinishReason::kCancelled, Status::Ok());
   drained_cancels_.clear();
-  if (!fetches_.empty()) PollPrefetches();
+  if (!fetching_.empty()) PollPrefetches();
   if (tier_ != nullptr && RefreshPrefetches()) {
     // Local tiers answer in microseconds (a miss is a map lookup): give the new prefetches a moment
     // so their requests can be admitted in this very step instead of the next one — on a cold cache
     // the tiers must not add a step of latency. Bounded, so a slow tier never stalls the step.
     const auto until = std::chrono::steady_clock::now() + kPrefetchSyncWait;
     auto all_ready = [&] {
-      for (const PendingFetch& f : fetches_)
-        if (!f.fetch->ready()) return false;
+      for (RequestId id : fetching_) {
+        const RequestState* r = sched_.Find(id);
+        if (r != nullptr && r->tier != nullptr && r->tier->fetching() && !r->tier->ready()) return false;
+      }
       return true;
     };
     while (!all_ready() && std::chrono::steady_clock::now() < until) {
@@ -228,7 +227,9 @@ void Engine::Drain() {
   }
 }
 
-void Engine::AttachKvTier(KvTierPort* port, double prefetch_timeout_s) {
+void Engine::SetModelSalt(std::vector<uint8_t> salt) { model_salt_ = std::move(salt); }
+
+void Engine::AttachKvTier(TierPort* port, double prefetch_timeout_s) {
   tier_ = port;
   prefetch_timeout_s_ = prefetch_timeout_s;
   kv_.SetListener(port ? this : nullptr);
@@ -250,47 +251,20 @@ uint32_t Engine::TenantTag(const std::string& tenant) {
 bool Engine::RefreshPrefetches() {
   if (!kv_cfg_.enable_prefix_cache) return false;
   bool started = false;
-  for (RequestState* r : sched_.waiting()) {
-    if (!r->tier_hold) started |= MaybePrefetch(r);
-  }
+  for (RequestState* r : sched_.waiting()) started |= MaybePrefetch(r);
   return started;
 }
 
 bool Engine::MaybePrefetch(RequestState* r) {
-  if (r->num_active() != 1) return false;  // forked completions: recomputed (rare)
+  if (r->tier == nullptr || r->num_active() != 1) return false;  // forked completions: recomputed (rare)
   const SequenceState& s = r->seqs[0];
   if (!s.live()) return false;
-  const int bs = kv_cfg_.block_size;
-  const int len = static_cast<int>(s.tokens.size());
-  if (r->tier_hashes_tokens != len) {
-    if (!r->started) {  // tokens == prompt: reuse the scheduler's prompt hashes instead of rehashing
-      sched_.EnsureHashes(r);
-      r->tier_hashes = r->prompt_hashes;
-    } else {
-      r->tier_hashes = kv::ComputeBlockHashes(s.tokens, bs, r->req.salt);
-    }
-    r->tier_hashes_tokens = len;
-    // A preempted request had all its blocks in the pool when it was preempted.
-    if (r->started) r->tier_covered_at_prefetch = static_cast<int>(r->tier_hashes.size());
-  }
-  const int max_blocks = std::min(static_cast<int>(r->tier_hashes.size()), (len - 1) / bs);
-  const int covered = kv_.ProbeHashes(std::span<const kv::BlockHash>(r->tier_hashes.data(), static_cast<size_t>(max_blocks)));
-  int effective = covered;
-  if (!r->staged.empty() && r->staged_first <= covered)
-    effective = std::max(covered, r->staged_first + static_cast<int>(r->staged.size()));
-  if (effective >= max_blocks) return false;
-  // First prefetch, or blocks were evicted from the pool since the last one (they went down to the
-  // tiers); a plain miss in the tiers is not retried.
-  if (r->tier_covered_at_prefetch >= 0 && covered >= r->tier_covered_at_prefetch) return false;
-  std::vector<kv::BlockHash> keys(r->tier_hashes.begin() + covered, r->tier_hashes.begin() + max_blocks);
-  r->staged.clear();
-  r->tier_hold = true;
-  r->staged_first = covered;
-  r->tier_covered_at_prefetch = covered;
-  auto fetch = tier_->Prefetch(std::move(keys), r->req.tenant, [this] { cv_.notify_one(); });
+  if (!r->started) sched_.EnsureHashes(r);  // the tier reuses the prompt's hashes
+  if (!r->tier->WantsPrefetch(s.tokens, r->started, r->prompt_hashes, r->salt, kv_)) return false;
   const auto timeout =
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(prefetch_timeout_s_));
-  fetches_.push_back(PendingFetch{r->id, std::move(fetch), clock_->Now() + timeout});
+  r->tier->Start(tier_, r->req.tenant, [this] { cv_.notify_one(); }, clock_->Now() + timeout);
+  fetching_.push_back(r->id);
   tier_prefetches_ += 1;
   return true;
 }
@@ -298,28 +272,19 @@ bool Engine::MaybePrefetch(RequestState* r) {
 void Engine::PollPrefetches() {
   const TimePoint now = clock_->Now();
   size_t keep = 0;
-  for (size_t i = 0; i < fetches_.size(); ++i) {
-    PendingFetch& f = fetches_[i];
-    RequestState* r = sched_.Find(f.id);
-    if (r == nullptr || r->phase != RequestState::Phase::kWaiting) {  // cancelled meanwhile
-      f.fetch->Cancel();
+  for (size_t i = 0; i < fetching_.size(); ++i) {
+    RequestState* r = sched_.Find(fetching_[i]);
+    if (r == nullptr || r->tier == nullptr) continue;  // ended meanwhile (its staging cancelled the fetch)
+    if (r->phase != RequestState::Phase::kWaiting) {
+      r->tier->Cancel();
       continue;
     }
-    if (f.fetch->ready()) {
-      r->staged = f.fetch->Take();
-      r->tier_hold = false;
-      continue;
-    }
-    if (now >= f.deadline) {  // a slow tier must not delay the request further: compute instead
-      f.fetch->Cancel();
-      r->tier_hold = false;
-      tier_timeouts_ += 1;
-      continue;
-    }
-    if (keep != i) fetches_[keep] = std::move(f);
-    ++keep;
+    const TierStaging::PollResult p = r->tier->Poll(now);
+    if (p == TierStaging::PollResult::kTimedOut) tier_timeouts_ += 1;
+    if (p != TierStaging::PollResult::kPending) continue;
+    fetching_[keep++] = fetching_[i];
   }
-  fetches_.resize(keep);
+  fetching_.resize(keep);
 }
 
 void Engine::OnEvict(int32_t block, const kv::BlockHash& hash, uint32_t tag) {

@@ -20,9 +20,14 @@
 // computed); loaded blocks are adopted at admission and skip prefill. A request is prefetched again
 // only when its pool coverage dropped since its last prefetch (so misses are not retried). New
 // prefetches get up to 2 ms (kPrefetchSyncWait) to finish within the step that started them, so a
-// quick answer (a local miss or hit) admits the request in that step rather than the next. Cached blocks evicted from the pool are demoted to the tiers; newly computed
-// blocks are published (write-through) when the port wants them. FlushKvTier() demotes every
-// cached block (graceful shutdown, so a restarted server finds them on disk).
+// quick answer (a local miss or hit) admits the request in that step rather than the next. Each
+// request's prefetch state is its TierStaging (tier_staging.h); the loop only starts and polls
+// them. Cached blocks evicted from the pool are demoted to the tiers; newly computed blocks are
+// published (write-through) when the port wants them. FlushKvTier() demotes every cached block
+// (graceful shutdown, so a restarted server finds them on disk).
+//
+// Prefix-cache salt: the engine composes every request's salt from the model salt
+// (SetModelSalt) and the request's facts (SubmitRequest::adapter, ::tenant); see cachekey.
 //
 // Ownership: the Engine does not own the runner, the clock or the block copier's target; they must
 // outlive it. Thread contract: Submit/Cancel/Stats are thread-safe. Either Start() the engine
@@ -44,7 +49,7 @@
 #include "engine/kv/kv_manager.h"
 #include "engine/runner/model_runner.h"
 #include "engine/sched/clock.h"
-#include "engine/sched/kv_tier_port.h"
+#include "engine/sched/tier_port.h"
 #include "engine/sched/request.h"
 #include "engine/sched/scheduler.h"
 
@@ -114,8 +119,12 @@ class Engine : private kv::KvManager::Listener {
 
   // Engine-thread-only views for tests.
   const kv::KvManager& kv() const { return kv_; }
+  // The prefix-cache salt of the served model and KV format (cachekey::ModelSalt). Each request's
+  // salt is composed from it and the request's facts (adapter, tenant: cachekey::RequestSalt), so
+  // callers never build salts. Before Start()/Step()/Submit(); empty by default.
+  void SetModelSalt(std::vector<uint8_t> salt);
   // Before Start()/Step(). `port` must outlive the engine.
-  void AttachKvTier(KvTierPort* port, double prefetch_timeout_s);
+  void AttachKvTier(TierPort* port, double prefetch_timeout_s);
   // Demotes every block in the prefix cache to the tiers. Only when the engine thread is stopped
   // (after Stop(), or between Step() calls).
   void FlushKvTier();
@@ -148,6 +157,7 @@ class Engine : private kv::KvManager::Listener {
   Scheduler sched_;
   const int n_vocab_;
   const SchedulerOutput* last_out_ = nullptr;
+  std::vector<uint8_t> model_salt_;  // set before any Submit; read-only afterwards
 
   // Inbox (guarded by mu_).
   mutable std::mutex mu_;
@@ -174,15 +184,10 @@ class Engine : private kv::KvManager::Listener {
   std::vector<RequestId> id_list_;
 
   // Tiered KV (engine thread).
-  KvTierPort* tier_ = nullptr;
+  TierPort* tier_ = nullptr;
   double prefetch_timeout_s_ = 0.05;
   static constexpr std::chrono::microseconds kPrefetchSyncWait{2000};
-  struct PendingFetch {
-    RequestId id;
-    std::shared_ptr<KvTierPort::Fetch> fetch;
-    TimePoint deadline;
-  };
-  std::vector<PendingFetch> fetches_;
+  std::vector<RequestId> fetching_;  // waiting requests whose TierStaging has a fetch in flight
   std::vector<std::string> tenants_;  // tag -> tenant ("" is tag 0)
   int64_t tier_prefetches_ = 0, tier_timeouts_ = 0;
 

@@ -18,12 +18,12 @@ using testing::GreedyReference;
 using testing::MakePrompt;
 using testing::Sim;
 
-SubmitRequest Req(std::vector<int32_t> prompt, int max_tokens, Tier tier = Tier::kSilver) {
+SubmitRequest Req(std::vector<int32_t> prompt, int max_tokens, Priority priority = Priority::kSilver) {
   SubmitRequest r;
   r.prompt = std::move(prompt);
   r.max_tokens = max_tokens;
   r.sampling = SamplingParams::Greedy();
-  r.tier = tier;
+  r.priority = priority;
   return r;
 }
 
@@ -34,13 +34,13 @@ SchedulerConfig Cfg(int max_batched_tokens = 2048, int max_num_seqs = 16) {
   return c;
 }
 
-// A mixed random workload: tiers, prompt lengths, temperatures, penalties, n, stop ids.
+// A mixed random workload: priorities, prompt lengths, temperatures, penalties, n, stop ids.
 std::vector<SubmitRequest> Workload(int count, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<SubmitRequest> w;
   for (int i = 0; i < count; ++i) {
     SubmitRequest r = Req(MakePrompt(1 + static_cast<int>(rng() % 90), rng()), 1 + static_cast<int>(rng() % 40),
-                          static_cast<Tier>(rng() % 3));
+                          static_cast<Priority>(rng() % 3));
     if (rng() % 2) {
       r.sampling = SamplingParams();
       r.sampling.temperature = 1.0f;
@@ -254,7 +254,7 @@ TEST(EngineSim, PrefixCacheSkipsCachedBlocks) {
 
   // A different salt (another tenant) gets no hit.
   SubmitRequest r3 = Req(p2, 2);
-  r3.salt = {1, 2, 3};
+  r3.tenant = "another";
   ASSERT_TRUE(sim.Submit(r3).ok());
   const auto b3 = sim.engine->Stats();
   sim.RunToCompletion();
@@ -310,11 +310,11 @@ TEST(EngineSim, SimultaneousSharedPrefixIsComputedOnce) {
 TEST(EngineSim, DeferredRequestIsAdmittedWhenItsProviderIsCancelled) {
   const auto prompts = SharedPrefixPrompts(2, 256, 16);
   Sim sim(256, Cfg(64, 16));  // the 272-token prompt takes 5 steps
-  auto a = sim.Submit(Req(prompts[0], 4, Tier::kSilver));
+  auto a = sim.Submit(Req(prompts[0], 4, Priority::kSilver));
   ASSERT_TRUE(a.ok());
   sim.Step();
   // b ranks first but a is computing its next uncached block: deferred while a runs.
-  auto b = sim.Submit(Req(prompts[1], 4, Tier::kGold));
+  auto b = sim.Submit(Req(prompts[1], 4, Priority::kGold));
   ASSERT_TRUE(b.ok());
   sim.Step();
   sim.Step();
@@ -334,8 +334,8 @@ TEST(EngineSim, DifferentSaltIsNotDeferred) {
   const auto prompts = SharedPrefixPrompts(2, 256, 16);
   Sim sim(256, Cfg(2048, 16));
   SubmitRequest ra = Req(prompts[0], 4), rb = Req(prompts[1], 4);
-  ra.salt = {1};
-  rb.salt = {2};
+  ra.tenant = "a";
+  rb.tenant = "b";
   ASSERT_TRUE(sim.Submit(ra).ok());
   ASSERT_TRUE(sim.Submit(rb).ok());
   sim.Step();
@@ -389,11 +389,11 @@ TEST(EngineSim, AdmissionBoundIsResourceExhausted) {
 TEST(EngineSim, GoldArrivingAtFullEngineGetsFirstTokenBeforeBronzeDecodes) {
   Sim sim(256, Cfg(2048, 4));
   std::vector<RequestId> bronze;
-  for (int i = 0; i < 4; ++i) bronze.push_back(*sim.Submit(Req(MakePrompt(20, i), 200, Tier::kBronze)));
+  for (int i = 0; i < 4; ++i) bronze.push_back(*sim.Submit(Req(MakePrompt(20, i), 200, Priority::kBronze)));
   for (int i = 0; i < 3; ++i) sim.Step();
   for (RequestId id : bronze) ASSERT_EQ(sim.results[id][0].tokens.size(), 3u);
-  auto silver = sim.Submit(Req(MakePrompt(20, 50), 5, Tier::kSilver));
-  auto gold = sim.Submit(Req(MakePrompt(20, 51), 5, Tier::kGold));
+  auto silver = sim.Submit(Req(MakePrompt(20, 50), 5, Priority::kSilver));
+  auto gold = sim.Submit(Req(MakePrompt(20, 51), 5, Priority::kGold));
   sim.Step();
   EXPECT_EQ(sim.results[*gold][0].tokens.size(), 1u) << "gold's first token in the very next step";
   EXPECT_EQ(sim.results[*silver][0].tokens.size(), 1u);
@@ -416,9 +416,9 @@ int BronzeFinishStep(double aging_s, int max_steps) {
   sc.max_queued_prompt_tokens = 1 << 30;
   Sim sim(256, sc);
   sim.step_time = std::chrono::milliseconds(100);
-  auto bronze = sim.Submit(Req(MakePrompt(8, 7), 10, Tier::kBronze));
+  auto bronze = sim.Submit(Req(MakePrompt(8, 7), 10, Priority::kBronze));
   for (int s = 0; s < max_steps; ++s) {
-    for (int k = 0; k < 2; ++k) EXPECT_TRUE(sim.Submit(Req(MakePrompt(8, 1000 + 2 * s + k), 4, Tier::kGold)).ok());
+    for (int k = 0; k < 2; ++k) EXPECT_TRUE(sim.Submit(Req(MakePrompt(8, 1000 + 2 * s + k), 4, Priority::kGold)).ok());
     sim.Step();
     if (sim.results[*bronze][0].finish != FinishReason::kNone) return s;
   }
@@ -426,7 +426,7 @@ int BronzeFinishStep(double aging_s, int max_steps) {
 }
 
 TEST(EngineSim, NoStarvationUnderGoldFlood) {
-  // Golds age too, so bronze ranks like a gold that arrived tier * aging_s = 2 s after it: it waits
+  // Golds age too, so bronze ranks like a gold that arrived priority * aging_s = 2 s after it: it waits
   // for at most the golds that arrived in its first 2 s (40, served ~2 per 4 steps) and then needs
   // its 10 tokens — a bound set by aging_s, not by how long the flood lasts.
   const int step = BronzeFinishStep(1.0, 400);

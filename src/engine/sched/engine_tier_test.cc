@@ -8,7 +8,7 @@
 #include <map>
 
 #include "engine/sched/engine.h"
-#include "engine/sched/kv_tier_port.h"
+#include "engine/sched/tier_port.h"
 #include "engine/sched/sim_testing.h"
 
 namespace strata::engine::sched {
@@ -19,7 +19,7 @@ using testing::MakePrompt;
 using testing::Sim;
 
 // An in-memory tier: a map from hash to the fake runner's exported block.
-class MapTier final : public KvTierPort {
+class MapTier final : public TierPort {
  public:
   explicit MapTier(FakeModelRunner* runner) : runner_(runner) {}
 
@@ -218,13 +218,13 @@ TEST(EngineTierSim, PreemptedRequestGetsItsEvictedBlocksBackFromTheTier) {
   sim.engine->AttachKvTier(&tier, 0.05);
   // A bronze request with a long generation runs first...
   SubmitRequest bronze = Greedy(MakePrompt(60, 41), 40);
-  bronze.tier = Tier::kBronze;
+  bronze.priority = Priority::kBronze;
   auto b = sim.Submit(bronze);
   ASSERT_TRUE(b.ok());
   for (int i = 0; i < 6; ++i) sim.Step();
   // ...then a gold request needing most of the pool preempts it and evicts its cached blocks.
   SubmitRequest gold = Greedy(MakePrompt(120, 42), 20);
-  gold.tier = Tier::kGold;
+  gold.priority = Priority::kGold;
   auto g = sim.Submit(gold);
   ASSERT_TRUE(g.ok());
   sim.RunToCompletion();

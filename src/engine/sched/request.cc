@@ -4,20 +4,20 @@
 
 namespace strata::engine::sched {
 
-std::string_view TierName(Tier t) {
-  switch (t) {
-    case Tier::kGold: return "gold";
-    case Tier::kSilver: return "silver";
-    case Tier::kBronze: return "bronze";
+std::string_view PriorityName(Priority p) {
+  switch (p) {
+    case Priority::kGold: return "gold";
+    case Priority::kSilver: return "silver";
+    case Priority::kBronze: return "bronze";
   }
   return "?";
 }
 
-Result<Tier> ParseTier(std::string_view name) {
-  if (name == "gold") return Tier::kGold;
-  if (name == "silver") return Tier::kSilver;
-  if (name == "bronze") return Tier::kBronze;
-  return Status::InvalidArgument("tier: unknown tier '" + std::string(name) + "' (gold, silver, bronze)");
+Result<Priority> ParsePriority(std::string_view name) {
+  if (name == "gold") return Priority::kGold;
+  if (name == "silver") return Priority::kSilver;
+  if (name == "bronze") return Priority::kBronze;
+  return Status::InvalidArgument("priority: unknown priority '" + std::string(name) + "' (gold, silver, bronze)");
 }
 
 std::string_view FinishReasonName(FinishReason r) {
@@ -61,17 +61,16 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
   if (eog_ids.size() > kMaxStopTokenIds)
     return Status::InvalidArgument("eog_ids: more than " + std::to_string(kMaxStopTokenIds) + " ids");
   RETURN_IF_ERROR(CheckIds("eog_ids", eog_ids, n_vocab));
-  if (static_cast<uint8_t>(tier) > static_cast<uint8_t>(Tier::kBronze))
-    return Status::InvalidArgument("tier: invalid value " + std::to_string(static_cast<int>(tier)));
+  if (static_cast<uint8_t>(priority) > static_cast<uint8_t>(Priority::kBronze))
+    return Status::InvalidArgument("priority: invalid value " + std::to_string(static_cast<int>(priority)));
   if (n < 1 || n > kMaxN)
     return Status::InvalidArgument("n: must be in [1, " + std::to_string(kMaxN) + "], got " + std::to_string(n));
   if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs)
     return Status::InvalidArgument("top_logprobs: must be in [0, " + std::to_string(kMaxTopLogprobs) + "], got " +
                                    std::to_string(top_logprobs));
   if (top_logprobs > 0 && !logprobs) return Status::InvalidArgument("top_logprobs: requires logprobs = true");
-  if (salt.size() > kMaxSaltBytes)
-    return Status::InvalidArgument("salt: " + std::to_string(salt.size()) + " bytes exceeds " +
-                                   std::to_string(kMaxSaltBytes));
+  if (adapter.size() > kMaxAdapterBytes)
+    return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) + " bytes");
   return Status::Ok();
 }
 

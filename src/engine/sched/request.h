@@ -1,5 +1,5 @@
 // Request API types of the serving engine: what a caller submits (SubmitRequest), what it gets
-// back (a RequestStream of TokenEvents), and the SLA tiers.
+// back (a RequestStream of TokenEvents), and the SLA priorities.
 //
 // Ownership: SubmitRequest is moved into the engine on Submit. A RequestStream is shared (via
 // shared_ptr) between the engine thread (producer) and the caller (consumer).
@@ -26,17 +26,18 @@ namespace strata::engine::sched {
 
 using RequestId = int64_t;
 
-// SLA tier: lower value = served first. Default silver.
-enum class Tier : uint8_t { kGold = 0, kSilver = 1, kBronze = 2 };
-std::string_view TierName(Tier t);
-Result<Tier> ParseTier(std::string_view name);  // "gold", "silver", "bronze"
+// SLA priority: lower value = served first. Default silver. (The KV "tiers" are something else:
+// the cache levels below the block pool.)
+enum class Priority : uint8_t { kGold = 0, kSilver = 1, kBronze = 2 };
+std::string_view PriorityName(Priority p);
+Result<Priority> ParsePriority(std::string_view name);  // "gold", "silver", "bronze"
 
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
 std::string_view FinishReasonName(FinishReason r);  // "", "stop", "length", "cancelled", "error"
 
 inline constexpr int kMaxTopLogprobs = 20;
 inline constexpr int kMaxN = 64;
-inline constexpr size_t kMaxSaltBytes = 1024;
+inline constexpr size_t kMaxAdapterBytes = 256;
 inline constexpr size_t kMaxStopTokenIds = 1024;
 inline constexpr size_t kMaxTenantBytes = 256;
 
@@ -47,13 +48,16 @@ struct SubmitRequest {
   std::vector<int32_t> stop_token_ids;  // finish (reason stop) when one is sampled
   bool ignore_eos = false;              // EOG ids are never sampled (banned) and do not stop
   std::vector<int32_t> eog_ids;         // end-of-generation ids, from Tokenizer::eog_ids()
-  Tier tier = Tier::kSilver;
-  std::optional<TimePoint> deadline;  // orders requests within a tier (earliest first); no expiry
+  Priority priority = Priority::kSilver;
+  std::optional<TimePoint> deadline;  // orders requests within a priority (earliest first); no expiry
   int n = 1;                          // completions; they share the prompt's KV blocks
   bool logprobs = false;              // report the sampled token's logprob
   int top_logprobs = 0;               // 0..20 most likely tokens with their logprobs (needs logprobs)
-  std::vector<uint8_t> salt;          // model fingerprint / LoRA id / tenant, bound into prefix hashes
-  std::string tenant;                 // tiered-KV quota owner ("" = default tenant); <= kMaxTenantBytes
+  // Facts the engine binds into the request's prefix-cache salt (with the model's: see
+  // Engine::SetModelSalt), so requests that differ in them never share KV blocks:
+  std::string tenant;   // isolates the prefix cache; owns the tiered-KV quota ("" = default tenant);
+                        // <= kMaxTenantBytes
+  std::string adapter;  // digest of the LoRA adapter applied ("" = the base model); <= kMaxAdapterBytes
 
   // Field checks against the model: n_vocab (token id range) and max_model_len (positions per
   // sequence). Capacity checks (KV pool, max_num_seqs) are the engine's.

@@ -59,21 +59,21 @@ TEST(SubmitRequest, ErrorsNameTheField) {
   r.top_logprobs = 3;  // without logprobs
   ExpectField(r, "top_logprobs");
   r = Good();
-  r.tier = static_cast<Tier>(7);
-  ExpectField(r, "tier");
+  r.priority = static_cast<Priority>(7);
+  ExpectField(r, "priority");
   r = Good();
-  r.salt.assign(kMaxSaltBytes + 1, 0);
-  ExpectField(r, "salt");
+  r.adapter.assign(kMaxAdapterBytes + 1, 'a');
+  ExpectField(r, "adapter");
   r = Good();
   r.sampling.top_p = 0.0f;
   ExpectField(r, "sampling");
 }
 
-TEST(Tier, ParseAndName) {
-  EXPECT_EQ(*ParseTier("gold"), Tier::kGold);
-  EXPECT_EQ(*ParseTier("bronze"), Tier::kBronze);
-  EXPECT_FALSE(ParseTier("platinum").ok());
-  EXPECT_EQ(TierName(Tier::kSilver), "silver");
+TEST(Priority, ParseAndName) {
+  EXPECT_EQ(*ParsePriority("gold"), Priority::kGold);
+  EXPECT_EQ(*ParsePriority("bronze"), Priority::kBronze);
+  EXPECT_FALSE(ParsePriority("platinum").ok());
+  EXPECT_EQ(PriorityName(Priority::kSilver), "silver");
   EXPECT_EQ(FinishReasonName(FinishReason::kLength), "length");
 }
 

@@ -1,6 +1,7 @@
 #include "engine/sched/scheduler.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -52,16 +53,17 @@ Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager* kv, int block
   out_.copies.reserve(static_cast<size_t>(cfg_.max_num_seqs));
 }
 
-Status Scheduler::CheckAdmission(int64_t prompt_tokens) const {
-  if (queued_requests_ + 1 > cfg_.max_queued_requests) {
-    return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_requests_) +
+Status CheckQueueBound(const SchedulerConfig& cfg, int queued_requests, int64_t queued_prompt_tokens,
+                       int64_t prompt_tokens) {
+  if (queued_requests + 1 > cfg.max_queued_requests) {
+    return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_requests) +
                                      " requests waiting (max_queued_requests " +
-                                     std::to_string(cfg_.max_queued_requests) + ")");
+                                     std::to_string(cfg.max_queued_requests) + ")");
   }
-  if (queued_prompt_tokens_ + prompt_tokens > cfg_.max_queued_prompt_tokens) {
-    return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_prompt_tokens_) + " + " +
+  if (queued_prompt_tokens + prompt_tokens > cfg.max_queued_prompt_tokens) {
+    return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_prompt_tokens) + " + " +
                                      std::to_string(prompt_tokens) + " prompt tokens waiting (max_queued_prompt_tokens " +
-                                     std::to_string(cfg_.max_queued_prompt_tokens) + ")");
+                                     std::to_string(cfg.max_queued_prompt_tokens) + ")");
   }
   return Status::Ok();
 }
@@ -70,7 +72,6 @@ Status Scheduler::Add(std::unique_ptr<RequestState> r) {
   if (r == nullptr || r->phase != RequestState::Phase::kWaiting || r->started)
     return Status::InvalidArgument("request: must be a new waiting request");
   if (all_.count(r->id)) return Status::InvalidArgument("request id " + std::to_string(r->id) + " already queued");
-  RETURN_IF_ERROR(CheckAdmission(r->prompt_len));
   r->arrival_seq = next_arrival_++;
   queued_requests_ += 1;
   queued_prompt_tokens_ += r->prompt_len;
@@ -80,7 +81,7 @@ Status Scheduler::Add(std::unique_ptr<RequestState> r) {
 }
 
 int64_t Scheduler::Level(const RequestState& r, TimePoint now) const {
-  int64_t level = static_cast<int64_t>(r.req.tier);
+  int64_t level = static_cast<int64_t>(r.req.priority);
   if (cfg_.aging_s > 0) {
     double waited = std::chrono::duration<double>(now - r.arrival).count();
     if (waited > 0) level -= static_cast<int64_t>(std::floor(waited / cfg_.aging_s));
@@ -151,26 +152,8 @@ size_t Scheduler::HashKey::operator()(const kv::BlockHash& h) const {
 
 void Scheduler::EnsureHashes(RequestState* r) {
   if (r->hashes_ready) return;
-  r->prompt_hashes = kv::ComputeBlockHashes(r->req.prompt, block_size_, std::span<const uint8_t>(r->req.salt));
+  r->prompt_hashes = cachekey::ComputeBlockHashes(r->req.prompt, block_size_, std::span<const uint8_t>(r->salt));
   r->hashes_ready = true;
-}
-
-int Scheduler::AdoptStaged(RequestState* r, SequenceState& s) {
-  const std::vector<std::vector<uint8_t>>& staged = r->staged;  // freed once the admission sticks
-  if (!fill_ || r->num_active() != 1 || s.num_computed % block_size_ != 0 ||
-      r->tier_hashes_tokens != static_cast<int>(s.tokens.size()))
-    return 0;
-  // Blocks a hit may cover: all but the last token (it must be computed for the logits).
-  const int max_blocks =
-      std::min(static_cast<int>(r->tier_hashes.size()), (static_cast<int>(s.tokens.size()) - 1) / block_size_);
-  const int first = s.num_computed / block_size_;
-  const int end = std::min(max_blocks, r->staged_first + static_cast<int>(staged.size()));
-  if (first < r->staged_first || first >= end) return 0;
-  const std::span<const kv::BlockHash> hashes(r->tier_hashes.data() + first, static_cast<size_t>(end - first));
-  const int adopted = kv_->AdoptBlocks(s.kv_id, hashes, [&](size_t i, int32_t block) {
-    fill_(block, staged[static_cast<size_t>(first - r->staged_first) + i]);
-  });
-  return adopted * block_size_;
 }
 
 int Scheduler::Progress(const RequestState& r) {
@@ -291,27 +274,63 @@ void Scheduler::Preempt(RequestState* victim) {
   out_.num_preempted += 1;
 }
 
-bool Scheduler::TrySchedule(RequestState* r, SequenceState& s, int n, bool allow_self_preempt) {
+bool Scheduler::TrySchedule(RequestState* r, SequenceState& s, int n) {
   for (;;) {
-    if (kv_->AllocateSlots(s.kv_id, s.num_computed + n)) {
-      kv::KvManager::CopyOp op{-1, -1};
-      if (kv_->PrepareWrite(s.kv_id, s.num_computed, &op)) {
-        if (op.src >= 0 && op.src != op.dst)
-          out_.copies.push_back(BlockCopy{op.src, op.dst, s.num_computed % block_size_, s.kv_id});
-        const bool sample = s.num_computed + n == static_cast<int>(s.tokens.size());
-        out_.seqs.push_back(ScheduledSeq{r, s.index, s.kv_id, s.num_computed, n, sample});
-        out_.num_tokens += n;
-        budget_ -= n;
-        return true;
-      }
-    }
+    kv_->Plan(&plan_);
+    plan_.Allocate(s.kv_id, s.num_computed + n);
+    plan_.PrepareWrite(s.kv_id, s.num_computed);  // copy-on-write of a block shared with a fork
+    if (plan_.fits()) break;
     if (RequestState* victim = LowestRunningBelow(r)) {
       Preempt(victim);
       continue;
     }
-    if (allow_self_preempt) Preempt(r);
+    Preempt(r);  // nothing below it holds blocks: it waits (and recomputes) instead
     return false;
   }
+  copies_.clear();
+  const bool applied = kv_->Apply(plan_, &copies_);
+  assert(applied);  // planned just now, and it fits
+  (void)applied;
+  for (const kv::CopyOp& op : copies_)
+    out_.copies.push_back(BlockCopy{op.src, op.dst, s.num_computed % block_size_, s.kv_id});
+  const bool sample = s.num_computed + n == static_cast<int>(s.tokens.size());
+  out_.seqs.push_back(ScheduledSeq{r, s.index, s.kv_id, s.num_computed, n, sample});
+  out_.num_tokens += n;
+  budget_ -= n;
+  return true;
+}
+
+// Plans r's admission into plan_: every live sequence's prefix hit (hit_), the staged tier blocks
+// continuing sequence 0's hit (staged_), then the first chunks within `budget` (chunk_). True when
+// it fits the pool as it is now.
+bool Scheduler::PlanAdmission(RequestState* r, int budget) {
+  kv_->Plan(&plan_);
+  const std::span<const uint8_t> salt(r->salt);
+  const size_t n = static_cast<size_t>(r->num_active());
+  hit_.assign(n, 0);
+  chunk_.assign(n, 0);
+  staged_ = {};
+  for (size_t i = 0; i < n; ++i) {
+    SequenceState& s = r->seqs[i];
+    if (s.live()) hit_[i] = plan_.MatchPrefix(s.kv_id, s.tokens, salt, r->tenant_tag);
+  }
+  SequenceState& first = r->seqs[0];
+  if (r->tier != nullptr && fill_ && n == 1 && first.live() && hit_[0] % block_size_ == 0) {
+    const TierStaging::Staged staged = r->tier->StagedFrom(hit_[0] / block_size_, static_cast<int>(first.tokens.size()));
+    const int adopted = plan_.Adopt(first.kv_id, staged.hashes);
+    staged_ = TierStaging::Staged{staged.hashes.first(static_cast<size_t>(adopted)),
+                                  staged.payloads.first(static_cast<size_t>(adopted))};
+  }
+  const int adopted_tokens = static_cast<int>(staged_.hashes.size()) * block_size_;
+  for (size_t i = 0; i < n && budget > 0; ++i) {
+    SequenceState& s = r->seqs[i];
+    if (!s.live()) continue;
+    const int computed = hit_[i] + (i == 0 ? adopted_tokens : 0);
+    chunk_[i] = std::min(static_cast<int>(s.tokens.size()) - computed, budget);
+    budget -= chunk_[i];
+    plan_.Allocate(s.kv_id, computed + chunk_[i]);
+  }
+  return plan_.fits();
 }
 
 bool Scheduler::Admit(RequestState* r) {
@@ -321,24 +340,28 @@ bool Scheduler::Admit(RequestState* r) {
     if (victim == nullptr) return false;
     Preempt(victim);
   }
-  const std::span<const uint8_t> salt(r->req.salt);
-  int64_t queried = 0, hit = 0, adopted = 0;
   for (int i = 0; i < r->num_active(); ++i) {
     SequenceState& s = r->seqs[static_cast<size_t>(i)];
-    if (!s.live()) continue;
-    s.kv_id = NewKvId();
-    s.num_computed = kv_->MatchPrefix(s.kv_id, s.tokens, salt);
-    if (kv_->config().enable_prefix_cache) {
-      queried += static_cast<int64_t>(s.tokens.size());
-      hit += s.num_computed;
-    }
-    kv_->SetTag(s.kv_id, r->tenant_tag);
-    if (i == 0 && !r->staged.empty()) {
-      const int n = AdoptStaged(r, s);
-      s.num_computed += n;
-      adopted += n;
-    }
+    if (s.live()) s.kv_id = NewKvId();
   }
+  const int budget = budget_;  // the chunks are sized before any preemption below
+  while (!PlanAdmission(r, budget)) {
+    RequestState* victim = LowestRunningBelow(r);
+    if (victim == nullptr) {
+      // Does not fit even with everything below it preempted: stays waiting, unchanged (nothing
+      // was applied; staged tier blocks are kept for the retry).
+      for (SequenceState& s : r->seqs) s.kv_id = -1;
+      return false;
+    }
+    Preempt(victim);
+  }
+  const bool applied =
+      kv_->Apply(plan_, nullptr, [&](kv::SeqId, size_t i, int32_t block) { fill_(block, staged_.payloads[i]); });
+  assert(applied);  // planned just now, and it fits
+  (void)applied;
+  const int adopted = static_cast<int>(staged_.hashes.size()) * block_size_;
+  tier_hit_tokens_ += adopted;
+  if (r->tier != nullptr) r->tier->Adopted();
   r->phase = RequestState::Phase::kRunning;
   Remove(&waiting_, r);
   running_.push_back(r);
@@ -346,24 +369,14 @@ bool Scheduler::Admit(RequestState* r) {
   for (int i = 0; i < r->num_active(); ++i) {
     SequenceState& s = r->seqs[static_cast<size_t>(i)];
     if (!s.live()) continue;
-    if (budget_ == 0) break;
-    if (!TrySchedule(r, s, std::min(s.pending(), budget_), /*allow_self_preempt=*/false)) {
-      // Does not fit even with everything below it preempted: back to waiting, unchanged.
-      Unschedule(r);
-      ReleaseBlocks(r);
-      Remove(&running_, r);
-      seats_used_ -= need;
-      r->phase = RequestState::Phase::kWaiting;
-      waiting_.push_back(r);
-      // Retried later: this attempt is not a prefix-cache query. Adopted blocks stay cached in the
-      // pool, and the staged copies are kept in case they are evicted before the retry.
-      kv_->UncountQuery(queried, hit);
-      return false;
-    }
+    s.num_computed = hit_[static_cast<size_t>(i)] + (i == 0 ? adopted : 0);
+    const int chunk = chunk_[static_cast<size_t>(i)];
+    if (chunk == 0) continue;
+    const bool sample = s.num_computed + chunk == static_cast<int>(s.tokens.size());
+    out_.seqs.push_back(ScheduledSeq{r, s.index, s.kv_id, s.num_computed, chunk, sample});
+    out_.num_tokens += chunk;
+    budget_ -= chunk;
   }
-  tier_hit_tokens_ += adopted;
-  r->staged.clear();
-  r->staged.shrink_to_fit();
   AddInflight(r);
   if (!r->started) {
     r->started = true;
@@ -400,7 +413,7 @@ const SchedulerOutput& Scheduler::Schedule() {
     for (int i = 0; i < r->num_active() && budget_ > 0; ++i) {
       SequenceState& s = r->seqs[static_cast<size_t>(i)];
       if (!s.live() || s.pending() != 1) continue;
-      if (!TrySchedule(r, s, 1, /*allow_self_preempt=*/true)) break;
+      if (!TrySchedule(r, s, 1)) break;
     }
   }
   // B. Prefill chunks of running sequences and admissions, in priority order. With decodes in the
@@ -418,11 +431,11 @@ const SchedulerOutput& Scheduler::Schedule() {
       for (int i = 0; i < r->num_active() && budget_ > 0; ++i) {
         SequenceState& s = r->seqs[static_cast<size_t>(i)];
         if (!s.live() || s.pending() <= 1) continue;
-        if (!TrySchedule(r, s, std::min(s.pending(), budget_), /*allow_self_preempt=*/true)) break;
+        if (!TrySchedule(r, s, std::min(s.pending(), budget_))) break;
         if (r->phase != RequestState::Phase::kRunning) break;
       }
     } else if (r->phase == RequestState::Phase::kWaiting && admission_open && r->preempted_in_step != step_) {
-      if (r->tier_hold) continue;    // prefetching from lower tiers; keeps its place
+      if (r->tier_fetching()) continue;  // prefetching from lower tiers; keeps its place
       if (ShouldDefer(r)) continue;  // keeps its place; lower-priority requests may go
       if (!Admit(r)) admission_open = false;
     }
@@ -434,7 +447,7 @@ const SchedulerOutput& Scheduler::Schedule() {
 void Scheduler::CommitComputed(const ScheduledSeq& e) {
   SequenceState& s = e.req->seqs[static_cast<size_t>(e.seq_index)];
   s.num_computed += e.num_tokens;
-  kv_->CommitComputed(s.kv_id, s.tokens, s.num_computed, std::span<const uint8_t>(e.req->req.salt));
+  kv_->CommitComputed(s.kv_id, s.tokens, s.num_computed, std::span<const uint8_t>(e.req->salt));
   if (e.req->inflight_lo < e.req->inflight_hi) AdvanceInflight(e.req);
 }
 

@@ -11,17 +11,17 @@
 //
 // Priority (a strict total order, recomputed every step):
 //   key = (level, deadline or +inf, arrival order), smaller first, where
-//   level = tier - floor(time since submission / aging_s)   (gold 0, silver 1, bronze 2)
-// so a request that has waited aging_s moves up one tier, and after (tier + 1) * aging_s it is ahead
+//   level = priority - floor(time since submission / aging_s)   (gold 0, silver 1, bronze 2)
+// so a request that has waited aging_s moves up one level, and after (priority + 1) * aging_s it is ahead
 // of every newly arrived gold request: bronze never starves under a gold flood. Level may go below
 // gold. The same key orders waiting requests (admission) and running ones (who is preempted).
 //
 // Step (Schedule): token budget max_batched_tokens, at most max_num_seqs admitted sequences.
 //   A. running decodes in priority order (1 token each);
 //   B. in priority order, prefill chunks of running sequences and admissions of waiting requests
-//      (prefix-cache hits via KvManager::MatchPrefix skip computed tokens; a prompt larger than the
+//      (prefix-cache hits via KvPlan::MatchPrefix skip computed tokens; a prompt larger than the
 //      remaining budget is split into chunks over several steps — chunked prefill).
-//   When a sequence cannot get its blocks (AllocateSlots/PrepareWrite fail) or a waiting request
+//   When a sequence cannot get its blocks (its KvPlan does not fit) or a waiting request
 //   has no seat, the lowest-priority running request below it is preempted — even if it was already
 //   scheduled for a decode in this step (it is taken out of the batch) — so a gold request arriving
 //   at a full engine is scheduled before bronze requests that are merely decoding. If nothing lower
@@ -48,18 +48,23 @@
 // block are recomputed. Measured (docs/perf.md, `bench offline --kv-cache-memory 64MiB`): the RAM
 // tier restores most preempted blocks and raises 1B throughput over pure recompute.
 //
-// Tiered KV (see Engine::AttachKvTier): a waiting request with tier_hold set is skipped like a
-// deferred one (it keeps its place) while the engine prefetches its prompt blocks from lower tiers.
-// At its next admission (first, or after a preemption; single-completion requests), after
-// MatchPrefix, the staged blocks that continue the pool hit (block staged_first + i of
-// tier_hashes, the full-block chain of seqs[0].tokens, for staged[i]) are adopted into the pool
-// (KvManager::AdoptBlocks, content written by the BlockFillFn) and skipped like a prefix hit;
-// `tier_hit_tokens` counts them. MatchPrefix's rule holds for the total: at least one token of the
-// sequence is always computed.
+// Tiered KV (see Engine::AttachKvTier): a waiting request whose TierStaging is fetching is skipped
+// like a deferred one (it keeps its place) while the engine prefetches its blocks from lower
+// tiers. At its next admission (first, or after a preemption; single-completion requests) the
+// staged blocks that continue the pool hit are planned for adoption into the pool together with
+// the prefix hit and the first chunk (KvPlan::Adopt; content written by the BlockFillFn on
+// apply) and skipped like a prefix hit; `tier_hit_tokens` counts them. MatchPrefix's rule holds
+// for the total: at least one token of the sequence is always computed.
+//
+// KV plans: every admission and every chunk is first planned on the KvManager (prefix hits,
+// adoption, slots, copy-on-write) and applied only once it fits, preempting lower-priority
+// requests between plans; a request that cannot fit is left exactly as it was (no hit counted,
+// nothing to undo). The chunk sizes of an admission are fixed by the budget when it started.
 //
 // Admission bound: requests that have never started (never been admitted to running) are limited
 // by max_queued_requests and max_queued_prompt_tokens; preempted requests are not counted (they are
-// never rejected once accepted).
+// never rejected once accepted). The bound is checked in one place, where requests are accepted
+// (Engine::Submit, with CheckQueueBound); the scheduler only counts them.
 //
 // Ownership: the Scheduler owns every RequestState until it is finished and taken with
 // TakeFinished (or returned by Abort). It does not own the KvManager or Clock.
@@ -79,6 +84,7 @@
 #include "engine/sampler.h"
 #include "engine/sched/clock.h"
 #include "engine/sched/request.h"
+#include "engine/sched/tier_staging.h"
 
 namespace strata::engine::sched {
 
@@ -94,9 +100,14 @@ struct SchedulerConfig {
   int max_queued_requests = 1024;
   int64_t max_queued_prompt_tokens = 1 << 20;
   int max_model_len = 4096;  // positions per sequence
-  double aging_s = 10.0;     // waiting this long promotes a request by one tier
+  double aging_s = 10.0;     // waiting this long promotes a request by one priority level
   Status Validate() const;
 };
+
+// ResourceExhausted (naming the bound) when one more never-started request with `prompt_tokens`
+// would exceed max_queued_requests or max_queued_prompt_tokens, given what is already queued.
+Status CheckQueueBound(const SchedulerConfig& config, int queued_requests,
+                       int64_t queued_prompt_tokens, int64_t prompt_tokens);
 
 struct SequenceState {
   int index = 0;
@@ -131,17 +142,12 @@ struct RequestState {
   int inflight_lo = 0;
   int inflight_hi = 0;
 
-  // Tiered KV (set by the engine): waiting for a prefetch; the chained hashes of seqs[0].tokens'
-  // full blocks (valid while tier_hashes_tokens == seqs[0].tokens.size()); blocks loaded from lower
-  // tiers for hashes [staged_first, staged_first + staged.size()); pool coverage when the last
-  // prefetch started (-1: none yet); the tenant's tag for the KvManager.
-  bool tier_hold = false;
-  std::vector<kv::BlockHash> tier_hashes;
-  int tier_hashes_tokens = -1;
-  int staged_first = 0;
-  std::vector<std::vector<uint8_t>> staged;
-  int tier_covered_at_prefetch = -1;
+  // Set by the engine: the prefix-cache salt of every block of this request (composed from the
+  // model's and the request's facts, cachekey::RequestSalt); the tenant's tag for the KvManager;
+  // the request's prefetch/adoption state when the engine has KV tiers (else null).
+  std::vector<uint8_t> salt;
   uint32_t tenant_tag = 0;
+  std::unique_ptr<TierStaging> tier;
 
   // Scheduler-internal, valid during Schedule().
   int64_t key_level = 0;
@@ -149,6 +155,7 @@ struct RequestState {
   uint64_t preempted_in_step = 0;
   int num_active() const { return forked ? static_cast<int>(seqs.size()) : 1; }
   int seats() const;  // sequence slots held while running
+  bool tier_fetching() const { return tier != nullptr && tier->fetching(); }  // held by a prefetch
 };
 
 // Builds a RequestState from a validated request (n sequences, tokens reserved to their final size).
@@ -189,9 +196,8 @@ class Scheduler {
   Scheduler(const SchedulerConfig& config, kv::KvManager* kv, int block_size, const Clock* clock);
 
   const SchedulerConfig& config() const { return cfg_; }
-  // ResourceExhausted when one more never-started request with `prompt_tokens` would exceed a bound.
-  Status CheckAdmission(int64_t prompt_tokens) const;
-  // Queues a request (CheckAdmission first). The request must be in phase kWaiting with a unique id.
+  // Queues a request (the caller has checked the queue bound: CheckQueueBound). The request must be
+  // in phase kWaiting with a unique id.
   Status Add(std::unique_ptr<RequestState> r);
 
   // Plans one step. The returned reference is valid until the next Schedule/Abort/commit call.
@@ -238,7 +244,8 @@ class Scheduler {
 
  private:
   static bool Before(const RequestState* a, const RequestState* b);
-  bool TrySchedule(RequestState* r, SequenceState& s, int n, bool allow_self_preempt);
+  bool TrySchedule(RequestState* r, SequenceState& s, int n);
+  bool PlanAdmission(RequestState* r, int budget);
   bool Admit(RequestState* r);
   RequestState* LowestRunningBelow(const RequestState* r) const;
   void Preempt(RequestState* victim);
@@ -247,7 +254,6 @@ class Scheduler {
   void MarkNotQueued(RequestState* r);
   void FinishRequest(RequestState* r);
   static void Remove(std::vector<RequestState*>* v, RequestState* r);
-  int AdoptStaged(RequestState* r, SequenceState& s);
   static int Progress(const RequestState& r);  // max num_computed over active live sequences
   void AddInflight(RequestState* r);
   void AdvanceInflight(RequestState* r);
@@ -280,6 +286,11 @@ class Scheduler {
   int64_t deferrals_ = 0;
   BlockFillFn fill_;
   int64_t tier_hit_tokens_ = 0;
+  // Scratch of the KV plans (capacity kept across steps).
+  kv::KvPlan plan_;
+  std::vector<kv::CopyOp> copies_;
+  std::vector<int> hit_, chunk_;  // per sequence of the admission being planned
+  TierStaging::Staged staged_;
 };
 
 }  // namespace strata::engine::sched

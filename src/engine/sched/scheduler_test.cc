@@ -13,12 +13,12 @@ struct Fixture {
   RequestId next = 1;
   explicit Fixture(SchedulerConfig sc, int num_blocks = 64)
       : kv(kv::KvManagerConfig{num_blocks, 16, true}), sched(sc, &kv, 16, &clock) {}
-  RequestId Add(Tier tier, int prompt_len = 8, std::optional<TimePoint> deadline = std::nullopt) {
+  RequestId Add(Priority priority, int prompt_len = 8, std::optional<TimePoint> deadline = std::nullopt) {
     SubmitRequest r;
     r.prompt.assign(static_cast<size_t>(prompt_len), 3);
     r.prompt[0] = static_cast<int32_t>(next);  // distinct prefixes
     r.max_tokens = 4;
-    r.tier = tier;
+    r.priority = priority;
     r.deadline = deadline;
     const RequestId id = next++;
     EXPECT_TRUE(sched.Add(MakeRequestState(id, std::move(r), clock.Now())).ok());
@@ -32,14 +32,14 @@ SchedulerConfig OneSeat() {
   return sc;
 }
 
-TEST(Scheduler, OrderIsTierThenDeadlineThenArrival) {
+TEST(Scheduler, OrderIsPriorityThenDeadlineThenArrival) {
   Fixture f(OneSeat());
   const TimePoint now = f.clock.Now();
-  const RequestId bronze = f.Add(Tier::kBronze);
-  const RequestId silver_late = f.Add(Tier::kSilver, 8, now + std::chrono::seconds(20));
-  const RequestId silver_none = f.Add(Tier::kSilver);
-  const RequestId silver_early = f.Add(Tier::kSilver, 8, now + std::chrono::seconds(5));
-  const RequestId gold = f.Add(Tier::kGold);
+  const RequestId bronze = f.Add(Priority::kBronze);
+  const RequestId silver_late = f.Add(Priority::kSilver, 8, now + std::chrono::seconds(20));
+  const RequestId silver_none = f.Add(Priority::kSilver);
+  const RequestId silver_early = f.Add(Priority::kSilver, 8, now + std::chrono::seconds(5));
+  const RequestId gold = f.Add(Priority::kGold);
   std::vector<RequestId> order;
   for (int i = 0; i < 5; ++i) {
     const SchedulerOutput& out = f.sched.Schedule();
@@ -52,11 +52,11 @@ TEST(Scheduler, OrderIsTierThenDeadlineThenArrival) {
   EXPECT_EQ(f.kv.Stats().used_blocks, 0);
 }
 
-TEST(Scheduler, AgingPromotesOneTierPerAgingPeriod) {
+TEST(Scheduler, AgingPromotesOneLevelPerAgingPeriod) {
   SchedulerConfig sc = OneSeat();
   sc.aging_s = 2.0;
   Fixture f(sc);
-  const RequestId bronze = f.Add(Tier::kBronze);
+  const RequestId bronze = f.Add(Priority::kBronze);
   const RequestState& r = *f.sched.Find(bronze);
   EXPECT_EQ(f.sched.Level(r, f.clock.Now()), 2);
   f.clock.Advance(std::chrono::milliseconds(1999));
@@ -65,7 +65,7 @@ TEST(Scheduler, AgingPromotesOneTierPerAgingPeriod) {
   EXPECT_EQ(f.sched.Level(r, f.clock.Now()), 1);
   f.clock.Advance(std::chrono::seconds(4));
   EXPECT_EQ(f.sched.Level(r, f.clock.Now()), -1);  // now ahead of a fresh gold
-  const RequestId gold = f.Add(Tier::kGold);
+  const RequestId gold = f.Add(Priority::kGold);
   const SchedulerOutput& out = f.sched.Schedule();
   ASSERT_EQ(out.seqs.size(), 1u);
   EXPECT_EQ(out.seqs[0].req->id, bronze);
@@ -77,21 +77,24 @@ TEST(Scheduler, AdmissionBoundCountsNeverStartedRequests) {
   sc.max_queued_requests = 2;
   sc.max_queued_prompt_tokens = 30;
   Fixture f(sc);
-  f.Add(Tier::kSilver, 10);
-  f.Add(Tier::kSilver, 10);
-  Status s = f.sched.CheckAdmission(1);
+  f.Add(Priority::kSilver, 10);
+  f.Add(Priority::kSilver, 10);
+  auto check = [&](int64_t prompt_tokens) {
+    return CheckQueueBound(sc, f.sched.num_queued_never_started(), f.sched.queued_prompt_tokens(), prompt_tokens);
+  };
+  Status s = check(1);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   (void)f.sched.Schedule();  // both start
   EXPECT_EQ(f.sched.num_queued_never_started(), 0);
-  EXPECT_TRUE(f.sched.CheckAdmission(30).ok());
-  EXPECT_EQ(f.sched.CheckAdmission(31).code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(check(30).ok());
+  EXPECT_EQ(check(31).code(), StatusCode::kResourceExhausted);
 }
 
 TEST(Scheduler, ChunksPromptsWithinTheBudgetAndSamplesAtTheEnd) {
   SchedulerConfig sc;
   sc.max_batched_tokens = 40;
   Fixture f(sc);
-  const RequestId a = f.Add(Tier::kSilver, 100);
+  const RequestId a = f.Add(Priority::kSilver, 100);
   int pos = 0;
   for (int step = 0; step < 3; ++step) {
     const SchedulerOutput& out = f.sched.Schedule();
@@ -116,13 +119,13 @@ TEST(Scheduler, ChunksPromptsWithinTheBudgetAndSamplesAtTheEnd) {
   EXPECT_EQ(f.kv.Stats().used_blocks, 0);
 }
 
-TEST(Scheduler, PreemptsLowestTierLatestWhenBlocksRunOut) {
+TEST(Scheduler, PreemptsLowestPriorityLatestWhenBlocksRunOut) {
   Fixture f(SchedulerConfig{}, /*num_blocks=*/4);
-  const RequestId s1 = f.Add(Tier::kSilver, 30);  // 2 blocks
-  const RequestId b1 = f.Add(Tier::kBronze, 16);  // 1 block + 1 on its first decode
+  const RequestId s1 = f.Add(Priority::kSilver, 30);  // 2 blocks
+  const RequestId b1 = f.Add(Priority::kBronze, 16);  // 1 block + 1 on its first decode
   (void)f.sched.Schedule();
   EXPECT_EQ(f.kv.Stats().used_blocks, 3);
-  const RequestId g = f.Add(Tier::kGold, 20);  // needs 2 blocks: only 1 free -> bronze preempted
+  const RequestId g = f.Add(Priority::kGold, 20);  // needs 2 blocks: only 1 free -> bronze preempted
   const SchedulerOutput& out = f.sched.Schedule();
   EXPECT_EQ(out.num_preempted, 1);
   EXPECT_EQ(f.sched.Find(b1)->phase, RequestState::Phase::kWaiting);
@@ -140,24 +143,25 @@ std::vector<int32_t> SharedPrompt(int32_t suffix) {
   return p;
 }
 
-RequestId AddPrompt(Fixture& f, std::vector<int32_t> prompt, Tier tier, std::vector<uint8_t> salt = {}) {
+RequestId AddPrompt(Fixture& f, std::vector<int32_t> prompt, Priority priority, std::vector<uint8_t> salt = {}) {
   SubmitRequest r;
   r.prompt = std::move(prompt);
   r.max_tokens = 4;
-  r.tier = tier;
-  r.salt = std::move(salt);
+  r.priority = priority;
   const RequestId id = f.next++;
-  EXPECT_TRUE(f.sched.Add(MakeRequestState(id, std::move(r), f.clock.Now())).ok());
+  auto state = MakeRequestState(id, std::move(r), f.clock.Now());
+  state->salt = std::move(salt);  // the engine composes it; here the scheduler gets it directly
+  EXPECT_TRUE(f.sched.Add(std::move(state)).ok());
   return id;
 }
 
 TEST(Scheduler, DefersWaitingRequestWhosePrefixIsInFlightButAdmitsOthers) {
   Fixture f(SchedulerConfig{}, 64);
-  const RequestId a = AddPrompt(f, SharedPrompt(60), Tier::kGold);
-  const RequestId b = AddPrompt(f, SharedPrompt(61), Tier::kSilver);
+  const RequestId a = AddPrompt(f, SharedPrompt(60), Priority::kGold);
+  const RequestId b = AddPrompt(f, SharedPrompt(61), Priority::kSilver);
   std::vector<int32_t> other = SharedPrompt(62);
   other[0] = 63;  // differs in the first block: nothing in common
-  const RequestId c = AddPrompt(f, other, Tier::kBronze);
+  const RequestId c = AddPrompt(f, other, Priority::kBronze);
   const SchedulerOutput& out = f.sched.Schedule();
   ASSERT_EQ(out.seqs.size(), 2u);  // a and c; b (between them in priority) is deferred
   EXPECT_EQ(out.seqs[0].req->id, a);
@@ -191,7 +195,7 @@ TEST(Scheduler, DeferralFollowsChunkedPrefillAndEndsWhenTheProviderIsAborted) {
   SchedulerConfig sc;
   sc.max_batched_tokens = 32;  // a's 72-token prompt takes 3 steps
   Fixture f(sc, 64);
-  const RequestId a = AddPrompt(f, SharedPrompt(60), Tier::kSilver);
+  const RequestId a = AddPrompt(f, SharedPrompt(60), Priority::kSilver);
   const SchedulerOutput& out = f.sched.Schedule();
   ASSERT_EQ(out.seqs.size(), 1u);
   const ScheduledSeq e = out.seqs[0];
@@ -200,7 +204,7 @@ TEST(Scheduler, DeferralFollowsChunkedPrefillAndEndsWhenTheProviderIsAborted) {
   EXPECT_EQ(f.sched.num_inflight_blocks(), 2);
   ASSERT_TRUE(f.sched.CheckInflight().ok()) << f.sched.CheckInflight().ToString();
   // b ranks first, but its first uncached block is a's block 2: deferred, a keeps going.
-  const RequestId b = AddPrompt(f, SharedPrompt(61), Tier::kGold);
+  const RequestId b = AddPrompt(f, SharedPrompt(61), Priority::kGold);
   const SchedulerOutput& out2 = f.sched.Schedule();
   ASSERT_EQ(out2.seqs.size(), 1u);
   EXPECT_EQ(out2.seqs[0].req->id, a);
@@ -220,8 +224,8 @@ TEST(Scheduler, DeferralFollowsChunkedPrefillAndEndsWhenTheProviderIsAborted) {
 TEST(Scheduler, NoDeferralAcrossSaltsOrWithThePrefixCacheOff) {
   {
     Fixture f(SchedulerConfig{}, 64);
-    AddPrompt(f, SharedPrompt(60), Tier::kSilver, {1});
-    AddPrompt(f, SharedPrompt(61), Tier::kSilver, {2});
+    AddPrompt(f, SharedPrompt(60), Priority::kSilver, {1});
+    AddPrompt(f, SharedPrompt(61), Priority::kSilver, {2});
     EXPECT_EQ(f.sched.Schedule().seqs.size(), 2u);
     EXPECT_EQ(f.sched.num_deferrals(), 0);
   }

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include "cachekey/block_hash.h"
+
 namespace strata::engine {
 
 Status ServingConfig::Validate() const {
@@ -98,12 +100,12 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<con
   // rope settings and every other metadata key) by content hash, the KV dtype and the block size.
   const auto& f = s->model_->gguf();
   s->fingerprint_ = Fingerprint(f.bytes());
-  s->salt_ = kv::MakePrefixSalt({"model", s->fingerprint_, kv::KvDTypeName(config.kv_dtype),
-                                 std::to_string(config.block_size)});
+  s->engine_->SetModelSalt(
+      cachekey::ModelSalt({s->fingerprint_, kv::KvDTypeName(config.kv_dtype), config.block_size}));
   if (config.kv_tiers.enabled()) {
     ASSIGN_OR_RETURN(s->tiers_, kvtier::TieredKvCache::Create(config.kv_tiers, layout.BlockBytes(),
                                                               FormatId(s->fingerprint_, layout)));
-    s->port_ = std::make_unique<StorageTierPort>(s->tiers_.get(), s->storage_.get(),
+    s->port_ = std::make_unique<TieredCachePort>(s->tiers_.get(), s->storage_.get(),
                                                  config.kv_tiers.max_queued_writes);
     s->engine_->AttachKvTier(s->port_.get(), config.kv_tier_prefetch_timeout_s);
   }

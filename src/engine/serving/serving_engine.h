@@ -20,7 +20,7 @@
 #include "engine/kv/kv_manager.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/kvtier/tiered_cache.h"
-#include "engine/serving/kv_tier_port.h"
+#include "engine/serving/tiered_cache_port.h"
 #include "engine/runner/cpu_runner.h"
 #include "engine/sched/clock.h"
 #include "engine/sched/engine.h"
@@ -57,9 +57,9 @@ class ServingEngine {
   const ServingConfig& config() const { return cfg_; }
   int num_blocks() const { return layout_.num_blocks; }
   int max_model_len() const { return max_model_len_; }
-  // The prefix-cache salt of this model + KV format (requests may append a tenant/LoRA part).
-  const std::vector<uint8_t>& salt() const { return salt_; }
-  // XXH3-128 of the whole model file, hex: the weights fingerprint bound into every block key.
+  // XXH3-128 of the whole model file, hex: the weights fingerprint bound into every block key
+  // (with the KV dtype and block size: cachekey::ModelSalt, handed to the engine, which adds each
+  // request's tenant/adapter).
   const std::string& model_fingerprint() const { return fingerprint_; }
   // The tier cache's statistics, or nullptr-equivalent (empty optional) when no tier is configured.
   std::optional<kvtier::TieredKvStats> TierStats() const;
@@ -81,9 +81,8 @@ class ServingEngine {
   std::unique_ptr<CpuModelRunner> runner_;
   sched::SteadyClock clock_;
   std::unique_ptr<kvtier::TieredKvCache> tiers_;
-  std::unique_ptr<StorageTierPort> port_;
+  std::unique_ptr<TieredCachePort> port_;
   std::unique_ptr<sched::Engine> engine_;
-  std::vector<uint8_t> salt_;
   std::string fingerprint_;
   bool stopped_ = false;
 };

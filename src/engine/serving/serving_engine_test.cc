@@ -67,7 +67,6 @@ std::vector<std::vector<int32_t>> RunAll(const Fixture& fx, const ServingConfig&
     r.sampling = SamplingParams::Greedy();
     r.max_tokens = max_tokens;
     r.ignore_eos = true;
-    r.salt = (*se)->salt();
     auto h = (*se)->engine().Submit(std::move(r));
     EXPECT_TRUE(h.ok()) << h.status().ToString();
     hs.push_back(std::move(h).value());

@@ -1,7 +1,8 @@
-// KvTierPort: the engine's view of the KV cache tiers below its block pool (host RAM, disk, Redis).
+// TierPort: the engine's view of the KV cache tiers below its block pool (host RAM, disk, Redis).
 // The engine knows blocks by pool index and chained hash; the port knows how to copy a block's KV
-// content out of / into the pool's storage and where to keep it (implemented in engine/serving over
-// kvtier::TieredKvCache + kv::KvStorage; tests use an in-memory fake).
+// content out of / into the pool's storage and where to keep it (engine::TieredCachePort in
+// engine/serving/tiered_cache_port.h implements it over kvtier::TieredKvCache + kv::KvStorage;
+// tests use an in-memory fake). A request's own prefetch state is a TierStaging (tier_staging.h).
 //
 // Thread contract: Demote, Publish, Prefetch and Fill are called on the engine thread and must not
 // block on I/O (they copy a block and queue work). A Fetch's ready/Take/Cancel may be called from
@@ -19,7 +20,7 @@
 
 namespace strata::engine::sched {
 
-class KvTierPort {
+class TierPort {
  public:
   class Fetch {
    public:
@@ -29,7 +30,7 @@ class KvTierPort {
     virtual std::vector<std::vector<uint8_t>> Take() = 0;
     virtual void Cancel() = 0;
   };
-  virtual ~KvTierPort() = default;
+  virtual ~TierPort() = default;
   // A cached block leaves the pool (its content is still in storage): keep it in a lower tier.
   virtual void Demote(int32_t block, const kv::BlockHash& hash, std::string_view tenant) = 0;
   // Whether Publish is wanted (write-through tiers exist); when false the engine skips it.

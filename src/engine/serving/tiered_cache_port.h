@@ -1,4 +1,4 @@
-// StorageTierPort: the engine's KvTierPort over a kvtier::TieredKvCache and the pool's KvStorage.
+// TieredCachePort: the engine's TierPort over a kvtier::TieredKvCache and the pool's KvStorage.
 //
 // Block payload format (what the tiers store for one pool block, block_bytes = KvLayout::BlockBytes):
 //   for layer 0 .. n_layers-1:  K rows of the block (block_size × RowBytes, slot order), then
@@ -17,17 +17,17 @@
 
 #include "engine/kv/kv_storage.h"
 #include "engine/kvtier/tiered_cache.h"
-#include "engine/sched/kv_tier_port.h"
+#include "engine/sched/tier_port.h"
 
 namespace strata::engine {
 
 // "strata-kv/1;model=<fingerprint>;dtype=f16;block=16;layers=N;kv_dim=D"
 std::string FormatId(const std::string& model_fingerprint, const kv::KvLayout& layout);
 
-class StorageTierPort final : public sched::KvTierPort {
+class TieredCachePort final : public sched::TierPort {
  public:
   // `max_queued_writes`: the cache's queue bound (flush mode keeps the queue at most half full).
-  StorageTierPort(kvtier::TieredKvCache* cache, kv::KvStorage* storage, size_t max_queued_writes);
+  TieredCachePort(kvtier::TieredKvCache* cache, kv::KvStorage* storage, size_t max_queued_writes);
 
   void Demote(int32_t block, const kv::BlockHash& hash, std::string_view tenant) override;
   bool WantsPublish() const override { return cache_->WantsPublish(); }

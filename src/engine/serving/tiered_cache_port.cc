@@ -1,4 +1,4 @@
-#include "engine/serving/kv_tier_port.h"
+#include "engine/serving/tiered_cache_port.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,14 +13,14 @@ std::string FormatId(const std::string& model_fingerprint, const kv::KvLayout& l
          ";kv_dim=" + std::to_string(layout.kv_dim);
 }
 
-StorageTierPort::StorageTierPort(kvtier::TieredKvCache* cache, kv::KvStorage* storage, size_t max_queued_writes)
+TieredCachePort::TieredCachePort(kvtier::TieredKvCache* cache, kv::KvStorage* storage, size_t max_queued_writes)
     : cache_(cache), storage_(storage), max_queue_(max_queued_writes) {
   const kv::KvLayout& l = storage_->layout();
   slab_bytes_ = l.RowBytes() * static_cast<size_t>(l.block_size);
   block_bytes_ = l.BlockBytes();
 }
 
-std::vector<uint8_t> StorageTierPort::ReadBlock(int32_t block) const {
+std::vector<uint8_t> TieredCachePort::ReadBlock(int32_t block) const {
   std::vector<uint8_t> out(block_bytes_);
   uint8_t* p = out.data();
   for (int layer = 0; layer < storage_->layout().n_layers; ++layer) {
@@ -32,7 +32,7 @@ std::vector<uint8_t> StorageTierPort::ReadBlock(int32_t block) const {
   return out;
 }
 
-void StorageTierPort::WriteBlock(int32_t block, const std::vector<uint8_t>& payload) {
+void TieredCachePort::WriteBlock(int32_t block, const std::vector<uint8_t>& payload) {
   if (payload.size() != block_bytes_) return;  // the cache verified the length; never write a short block
   const uint8_t* p = payload.data();
   for (int layer = 0; layer < storage_->layout().n_layers; ++layer) {
@@ -43,7 +43,7 @@ void StorageTierPort::WriteBlock(int32_t block, const std::vector<uint8_t>& payl
   }
 }
 
-void StorageTierPort::Demote(int32_t block, const kv::BlockHash& hash, std::string_view tenant) {
+void TieredCachePort::Demote(int32_t block, const kv::BlockHash& hash, std::string_view tenant) {
   if (flush_mode_) {
     // Shutdown flush: wait for room rather than drop (bounded: the workers drain the queue).
     const int64_t room = static_cast<int64_t>(std::max<size_t>(1, max_queue_ / 2));
@@ -53,12 +53,12 @@ void StorageTierPort::Demote(int32_t block, const kv::BlockHash& hash, std::stri
   cache_->Demote(hash, tenant, ReadBlock(block));
 }
 
-void StorageTierPort::Publish(int32_t block, const kv::BlockHash& hash, std::string_view tenant) {
+void TieredCachePort::Publish(int32_t block, const kv::BlockHash& hash, std::string_view tenant) {
   cache_->Publish(hash, tenant, ReadBlock(block));
 }
 
 namespace {
-class FetchAdapter final : public sched::KvTierPort::Fetch {
+class FetchAdapter final : public sched::TierPort::Fetch {
  public:
   explicit FetchAdapter(std::shared_ptr<kvtier::PrefetchHandle> h) : h_(std::move(h)) {}
   bool ready() const override { return h_->ready(); }
@@ -70,12 +70,12 @@ class FetchAdapter final : public sched::KvTierPort::Fetch {
 };
 }  // namespace
 
-std::shared_ptr<sched::KvTierPort::Fetch> StorageTierPort::Prefetch(std::vector<kv::BlockHash> hashes,
+std::shared_ptr<sched::TierPort::Fetch> TieredCachePort::Prefetch(std::vector<kv::BlockHash> hashes,
                                                                     std::string_view tenant,
                                                                     std::function<void()> wake) {
   return std::make_shared<FetchAdapter>(cache_->Prefetch(std::move(hashes), tenant, std::move(wake)));
 }
 
-void StorageTierPort::Fill(int32_t block, const std::vector<uint8_t>& payload) { WriteBlock(block, payload); }
+void TieredCachePort::Fill(int32_t block, const std::vector<uint8_t>& payload) { WriteBlock(block, payload); }
 
 }  // namespace strata::engine
