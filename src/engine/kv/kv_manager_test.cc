@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdio>
 #include <map>
 #include <numeric>
@@ -41,62 +42,69 @@ KvManager MakeManager(int num_blocks, int block_size = 4, bool prefix = true) {
   return KvManager(c);
 }
 
-// Runs a whole prompt through: match, allocate, commit. Returns the matched token count.
-int Prefill(KvManager* m, SeqId seq, const std::vector<int32_t>& prompt,
-            const std::vector<uint8_t>& salt) {
-  const int hit = m->MatchPrefix(seq, prompt, salt);
-  EXPECT_TRUE(m->AllocateSlots(seq, static_cast<int>(prompt.size())));
-  m->CommitComputed(seq, prompt, static_cast<int>(prompt.size()), salt);
+// The old one-call operations, each as a plan applied at once (what most tests need).
+int Match(KvManager& m, SeqId seq, std::span<const int32_t> prompt, std::span<const uint8_t> salt,
+          uint32_t tag = 0) {
+  KvPlan plan = m.Plan();
+  const int hit = plan.MatchPrefix(seq, prompt, salt, tag);
+  EXPECT_TRUE(m.Apply(plan));
   return hit;
 }
 
-// ---- hashing ----
-
-BlockHash FromHex(std::string_view hex) {
-  BlockHash h{};
-  for (size_t i = 0; i < 32; ++i) {
-    auto nib = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-    h[i] = static_cast<uint8_t>(nib(hex[2 * i]) * 16 + nib(hex[2 * i + 1]));
-  }
-  return h;
+bool Allocate(KvManager& m, SeqId seq, int num_tokens) {
+  KvPlan plan = m.Plan();
+  plan.Allocate(seq, num_tokens);
+  return m.Apply(plan);
 }
 
-TEST(BlockHashTest, KnownAnswerMatchesDocumentedFormat) {
-  // Expected values from coreutils sha256sum over the bytes documented in kv_manager.h:
-  //  (head -c 32 /dev/zero; printf '\x03\0\0\0\0\0\0\0abc\x01\0\0\0\x02\0\0\0\xff\xff\xff\xff\0\x01\0\0')
-  //    | sha256sum
-  const std::vector<uint8_t> salt = Salt("abc");
-  const std::vector<int32_t> tokens = {1, 2, -1, 256, 5, 6, 7, 8, 9};
-  const auto hashes = ComputeBlockHashes(tokens, 4, salt);
-  ASSERT_EQ(hashes.size(), 2u);  // the partial third block has no hash
-  EXPECT_EQ(HashToHex(hashes[0]),
-            "b428e5b655d4d8ab4fe64060d543abd3edbf33fd3811c2d18c82f537b8545091");
-  // Second block: parent = the hash above, same salt, tokens 5 6 7 8.
-  EXPECT_EQ(HashToHex(hashes[1]),
-            "7f725a61df7c281731df9b5a4d1b7fecdacfd551b8648d0d6cffe25ac4192f05");
-  // Empty salt, zero parent, tokens 5 6 7 8: 32 zero bytes, 8 zero bytes, then the tokens.
-  const std::vector<int32_t> block = {5, 6, 7, 8};
-  EXPECT_EQ(HashToHex(HashBlock(BlockHash{}, {}, block)),
-            "87aecd27b6a72746c78671a1d842091c5122701965926dce15bcf3a0b230dfa0");
-  EXPECT_EQ(FromHex(HashToHex(hashes[0])), hashes[0]);
+int Needed(const KvManager& m, SeqId seq, int num_tokens) {
+  KvPlan plan = m.Plan();
+  plan.Allocate(seq, num_tokens);
+  return plan.blocks_needed();
 }
 
-TEST(BlockHashTest, ChainedAndSalted) {
-  const auto salt = Salt("model-a");
-  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8};
-  const std::vector<int32_t> b = {9, 9, 9, 9, 5, 6, 7, 8};
-  const auto ha = ComputeBlockHashes(a, 4, salt);
-  const auto hb = ComputeBlockHashes(b, 4, salt);
-  ASSERT_EQ(ha.size(), 2u);
-  ASSERT_EQ(hb.size(), 2u);
-  EXPECT_NE(ha[1], hb[1]);  // same tokens, different parents
-  EXPECT_EQ(ha[1], HashBlock(ha[0], salt, std::span(a).subspan(4, 4)));
-  EXPECT_NE(ha[0], ComputeBlockHashes(a, 4, Salt("model-b"))[0]);
-  EXPECT_EQ(ha, ComputeBlockHashes(a, 4, salt));  // deterministic
-  EXPECT_TRUE(ComputeBlockHashes(a, 16, salt).empty());
-  // Salt parts are length-prefixed, so moving a byte between parts changes the salt.
-  EXPECT_NE(MakePrefixSalt({"ab", "c"}), MakePrefixSalt({"a", "bc"}));
-  EXPECT_EQ(MakePrefixSalt({"ab"}).size(), 10u);
+struct Probe {
+  int tokens = 0;
+  int evictable_blocks = 0;
+};
+// A plan that is never applied: what a MatchPrefix would give.
+Probe ProbePrefix(const KvManager& m, std::span<const int32_t> prompt, std::span<const uint8_t> salt) {
+  KvPlan plan = m.Plan();
+  const int tokens = plan.MatchPrefix(/*seq=*/-1000, prompt, salt);
+  return Probe{tokens, plan.evictable_hits()};
+}
+
+bool NeedsCopyOnWrite(const KvManager& m, SeqId seq, int pos) {
+  KvPlan plan = m.Plan();
+  plan.PrepareWrite(seq, pos);
+  return plan.valid() && plan.num_copies() > 0;
+}
+
+bool PrepareWrite(KvManager& m, SeqId seq, int pos, CopyOp* op) {
+  KvPlan plan = m.Plan();
+  plan.PrepareWrite(seq, pos);
+  std::vector<CopyOp> copies;
+  const bool ok = m.Apply(plan, &copies);
+  EXPECT_LE(copies.size(), 1u);
+  *op = copies.empty() ? CopyOp{-1, -1} : copies[0];
+  return ok;
+}
+
+int AdoptBlocks(KvManager& m, SeqId seq, std::span<const BlockHash> hashes,
+                const std::function<void(size_t, int32_t)>& fill) {
+  KvPlan plan = m.Plan();
+  const int n = plan.Adopt(seq, hashes);
+  EXPECT_TRUE(m.Apply(plan, nullptr, [&](SeqId, size_t i, int32_t block) { fill(i, block); }));
+  return n;
+}
+
+// Runs a whole prompt through: match, allocate, commit. Returns the matched token count.
+int Prefill(KvManager* m, SeqId seq, const std::vector<int32_t>& prompt,
+            const std::vector<uint8_t>& salt) {
+  const int hit = Match(*m, seq, prompt, salt);
+  EXPECT_TRUE(Allocate(*m, seq, static_cast<int>(prompt.size())));
+  m->CommitComputed(seq, prompt, static_cast<int>(prompt.size()), salt);
+  return hit;
 }
 
 // ---- manager ----
@@ -113,19 +121,19 @@ TEST(KvManagerTest, ConfigValidate) {
 TEST(KvManagerTest, AllocateAndFree) {
   KvManager m = MakeManager(8);
   EXPECT_EQ(m.NumFreeBlocks(), 8);
-  EXPECT_EQ(m.BlocksNeeded(1, 9), 3);
-  ASSERT_TRUE(m.AllocateSlots(1, 9));
+  EXPECT_EQ(Needed(m, 1, 9), 3);
+  ASSERT_TRUE(Allocate(m, 1, 9));
   EXPECT_INVARIANTS(m);
   EXPECT_TRUE(m.Has(1));
   EXPECT_EQ(m.BlockTable(1).size(), 3u);
   EXPECT_EQ(m.NumFreeBlocks(), 5);
-  EXPECT_EQ(m.BlocksNeeded(1, 12), 0);
-  EXPECT_EQ(m.BlocksNeeded(1, 13), 1);
-  ASSERT_TRUE(m.AllocateSlots(1, 12));  // no growth needed
+  EXPECT_EQ(Needed(m, 1, 12), 0);
+  EXPECT_EQ(Needed(m, 1, 13), 1);
+  ASSERT_TRUE(Allocate(m, 1, 12));  // no growth needed
   EXPECT_EQ(m.BlockTable(1).size(), 3u);
-  ASSERT_TRUE(m.AllocateSlots(1, 13));
+  ASSERT_TRUE(Allocate(m, 1, 13));
   EXPECT_EQ(m.BlockTable(1).size(), 4u);
-  ASSERT_TRUE(m.AllocateSlots(2, 0));  // creates an empty table
+  ASSERT_TRUE(Allocate(m, 2, 0));  // creates an empty table
   EXPECT_TRUE(m.Has(2));
   EXPECT_INVARIANTS(m);
   KvStats st = m.Stats();
@@ -143,15 +151,15 @@ TEST(KvManagerTest, AllocateAndFree) {
 
 TEST(KvManagerTest, NoRoomChangesNothing) {
   KvManager m = MakeManager(4);
-  ASSERT_TRUE(m.AllocateSlots(1, 10));  // 3 blocks
+  ASSERT_TRUE(Allocate(m, 1, 10));  // 3 blocks
   const auto table = m.BlockTable(1);
-  EXPECT_FALSE(m.AllocateSlots(1, 17));  // needs 2 more, 1 free
+  EXPECT_FALSE(Allocate(m, 1, 17));  // needs 2 more, 1 free
   EXPECT_EQ(m.BlockTable(1), table);
-  EXPECT_FALSE(m.AllocateSlots(2, 5));  // needs 2
+  EXPECT_FALSE(Allocate(m, 2, 5));  // needs 2
   EXPECT_FALSE(m.Has(2));
   EXPECT_EQ(m.NumFreeBlocks(), 1);
   EXPECT_INVARIANTS(m);
-  EXPECT_TRUE(m.AllocateSlots(2, 4));
+  EXPECT_TRUE(Allocate(m, 2, 4));
   EXPECT_EQ(m.NumFreeBlocks(), 0);
   EXPECT_INVARIANTS(m);
 }
@@ -168,29 +176,27 @@ TEST(KvManagerTest, PrefixHitAcrossSequences) {
   EXPECT_FALSE(m.IsCached(t1[2]));  // partial
   // Same first 8 tokens, different tail.
   const auto prompt2 = Concat(Range(100, 8), Range(500, 5));
-  EXPECT_EQ(m.MatchPrefix(2, prompt2, salt), 8);
+  EXPECT_EQ(Match(m, 2, prompt2, salt), 8);
   EXPECT_INVARIANTS(m);
   ASSERT_EQ(m.BlockTable(2).size(), 2u);
   EXPECT_EQ(m.BlockTable(2)[0], t1[0]);
   EXPECT_EQ(m.BlockTable(2)[1], t1[1]);
   EXPECT_EQ(m.RefCount(t1[0]), 2);
-  EXPECT_EQ(m.BlocksNeeded(2, 13), 2);
-  ASSERT_TRUE(m.AllocateSlots(2, 13));
+  EXPECT_EQ(Needed(m, 2, 13), 2);
+  ASSERT_TRUE(Allocate(m, 2, 13));
   EXPECT_INVARIANTS(m);
   // Different salt: no hit.
-  EXPECT_EQ(m.MatchPrefix(3, prompt, Salt("other tenant")), 0);
+  EXPECT_EQ(Match(m, 3, prompt, Salt("other tenant")), 0);
   EXPECT_TRUE(m.BlockTable(3).empty());
   // Different first block: the chain breaks at once even though block 2 matches.
   auto prompt4 = prompt;
   prompt4[0] = 7;
-  EXPECT_EQ(m.MatchPrefix(4, prompt4, salt), 0);
+  EXPECT_EQ(Match(m, 4, prompt4, salt), 0);
   EXPECT_INVARIANTS(m);
   // Counters in tokens: queries = all prompt tokens, hits = reused tokens.
   KvStats st = m.Stats();
   EXPECT_EQ(st.prefix_query_tokens, 10 + 13 + 10 + 10);
   EXPECT_EQ(st.prefix_hit_tokens, 8);
-  m.ResetCounters();
-  EXPECT_EQ(m.Stats().prefix_query_tokens, 0);
 }
 
 TEST(KvManagerTest, AlwaysComputesAtLeastOneToken) {
@@ -198,17 +204,17 @@ TEST(KvManagerTest, AlwaysComputesAtLeastOneToken) {
   const auto salt = Salt("s");
   const auto prompt = Range(1, 12);  // exactly 3 blocks
   Prefill(&m, 1, prompt, salt);
-  EXPECT_EQ(m.ProbePrefix(prompt, salt).tokens, 8);
+  EXPECT_EQ(ProbePrefix(m, prompt, salt).tokens, 8);
   // Full block-aligned hit: the last block is recomputed so the last token yields logits.
-  EXPECT_EQ(m.MatchPrefix(2, prompt, salt), 8);
+  EXPECT_EQ(Match(m, 2, prompt, salt), 8);
   EXPECT_EQ(m.BlockTable(2).size(), 2u);
   // One more token: all 3 blocks reused.
-  EXPECT_EQ(m.MatchPrefix(3, Concat(prompt, {42}), salt), 12);
+  EXPECT_EQ(Match(m, 3, Concat(prompt, {42}), salt), 12);
   // Shorter prompts.
-  EXPECT_EQ(m.MatchPrefix(4, Range(1, 5), salt), 4);
-  EXPECT_EQ(m.MatchPrefix(5, Range(1, 4), salt), 0);
-  EXPECT_EQ(m.MatchPrefix(6, Range(1, 1), salt), 0);
-  EXPECT_EQ(m.MatchPrefix(7, {}, salt), 0);
+  EXPECT_EQ(Match(m, 4, Range(1, 5), salt), 4);
+  EXPECT_EQ(Match(m, 5, Range(1, 4), salt), 0);
+  EXPECT_EQ(Match(m, 6, Range(1, 1), salt), 0);
+  EXPECT_EQ(Match(m, 7, {}, salt), 0);
   EXPECT_TRUE(m.Has(7));
   EXPECT_INVARIANTS(m);
 }
@@ -219,8 +225,8 @@ TEST(KvManagerTest, PartialHitStopsAtFirstMiss) {
   Prefill(&m, 1, Range(0, 16), salt);  // 4 cached blocks
   auto prompt = Range(0, 20);
   prompt[9] = -5;  // third block differs
-  EXPECT_EQ(m.MatchPrefix(2, prompt, salt), 8);
-  ASSERT_TRUE(m.AllocateSlots(2, 20));
+  EXPECT_EQ(Match(m, 2, prompt, salt), 8);
+  ASSERT_TRUE(Allocate(m, 2, 20));
   m.CommitComputed(2, prompt, 20, salt);
   EXPECT_INVARIANTS(m);
   // Seq 2's blocks 2..4 are new and registered; block 3 of seq 2 has the same tokens as block 3
@@ -244,16 +250,16 @@ TEST(KvManagerTest, FreedCachedBlocksAreReusedAndRevived) {
   EXPECT_EQ(st.cached_blocks, 2);  // the two full blocks stay evictable
   EXPECT_EQ(st.used_blocks, 0);
   EXPECT_EQ(m.NumFreeBlocks(), 8);
-  auto probe = m.ProbePrefix(prompt, salt);
+  auto probe = ProbePrefix(m, prompt, salt);
   EXPECT_EQ(probe.tokens, 8);
   EXPECT_EQ(probe.evictable_blocks, 2);
-  EXPECT_EQ(m.MatchPrefix(2, prompt, salt), 8);
+  EXPECT_EQ(Match(m, 2, prompt, salt), 8);
   EXPECT_INVARIANTS(m);
   EXPECT_EQ(m.BlockTable(2)[0], t1[0]);
   EXPECT_EQ(m.RefCount(t1[0]), 1);  // revived
   EXPECT_EQ(m.Stats().cached_blocks, 0);
   EXPECT_EQ(m.NumFreeBlocks(), 6);
-  EXPECT_EQ(m.ProbePrefix(prompt, salt).evictable_blocks, 0);
+  EXPECT_EQ(ProbePrefix(m, prompt, salt).evictable_blocks, 0);
 }
 
 TEST(KvManagerTest, EvictsOldestReleasedFirstDeepestFirstOnTies) {
@@ -273,11 +279,11 @@ TEST(KvManagerTest, EvictsOldestReleasedFirstDeepestFirstOnTies) {
   // Take blocks one at a time with fresh sequences and watch which cache entries disappear.
   std::vector<int32_t> taken;
   for (SeqId s = 10; s < 16; ++s) {
-    ASSERT_TRUE(m.AllocateSlots(s, 1));
+    ASSERT_TRUE(Allocate(m, s, 1));
     taken.push_back(m.BlockTable(s)[0]);
     EXPECT_INVARIANTS(m);
   }
-  EXPECT_FALSE(m.AllocateSlots(16, 1));
+  EXPECT_FALSE(Allocate(m, 16, 1));
   // First the one never-cached free block, then A deepest-first, then B deepest-first.
   ASSERT_EQ(taken.size(), 6u);
   const std::vector<int32_t> want_evicted = {ta[2], ta[1], ta[0], tb[1], tb[0]};
@@ -285,7 +291,7 @@ TEST(KvManagerTest, EvictsOldestReleasedFirstDeepestFirstOnTies) {
   EXPECT_EQ(m.Stats().cached_blocks, 0);
   EXPECT_EQ(m.Stats().evicted_blocks, 5);
   for (SeqId s = 10; s < 16; ++s) m.Free(s);
-  EXPECT_EQ(m.ProbePrefix(Concat(a, {1}), salt).tokens, 0);  // evicted entries are gone
+  EXPECT_EQ(ProbePrefix(m, Concat(a, {1}), salt).tokens, 0);  // evicted entries are gone
   EXPECT_INVARIANTS(m);
 }
 
@@ -303,9 +309,9 @@ TEST(KvManagerTest, HitRefreshesRecency) {
   m.Free(3);
   EXPECT_INVARIANTS(m);
   // 2 never-cached free blocks + 2 evictable. Take 3 blocks: B's goes first.
-  ASSERT_TRUE(m.AllocateSlots(9, 12));
-  EXPECT_EQ(m.ProbePrefix(b, salt).tokens, 0);
-  EXPECT_EQ(m.ProbePrefix(a, salt).tokens, 4);
+  ASSERT_TRUE(Allocate(m, 9, 12));
+  EXPECT_EQ(ProbePrefix(m, b, salt).tokens, 0);
+  EXPECT_EQ(ProbePrefix(m, a, salt).tokens, 4);
   EXPECT_INVARIANTS(m);
 }
 
@@ -315,10 +321,10 @@ TEST(KvManagerTest, DuplicateContentKeepsExistingMapping) {
   const auto prompt = Range(0, 9);
   // Both sequences compute the same prompt without sharing (no hit: seq 2 matched before seq 1
   // committed).
-  EXPECT_EQ(m.MatchPrefix(1, prompt, salt), 0);
-  EXPECT_EQ(m.MatchPrefix(2, prompt, salt), 0);
-  ASSERT_TRUE(m.AllocateSlots(1, 9));
-  ASSERT_TRUE(m.AllocateSlots(2, 9));
+  EXPECT_EQ(Match(m, 1, prompt, salt), 0);
+  EXPECT_EQ(Match(m, 2, prompt, salt), 0);
+  ASSERT_TRUE(Allocate(m, 1, 9));
+  ASSERT_TRUE(Allocate(m, 2, 9));
   m.CommitComputed(1, prompt, 9, salt);
   m.CommitComputed(2, prompt, 9, salt);
   EXPECT_INVARIANTS(m);
@@ -337,17 +343,17 @@ TEST(KvManagerTest, CommitIsIncremental) {
   KvManager m = MakeManager(8);
   const auto salt = Salt("s");
   auto tokens = Range(0, 3);
-  ASSERT_TRUE(m.AllocateSlots(1, 3));
+  ASSERT_TRUE(Allocate(m, 1, 3));
   m.CommitComputed(1, tokens, 3, salt);
   EXPECT_FALSE(m.IsCached(m.BlockTable(1)[0]));
   // Decode token by token; the block registers when its 4th token's KV is written.
   tokens.push_back(3);
-  ASSERT_TRUE(m.AllocateSlots(1, 4));
+  ASSERT_TRUE(Allocate(m, 1, 4));
   m.CommitComputed(1, tokens, 4, salt);
   EXPECT_TRUE(m.IsCached(m.BlockTable(1)[0]));
   for (int32_t t = 4; t < 9; ++t) {
     tokens.push_back(t);
-    ASSERT_TRUE(m.AllocateSlots(1, static_cast<int>(tokens.size())));
+    ASSERT_TRUE(Allocate(m, 1, static_cast<int>(tokens.size())));
     // The newest token is sampled but its KV not yet computed.
     m.CommitComputed(1, tokens, static_cast<int>(tokens.size()) - 1, salt);
     EXPECT_INVARIANTS(m);
@@ -355,7 +361,7 @@ TEST(KvManagerTest, CommitIsIncremental) {
   EXPECT_TRUE(m.IsCached(m.BlockTable(1)[1]));  // positions 4..7 computed
   EXPECT_FALSE(m.IsCached(m.BlockTable(1)[2]));
   // The registered hashes are the chained ones of the whole token list.
-  EXPECT_EQ(m.ProbePrefix(Range(0, 9), salt).tokens, 8);
+  EXPECT_EQ(ProbePrefix(m, Range(0, 9), salt).tokens, 8);
 }
 
 TEST(KvManagerTest, PrefixCacheDisabled) {
@@ -385,9 +391,9 @@ TEST(KvManagerTest, ForkSharesAndCopyOnWrite) {
   EXPECT_EQ(m.RefCount(t1[1]), 2);
   EXPECT_EQ(m.Stats().used_blocks, 2);
   // Child writes position 6 (partial block 1): copy-on-write.
-  EXPECT_TRUE(m.NeedsCopyOnWrite(2, 6));
-  KvManager::CopyOp op{0, 0};
-  ASSERT_TRUE(m.PrepareWrite(2, 6, &op));
+  EXPECT_TRUE(NeedsCopyOnWrite(m, 2, 6));
+  CopyOp op{0, 0};
+  ASSERT_TRUE(PrepareWrite(m, 2, 6, &op));
   EXPECT_EQ(op.src, t1[1]);
   EXPECT_NE(op.dst, t1[1]);
   EXPECT_EQ(m.BlockTable(2)[1], op.dst);
@@ -396,14 +402,14 @@ TEST(KvManagerTest, ForkSharesAndCopyOnWrite) {
   EXPECT_EQ(m.RefCount(op.dst), 1);
   EXPECT_INVARIANTS(m);
   // Parent now owns its block alone: no copy.
-  EXPECT_FALSE(m.NeedsCopyOnWrite(1, 6));
-  ASSERT_TRUE(m.PrepareWrite(1, 6, &op));
+  EXPECT_FALSE(NeedsCopyOnWrite(m, 1, 6));
+  ASSERT_TRUE(PrepareWrite(m, 1, 6, &op));
   EXPECT_EQ(op.src, -1);
   EXPECT_EQ(op.dst, -1);
   EXPECT_EQ(m.BlockTable(1), t1);
   // Out-of-table positions are refused.
-  EXPECT_FALSE(m.PrepareWrite(1, 8, &op));
-  EXPECT_FALSE(m.PrepareWrite(55, 0, &op));
+  EXPECT_FALSE(PrepareWrite(m, 1, 8, &op));
+  EXPECT_FALSE(PrepareWrite(m, 55, 0, &op));
   // Both continue independently and commit different second blocks.
   auto p1 = Concat(prompt, {10, 11});
   auto p2 = Concat(prompt, {20, 21});
@@ -421,31 +427,39 @@ TEST(KvManagerTest, ForkSharesAndCopyOnWrite) {
 
 TEST(KvManagerTest, CopyOnWriteWithoutRoomChangesNothing) {
   KvManager m = MakeManager(2);
-  ASSERT_TRUE(m.AllocateSlots(1, 6));  // both blocks
+  ASSERT_TRUE(Allocate(m, 1, 6));  // both blocks
   ASSERT_TRUE(m.Fork(1, 2));
   const auto t = m.BlockTable(2);
-  KvManager::CopyOp op{5, 5};
-  EXPECT_FALSE(m.PrepareWrite(2, 5, &op));
+  CopyOp op{5, 5};
+  EXPECT_FALSE(PrepareWrite(m, 2, 5, &op));
   EXPECT_EQ(m.BlockTable(2), t);
   EXPECT_EQ(m.RefCount(t[1]), 2);
   EXPECT_INVARIANTS(m);
 }
 
-TEST(KvManagerTest, PrepareWriteRangeIsAllOrNothing) {
+// One plan writing positions [start, start + count): a PrepareWrite per block touched.
+bool PrepareWriteRange(KvManager& m, SeqId seq, int start, int count, std::vector<CopyOp>* ops) {
+  KvPlan plan = m.Plan();
+  for (int pos = start; pos < start + count; pos = (pos / m.block_size() + 1) * m.block_size())
+    plan.PrepareWrite(seq, pos);
+  return m.Apply(plan, ops);
+}
+
+TEST(KvManagerTest, PlanOfSeveralWritesIsAllOrNothing) {
   KvManager m = MakeManager(8);
-  ASSERT_TRUE(m.AllocateSlots(1, 12));  // 3 blocks, none computed
+  ASSERT_TRUE(Allocate(m, 1, 12));  // 3 blocks, none computed
   ASSERT_TRUE(m.Fork(1, 2));             // all 3 shared
   const auto t = m.BlockTable(1);
-  ASSERT_TRUE(m.AllocateSlots(3, 16));   // leave 1 free block
+  ASSERT_TRUE(Allocate(m, 3, 16));   // leave 1 free block
   ASSERT_EQ(m.NumFreeBlocks(), 1);
-  std::vector<KvManager::CopyOp> ops;
-  EXPECT_FALSE(m.PrepareWriteRange(2, 2, 4, &ops));  // blocks 0 and 1: 2 copies, 1 free
+  std::vector<CopyOp> ops;
+  EXPECT_FALSE(PrepareWriteRange(m, 2, 2, 4, &ops));  // blocks 0 and 1: 2 copies, 1 free
   EXPECT_TRUE(ops.empty());
   EXPECT_EQ(m.BlockTable(2), t);
-  EXPECT_FALSE(m.PrepareWriteRange(2, 10, 3, &ops));  // past the table
+  EXPECT_FALSE(PrepareWriteRange(m, 2, 10, 3, &ops));  // past the table
   EXPECT_INVARIANTS(m);
   m.Free(3);
-  ASSERT_TRUE(m.PrepareWriteRange(2, 2, 4, &ops));  // positions 2..5: blocks 0 and 1
+  ASSERT_TRUE(PrepareWriteRange(m, 2, 2, 4, &ops));  // positions 2..5: blocks 0 and 1
   ASSERT_EQ(ops.size(), 2u);
   EXPECT_EQ(ops[0].src, t[0]);
   EXPECT_EQ(ops[1].src, t[1]);
@@ -454,9 +468,9 @@ TEST(KvManagerTest, PrepareWriteRangeIsAllOrNothing) {
   EXPECT_EQ(m.BlockTable(2)[2], t[2]);  // untouched, still shared
   EXPECT_EQ(m.RefCount(t[2]), 2);
   ops.clear();
-  EXPECT_TRUE(m.PrepareWriteRange(2, 0, 8, &ops));  // already exclusive: nothing to copy
+  EXPECT_TRUE(PrepareWriteRange(m, 2, 0, 8, &ops));  // already exclusive: nothing to copy
   EXPECT_TRUE(ops.empty());
-  EXPECT_TRUE(m.PrepareWriteRange(2, 0, 0, &ops));
+  EXPECT_TRUE(PrepareWriteRange(m, 2, 0, 0, &ops));
   EXPECT_INVARIANTS(m);
 }
 
@@ -466,11 +480,11 @@ TEST(KvManagerTest, RewritingACachedBlockUnregistersIt) {
   Prefill(&m, 1, Range(0, 5), salt);
   const int32_t b0 = m.BlockTable(1)[0];
   ASSERT_TRUE(m.IsCached(b0));
-  KvManager::CopyOp op;
-  ASSERT_TRUE(m.PrepareWrite(1, 2, &op));  // caller slip: rewriting a full, registered block
+  CopyOp op;
+  ASSERT_TRUE(PrepareWrite(m, 1, 2, &op));  // caller slip: rewriting a full, registered block
   EXPECT_EQ(op.src, -1);
   EXPECT_FALSE(m.IsCached(b0));
-  EXPECT_EQ(m.ProbePrefix(Range(0, 5), salt).tokens, 0);
+  EXPECT_EQ(ProbePrefix(m, Range(0, 5), salt).tokens, 0);
   EXPECT_INVARIANTS(m);
   m.CommitComputed(1, Range(0, 5), 5, salt);  // re-registers after recompute
   EXPECT_TRUE(m.IsCached(b0));
@@ -545,8 +559,8 @@ TEST(KvManagerTest, RandomizedStress) {
       s.salt = static_cast<int>(rng() % 2);
       const SeqId id = next_id++;
       const int free_before = m.NumFreeBlocks();
-      const auto probe = m.ProbePrefix(s.tokens, salts[s.salt]);
-      const int hit = m.MatchPrefix(id, s.tokens, salts[s.salt]);
+      const auto probe = ProbePrefix(m, s.tokens, salts[s.salt]);
+      const int hit = Match(m, id, s.tokens, salts[s.salt]);
       ASSERT_EQ(hit, probe.tokens);
       ASSERT_EQ(hit % kBs, 0);
       ASSERT_LT(hit, static_cast<int>(s.tokens.size()));
@@ -563,9 +577,9 @@ TEST(KvManagerTest, RandomizedStress) {
       hits += hit;
       s.computed = hit;
       const auto refs_before = model_refs();
-      const int need = m.BlocksNeeded(id, static_cast<int>(s.tokens.size()));
+      const int need = Needed(m, id, static_cast<int>(s.tokens.size()));
       const int free_now = m.NumFreeBlocks();
-      const bool ok = m.AllocateSlots(id, static_cast<int>(s.tokens.size()));
+      const bool ok = Allocate(m, id, static_cast<int>(s.tokens.size()));
       ASSERT_EQ(ok, need <= free_now);
       if (!ok) {
         ++failed_allocs;
@@ -590,10 +604,10 @@ TEST(KvManagerTest, RandomizedStress) {
           const auto refs = model_refs();
           const int32_t old = s.table[static_cast<size_t>(pos / kBs)];
           const bool shared = refs[static_cast<size_t>(old)] > 1;
-          ASSERT_EQ(m.NeedsCopyOnWrite(id, pos), shared);
+          ASSERT_EQ(NeedsCopyOnWrite(m, id, pos), shared);
           const int free_now = m.NumFreeBlocks();
-          KvManager::CopyOp cow;
-          ok = m.PrepareWrite(id, pos, &cow);
+          CopyOp cow;
+          ok = PrepareWrite(m, id, pos, &cow);
           if (!ok) {
             ++failed_writes;
             ASSERT_TRUE(shared);
@@ -622,7 +636,7 @@ TEST(KvManagerTest, RandomizedStress) {
       } else {
         s.tokens.push_back(static_cast<int32_t>(rng() % 5));
         const auto refs_before = model_refs();
-        if (m.AllocateSlots(id, n + 1)) {
+        if (Allocate(m, id, n + 1)) {
           adopt_new_blocks(id, &s, refs_before);
         } else {
           s.tokens.pop_back();  // no room: stay as is
@@ -704,11 +718,10 @@ TEST(KvManagerTierTest, ListenerHearsRegistrationsAndEvictionsWithTags) {
   m.SetListener(&l);
   const auto salt = Salt("s");
   const auto prompt = Range(10, 8);  // two full blocks
-  ASSERT_EQ(m.MatchPrefix(1, prompt, salt), 0);
-  m.SetTag(1, 7);
-  ASSERT_TRUE(m.AllocateSlots(1, 8));
+  ASSERT_EQ(Match(m, 1, prompt, salt, /*tag=*/7), 0);
+  ASSERT_TRUE(Allocate(m, 1, 8));
   m.CommitComputed(1, prompt, 8, salt);
-  const auto hashes = ComputeBlockHashes(prompt, 4, salt);
+  const auto hashes = cachekey::ComputeBlockHashes(prompt, 4, salt);
   ASSERT_EQ(l.registered.size(), 2u);
   EXPECT_EQ(l.registered[0].hash, hashes[0]);
   EXPECT_EQ(l.registered[1].hash, hashes[1]);
@@ -717,8 +730,8 @@ TEST(KvManagerTierTest, ListenerHearsRegistrationsAndEvictionsWithTags) {
   m.Free(1);
   // A different prompt needs both blocks: the cached ones are evicted, deepest first, content
   // still reported with the hash and tag that registered it.
-  ASSERT_EQ(m.MatchPrefix(2, Range(100, 8), salt), 0);
-  ASSERT_TRUE(m.AllocateSlots(2, 8));
+  ASSERT_EQ(Match(m, 2, Range(100, 8), salt), 0);
+  ASSERT_TRUE(Allocate(m, 2, 8));
   ASSERT_EQ(l.evicted.size(), 2u);
   EXPECT_EQ(l.evicted[0].hash, hashes[1]);
   EXPECT_EQ(l.evicted[1].hash, hashes[0]);
@@ -730,11 +743,11 @@ TEST(KvManagerTierTest, AdoptedBlocksAreFilledRegisteredAndHitLater) {
   KvManager m = MakeManager(8, 4);
   const auto salt = Salt("s");
   const auto prompt = Range(1, 13);  // three full blocks + 1 token
-  const auto hashes = ComputeBlockHashes(prompt, 4, salt);
+  const auto hashes = cachekey::ComputeBlockHashes(prompt, 4, salt);
   ASSERT_EQ(hashes.size(), 3u);
-  ASSERT_EQ(m.MatchPrefix(1, prompt, salt), 0);
+  ASSERT_EQ(Match(m, 1, prompt, salt), 0);
   std::vector<std::pair<size_t, int32_t>> fills;
-  const int n = m.AdoptBlocks(1, std::span(hashes).first(3),
+  const int n = AdoptBlocks(m, 1, std::span(hashes).first(3),
                               [&](size_t i, int32_t b) { fills.emplace_back(i, b); });
   ASSERT_EQ(n, 3);
   ASSERT_EQ(fills.size(), 3u);
@@ -746,11 +759,11 @@ TEST(KvManagerTierTest, AdoptedBlocksAreFilledRegisteredAndHitLater) {
   }
   EXPECT_INVARIANTS(m);
   // The rest of the prompt continues after the adopted blocks; commit does not re-register them.
-  ASSERT_TRUE(m.AllocateSlots(1, 13));
+  ASSERT_TRUE(Allocate(m, 1, 13));
   m.CommitComputed(1, prompt, 13, salt);
   EXPECT_INVARIANTS(m);
   // Another request with the same prompt hits all three (at most (13-1)/4 = 3 blocks).
-  EXPECT_EQ(m.MatchPrefix(2, prompt, salt), 12);
+  EXPECT_EQ(Match(m, 2, prompt, salt), 12);
   EXPECT_EQ(m.BlockTable(2)[2], fills[2].second);
   EXPECT_INVARIANTS(m);
 }
@@ -759,15 +772,15 @@ TEST(KvManagerTierTest, AdoptAttachesAlreadyCachedHashesWithoutFillAndStopsWhenF
   KvManager m = MakeManager(3, 4);
   const auto salt = Salt("s");
   const auto prompt = Range(1, 17);
-  const auto hashes = ComputeBlockHashes(prompt, 4, salt);  // 4 full blocks
+  const auto hashes = cachekey::ComputeBlockHashes(prompt, 4, salt);  // 4 full blocks
   // Seq 1 computes block 0 only.
   ASSERT_EQ(Prefill(&m, 1, std::vector<int32_t>(prompt.begin(), prompt.begin() + 4), salt), 0);
   const int32_t first = m.BlockTable(1)[0];
   // Seq 2 matches nothing (needs >= 1 token left: prompt of 4 → 0 blocks), then adopts all 4
   // hashes: block 0 is already cached (attached, no fill), two more fit, the pool is then full.
-  ASSERT_EQ(m.MatchPrefix(2, std::vector<int32_t>(prompt.begin(), prompt.begin() + 4), salt), 0);
+  ASSERT_EQ(Match(m, 2, std::vector<int32_t>(prompt.begin(), prompt.begin() + 4), salt), 0);
   int fill_calls = 0;
-  const int n = m.AdoptBlocks(2, hashes, [&](size_t i, int32_t) {
+  const int n = AdoptBlocks(m, 2, hashes, [&](size_t i, int32_t) {
     EXPECT_GE(i, 1u);
     ++fill_calls;
   });
@@ -783,6 +796,168 @@ TEST(KvManagerTierTest, AdoptAttachesAlreadyCachedHashesWithoutFillAndStopsWhenF
   int cached = 0;
   m.ForEachCached([&](int32_t, const BlockHash&, uint32_t) { ++cached; });
   EXPECT_EQ(cached, 3);
+}
+
+// ---- plan, then apply ----
+
+TEST(KvPlanTest, PlanningChangesNothingUntilApplied) {
+  KvManager m = MakeManager(8);
+  const auto salt = Salt("s");
+  Prefill(&m, 1, Range(0, 9), salt);
+  m.Free(1);  // two cached, evictable blocks
+  const KvStats before = m.Stats();
+  KvPlan plan = m.Plan();
+  EXPECT_EQ(plan.MatchPrefix(2, Range(0, 13), salt, /*tag=*/3), 8);
+  plan.Allocate(2, 13);
+  EXPECT_TRUE(plan.fits());
+  EXPECT_EQ(plan.evictable_hits(), 2);
+  EXPECT_EQ(plan.blocks_needed(), 2 + 2);  // two revived hits + two new blocks
+  // Nothing happened yet: no sequence, no counted query, same free blocks.
+  EXPECT_FALSE(m.Has(2));
+  EXPECT_EQ(m.NumFreeBlocks(), 8);
+  EXPECT_EQ(m.Stats().prefix_query_tokens, before.prefix_query_tokens);
+  EXPECT_EQ(m.Stats().prefix_hit_tokens, before.prefix_hit_tokens);
+  ASSERT_TRUE(m.Apply(plan));
+  EXPECT_EQ(m.BlockTable(2).size(), 4u);
+  EXPECT_EQ(m.NumFreeBlocks(), 4);
+  EXPECT_EQ(m.Stats().prefix_query_tokens, before.prefix_query_tokens + 13);
+  EXPECT_EQ(m.Stats().prefix_hit_tokens, before.prefix_hit_tokens + 8);
+  EXPECT_INVARIANTS(m);
+  // Applying it twice is refused: the manager changed since it was planned.
+  EXPECT_FALSE(m.Apply(plan));
+  EXPECT_EQ(m.BlockTable(2).size(), 4u);
+}
+
+TEST(KvPlanTest, APlanThatDoesNotFitCountsNothingAndChangesNothing) {
+  KvManager m = MakeManager(3);
+  const auto salt = Salt("s");
+  Prefill(&m, 1, Range(0, 5), salt);  // 2 blocks, one cached
+  const KvStats before = m.Stats();
+  KvPlan plan = m.Plan();
+  EXPECT_EQ(plan.MatchPrefix(2, Range(0, 17), salt), 4);
+  plan.Allocate(2, 17);  // 4 more blocks, 1 free
+  EXPECT_FALSE(plan.fits());
+  EXPECT_TRUE(plan.valid());
+  EXPECT_FALSE(m.Apply(plan));
+  EXPECT_FALSE(m.Has(2));
+  EXPECT_EQ(m.RefCount(m.BlockTable(1)[0]), 1);
+  EXPECT_EQ(m.Stats().prefix_query_tokens, before.prefix_query_tokens);
+  EXPECT_EQ(m.Stats().prefix_hit_tokens, before.prefix_hit_tokens);
+  EXPECT_INVARIANTS(m);
+  // Room made (the caller preempts seq 1), planned again: it fits.
+  m.Free(1);
+  m.Plan(&plan);  // reuses the plan object
+  EXPECT_EQ(plan.MatchPrefix(2, Range(0, 9), salt), 4);
+  plan.Allocate(2, 9);
+  EXPECT_TRUE(plan.fits());
+  EXPECT_TRUE(m.Apply(plan));
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvPlanTest, StaleAndMisusedPlansAreRefused) {
+  KvManager m = MakeManager(8);
+  const auto salt = Salt("s");
+  ASSERT_TRUE(Allocate(m, 1, 4));
+  KvPlan stale = m.Plan();
+  stale.Allocate(2, 4);
+  m.Free(1);  // any change makes earlier plans stale
+  EXPECT_FALSE(m.Apply(stale));
+  EXPECT_FALSE(m.Has(2));
+  // MatchPrefix after an op that takes blocks (it could evict a planned hit).
+  KvPlan late = m.Plan();
+  late.Allocate(3, 4);
+  late.MatchPrefix(4, Range(0, 9), salt);
+  EXPECT_FALSE(late.valid());
+  EXPECT_FALSE(m.Apply(late));
+  // MatchPrefix on a sequence that has blocks; writes outside the table.
+  ASSERT_TRUE(Allocate(m, 5, 4));
+  KvPlan again = m.Plan();
+  again.MatchPrefix(5, Range(0, 9), salt);
+  EXPECT_FALSE(again.valid());
+  KvPlan outside = m.Plan();
+  outside.PrepareWrite(5, 4);
+  EXPECT_FALSE(outside.valid());
+  // Adopting needs a fill function.
+  Prefill(&m, 6, Range(100, 9), salt);
+  const auto hashes = cachekey::ComputeBlockHashes(Range(200, 8), 4, salt);
+  KvPlan adopt = m.Plan();
+  adopt.MatchPrefix(7, Range(200, 9), salt);
+  EXPECT_EQ(adopt.Adopt(7, hashes), 2);
+  EXPECT_FALSE(m.Apply(adopt));  // no fill
+  EXPECT_FALSE(m.Has(7));
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvPlanTest, JointPlanCountsASharedEvictableHitOnce) {
+  KvManager m = MakeManager(4);
+  const auto salt = Salt("s");
+  Prefill(&m, 1, Range(0, 5), salt);
+  m.Free(1);  // block 0 of the chain cached and evictable
+  KvPlan plan = m.Plan();
+  EXPECT_EQ(plan.MatchPrefix(2, Range(0, 6), salt), 4);
+  EXPECT_EQ(plan.MatchPrefix(3, Range(0, 7), salt), 4);
+  EXPECT_EQ(plan.blocks_needed(), 1);  // one block revived, shared by both
+  plan.Allocate(2, 6);
+  plan.Allocate(3, 7);
+  EXPECT_EQ(plan.blocks_needed(), 3);
+  ASSERT_TRUE(m.Apply(plan));
+  EXPECT_EQ(m.BlockTable(2)[0], m.BlockTable(3)[0]);
+  EXPECT_EQ(m.RefCount(m.BlockTable(2)[0]), 2);
+  EXPECT_EQ(m.NumFreeBlocks(), 1);
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvPlanTest, ReleaseRangeFreesWholeBlocksOnly) {
+  KvManager m = MakeManager(8);
+  const auto salt = Salt("s");
+  const auto tokens = Range(0, 14);  // 3 full blocks + 2 tokens
+  Prefill(&m, 1, tokens, salt);
+  const auto t = m.BlockTable(1);
+  ASSERT_EQ(t.size(), 4u);
+  KvPlan plan = m.Plan();
+  plan.ReleaseRange(1, 2, 9);  // positions 2..8: only block 1 ([4, 8)) lies wholly inside
+  EXPECT_EQ(plan.num_released(), 1);
+  EXPECT_EQ(m.BlockTable(1), t);  // planned only
+  ASSERT_TRUE(m.Apply(plan));
+  EXPECT_EQ(m.BlockTable(1), (std::vector<int32_t>{t[0], kNoBlock, t[2], t[3]}));
+  EXPECT_EQ(m.RefCount(t[1]), 0);
+  EXPECT_TRUE(m.IsCached(t[1]));  // registered content stays in the prefix cache, evictable
+  EXPECT_EQ(m.Stats().cached_blocks, 1);
+  EXPECT_INVARIANTS(m);
+  // Releasing [0, 8) now frees block 0 too; the hole is skipped.
+  m.Plan(&plan);
+  plan.ReleaseRange(1, 0, 8);
+  EXPECT_EQ(plan.num_released(), 1);
+  ASSERT_TRUE(m.Apply(plan));
+  EXPECT_EQ(m.BlockTable(1)[0], kNoBlock);
+  EXPECT_INVARIANTS(m);
+  // The sequence goes on: writes and commits past the window still register chained hashes, so
+  // another request with the same tokens hits the whole chain (released blocks included).
+  auto longer = Concat(tokens, {50, 51, 52});
+  ASSERT_TRUE(Allocate(m, 1, 17));
+  CopyOp op;
+  ASSERT_TRUE(PrepareWrite(m, 1, 14, &op));
+  EXPECT_EQ(op.src, -1);
+  m.CommitComputed(1, longer, 16, salt);
+  EXPECT_EQ(ProbePrefix(m, longer, salt).tokens, 16);
+  // Writing a released position is refused; forks and Free skip the holes.
+  KvPlan write = m.Plan();
+  write.PrepareWrite(1, 5);
+  EXPECT_FALSE(write.valid());
+  ASSERT_TRUE(m.Fork(1, 2));
+  EXPECT_EQ(m.BlockTable(2)[0], kNoBlock);
+  EXPECT_INVARIANTS(m);
+  m.Free(1);
+  m.Free(2);
+  EXPECT_EQ(m.NumFreeBlocks(), 8);
+  EXPECT_INVARIANTS(m);
+  // Unknown sequences and bad ranges make the plan invalid.
+  m.Plan(&plan);
+  plan.ReleaseRange(99, 0, 4);
+  EXPECT_FALSE(plan.valid());
+  m.Plan(&plan);
+  plan.ReleaseRange(2, 8, 4);
+  EXPECT_FALSE(plan.valid());
 }
 
 }  // namespace
