@@ -68,13 +68,13 @@ struct Probe {
   int evictable_blocks = 0;
 };
 // A plan that is never applied: what a MatchPrefix would give.
-Probe ProbePrefix(const KvManager& m, std::span<const int32_t> prompt, std::span<const uint8_t> salt) {
+Probe PlannedHit(const KvManager& m, std::span<const int32_t> prompt, std::span<const uint8_t> salt) {
   KvPlan plan = m.Plan();
   const int tokens = plan.MatchPrefix(/*seq=*/-1000, prompt, salt);
   return Probe{tokens, plan.evictable_hits()};
 }
 
-bool NeedsCopyOnWrite(const KvManager& m, SeqId seq, int pos) {
+bool PlansACopy(const KvManager& m, SeqId seq, int pos) {
   KvPlan plan = m.Plan();
   plan.PrepareWrite(seq, pos);
   return plan.valid() && plan.num_copies() > 0;
@@ -204,7 +204,7 @@ TEST(KvManagerTest, AlwaysComputesAtLeastOneToken) {
   const auto salt = Salt("s");
   const auto prompt = Range(1, 12);  // exactly 3 blocks
   Prefill(&m, 1, prompt, salt);
-  EXPECT_EQ(ProbePrefix(m, prompt, salt).tokens, 8);
+  EXPECT_EQ(PlannedHit(m, prompt, salt).tokens, 8);
   // Full block-aligned hit: the last block is recomputed so the last token yields logits.
   EXPECT_EQ(Match(m, 2, prompt, salt), 8);
   EXPECT_EQ(m.BlockTable(2).size(), 2u);
@@ -250,7 +250,7 @@ TEST(KvManagerTest, FreedCachedBlocksAreReusedAndRevived) {
   EXPECT_EQ(st.cached_blocks, 2);  // the two full blocks stay evictable
   EXPECT_EQ(st.used_blocks, 0);
   EXPECT_EQ(m.NumFreeBlocks(), 8);
-  auto probe = ProbePrefix(m, prompt, salt);
+  auto probe = PlannedHit(m, prompt, salt);
   EXPECT_EQ(probe.tokens, 8);
   EXPECT_EQ(probe.evictable_blocks, 2);
   EXPECT_EQ(Match(m, 2, prompt, salt), 8);
@@ -259,7 +259,7 @@ TEST(KvManagerTest, FreedCachedBlocksAreReusedAndRevived) {
   EXPECT_EQ(m.RefCount(t1[0]), 1);  // revived
   EXPECT_EQ(m.Stats().cached_blocks, 0);
   EXPECT_EQ(m.NumFreeBlocks(), 6);
-  EXPECT_EQ(ProbePrefix(m, prompt, salt).evictable_blocks, 0);
+  EXPECT_EQ(PlannedHit(m, prompt, salt).evictable_blocks, 0);
 }
 
 TEST(KvManagerTest, EvictsOldestReleasedFirstDeepestFirstOnTies) {
@@ -291,7 +291,7 @@ TEST(KvManagerTest, EvictsOldestReleasedFirstDeepestFirstOnTies) {
   EXPECT_EQ(m.Stats().cached_blocks, 0);
   EXPECT_EQ(m.Stats().evicted_blocks, 5);
   for (SeqId s = 10; s < 16; ++s) m.Free(s);
-  EXPECT_EQ(ProbePrefix(m, Concat(a, {1}), salt).tokens, 0);  // evicted entries are gone
+  EXPECT_EQ(PlannedHit(m, Concat(a, {1}), salt).tokens, 0);  // evicted entries are gone
   EXPECT_INVARIANTS(m);
 }
 
@@ -310,8 +310,8 @@ TEST(KvManagerTest, HitRefreshesRecency) {
   EXPECT_INVARIANTS(m);
   // 2 never-cached free blocks + 2 evictable. Take 3 blocks: B's goes first.
   ASSERT_TRUE(Allocate(m, 9, 12));
-  EXPECT_EQ(ProbePrefix(m, b, salt).tokens, 0);
-  EXPECT_EQ(ProbePrefix(m, a, salt).tokens, 4);
+  EXPECT_EQ(PlannedHit(m, b, salt).tokens, 0);
+  EXPECT_EQ(PlannedHit(m, a, salt).tokens, 4);
   EXPECT_INVARIANTS(m);
 }
 
@@ -361,7 +361,7 @@ TEST(KvManagerTest, CommitIsIncremental) {
   EXPECT_TRUE(m.IsCached(m.BlockTable(1)[1]));  // positions 4..7 computed
   EXPECT_FALSE(m.IsCached(m.BlockTable(1)[2]));
   // The registered hashes are the chained ones of the whole token list.
-  EXPECT_EQ(ProbePrefix(m, Range(0, 9), salt).tokens, 8);
+  EXPECT_EQ(PlannedHit(m, Range(0, 9), salt).tokens, 8);
 }
 
 TEST(KvManagerTest, PrefixCacheDisabled) {
@@ -391,7 +391,7 @@ TEST(KvManagerTest, ForkSharesAndCopyOnWrite) {
   EXPECT_EQ(m.RefCount(t1[1]), 2);
   EXPECT_EQ(m.Stats().used_blocks, 2);
   // Child writes position 6 (partial block 1): copy-on-write.
-  EXPECT_TRUE(NeedsCopyOnWrite(m, 2, 6));
+  EXPECT_TRUE(PlansACopy(m, 2, 6));
   CopyOp op{0, 0};
   ASSERT_TRUE(PrepareWrite(m, 2, 6, &op));
   EXPECT_EQ(op.src, t1[1]);
@@ -402,7 +402,7 @@ TEST(KvManagerTest, ForkSharesAndCopyOnWrite) {
   EXPECT_EQ(m.RefCount(op.dst), 1);
   EXPECT_INVARIANTS(m);
   // Parent now owns its block alone: no copy.
-  EXPECT_FALSE(NeedsCopyOnWrite(m, 1, 6));
+  EXPECT_FALSE(PlansACopy(m, 1, 6));
   ASSERT_TRUE(PrepareWrite(m, 1, 6, &op));
   EXPECT_EQ(op.src, -1);
   EXPECT_EQ(op.dst, -1);
@@ -438,7 +438,7 @@ TEST(KvManagerTest, CopyOnWriteWithoutRoomChangesNothing) {
 }
 
 // One plan writing positions [start, start + count): a PrepareWrite per block touched.
-bool PrepareWriteRange(KvManager& m, SeqId seq, int start, int count, std::vector<CopyOp>* ops) {
+bool PlanWrites(KvManager& m, SeqId seq, int start, int count, std::vector<CopyOp>* ops) {
   KvPlan plan = m.Plan();
   for (int pos = start; pos < start + count; pos = (pos / m.block_size() + 1) * m.block_size())
     plan.PrepareWrite(seq, pos);
@@ -453,13 +453,13 @@ TEST(KvManagerTest, PlanOfSeveralWritesIsAllOrNothing) {
   ASSERT_TRUE(Allocate(m, 3, 16));   // leave 1 free block
   ASSERT_EQ(m.NumFreeBlocks(), 1);
   std::vector<CopyOp> ops;
-  EXPECT_FALSE(PrepareWriteRange(m, 2, 2, 4, &ops));  // blocks 0 and 1: 2 copies, 1 free
+  EXPECT_FALSE(PlanWrites(m, 2, 2, 4, &ops));  // blocks 0 and 1: 2 copies, 1 free
   EXPECT_TRUE(ops.empty());
   EXPECT_EQ(m.BlockTable(2), t);
-  EXPECT_FALSE(PrepareWriteRange(m, 2, 10, 3, &ops));  // past the table
+  EXPECT_FALSE(PlanWrites(m, 2, 10, 3, &ops));  // past the table
   EXPECT_INVARIANTS(m);
   m.Free(3);
-  ASSERT_TRUE(PrepareWriteRange(m, 2, 2, 4, &ops));  // positions 2..5: blocks 0 and 1
+  ASSERT_TRUE(PlanWrites(m, 2, 2, 4, &ops));  // positions 2..5: blocks 0 and 1
   ASSERT_EQ(ops.size(), 2u);
   EXPECT_EQ(ops[0].src, t[0]);
   EXPECT_EQ(ops[1].src, t[1]);
@@ -468,9 +468,9 @@ TEST(KvManagerTest, PlanOfSeveralWritesIsAllOrNothing) {
   EXPECT_EQ(m.BlockTable(2)[2], t[2]);  // untouched, still shared
   EXPECT_EQ(m.RefCount(t[2]), 2);
   ops.clear();
-  EXPECT_TRUE(PrepareWriteRange(m, 2, 0, 8, &ops));  // already exclusive: nothing to copy
+  EXPECT_TRUE(PlanWrites(m, 2, 0, 8, &ops));  // already exclusive: nothing to copy
   EXPECT_TRUE(ops.empty());
-  EXPECT_TRUE(PrepareWriteRange(m, 2, 0, 0, &ops));
+  EXPECT_TRUE(PlanWrites(m, 2, 0, 0, &ops));
   EXPECT_INVARIANTS(m);
 }
 
@@ -484,7 +484,7 @@ TEST(KvManagerTest, RewritingACachedBlockUnregistersIt) {
   ASSERT_TRUE(PrepareWrite(m, 1, 2, &op));  // caller slip: rewriting a full, registered block
   EXPECT_EQ(op.src, -1);
   EXPECT_FALSE(m.IsCached(b0));
-  EXPECT_EQ(ProbePrefix(m, Range(0, 5), salt).tokens, 0);
+  EXPECT_EQ(PlannedHit(m, Range(0, 5), salt).tokens, 0);
   EXPECT_INVARIANTS(m);
   m.CommitComputed(1, Range(0, 5), 5, salt);  // re-registers after recompute
   EXPECT_TRUE(m.IsCached(b0));
@@ -559,7 +559,7 @@ TEST(KvManagerTest, RandomizedStress) {
       s.salt = static_cast<int>(rng() % 2);
       const SeqId id = next_id++;
       const int free_before = m.NumFreeBlocks();
-      const auto probe = ProbePrefix(m, s.tokens, salts[s.salt]);
+      const auto probe = PlannedHit(m, s.tokens, salts[s.salt]);
       const int hit = Match(m, id, s.tokens, salts[s.salt]);
       ASSERT_EQ(hit, probe.tokens);
       ASSERT_EQ(hit % kBs, 0);
@@ -604,7 +604,7 @@ TEST(KvManagerTest, RandomizedStress) {
           const auto refs = model_refs();
           const int32_t old = s.table[static_cast<size_t>(pos / kBs)];
           const bool shared = refs[static_cast<size_t>(old)] > 1;
-          ASSERT_EQ(NeedsCopyOnWrite(m, id, pos), shared);
+          ASSERT_EQ(PlansACopy(m, id, pos), shared);
           const int free_now = m.NumFreeBlocks();
           CopyOp cow;
           ok = PrepareWrite(m, id, pos, &cow);
@@ -939,7 +939,7 @@ TEST(KvPlanTest, ReleaseRangeFreesWholeBlocksOnly) {
   ASSERT_TRUE(PrepareWrite(m, 1, 14, &op));
   EXPECT_EQ(op.src, -1);
   m.CommitComputed(1, longer, 16, salt);
-  EXPECT_EQ(ProbePrefix(m, longer, salt).tokens, 16);
+  EXPECT_EQ(PlannedHit(m, longer, salt).tokens, 16);
   // Writing a released position is refused; forks and Free skip the holes.
   KvPlan write = m.Plan();
   write.PrepareWrite(1, 5);

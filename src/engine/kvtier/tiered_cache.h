@@ -3,8 +3,9 @@
 //
 // Unit. One entry = one full KV block of the engine (all layers, K and V) as an opaque byte
 // payload of exactly `block_bytes` bytes, keyed by the block's chained prefix hash (BlockKey, the
-// 32-byte SHA-256 of kv::HashBlock). The engine's salt already binds the model-weights fingerprint,
-// tokenizer, KV dtype, block size, rope settings, LoRA id and tenant salt into that hash; the cache
+// 32-byte SHA-256 of cachekey::HashBlock). The engine's salt already binds the model-weights
+// fingerprint, tokenizer, KV dtype, block size, rope settings, LoRA adapter and tenant into that
+// hash (cachekey::ModelSalt, cachekey::RequestSalt); the cache
 // additionally stores `format_id` (a string the engine builds from the same facts) in every
 // entry's header and rejects entries whose format_id differs.
 //
