@@ -31,7 +31,8 @@ std::string ToHex(const std::vector<uint8_t>& bytes) {
 
 TEST(BlockHashTest, KnownAnswerMatchesDocumentedFormat) {
   // Expected values from coreutils sha256sum over the bytes documented in block_hash.h:
-  //  (head -c 32 /dev/zero; printf '\x03\0\0\0\0\0\0\0abc\x01\0\0\0\x02\0\0\0\xff\xff\xff\xff\0\x01\0\0')
+  //  (head -c 32 /dev/zero; printf
+  //  '\x03\0\0\0\0\0\0\0abc\x01\0\0\0\x02\0\0\0\xff\xff\xff\xff\0\x01\0\0')
   //    | sha256sum
   const std::vector<uint8_t> salt = Salt("abc");
   const std::vector<int32_t> tokens = {1, 2, -1, 256, 5, 6, 7, 8, 9};

@@ -137,8 +137,8 @@ int KvPlan::MatchPrefix(SeqId seq, std::span<const int32_t> tokens, std::span<co
     const size_t max_blocks = (tokens.size() - 1) / static_cast<size_t>(bs);
     BlockHash parent{};
     for (size_t i = 0; i < max_blocks; ++i) {
-      const BlockHash h =
-          cachekey::HashBlock(parent, salt, tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs)));
+      const BlockHash h = cachekey::HashBlock(
+          parent, salt, tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs)));
       auto it = kv_->cached_.find(h);
       if (it == kv_->cached_.end()) break;
       hits_.push_back(it->second);
@@ -167,8 +167,9 @@ int KvPlan::Adopt(SeqId seq, std::span<const BlockHash> hashes) {
   for (const BlockHash& h : hashes) {
     auto it = kv_->cached_.find(h);
     const bool cached = it != kv_->cached_.end();
-    const bool costs = !cached || (kv_->block(it->second).ref == 0 &&
-                                   std::find(revived_.begin(), revived_.end(), it->second) == revived_.end());
+    const bool costs =
+        !cached || (kv_->block(it->second).ref == 0 &&
+                    std::find(revived_.begin(), revived_.end(), it->second) == revived_.end());
     if (costs && needed_ + 1 > free_at_plan_) break;
     if (cached) {
       Revive(it->second);
@@ -230,8 +231,8 @@ void KvPlan::ReleaseRange(SeqId seq, int from, int to) {
     const size_t index = static_cast<size_t>(i);
     if (s->table[index] == kNoBlock) continue;
     // Not twice in one plan.
-    if (std::find(released_.begin() + static_cast<std::ptrdiff_t>(op.begin), released_.end(), index) !=
-        released_.end())
+    if (std::find(released_.begin() + static_cast<std::ptrdiff_t>(op.begin), released_.end(),
+                  index) != released_.end())
       continue;
     released_.push_back(index);
   }
@@ -276,9 +277,7 @@ int KvManager::ProbeHashes(std::span<const BlockHash> hashes) const {
   return n;
 }
 
-int KvManager::NumFreeBlocks() const {
-  return static_cast<int>(free_.size() + evictable_.size());
-}
+int KvManager::NumFreeBlocks() const { return static_cast<int>(free_.size() + evictable_.size()); }
 
 // ---- applying ----
 
@@ -290,11 +289,21 @@ bool KvManager::Apply(const KvPlan& plan, std::vector<CopyOp>* copies, const Ado
   ++epoch_;
   for (const KvPlan::Op& op : plan.ops_) {
     switch (op.kind) {
-      case KvPlan::OpKind::kMatch: ApplyMatch(plan, op); break;
-      case KvPlan::OpKind::kAdopt: ApplyAdopt(plan, op, fill); break;
-      case KvPlan::OpKind::kAllocate: ApplyAllocate(op); break;
-      case KvPlan::OpKind::kWrite: ApplyWrite(op, copies); break;
-      case KvPlan::OpKind::kRelease: ApplyRelease(plan, op); break;
+      case KvPlan::OpKind::kMatch:
+        ApplyMatch(plan, op);
+        break;
+      case KvPlan::OpKind::kAdopt:
+        ApplyAdopt(plan, op, fill);
+        break;
+      case KvPlan::OpKind::kAllocate:
+        ApplyAllocate(op);
+        break;
+      case KvPlan::OpKind::kWrite:
+        ApplyWrite(op, copies);
+        break;
+      case KvPlan::OpKind::kRelease:
+        ApplyRelease(plan, op);
+        break;
     }
   }
   return true;
@@ -304,7 +313,8 @@ void KvManager::ApplyMatch(const KvPlan& plan, const KvPlan::Op& op) {
   SeqState& s = seqs_[op.seq];
   s.tag = op.tag;
   if (!cfg_.enable_prefix_cache) return;
-  const auto first = static_cast<std::ptrdiff_t>(op.begin), last = static_cast<std::ptrdiff_t>(op.end);
+  const auto first = static_cast<std::ptrdiff_t>(op.begin),
+             last = static_cast<std::ptrdiff_t>(op.end);
   for (std::ptrdiff_t i = first; i < last; ++i) AddRef(plan.hits_[static_cast<size_t>(i)]);
   s.table.assign(plan.hits_.begin() + first, plan.hits_.begin() + last);
   s.hashes.assign(plan.hit_hashes_.begin() + first, plan.hit_hashes_.begin() + last);
@@ -401,7 +411,7 @@ void KvManager::CommitComputed(SeqId seq, std::span<const int32_t> tokens, int n
     const int32_t id = s.table[i];
     if (id == kNoBlock) continue;  // released (outside a window) before it was registered
     Block& b = blocks_[static_cast<size_t>(id)];
-    if (b.cached) continue;  // shared with a fork or a prefix hit: already registered
+    if (b.cached) continue;               // shared with a fork or a prefix hit: already registered
     if (cached_.count(h) != 0) continue;  // identical content cached elsewhere: keep that one
     b.cached = true;
     b.hash = h;

@@ -75,8 +75,8 @@ struct KvManagerConfig {
 
 struct KvStats {
   int num_blocks = 0;
-  int used_blocks = 0;        // referenced by at least one sequence
-  int cached_blocks = 0;      // evictable (ref 0) blocks holding a cached prefix
+  int used_blocks = 0;    // referenced by at least one sequence
+  int cached_blocks = 0;  // evictable (ref 0) blocks holding a cached prefix
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t evicted_blocks = 0;  // cached blocks recycled for new content
@@ -145,11 +145,11 @@ class KvPlan {
     size_t end = 0;        // kRelease: of released_ (block indexes)
     int value = 0;         // kAllocate: positions to cover; kWrite: position
   };
-  struct SeqView {        // a sequence as the plan leaves it so far
+  struct SeqView {  // a sequence as the plan leaves it so far
     SeqId seq;
-    bool exists;          // in the manager or created by an earlier op of this plan
-    size_t table;         // table size
-    size_t hashes;        // hashes known (full registered blocks)
+    bool exists;    // in the manager or created by an earlier op of this plan
+    size_t table;   // table size
+    size_t hashes;  // hashes known (full registered blocks)
   };
   SeqView* View(SeqId seq);
   bool Revive(int32_t block);  // counts an evictable block once; true if it was evictable
@@ -201,7 +201,8 @@ class KvManager {
   bool Apply(const KvPlan& plan, std::vector<CopyOp>* copies = nullptr,
              const AdoptFill& fill = nullptr);
 
-  // How many leading hashes of a precomputed chain are cached in the pool (no hashing, no counting).
+  // How many leading hashes of a precomputed chain are cached in the pool (no hashing, no
+  // counting).
   int ProbeHashes(std::span<const BlockHash> hashes) const;
   int NumFreeBlocks() const;  // free + evictable
 
@@ -217,7 +218,8 @@ class KvManager {
   // unknown or child already exists.
   bool Fork(SeqId parent, SeqId child);
   // Calls fn(block, hash, tag) for every block registered in the prefix cache (used or evictable).
-  void ForEachCached(const std::function<void(int32_t block, const BlockHash& hash, uint32_t tag)>& fn) const;
+  void ForEachCached(
+      const std::function<void(int32_t block, const BlockHash& hash, uint32_t tag)>& fn) const;
 
   // Releases all blocks of seq (cached full blocks become evictable, others free). No-op for an
   // unknown seq.
@@ -226,8 +228,8 @@ class KvManager {
   // The seq's block table (empty for an unknown seq). Invalidated by any non-const call.
   const std::vector<int32_t>& BlockTable(SeqId seq) const;
   int NumSeqs() const { return static_cast<int>(seqs_.size()); }
-  int RefCount(int32_t block) const;        // for tests and stats
-  bool IsCached(int32_t block) const;       // hash registered
+  int RefCount(int32_t block) const;   // for tests and stats
+  bool IsCached(int32_t block) const;  // hash registered
 
   KvStats Stats() const;
   // Checks invariants: every block is in exactly one of {free, evictable, referenced}; reference
@@ -241,9 +243,9 @@ class KvManager {
     int ref = 0;
     bool cached = false;
     BlockHash hash{};
-    int depth = 0;              // index of the block in its chain (set when registered)
-    uint32_t tag = 0;           // tag of the sequence that registered it
-    uint64_t released_at = 0;   // LRU clock when ref dropped to 0
+    int depth = 0;             // index of the block in its chain (set when registered)
+    uint32_t tag = 0;          // tag of the sequence that registered it
+    uint64_t released_at = 0;  // LRU clock when ref dropped to 0
   };
   struct SeqState {
     std::vector<int32_t> table;  // kNoBlock for released positions

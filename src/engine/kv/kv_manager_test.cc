@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <random>
@@ -27,10 +27,10 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
-#define EXPECT_INVARIANTS(m)                                     \
-  do {                                                           \
-    Status s_ = (m).CheckInvariants();                           \
-    ASSERT_TRUE(s_.ok()) << s_.ToString();                       \
+#define EXPECT_INVARIANTS(m)               \
+  do {                                     \
+    Status s_ = (m).CheckInvariants();     \
+    ASSERT_TRUE(s_.ok()) << s_.ToString(); \
   } while (0)
 
 KvManager MakeManager(int num_blocks, int block_size = 4, bool prefix = true) {
@@ -68,7 +68,8 @@ struct Probe {
   int evictable_blocks = 0;
 };
 // A plan that is never applied: what a MatchPrefix would give.
-Probe PlannedHit(const KvManager& m, std::span<const int32_t> prompt, std::span<const uint8_t> salt) {
+Probe PlannedHit(const KvManager& m, std::span<const int32_t> prompt,
+                 std::span<const uint8_t> salt) {
   KvPlan plan = m.Plan();
   const int tokens = plan.MatchPrefix(/*seq=*/-1000, prompt, salt);
   return Probe{tokens, plan.evictable_hits()};
@@ -298,8 +299,8 @@ TEST(KvManagerTest, EvictsOldestReleasedFirstDeepestFirstOnTies) {
 TEST(KvManagerTest, HitRefreshesRecency) {
   KvManager m = MakeManager(4, 4);
   const auto salt = Salt("s");
-  const auto a = Range(0, 5);      // 1 cached block
-  const auto b = Range(100, 5);    // 1 cached block
+  const auto a = Range(0, 5);    // 1 cached block
+  const auto b = Range(100, 5);  // 1 cached block
   Prefill(&m, 1, a, salt);
   m.Free(1);
   Prefill(&m, 2, b, salt);
@@ -448,9 +449,9 @@ bool PlanWrites(KvManager& m, SeqId seq, int start, int count, std::vector<CopyO
 TEST(KvManagerTest, PlanOfSeveralWritesIsAllOrNothing) {
   KvManager m = MakeManager(8);
   ASSERT_TRUE(Allocate(m, 1, 12));  // 3 blocks, none computed
-  ASSERT_TRUE(m.Fork(1, 2));             // all 3 shared
+  ASSERT_TRUE(m.Fork(1, 2));        // all 3 shared
   const auto t = m.BlockTable(1);
-  ASSERT_TRUE(Allocate(m, 3, 16));   // leave 1 free block
+  ASSERT_TRUE(Allocate(m, 3, 16));  // leave 1 free block
   ASSERT_EQ(m.NumFreeBlocks(), 1);
   std::vector<CopyOp> ops;
   EXPECT_FALSE(PlanWrites(m, 2, 2, 4, &ops));  // blocks 0 and 1: 2 copies, 1 free
@@ -508,7 +509,7 @@ TEST(KvManagerTest, RandomizedStress) {
     std::vector<int32_t> tokens;  // tokens so far
     int computed = 0;             // positions with KV
     int salt = 0;
-    std::vector<int32_t> table;   // the model's copy
+    std::vector<int32_t> table;  // the model's copy
   };
   struct Content {
     std::vector<int32_t> prefix;  // tokens [0, end of what this block encodes)
@@ -570,8 +571,8 @@ TEST(KvManagerTest, RandomizedStress) {
       for (size_t i = 0; i < s.table.size(); ++i) {
         const Content& c = content[static_cast<size_t>(s.table[i])];
         ASSERT_EQ(c.salt, s.salt);
-        ASSERT_EQ(c.prefix, std::vector<int32_t>(s.tokens.begin(),
-                                                 s.tokens.begin() + (i + 1) * kBs));
+        ASSERT_EQ(c.prefix,
+                  std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + (i + 1) * kBs));
       }
       queries += static_cast<int64_t>(s.tokens.size());
       hits += hit;
@@ -670,7 +671,8 @@ TEST(KvManagerTest, RandomizedStress) {
       for (int i = 0; i < s.computed / kBs; ++i) {
         const Content& c = content[static_cast<size_t>(s.table[static_cast<size_t>(i)])];
         ASSERT_EQ(c.salt, s.salt);
-        ASSERT_EQ(c.prefix, std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + (i + 1) * kBs))
+        ASSERT_EQ(c.prefix,
+                  std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + (i + 1) * kBs))
             << "seq " << id << " block " << i << " was overwritten";
       }
     }
@@ -686,16 +688,17 @@ TEST(KvManagerTest, RandomizedStress) {
   EXPECT_GT(failed_writes, 0);
   EXPECT_GT(forks, 0);
   EXPECT_GT(final_stats.evicted_blocks, 0);
-  std::printf("stress: %d copies, %d failed allocs, %d failed writes, %d forks, %lld evictions, "
-              "%lld/%lld hit tokens\n", copies, failed_allocs, failed_writes, forks,
-              static_cast<long long>(final_stats.evicted_blocks), static_cast<long long>(hits),
-              static_cast<long long>(queries));
+  std::printf(
+      "stress: %d copies, %d failed allocs, %d failed writes, %d forks, %lld evictions, "
+      "%lld/%lld hit tokens\n",
+      copies, failed_allocs, failed_writes, forks,
+      static_cast<long long>(final_stats.evicted_blocks), static_cast<long long>(hits),
+      static_cast<long long>(queries));
   for (const auto& [id, s] : live) m.Free(id);
   EXPECT_EQ(m.NumFreeBlocks(), kBlocks);
   EXPECT_EQ(m.Stats().used_blocks, 0);
   EXPECT_INVARIANTS(m);
 }
-
 
 // ---- tiered-cache hooks ----
 
@@ -706,7 +709,9 @@ struct RecordingListener : KvManager::Listener {
     uint32_t tag;
   };
   std::vector<Event> evicted, registered;
-  void OnEvict(int32_t block, const BlockHash& hash, uint32_t tag) override { evicted.push_back({block, hash, tag}); }
+  void OnEvict(int32_t block, const BlockHash& hash, uint32_t tag) override {
+    evicted.push_back({block, hash, tag});
+  }
   void OnRegister(int32_t block, const BlockHash& hash, uint32_t tag) override {
     registered.push_back({block, hash, tag});
   }
@@ -748,7 +753,7 @@ TEST(KvManagerTierTest, AdoptedBlocksAreFilledRegisteredAndHitLater) {
   ASSERT_EQ(Match(m, 1, prompt, salt), 0);
   std::vector<std::pair<size_t, int32_t>> fills;
   const int n = AdoptBlocks(m, 1, std::span(hashes).first(3),
-                              [&](size_t i, int32_t b) { fills.emplace_back(i, b); });
+                            [&](size_t i, int32_t b) { fills.emplace_back(i, b); });
   ASSERT_EQ(n, 3);
   ASSERT_EQ(fills.size(), 3u);
   EXPECT_EQ(m.BlockTable(1).size(), 3u);

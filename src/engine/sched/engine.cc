@@ -77,7 +77,8 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   const int n = req.n;
   const SamplingParams sp = req.sampling;
   // Build the state (its salt and samplers) outside the lock.
-  std::vector<uint8_t> salt = cachekey::RequestSalt(model_salt_, {.adapter = req.adapter, .tenant = req.tenant});
+  std::vector<uint8_t> salt =
+      cachekey::RequestSalt(model_salt_, {.adapter = req.adapter, .tenant = req.tenant});
   auto state = MakeRequestState(0, std::move(req), clock_->Now());
   state->salt = std::move(salt);
   for (int i = 0; i < n; ++i) {
@@ -256,14 +257,16 @@ bool Engine::RefreshPrefetches() {
 }
 
 bool Engine::MaybePrefetch(RequestState* r) {
-  if (r->tier == nullptr || r->num_active() != 1) return false;  // forked completions: recomputed (rare)
+  // Forked completions are recomputed (rare).
+  if (r->tier == nullptr || r->num_active() != 1) return false;
   const SequenceState& s = r->seqs[0];
   if (!s.live()) return false;
   if (!r->started) sched_.EnsureHashes(r);  // the tier reuses the prompt's hashes
   if (!r->tier->WantsPrefetch(s.tokens, r->started, r->prompt_hashes, r->salt, kv_)) return false;
-  const auto timeout =
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(prefetch_timeout_s_));
-  r->tier->Start(tier_, r->req.tenant, [this] { cv_.notify_one(); }, clock_->Now() + timeout);
+  const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(prefetch_timeout_s_));
+  r->tier->Start(
+      tier_, r->req.tenant, [this] { cv_.notify_one(); }, clock_->Now() + timeout);
   fetching_.push_back(r->id);
   tier_prefetches_ += 1;
   return true;
@@ -274,7 +277,8 @@ void Engine::PollPrefetches() {
   size_t keep = 0;
   for (size_t i = 0; i < fetching_.size(); ++i) {
     RequestState* r = sched_.Find(fetching_[i]);
-    if (r == nullptr || r->tier == nullptr) continue;  // ended meanwhile (its staging cancelled the fetch)
+    // Ended meanwhile: its TierStaging cancelled the fetch when it was destroyed.
+    if (r == nullptr || r->tier == nullptr) continue;
     if (r->phase != RequestState::Phase::kWaiting) {
       r->tier->Cancel();
       continue;

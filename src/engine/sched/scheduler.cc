@@ -53,16 +53,17 @@ Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager* kv, int block
   out_.copies.reserve(static_cast<size_t>(cfg_.max_num_seqs));
 }
 
-Status CheckQueueBound(const SchedulerConfig& cfg, int queued_requests, int64_t queued_prompt_tokens,
-                       int64_t prompt_tokens) {
+Status CheckQueueBound(const SchedulerConfig& cfg, int queued_requests,
+                       int64_t queued_prompt_tokens, int64_t prompt_tokens) {
   if (queued_requests + 1 > cfg.max_queued_requests) {
     return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_requests) +
                                      " requests waiting (max_queued_requests " +
                                      std::to_string(cfg.max_queued_requests) + ")");
   }
   if (queued_prompt_tokens + prompt_tokens > cfg.max_queued_prompt_tokens) {
-    return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_prompt_tokens) + " + " +
-                                     std::to_string(prompt_tokens) + " prompt tokens waiting (max_queued_prompt_tokens " +
+    return Status::ResourceExhausted("engine queue full: " + std::to_string(queued_prompt_tokens) +
+                                     " + " + std::to_string(prompt_tokens) +
+                                     " prompt tokens waiting (max_queued_prompt_tokens " +
                                      std::to_string(cfg.max_queued_prompt_tokens) + ")");
   }
   return Status::Ok();
@@ -316,7 +317,8 @@ bool Scheduler::PlanAdmission(RequestState* r, int budget) {
   }
   SequenceState& first = r->seqs[0];
   if (r->tier != nullptr && fill_ && n == 1 && first.live() && hit_[0] % block_size_ == 0) {
-    const TierStaging::Staged staged = r->tier->StagedFrom(hit_[0] / block_size_, static_cast<int>(first.tokens.size()));
+    const TierStaging::Staged staged =
+        r->tier->StagedFrom(hit_[0] / block_size_, static_cast<int>(first.tokens.size()));
     const int adopted = plan_.Adopt(first.kv_id, staged.hashes);
     staged_ = TierStaging::Staged{staged.hashes.first(static_cast<size_t>(adopted)),
                                   staged.payloads.first(static_cast<size_t>(adopted))};
@@ -355,12 +357,14 @@ bool Scheduler::Admit(RequestState* r) {
     }
     Preempt(victim);
   }
-  const bool applied =
-      kv_->Apply(plan_, nullptr, [&](kv::SeqId, size_t i, int32_t block) { fill_(block, staged_.payloads[i]); });
+  const bool applied = kv_->Apply(plan_, nullptr, [&](kv::SeqId, size_t i, int32_t block) {
+    fill_(block, staged_.payloads[i]);
+  });
   assert(applied);  // planned just now, and it fits
   (void)applied;
   const int adopted = static_cast<int>(staged_.hashes.size()) * block_size_;
   tier_hit_tokens_ += adopted;
+  staged_ = {};
   if (r->tier != nullptr) r->tier->Adopted();
   r->phase = RequestState::Phase::kRunning;
   Remove(&waiting_, r);
