@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "cachekey/block_hash.h"
 #include "engine/sched/sim_testing.h"
 
 namespace strata::engine::sched {
@@ -542,6 +543,36 @@ TEST(EngineSim, LogprobsMatchLogSoftmaxOfTheModel) {
     }
     hist.push_back(ev.token);
   }
+}
+
+TEST(EngineSim, TheEngineComposesThePrefixSaltFromTheModelAndTheRequestsFacts) {
+  Sim sim(64, Cfg());
+  const std::vector<uint8_t> model = cachekey::ModelSalt({"fingerprint", "f16", 16});
+  sim.engine->SetModelSalt(model);
+  const std::vector<int32_t> prompt = MakePrompt(40, 7);  // 2 full blocks + 8 tokens
+  auto keys = [&](std::string_view adapter, std::string_view tenant) {
+    return cachekey::ComputeBlockHashes(prompt, 16, cachekey::RequestSalt(model, {adapter, tenant}));
+  };
+  SubmitRequest a = Req(prompt, 2);
+  a.tenant = "acme";
+  ASSERT_TRUE(sim.Submit(a).ok());
+  sim.RunToCompletion();
+  // The pool holds exactly the keys cachekey computes from the same facts (what a gateway computes).
+  EXPECT_EQ(sim.engine->kv().ProbeHashes(keys("", "acme")), 2);
+  EXPECT_EQ(sim.engine->kv().ProbeHashes(keys("", "")), 0);
+  // Another adapter for the same tenant and prompt: other keys, no hit.
+  SubmitRequest b = Req(prompt, 2);
+  b.tenant = "acme";
+  b.adapter = "lora-digest";
+  const int64_t hits = sim.engine->Stats().prefix_hit_tokens;
+  ASSERT_TRUE(sim.Submit(b).ok());
+  sim.RunToCompletion();
+  EXPECT_EQ(sim.engine->Stats().prefix_hit_tokens, hits);
+  EXPECT_EQ(sim.engine->kv().ProbeHashes(keys("lora-digest", "acme")), 2);
+  // The same facts again: a hit.
+  ASSERT_TRUE(sim.Submit(a).ok());
+  sim.RunToCompletion();
+  EXPECT_EQ(sim.engine->Stats().prefix_hit_tokens, hits + 32);
 }
 
 TEST(EngineSim, SubmitRejectsRequestsThatCannotFit) {

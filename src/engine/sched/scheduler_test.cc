@@ -135,6 +135,28 @@ TEST(Scheduler, PreemptsLowestPriorityLatestWhenBlocksRunOut) {
   EXPECT_TRUE(f.kv.CheckInvariants().ok());
 }
 
+TEST(Scheduler, ARequestThatDoesNotFitYetIsNeitherChangedNorCountedAsAQuery) {
+  Fixture f(SchedulerConfig{}, /*num_blocks=*/4);
+  const RequestId g = f.Add(Priority::kGold, 40);  // 3 blocks
+  (void)f.sched.Schedule();
+  ASSERT_EQ(f.sched.Find(g)->phase, RequestState::Phase::kRunning);
+  EXPECT_EQ(f.kv.Stats().prefix_query_tokens, 40);
+  const RequestId b = f.Add(Priority::kBronze, 30);  // 2 blocks, 1 free, nothing below it to preempt
+  for (int i = 0; i < 3; ++i) {
+    const SchedulerOutput& out = f.sched.Schedule();
+    EXPECT_EQ(out.num_preempted, 0);
+    EXPECT_EQ(f.sched.Find(b)->phase, RequestState::Phase::kWaiting);
+    EXPECT_EQ(f.sched.Find(b)->seqs[0].kv_id, -1);
+    EXPECT_EQ(f.kv.Stats().prefix_query_tokens, 40);  // its attempts are not queries
+    EXPECT_EQ(f.kv.NumSeqs(), 1);
+    EXPECT_TRUE(f.kv.CheckInvariants().ok());
+  }
+  ASSERT_NE(f.sched.Abort(g, FinishReason::kCancelled), nullptr);
+  (void)f.sched.Schedule();
+  EXPECT_EQ(f.sched.Find(b)->phase, RequestState::Phase::kRunning);
+  EXPECT_EQ(f.kv.Stats().prefix_query_tokens, 40 + 30);  // counted once, when it was admitted
+}
+
 // Shared-prefix deferral. Prompts: a 64-token common prefix (4 blocks) + an 8-token suffix.
 std::vector<int32_t> SharedPrompt(int32_t suffix) {
   std::vector<int32_t> p;
