@@ -12,9 +12,9 @@
 // Priority (a strict total order, recomputed every step):
 //   key = (level, deadline or +inf, arrival order), smaller first, where
 //   level = priority - floor(time since submission / aging_s)   (gold 0, silver 1, bronze 2)
-// so a request that has waited aging_s moves up one level, and after (priority + 1) * aging_s it is ahead
-// of every newly arrived gold request: bronze never starves under a gold flood. Level may go below
-// gold. The same key orders waiting requests (admission) and running ones (who is preempted).
+// so a request that has waited aging_s moves up one level, and after (priority + 1) * aging_s it is
+// ahead of every newly arrived gold request: bronze never starves under a gold flood. Level may go
+// below gold. The same key orders waiting requests (admission) and running ones (who is preempted).
 //
 // Step (Schedule): token budget max_batched_tokens, at most max_num_seqs admitted sequences.
 //   A. running decodes in priority order (1 token each);
