@@ -307,7 +307,7 @@ TEST(ReplicaConfigTest, TheExampleFileDocumentsEveryKey) {
   EXPECT_TRUE(full->engine.kv_tiers.ram && full->engine.kv_tiers.disk && full->engine.kv_tiers.redis);
   const std::vector<std::string> all = ReplicaConfigKeyPaths();
   const std::set<std::string> leaves(all.begin(), all.end());
-  EXPECT_GT(leaves.size(), 50u);
+  EXPECT_GE(leaves.size(), 50u);
   std::set<std::string> present;
   LeafPaths(YAML::Load(uncommented), "", leaves, &present);
   EXPECT_EQ(present, leaves);
