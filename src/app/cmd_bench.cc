@@ -1,13 +1,13 @@
 // `strata bench model`: llama-bench-style prefill (pp) and decode (tg) throughput of one sequence.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "app/commands.h"
 #include "app/replica_flags.h"
@@ -226,9 +226,11 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
   engine::ServingConfig& serving = replica.engine;
   // The workload decides what the config leaves open: the context its prompts need, and a queue
   // bound that admits every prompt (they are all submitted at once).
-  if (serving.max_model_len == 0) serving.max_model_len = o.shared_prefix + o.input_len + o.output_len;
+  if (serving.max_model_len == 0)
+    serving.max_model_len = o.shared_prefix + o.input_len + o.output_len;
   if (!o.replica.Passed("--max-queued-requests"))
-    serving.scheduler.max_queued_requests = std::max(serving.scheduler.max_queued_requests, o.num_prompts);
+    serving.scheduler.max_queued_requests =
+        std::max(serving.scheduler.max_queued_requests, o.num_prompts);
   std::string path = replica.model.path.empty() ? DefaultModelPath() : replica.model.path;
   ASSIGN_OR_RETURN(auto loaded, model::Model::Load(path));
   std::shared_ptr<const model::Model> model = std::move(loaded);
@@ -265,26 +267,43 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
   if (o.json) {
     nlohmann::json all = nlohmann::json::array();
     for (size_t i = 0; i < runs.size(); ++i) all.push_back(tps(i));
-    nlohmann::json j = {{"model", path}, {"num_prompts", o.num_prompts}, {"input_len", o.input_len},
-                        {"output_len", o.output_len}, {"shared_prefix", o.shared_prefix},
-                        {"max_num_seqs", serving.scheduler.max_num_seqs}, {"threads", serving.threads},
-                        {"prefix_cache", serving.kv_cache.prefix_cache},
-                        {"kv_dtype", engine::kv::KvDTypeName(serving.kv_cache.dtype)},
-                        {"kv_blocks", se->num_blocks()}, {"reps", o.reps}, {"warmup", o.warmup},
-                        {"completed", m.completed}, {"failed", m.failed}, {"duration_s", m.duration_s},
-                        {"requests_per_s", req_s}, {"output_tps", out_tps}, {"output_tps_runs", all},
-                        {"ttft_ms", PercentileJson(m.ttft_ms)}, {"tpot_ms", PercentileJson(m.tpot_ms)},
-                        {"prefix_hit_tokens", m.prefix_hit_tokens}, {"prefix_query_tokens", m.prefix_query_tokens},
-                        {"preemptions", m.preemptions}, {"tier_hit_tokens", m.tier_hit_tokens},
-                        {"kv_tier_ram", serving.kv_tiers.ram ? FormatMemorySize(serving.kv_tiers.ram->limits.capacity_bytes) : ""},
-                        {"decode_tps", m.decode_tps()},
-                        {"decode_steps", m.decode_steps}, {"decode_tokens", m.decode_tokens},
-                        {"decode_mean_batch", m.decode_mean_batch()}};
+    nlohmann::json j = {
+        {"model", path},
+        {"num_prompts", o.num_prompts},
+        {"input_len", o.input_len},
+        {"output_len", o.output_len},
+        {"shared_prefix", o.shared_prefix},
+        {"max_num_seqs", serving.scheduler.max_num_seqs},
+        {"threads", serving.threads},
+        {"prefix_cache", serving.kv_cache.prefix_cache},
+        {"kv_dtype", engine::kv::KvDTypeName(serving.kv_cache.dtype)},
+        {"kv_blocks", se->num_blocks()},
+        {"reps", o.reps},
+        {"warmup", o.warmup},
+        {"completed", m.completed},
+        {"failed", m.failed},
+        {"duration_s", m.duration_s},
+        {"requests_per_s", req_s},
+        {"output_tps", out_tps},
+        {"output_tps_runs", all},
+        {"ttft_ms", PercentileJson(m.ttft_ms)},
+        {"tpot_ms", PercentileJson(m.tpot_ms)},
+        {"prefix_hit_tokens", m.prefix_hit_tokens},
+        {"prefix_query_tokens", m.prefix_query_tokens},
+        {"preemptions", m.preemptions},
+        {"tier_hit_tokens", m.tier_hit_tokens},
+        {"kv_tier_ram",
+         serving.kv_tiers.ram ? FormatMemorySize(serving.kv_tiers.ram->limits.capacity_bytes) : ""},
+        {"decode_tps", m.decode_tps()},
+        {"decode_steps", m.decode_steps},
+        {"decode_tokens", m.decode_tokens},
+        {"decode_mean_batch", m.decode_mean_batch()}};
     std::cout << j.dump(2) << std::endl;
   } else {
-    std::cout << fmt::format("model {}  prompts {} x ({} shared + {} in, {} out)  max-num-seqs {}  prefix cache {}\n",
-                             path, o.num_prompts, o.shared_prefix, o.input_len, o.output_len,
-                             serving.scheduler.max_num_seqs, serving.kv_cache.prefix_cache ? "on" : "off");
+    std::cout << fmt::format(
+        "model {}  prompts {} x ({} shared + {} in, {} out)  max-num-seqs {}  prefix cache {}\n",
+        path, o.num_prompts, o.shared_prefix, o.input_len, o.output_len,
+        serving.scheduler.max_num_seqs, serving.kv_cache.prefix_cache ? "on" : "off");
     std::cout << fmt::format("completed {}  failed {}  duration {:.2f} s  requests/s {:.2f}  output tokens/s {:.2f}\n",
                              m.completed, m.failed, m.duration_s, req_s, out_tps);
     std::cout << fmt::format("TTFT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n", Percentile(m.ttft_ms, 50),
@@ -322,7 +341,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   });
 
   auto f = std::make_shared<BenchOfflineOptions>();
-  CLI::App* off = bench->add_subcommand("offline", "Run N requests through the batching engine; throughput, TTFT, TPOT");
+  CLI::App* off = bench->add_subcommand(
+      "offline", "Run N requests through the batching engine; throughput, TTFT, TPOT");
   off->add_option("--num-prompts", f->num_prompts, "Requests")->capture_default_str();
   off->add_option("--input-len", f->input_len, "Prompt tokens per request (after the shared prefix)")->capture_default_str();
   off->add_option("--output-len", f->output_len, "Generated tokens per request")->capture_default_str();

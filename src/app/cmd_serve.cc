@@ -1,20 +1,19 @@
 // `strata serve`: the OpenAI-compatible HTTP server (src/server) over the serving engine
 // (engine::ServingEngine: model + paged KV + CpuModelRunner + sched::Engine). Wiring only: load, build the engine, start HTTP, wait for
 // SIGINT/SIGTERM, drain, exit 0.
+#include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <mutex>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "app/commands.h"
 #include "app/replica_flags.h"
@@ -101,7 +100,8 @@ Status RunServe(const engine::ReplicaConfig& config) {
                                                tok->n_vocab(), cfg.n_vocab));
   if (!config.model.chat_template_file.empty()) {
     std::ifstream f(config.model.chat_template_file, std::ios::binary);
-    if (!f) return Status::IoError("cannot read --chat-template-file " + config.model.chat_template_file);
+    if (!f)
+      return Status::IoError("cannot read --chat-template-file " + config.model.chat_template_file);
     template_source.assign(std::istreambuf_iterator<char>(f), {});
   }
   std::unique_ptr<chat::ChatTemplate> tmpl;
@@ -164,16 +164,20 @@ Status RunServe(const engine::ReplicaConfig& config) {
 
   api->SetReady(true);
   api_ptr.store(api.get(), std::memory_order_release);
-  std::printf("strata serve: ready: model '%s' (%s), context %d, %d KV blocks of %d tokens, %s, %s\n", info.name.c_str(),
-              path.c_str(), max_len, blocks, sc.kv_cache.block_size, tmpl ? "chat template present" : "no chat template (chat -> 400)",
-              DescribeTiers(sc.kv_tiers).c_str());
+  std::printf(
+      "strata serve: ready: model '%s' (%s), context %d, %d KV blocks of %d tokens, %s, %s\n",
+      info.name.c_str(), path.c_str(), max_len, blocks, sc.kv_cache.block_size,
+      tmpl ? "chat template present" : "no chat template (chat -> 400)",
+      DescribeTiers(sc.kv_tiers).c_str());
   std::fflush(stdout);
 
   int sig = 0;
   sigwait(&sigs, &sig);
-  std::fprintf(stderr, "strata serve: %s, draining (up to %.0f s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout_s);
+  std::fprintf(stderr, "strata serve: %s, draining (up to %.0f s)\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout_s);
   api->StartDraining();
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
   while (std::chrono::steady_clock::now() < deadline && (api->live_jobs() > 0 || server->active_responses() > 0))
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   server->StopAccepting();
@@ -193,7 +197,8 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   auto print_config = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)");
   flags->Register(cmd, ReplicaFlags::kModel | ReplicaFlags::kServer | ReplicaFlags::kEngine);
-  cmd->add_flag("--print-config", *print_config, "print the effective config (YAML, loadable by --config) and exit");
+  cmd->add_flag("--print-config", *print_config,
+                "print the effective config (YAML, loadable by --config) and exit");
   cmd->callback([flags, print_config, exit_code] {
     auto config = flags->Resolve();
     Status s = config.status();

@@ -60,68 +60,91 @@ void ReplicaFlags::Register(CLI::App* cmd, unsigned scopes) {
 
 void ReplicaFlags::AddModel(CLI::App* cmd, unsigned scopes) {
   if (scopes & (kModelPath | kModel)) {
-    Bind<std::string>(cmd, "-m,--model", "GGUF model (default: the bundled model)",
-                      [](ReplicaConfig& c) -> auto& { return c.model.path; });
+    Bind<std::string>(
+        cmd, "-m,--model", "GGUF model (default: the bundled model)",
+        [](ReplicaConfig & c) -> auto& { return c.model.path; });
   }
   if (!(scopes & kModel)) return;
-  Bind<std::string>(cmd, "--served-model-name", "model id clients use (default: file stem)",
-                    [](ReplicaConfig& c) -> auto& { return c.model.served_model_name; });
-  Bind<std::string>(cmd, "--chat-template-file", "Jinja chat template overriding the GGUF's",
-                    [](ReplicaConfig& c) -> auto& { return c.model.chat_template_file; });
+  Bind<std::string>(
+      cmd, "--served-model-name", "model id clients use (default: file stem)",
+      [](ReplicaConfig & c) -> auto& { return c.model.served_model_name; });
+  Bind<std::string>(
+      cmd, "--chat-template-file", "Jinja chat template overriding the GGUF's",
+      [](ReplicaConfig & c) -> auto& { return c.model.chat_template_file; });
 }
 
 void ReplicaFlags::AddServer(CLI::App* cmd) {
-  Bind<std::string>(cmd, "--host", "address to bind",
-                    [](ReplicaConfig& c) -> auto& { return c.server.host; });
-  Bind<int>(cmd, "--port", "port (0: any free port; the bound port is printed)",
-            [](ReplicaConfig& c) -> auto& { return c.server.port; });
+  Bind<std::string>(
+      cmd, "--host", "address to bind", [](ReplicaConfig & c) -> auto& { return c.server.host; });
+  Bind<int>(
+      cmd, "--port", "port (0: any free port; the bound port is printed)",
+      [](ReplicaConfig & c) -> auto& { return c.server.port; });
   Text(cmd, "--api-key", "require 'Authorization: Bearer KEY' (all routes but /health, /ready)",
        [](const std::string& key, ReplicaConfig* c) {
          c->server.api_keys = {key};
          return Status::Ok();
        });
-  Bind<std::string>(cmd, "--api-key-file", "file with one accepted key per line",
-                    [](ReplicaConfig& c) -> auto& { return c.server.api_key_file; });
-  Bind<int>(cmd, "--io-threads", "HTTP I/O threads",
-            [](ReplicaConfig& c) -> auto& { return c.server.io_threads; });
-  Bind<uint64_t>(cmd, "--max-body-bytes", "request body limit (413 above)",
-                 [](ReplicaConfig& c) -> auto& { return c.server.max_body_bytes; });
-  Bind<int>(cmd, "--max-tokens-cap", "largest accepted max_tokens",
-            [](ReplicaConfig& c) -> auto& { return c.server.max_tokens_cap; });
-  Bind<double>(cmd, "--shutdown-timeout", "seconds in-flight requests get to finish on SIGTERM",
-               [](ReplicaConfig& c) -> auto& { return c.server.shutdown_timeout_s; });
-  Bind<double>(cmd, "--idle-timeout", "seconds an idle keep-alive connection is kept",
-               [](ReplicaConfig& c) -> auto& { return c.server.idle_timeout_s; });
-  Bind<double>(cmd, "--request-timeout", "seconds a client gets to send one request",
-               [](ReplicaConfig& c) -> auto& { return c.server.request_timeout_s; });
+  Bind<std::string>(
+      cmd, "--api-key-file", "file with one accepted key per line",
+      [](ReplicaConfig & c) -> auto& { return c.server.api_key_file; });
+  Bind<int>(
+      cmd, "--io-threads", "HTTP I/O threads",
+      [](ReplicaConfig & c) -> auto& { return c.server.io_threads; });
+  Bind<uint64_t>(
+      cmd, "--max-body-bytes", "request body limit (413 above)",
+      [](ReplicaConfig & c) -> auto& { return c.server.max_body_bytes; });
+  Bind<int>(
+      cmd, "--max-tokens-cap", "largest accepted max_tokens",
+      [](ReplicaConfig & c) -> auto& { return c.server.max_tokens_cap; });
+  Bind<double>(
+      cmd, "--shutdown-timeout", "seconds in-flight requests get to finish on SIGTERM",
+      [](ReplicaConfig & c) -> auto& { return c.server.shutdown_timeout_s; });
+  Bind<double>(
+      cmd, "--idle-timeout", "seconds an idle keep-alive connection is kept",
+      [](ReplicaConfig & c) -> auto& { return c.server.idle_timeout_s; });
+  Bind<double>(
+      cmd, "--request-timeout", "seconds a client gets to send one request",
+      [](ReplicaConfig & c) -> auto& { return c.server.request_timeout_s; });
 }
 
 void ReplicaFlags::AddEngine(CLI::App* cmd) {
-  Bind<int>(cmd, "-t,--threads", "compute threads (0: all cores)",
-            [](ReplicaConfig& c) -> auto& { return c.engine.threads; });
-  Bind<int>(cmd, "--max-model-len", "context size per sequence (0: the model's, at most 8192)",
-            [](ReplicaConfig& c) -> auto& { return c.engine.max_model_len; });
-  Bind<std::string>(cmd, "--kv-cache-memory", "KV cache budget: 512MiB, 2GiB, 0.25 (of RAM), 10%",
-                    [](ReplicaConfig& c) -> auto& { return c.engine.kv_cache.memory; });
+  Bind<int>(
+      cmd, "-t,--threads", "compute threads (0: all cores)",
+      [](ReplicaConfig & c) -> auto& { return c.engine.threads; });
+  Bind<int>(
+      cmd, "--max-model-len", "context size per sequence (0: the model's, at most 8192)",
+      [](ReplicaConfig & c) -> auto& { return c.engine.max_model_len; });
+  Bind<std::string>(
+      cmd, "--kv-cache-memory", "KV cache budget: 512MiB, 2GiB, 0.25 (of RAM), 10%",
+      [](ReplicaConfig & c) -> auto& { return c.engine.kv_cache.memory; });
   Text(cmd, "--kv-dtype,--kv-cache-dtype", "KV cache type: f16 (default), f32, q8_0",
        [](const std::string& text, ReplicaConfig* c) {
          ASSIGN_OR_RETURN(c->engine.kv_cache.dtype, engine::kv::ParseKvDType(text));
          return Status::Ok();
        });
-  Bind<int>(cmd, "--block-size", "tokens per KV block",
-            [](ReplicaConfig& c) -> auto& { return c.engine.kv_cache.block_size; });
+  Bind<int>(
+      cmd, "--block-size", "tokens per KV block",
+      [](ReplicaConfig & c) -> auto& { return c.engine.kv_cache.block_size; });
   // "!": the flag stores false.
-  Bind<bool>(cmd, "!--no-prefix-cache", "disable prefix caching",
-             [](ReplicaConfig& c) -> auto& { return c.engine.kv_cache.prefix_cache; });
-  Bind<int>(cmd, "--max-num-seqs", "sequences running at once",
-            [](ReplicaConfig& c) -> auto& { return c.engine.scheduler.max_num_seqs; });
-  Bind<int>(cmd, "--max-batched-tokens", "tokens per engine step",
-            [](ReplicaConfig& c) -> auto& { return c.engine.scheduler.max_batched_tokens; });
-  Bind<int>(cmd, "--max-prefill-tokens-with-decodes",
-            "prompt tokens per step while sequences are decoding (bounds their inter-token stall; 0: no cap)",
-            [](ReplicaConfig& c) -> auto& { return c.engine.scheduler.max_prefill_tokens_with_decodes; });
-  Bind<int>(cmd, "--max-queued-requests", "admission bound: more waiting requests get 429",
-            [](ReplicaConfig& c) -> auto& { return c.engine.scheduler.max_queued_requests; });
+  Bind<bool>(
+      cmd, "!--no-prefix-cache", "disable prefix caching",
+      [](ReplicaConfig & c) -> auto& { return c.engine.kv_cache.prefix_cache; });
+  Bind<int>(
+      cmd, "--max-num-seqs", "sequences running at once",
+      [](ReplicaConfig & c) -> auto& { return c.engine.scheduler.max_num_seqs; });
+  Bind<int>(
+      cmd, "--max-batched-tokens", "tokens per engine step",
+      [](ReplicaConfig & c) -> auto& { return c.engine.scheduler.max_batched_tokens; });
+  Bind<int>(
+      cmd, "--max-prefill-tokens-with-decodes",
+      "prompt tokens per step while sequences are decoding (bounds their inter-token stall; 0: no "
+      "cap)",
+      [](ReplicaConfig & c) -> auto& {
+        return c.engine.scheduler.max_prefill_tokens_with_decodes;
+      });
+  Bind<int>(
+      cmd, "--max-queued-requests", "admission bound: more waiting requests get 429",
+      [](ReplicaConfig & c) -> auto& { return c.engine.scheduler.max_queued_requests; });
   AddTiers(cmd);
 }
 
@@ -129,7 +152,7 @@ void ReplicaFlags::AddEngine(CLI::App* cmd) {
 void ReplicaFlags::AddTiers(CLI::App* cmd) {
   cmd->add_option("--kv-tier-config", kv_tier_config_file_,
                   "YAML file of the engine.kv_tiers section alone (flags below override it)");
-  auto tiers = [](ReplicaConfig* c) -> auto& { return c->engine.kv_tiers; };
+  auto tiers = [](ReplicaConfig * c) -> auto& { return c->engine.kv_tiers; };
   Text(cmd, "--kv-tier-ram", "host-RAM KV tier (L2) capacity, e.g. 2GiB",
        [tiers](const std::string& text, ReplicaConfig* c) {
          ASSIGN_OR_RETURN(uint64_t bytes, Size("--kv-tier-ram", text));
@@ -175,30 +198,35 @@ void ReplicaFlags::AddTiers(CLI::App* cmd) {
          auto& redis = tiers(c).redis;
          return Ttl("--kv-tier-redis-ttl", text, redis ? &redis->limits : nullptr);
        });
-  Text(cmd, "--kv-tier-redis-write-through",
-       "on (default): every computed block is written to Redis; off: this replica only reads Redis",
-       [tiers](const std::string& text, ReplicaConfig* c) {
-         auto& redis = tiers(c).redis;
-         if (!redis) return Status::InvalidArgument("--kv-tier-redis-write-through needs --kv-tier-redis URL");
-         if (text != "on" && text != "off") return Status::InvalidArgument("--kv-tier-redis-write-through must be on or off");
-         redis->write_through = text == "on";
-         return Status::Ok();
-       });
-  Text(cmd, "--kv-tier-compression", "none (default), lz4 or zstd",
-       [tiers](const std::string& text, ReplicaConfig* c) {
-         static constexpr std::pair<std::string_view, Compression> kNames[] = {
-             {"none", Compression::kNone}, {"lz4", Compression::kLz4}, {"zstd", Compression::kZstd}};
-         for (const auto& [name, value] : kNames) {
-           if (text == name) {
-             tiers(c).compression = value;
-             return Status::Ok();
-           }
-         }
-         return Status::InvalidArgument("--kv-tier-compression must be none, lz4 or zstd");
-       });
-  Bind<double>(cmd, "--kv-tier-prefetch-timeout",
-               "seconds a request waits for its blocks from the tiers before computing them",
-               [](ReplicaConfig& c) -> auto& { return c.engine.kv_tier_prefetch_timeout_s; });
+  Text(
+      cmd, "--kv-tier-redis-write-through",
+      "on (default): every computed block is written to Redis; off: this replica only reads Redis",
+      [tiers](const std::string& text, ReplicaConfig* c) {
+        auto& redis = tiers(c).redis;
+        if (!redis)
+          return Status::InvalidArgument("--kv-tier-redis-write-through needs --kv-tier-redis URL");
+        if (text != "on" && text != "off")
+          return Status::InvalidArgument("--kv-tier-redis-write-through must be on or off");
+        redis->write_through = text == "on";
+        return Status::Ok();
+      });
+  Text(
+      cmd, "--kv-tier-compression", "none (default), lz4 or zstd",
+      [tiers](const std::string& text, ReplicaConfig* c) {
+        static constexpr std::pair<std::string_view, Compression> kNames[] = {
+            {"none", Compression::kNone}, {"lz4", Compression::kLz4}, {"zstd", Compression::kZstd}};
+        for (const auto& [name, value] : kNames) {
+          if (text == name) {
+            tiers(c).compression = value;
+            return Status::Ok();
+          }
+        }
+        return Status::InvalidArgument("--kv-tier-compression must be none, lz4 or zstd");
+      });
+  Bind<double>(
+      cmd, "--kv-tier-prefetch-timeout",
+      "seconds a request waits for its blocks from the tiers before computing them",
+      [](ReplicaConfig & c) -> auto& { return c.engine.kv_tier_prefetch_timeout_s; });
 }
 
 Result<ReplicaConfig> ReplicaFlags::Resolve() const {

@@ -11,13 +11,12 @@
 // must not move (hold it in a shared_ptr). Thread contract: CLI parsing thread only.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <deque>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "base/status.h"
 #include "engine/serving/replica_config.h"

@@ -83,11 +83,11 @@ Result<uint64_t> ParseMemorySize(std::string_view text, uint64_t physical_bytes)
       double scale;
     };
     static constexpr UnitDef kUnits[] = {
-        {"b", 1.0},
-        {"k", 1024.0},           {"kib", 1024.0},           {"kb", 1e3},
-        {"m", 1048576.0},        {"mib", 1048576.0},        {"mb", 1e6},
-        {"g", 1073741824.0},     {"gib", 1073741824.0},     {"gb", 1e9},
-        {"t", 1099511627776.0},  {"tib", 1099511627776.0},  {"tb", 1e12},
+        {"b", 1.0},   {"k", 1024.0},          {"kib", 1024.0},
+        {"kb", 1e3},  {"m", 1048576.0},       {"mib", 1048576.0},
+        {"mb", 1e6},  {"g", 1073741824.0},    {"gib", 1073741824.0},
+        {"gb", 1e9},  {"t", 1099511627776.0}, {"tib", 1099511627776.0},
+        {"tb", 1e12},
     };
     double scale = 0.0;
     for (const UnitDef& u : kUnits) {

@@ -15,10 +15,9 @@ namespace strata {
 uint64_t PhysicalMemoryBytes();
 
 // Parses a memory size (--kv-cache-memory, config files):
-//   "4GiB", "512MiB", "64KiB", "1TiB", "1.5GiB"  binary units; "K", "M", "G", "T" alone are binary too
-//   "4GB", "500MB", "64KB", "1TB"                 decimal units
-//   "1048576B"                                    bytes
-//   "0.5", "1", "50%"                             a fraction of physical RAM (a bare number in (0, 1],
+//   "4GiB", "512MiB", "64KiB", "1TiB", "1.5GiB"  binary units; "K", "M", "G", "T" alone are binary
+//   too "4GB", "500MB", "64KB", "1TB"                 decimal units "1048576B" bytes "0.5", "1",
+//   "50%"                             a fraction of physical RAM (a bare number in (0, 1],
 //                                                 or a percentage in (0, 100])
 // Units are case-insensitive; spaces between number and unit are allowed. Zero, negative,
 // non-finite, unit-less numbers above 1 and values >= 2^63 are refused with kInvalidArgument

@@ -28,9 +28,9 @@ TEST(ParseMemorySizeTest, UnitsAndFractions) {
   EXPECT_EQ(ok("1"), ram);
   EXPECT_EQ(ok("50%"), 500000u);
   EXPECT_EQ(ok("100%"), ram);
-  for (std::string_view bad : {"", "GiB", "0", "0GiB", "-1GiB", "-0.5", "100", "1.5", "101%",
-                               "0%", "4XB", "1e3GiB", "nan", "inf", "0x10MiB", "1..5GiB",
-                               "100000000TiB", "0.1B", "4 GiB extra"}) {
+  for (std::string_view bad :
+       {"", "GiB", "0", "0GiB", "-1GiB", "-0.5", "100", "1.5", "101%", "0%", "4XB", "1e3GiB", "nan",
+        "inf", "0x10MiB", "1..5GiB", "100000000TiB", "0.1B", "4 GiB extra"}) {
     auto r = ParseMemorySize(bad, ram);
     EXPECT_FALSE(r.ok()) << "'" << bad << "' parsed as " << (r.ok() ? *r : 0);
     if (!r.ok()) {

@@ -137,17 +137,20 @@ TEST(CliTest, ServeRefusesBadEngineFlagsBeforeListening) {
 TEST(CliTest, ServeConfigFileFlagsOverrideAndPrintRoundTrips) {
   const std::string dir = ::testing::TempDir();
   const std::string file = dir + "/cli_replica_" + std::to_string(::getpid()) + ".yaml";
-  std::ofstream(file) << "server:\n  port: 0\n  io_threads: 3\nengine:\n  scheduler:\n    max_num_seqs: 8\n"
-                         "  kv_tiers:\n    ram: {capacity: 256MiB}\n";
+  std::ofstream(file)
+      << "server:\n  port: 0\n  io_threads: 3\nengine:\n  scheduler:\n    max_num_seqs: 8\n"
+         "  kv_tiers:\n    ram: {capacity: 256MiB}\n";
   RunResult r = RunStrata("serve --config " + file + " --print-config");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find("listening"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("max_num_seqs: 8\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("io_threads: 3\n"), std::string::npos) << r.out;  // --io-threads' default does not override
+  EXPECT_NE(r.out.find("io_threads: 3\n"), std::string::npos)
+      << r.out;  // --io-threads' default does not override
   EXPECT_NE(r.out.find("capacity: 256MiB\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("max_queued_requests: 256\n"), std::string::npos) << r.out;  // the default
 
-  RunResult o = RunStrata("serve --config " + file + " --max-num-seqs 4 --kv-tier-ram 1GiB --port 9 --print-config");
+  RunResult o = RunStrata("serve --config " + file +
+                          " --max-num-seqs 4 --kv-tier-ram 1GiB --port 9 --print-config");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_NE(o.out.find("max_num_seqs: 4\n"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("capacity: 1GiB\n"), std::string::npos) << o.out;
@@ -161,7 +164,8 @@ TEST(CliTest, ServeConfigFileFlagsOverrideAndPrintRoundTrips) {
   EXPECT_EQ(back.out, o.out);
 
   // The example file is the defaults.
-  RunResult example = RunStrata(std::string("serve --config ") + STRATA_SOURCE_DIR + "/examples/replica.yaml --print-config");
+  RunResult example = RunStrata(std::string("serve --config ") + STRATA_SOURCE_DIR +
+                                "/examples/replica.yaml --print-config");
   ASSERT_EQ(example.exit_code, 0) << example.err;
   EXPECT_EQ(example.out, RunStrata("serve --print-config").out);
 
@@ -169,7 +173,8 @@ TEST(CliTest, ServeConfigFileFlagsOverrideAndPrintRoundTrips) {
   std::ofstream(file) << "engine:\n  scheduler:\n    max_num_seq: 8\n";
   RunResult bad = RunStrata("serve --port 0 --config " + file);
   EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_NE(bad.err.find("engine.scheduler.max_num_seq: unknown key (did you mean max_num_seqs?)"), std::string::npos)
+  EXPECT_NE(bad.err.find("engine.scheduler.max_num_seq: unknown key (did you mean max_num_seqs?)"),
+            std::string::npos)
       << bad.err;
   EXPECT_EQ(bad.out.find("listening"), std::string::npos) << bad.out;
   // bench offline reads the same file.

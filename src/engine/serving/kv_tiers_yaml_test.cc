@@ -68,7 +68,8 @@ TEST(KvTierConfigYamlTest, ErrorsNameTheKey) {
     auto c = ParseKvTiersYaml(k.yaml);
     ASSERT_FALSE(c.ok()) << k.yaml;
     EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << k.yaml;
-    EXPECT_NE(c.status().message().find(k.needle), std::string::npos) << k.yaml << " → " << c.status().ToString();
+    EXPECT_NE(c.status().message().find(k.needle), std::string::npos)
+        << k.yaml << " → " << c.status().ToString();
   }
 }
 

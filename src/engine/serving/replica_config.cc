@@ -5,6 +5,7 @@
 // yaml-cpp throws; every exception is caught at the two entry points below.
 #include "engine/serving/replica_config.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -14,8 +15,6 @@
 #include <limits>
 #include <optional>
 #include <type_traits>
-
-#include <fmt/format.h>
 
 #include "base/memory_size.h"
 
@@ -44,7 +43,8 @@ struct Codec {
 template <typename V>
 Result<V> DecodeInt(const YAML::Node& n, const std::string& path) {
   long long v = 0;
-  if (!n.IsScalar() || !YAML::convert<long long>::decode(n, v)) return Bad(path, "expected an integer");
+  if (!n.IsScalar() || !YAML::convert<long long>::decode(n, v))
+    return Bad(path, "expected an integer");
   bool fits = false;
   if constexpr (std::is_signed_v<V>) {
     fits = v >= static_cast<long long>(std::numeric_limits<V>::min()) &&
@@ -74,7 +74,8 @@ constexpr Codec<double> kDouble{DecodeDouble, EncodeDouble};
 
 Result<bool> DecodeBool(const YAML::Node& n, const std::string& path) {
   bool v = false;
-  if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) return Bad(path, "expected true or false");
+  if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v))
+    return Bad(path, "expected true or false");
   return v;
 }
 void EncodeBool(const bool& v, YAML::Emitter& out) { out << (v ? "true" : "false"); }
@@ -185,7 +186,8 @@ using Check = std::function<std::string(const V&)>;
 template <typename V>
 Check<V> InRange(V lo, V hi) {
   return [lo, hi](const V& v) {
-    return v >= lo && v <= hi ? std::string() : fmt::format("must be in [{}, {}], got {}", lo, hi, v);
+    return v >= lo && v <= hi ? std::string()
+                              : fmt::format("must be in [{}, {}], got {}", lo, hi, v);
   };
 }
 
@@ -244,13 +246,15 @@ std::string Suggest(std::string_view name, const std::vector<std::string_view>& 
 }
 
 template <typename S>
-Status DecodeSection(const Section<S>& keys, const YAML::Node& node, const std::string& path, S* s) {
+Status DecodeSection(const Section<S>& keys, const YAML::Node& node, const std::string& path,
+                     S* s) {
   if (node.IsNull()) return Status::Ok();
   if (!node.IsMap()) return Bad(path, "expected a mapping");
   for (const auto& kv : node) {
     if (!kv.first.IsScalar()) return Bad(path, "keys must be strings");
     const std::string name = kv.first.Scalar();
-    auto it = std::find_if(keys.begin(), keys.end(), [&](const Key<S>& k) { return k.name == name; });
+    auto it =
+        std::find_if(keys.begin(), keys.end(), [&](const Key<S>& k) { return k.name == name; });
     if (it == keys.end()) {
       std::vector<std::string_view> known;
       for (const auto& k : keys) known.push_back(k.name);
@@ -287,7 +291,8 @@ void SectionPaths(const Section<S>& keys, const std::string& path, std::vector<s
 
 // A leaf: S::*m decoded with `codec`, checked with `check` (none: any value of the type).
 template <typename S, typename V>
-Key<S> Leaf(std::string_view name, std::string_view flag, V S::*m, Codec<V> codec, Check<V> check = {}) {
+Key<S> Leaf(std::string_view name, std::string_view flag, V S::*m, Codec<V> codec,
+            Check<V> check = {}) {
   Key<S> k;
   k.name = name;
   auto checked = [check, flag](const V& v, const std::string& path, bool with_flags) {
@@ -321,7 +326,9 @@ Key<S> Sub(std::string_view name, T S::*m, const Section<T>& keys) {
   k.check = [m, &keys](const S& s, const std::string& path, bool with_flags) {
     return CheckSection(keys, s.*m, path, with_flags);
   };
-  k.paths = [&keys](const std::string& path, std::vector<std::string>* out) { SectionPaths(keys, path, out); };
+  k.paths = [&keys](const std::string& path, std::vector<std::string>* out) {
+    SectionPaths(keys, path, out);
+  };
   return k;
 }
 
@@ -338,7 +345,9 @@ Key<S> OptionalSub(std::string_view name, std::optional<T> S::*m, const Section<
   k.check = [m, &keys](const S& s, const std::string& path, bool with_flags) {
     return CheckSection(keys, *(s.*m), path, with_flags);
   };
-  k.paths = [&keys](const std::string& path, std::vector<std::string>* out) { SectionPaths(keys, path, out); };
+  k.paths = [&keys](const std::string& path, std::vector<std::string>* out) {
+    SectionPaths(keys, path, out);
+  };
   k.present = [m](const S& s) { return (s.*m).has_value(); };
   return k;
 }
@@ -402,7 +411,8 @@ const Section<ServerConfig>& ServerKeys() {
               InRange(0.0, kMaxSeconds)),
       Leaf<S>("shutdown_timeout_s", "--shutdown-timeout", &S::shutdown_timeout_s, kDouble,
               InRange(0.0, kMaxSeconds)),
-      Leaf<S>("max_tokens_cap", "--max-tokens-cap", &S::max_tokens_cap, kInt<int>, InRange(1, 1 << 24)),
+      Leaf<S>("max_tokens_cap", "--max-tokens-cap", &S::max_tokens_cap, kInt<int>,
+              InRange(1, 1 << 24)),
       Leaf<S>("retry_after_s", "", &S::retry_after_s, kInt<int>, InRange(0, 3600)),
   };
   return keys;
@@ -455,9 +465,11 @@ const Section<kvtier::RamTierConfig>& RamKeys() {
 
 const Section<kvtier::DiskTierConfig>& DiskKeys() {
   using D = kvtier::DiskTierConfig;
-  static const Section<D> keys = Concat<D>(
-      Concat<D>({Leaf<D>("dir", "--kv-tier-disk", &D::dir, kString)}, Inline(&D::limits, LimitKeys())),
-      {Leaf<D>("write_through", "", &D::write_through, kBool), Leaf<D>("fsync", "", &D::fsync, kBool)});
+  static const Section<D> keys =
+      Concat<D>(Concat<D>({Leaf<D>("dir", "--kv-tier-disk", &D::dir, kString)},
+                          Inline(&D::limits, LimitKeys())),
+                {Leaf<D>("write_through", "", &D::write_through, kBool),
+                 Leaf<D>("fsync", "", &D::fsync, kBool)});
   return keys;
 }
 
@@ -498,9 +510,10 @@ const Section<ServingConfig>& EngineKeys() {
   using E = ServingConfig;
   static const Section<E> keys = {
       Leaf<E>("threads", "--threads", &E::threads, kInt<int>, InRange(0, 1024)),
-      Leaf<E>("max_model_len", "--max-model-len", &E::max_model_len, kInt<int>, InRange(0, 1 << 24)),
-      Leaf<E>("kv_tier_prefetch_timeout_s", "--kv-tier-prefetch-timeout", &E::kv_tier_prefetch_timeout_s,
-              kDouble, InRange(0.0, 3600.0)),
+      Leaf<E>("max_model_len", "--max-model-len", &E::max_model_len, kInt<int>,
+              InRange(0, 1 << 24)),
+      Leaf<E>("kv_tier_prefetch_timeout_s", "--kv-tier-prefetch-timeout",
+              &E::kv_tier_prefetch_timeout_s, kDouble, InRange(0.0, 3600.0)),
       Sub<E>("kv_cache", &E::kv_cache, KvCacheKeys()),
       Sub<E>("scheduler", &E::scheduler, SchedulerKeys()),
       Sub<E>("kv_tiers", &E::kv_tiers, TierKeys()),

@@ -45,18 +45,18 @@ struct ModelFileConfig {
 // server: (mirrors server::HttpServerOptions and the API's limits; cmd_serve maps it)
 struct ServerConfig {
   std::string host = "127.0.0.1";
-  int port = 8080;                     // 0: any free port (the bound one is printed)
-  std::vector<std::string> api_keys;   // accepted bearer keys; empty (and no file): no auth
-  std::string api_key_file;            // one key per line, '#' comments
+  int port = 8080;                    // 0: any free port (the bound one is printed)
+  std::vector<std::string> api_keys;  // accepted bearer keys; empty (and no file): no auth
+  std::string api_key_file;           // one key per line, '#' comments
   int io_threads = 2;
-  uint64_t max_body_bytes = 4u << 20;  // 413 above
+  uint64_t max_body_bytes = 4u << 20;    // 413 above
   uint32_t max_header_bytes = 16 << 10;  // 431 above
-  int max_connections = 4096;          // further connections are closed at once
-  double idle_timeout_s = 60;          // keep-alive: waiting for a request to start
-  double request_timeout_s = 30;       // reading one request after it started
-  double shutdown_timeout_s = 30;      // in-flight requests get this long on SIGTERM
-  int max_tokens_cap = 4096;           // largest accepted max_tokens
-  int retry_after_s = 1;               // Retry-After on 429
+  int max_connections = 4096;            // further connections are closed at once
+  double idle_timeout_s = 60;            // keep-alive: waiting for a request to start
+  double request_timeout_s = 30;         // reading one request after it started
+  double shutdown_timeout_s = 30;        // in-flight requests get this long on SIGTERM
+  int max_tokens_cap = 4096;             // largest accepted max_tokens
+  int retry_after_s = 1;                 // Retry-After on 429
 };
 
 // engine.kv_cache:
@@ -72,8 +72,8 @@ struct ServingConfig {
   int threads = 0;        // compute threads; 0: all cores
   int max_model_len = 0;  // positions per sequence; 0: the model's context length capped at 8192
   KvCacheConfig kv_cache;
-  sched::SchedulerConfig scheduler;  // scheduler.max_model_len is set by ServingEngine
-  kvtier::TieredKvConfig kv_tiers;   // KV tiers below the pool; all optional (engine/kvtier)
+  sched::SchedulerConfig scheduler;         // scheduler.max_model_len is set by ServingEngine
+  kvtier::TieredKvConfig kv_tiers;          // KV tiers below the pool; all optional (engine/kvtier)
   double kv_tier_prefetch_timeout_s = 1.0;  // longest a request waits for its prefetch
   // Every key in range, the memory size parses, tiers valid and with the prefix cache on. Errors
   // name the key path and its flag ("engine.scheduler.max_num_seqs (--max-num-seqs): ...").

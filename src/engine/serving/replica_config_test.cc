@@ -114,15 +114,23 @@ TEST(ReplicaConfigTest, WrongTypesAndValuesNameThePath) {
       {"server: {idle_timeout_s: -1}", "server.idle_timeout_s: must be in"},
       {"engine: 5", "engine: expected a mapping"},
       {"engine: {threads: 100000}", "engine.threads: must be in [0, 1024]"},
-      {"engine: {kv_cache: {dtype: f64}}", "engine.kv_cache.dtype: expected one of f16, f32, q8_0 (got \"f64\")"},
+      {"engine: {kv_cache: {dtype: f64}}",
+       "engine.kv_cache.dtype: expected one of f16, f32, q8_0 (got \"f64\")"},
       {"engine: {kv_cache: {memory: lots}}", "engine.kv_cache.memory: memory size 'lots'"},
-      {"engine: {kv_cache: {block_size: 0}}", "engine.kv_cache.block_size: must be in [1, 1024], got 0"},
-      {"engine: {kv_cache: {prefix_cache: maybe}}", "engine.kv_cache.prefix_cache: expected true or false"},
-      {"engine: {scheduler: {max_num_seqs: 0}}", "engine.scheduler.max_num_seqs: must be in [1, 1024], got 0"},
-      {"engine: {scheduler: {max_num_seqs: 2147483647}}", "engine.scheduler.max_num_seqs: must be in"},
-      {"engine: {scheduler: {max_batched_tokens: -1}}", "engine.scheduler.max_batched_tokens: must be in"},
-      {"engine: {kv_tiers: {compression: brotli}}", "engine.kv_tiers.compression: expected one of none, lz4, zstd"},
-      {"engine: {kv_tiers: {ram: {capacity: lots}}}", "engine.kv_tiers.ram.capacity: memory size 'lots'"},
+      {"engine: {kv_cache: {block_size: 0}}",
+       "engine.kv_cache.block_size: must be in [1, 1024], got 0"},
+      {"engine: {kv_cache: {prefix_cache: maybe}}",
+       "engine.kv_cache.prefix_cache: expected true or false"},
+      {"engine: {scheduler: {max_num_seqs: 0}}",
+       "engine.scheduler.max_num_seqs: must be in [1, 1024], got 0"},
+      {"engine: {scheduler: {max_num_seqs: 2147483647}}",
+       "engine.scheduler.max_num_seqs: must be in"},
+      {"engine: {scheduler: {max_batched_tokens: -1}}",
+       "engine.scheduler.max_batched_tokens: must be in"},
+      {"engine: {kv_tiers: {compression: brotli}}",
+       "engine.kv_tiers.compression: expected one of none, lz4, zstd"},
+      {"engine: {kv_tiers: {ram: {capacity: lots}}}",
+       "engine.kv_tiers.ram.capacity: memory size 'lots'"},
       {"engine: {kv_tiers: {ram: {ttl_s: 5}}}", "engine.kv_tiers: ram.capacity"},
       {"engine: {kv_tiers: {disk: {capacity: 1GiB}}}", "engine.kv_tiers: disk.dir"},
       {"engine: {kv_tiers: {ram: {capacity: 1GiB, tenant_quota: {a: nope}}}}",
@@ -230,7 +238,8 @@ TEST(ReplicaConfigTest, PrintLoadsBackToTheSameConfig) {
   EXPECT_EQ(got->engine.scheduler.aging_s, 2.5);
   ASSERT_TRUE(got->engine.kv_tiers.ram && got->engine.kv_tiers.disk && got->engine.kv_tiers.redis);
   EXPECT_EQ(got->engine.kv_tiers.ram->limits.capacity_bytes, 3ull << 29);
-  EXPECT_EQ(got->engine.kv_tiers.ram->limits.tenant_quota_bytes, want.engine.kv_tiers.ram->limits.tenant_quota_bytes);
+  EXPECT_EQ(got->engine.kv_tiers.ram->limits.tenant_quota_bytes,
+            want.engine.kv_tiers.ram->limits.tenant_quota_bytes);
   EXPECT_EQ(got->engine.kv_tiers.disk->dir, "/var/cache/strata kv");
   EXPECT_FALSE(got->engine.kv_tiers.disk->fsync);
   EXPECT_EQ(got->engine.kv_tiers.redis->timeout_s, 0.75);
@@ -249,10 +258,12 @@ TEST(ReplicaConfigTest, ValidateNamesTheKeyAndItsFlag) {
   c.scheduler.max_num_seqs = 0;
   Status s = c.Validate();
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.message(), "engine.scheduler.max_num_seqs (--max-num-seqs): must be in [1, 1024], got 0");
+  EXPECT_EQ(s.message(),
+            "engine.scheduler.max_num_seqs (--max-num-seqs): must be in [1, 1024], got 0");
   c = ServingConfig{};
   c.kv_cache.memory = "2 bananas";
-  EXPECT_NE(c.Validate().message().find("engine.kv_cache.memory (--kv-cache-memory)"), std::string::npos);
+  EXPECT_NE(c.Validate().message().find("engine.kv_cache.memory (--kv-cache-memory)"),
+            std::string::npos);
   ReplicaConfig r;
   r.server.port = -1;
   EXPECT_NE(r.Validate().message().find("server.port (--port)"), std::string::npos);
@@ -266,7 +277,8 @@ TEST(ReplicaConfigTest, FilesAndTheirErrors) {
   std::ofstream(path) << "engine:\n  scheduler:\n    max_num_seq: 8\n";
   auto bad = LoadReplicaConfigFile(path);
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), path + ": engine.scheduler.max_num_seq: unknown key (did you mean max_num_seqs?)");
+  EXPECT_EQ(bad.status().message(),
+            path + ": engine.scheduler.max_num_seq: unknown key (did you mean max_num_seqs?)");
 }
 
 // Collects the key paths of a YAML mapping tree, stopping at the config's leaves (a tenant_quota
@@ -278,7 +290,8 @@ void LeafPaths(const YAML::Node& n, const std::string& path, const std::set<std:
     return;
   }
   for (const auto& kv : n) {
-    LeafPaths(kv.second, path.empty() ? kv.first.Scalar() : path + "." + kv.first.Scalar(), leaves, out);
+    LeafPaths(kv.second, path.empty() ? kv.first.Scalar() : path + "." + kv.first.Scalar(), leaves,
+              out);
   }
 }
 
@@ -304,7 +317,8 @@ TEST(ReplicaConfigTest, TheExampleFileDocumentsEveryKey) {
   }
   auto full = ParseReplicaConfigYaml(uncommented);
   ASSERT_TRUE(full.ok()) << full.status().ToString();
-  EXPECT_TRUE(full->engine.kv_tiers.ram && full->engine.kv_tiers.disk && full->engine.kv_tiers.redis);
+  EXPECT_TRUE(full->engine.kv_tiers.ram && full->engine.kv_tiers.disk &&
+              full->engine.kv_tiers.redis);
   const std::vector<std::string> all = ReplicaConfigKeyPaths();
   const std::set<std::string> leaves(all.begin(), all.end());
   EXPECT_GE(leaves.size(), 50u);

@@ -1,9 +1,9 @@
 #include "engine/serving/serving_engine.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 #include <xxhash.h>
+
+#include <algorithm>
 
 #include "base/memory_size.h"
 
@@ -52,12 +52,14 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<con
   layout.num_blocks = 1;
   RETURN_IF_ERROR(layout.Validate().WithContext("KV cache layout"));
   layout.num_blocks = kv::NumBlocksForBudget(layout, budget);
-  const int blocks_per_seq = (s->max_model_len_ + config.kv_cache.block_size - 1) / config.kv_cache.block_size;
+  const int blocks_per_seq =
+      (s->max_model_len_ + config.kv_cache.block_size - 1) / config.kv_cache.block_size;
   if (layout.num_blocks < blocks_per_seq)
-    return Status::InvalidArgument("engine.kv_cache.memory (--kv-cache-memory) " + config.kv_cache.memory + " holds " +
-                                   std::to_string(layout.num_blocks) + " blocks, fewer than one sequence of " +
-                                   std::to_string(s->max_model_len_) + " tokens needs (" +
-                                   std::to_string(blocks_per_seq) + "); raise it or lower engine.max_model_len (--max-model-len)");
+    return Status::InvalidArgument(
+        "engine.kv_cache.memory (--kv-cache-memory) " + config.kv_cache.memory + " holds " +
+        std::to_string(layout.num_blocks) + " blocks, fewer than one sequence of " +
+        std::to_string(s->max_model_len_) + " tokens needs (" + std::to_string(blocks_per_seq) +
+        "); raise it or lower engine.max_model_len (--max-model-len)");
   s->layout_ = layout;
   ASSIGN_OR_RETURN(s->storage_, kv::KvStorage::Create(layout));
   s->pool_ = std::make_unique<ThreadPool>(config.threads > 0 ? config.threads : DefaultThreadCount());
@@ -68,7 +70,8 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<con
   kc.block_size = config.kv_cache.block_size;
   kc.enable_prefix_cache = config.kv_cache.prefix_cache;
   sched::SchedulerConfig sc = config.scheduler;
-  sc.max_model_len = s->max_model_len_;  // derived: the configured length, resolved against the model
+  sc.max_model_len =
+      s->max_model_len_;  // derived: the configured length, resolved against the model
   kv::KvStorage* storage = s->storage_.get();
   auto copy = [storage](std::span<const sched::BlockCopy> copies) {
     for (const auto& c : copies) storage->CopyBlock(c.src, c.dst, c.num_slots);

@@ -6,8 +6,8 @@
 // Ownership: owns every part; the Model is shared (the server also tokenizes with it).
 // Thread contract: as sched::Engine (Submit/Cancel/Stats from any thread; the engine thread runs
 // after Start()).
-// Errors: Create() returns InvalidArgument naming the config key and flag that is wrong (memory budget too small
-// for one sequence, bad dtype, ...).
+// Errors: Create() returns InvalidArgument naming the config key and flag that is wrong (memory
+// budget too small for one sequence, bad dtype, ...).
 #pragma once
 
 #include <cstdint>
@@ -21,11 +21,11 @@
 #include "engine/kv/kv_manager.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/kvtier/tiered_cache.h"
-#include "engine/serving/kv_tier_port.h"
-#include "engine/serving/replica_config.h"
 #include "engine/runner/cpu_runner.h"
 #include "engine/sched/clock.h"
 #include "engine/sched/engine.h"
+#include "engine/serving/kv_tier_port.h"
+#include "engine/serving/replica_config.h"
 #include "model/model.h"
 
 namespace strata::engine {

@@ -547,11 +547,12 @@ Result<Value> FilterItems(Interpreter& in, std::string_view, const Value& value,
 Result<Value> FilterDictSort(Interpreter&, std::string_view, const Value& value, CallArgs& args) {
   if (!value.is_dict()) return Err("dictsort needs a mapping");
   ValueList out;
-  for (const auto& [k, v] : value.dict().entries()) out.push_back(Value::List({Value::String(k), v}));
+  for (const auto& [k, v] : value.dict().entries())
+    out.push_back(Value::List({Value::String(k), v}));
   bool by_value = Arg(args, 1, "by").is_string() && Arg(args, 1, "by").str() == "value";
-  ASSIGN_OR_RETURN(out, Sorted(std::move(out), Arg(args, 2, "reverse").Truthy(),
-                               Arg(args, 0, "case_sensitive").Truthy(),
-                               Value::String(by_value ? "1" : "0")));
+  ASSIGN_OR_RETURN(
+      out, Sorted(std::move(out), Arg(args, 2, "reverse").Truthy(),
+                  Arg(args, 0, "case_sensitive").Truthy(), Value::String(by_value ? "1" : "0")));
   return Value::List(std::move(out));
 }
 
@@ -561,7 +562,8 @@ Result<Value> FilterList(Interpreter& in, std::string_view, const Value& value, 
 }
 
 // first, last
-Result<Value> FilterFirstLast(Interpreter& in, std::string_view name, const Value& value, CallArgs&) {
+Result<Value> FilterFirstLast(Interpreter& in, std::string_view name, const Value& value,
+                              CallArgs&) {
   ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
   if (items.empty()) return Value::Undefined("sequence is empty");
   return name == "first" ? items.front() : items.back();
@@ -620,9 +622,9 @@ Result<Value> FilterUnique(Interpreter& in, std::string_view, const Value& value
 Result<Value> FilterSort(Interpreter& in, std::string_view, const Value& value, CallArgs& args) {
   ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
   RETURN_IF_ERROR(in.Charge(items.size() * 8));
-  ASSIGN_OR_RETURN(items, Sorted(std::move(items), Arg(args, 0, "reverse").Truthy(),
-                                 Arg(args, 1, "case_sensitive").Truthy(),
-                                 Arg(args, 2, "attribute")));
+  ASSIGN_OR_RETURN(items,
+                   Sorted(std::move(items), Arg(args, 0, "reverse").Truthy(),
+                          Arg(args, 1, "case_sensitive").Truthy(), Arg(args, 2, "attribute")));
   return Value::List(std::move(items));
 }
 
@@ -655,7 +657,8 @@ Result<Value> FilterMap(Interpreter& in, std::string_view, const Value& value, C
 }
 
 // select, reject, selectattr, rejectattr
-Result<Value> FilterSelect(Interpreter& in, std::string_view name, const Value& value, CallArgs& args) {
+Result<Value> FilterSelect(Interpreter& in, std::string_view name, const Value& value,
+                           CallArgs& args) {
   const bool by_attr = name == "selectattr" || name == "rejectattr";
   const bool keep_if = name == "select" || name == "selectattr";
   return SelectLike(in, value, args, by_attr, keep_if);
@@ -672,7 +675,8 @@ Result<Value> FilterAttr(Interpreter&, std::string_view, const Value& value, Cal
 }
 
 // sum, min, max
-Result<Value> FilterSumMinMax(Interpreter& in, std::string_view name, const Value& value, CallArgs& args) {
+Result<Value> FilterSumMinMax(Interpreter& in, std::string_view name, const Value& value,
+                              CallArgs& args) {
   ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
   Value attr = Arg(args, name == "sum" ? 0 : 1, "attribute");
   for (Value& v : items) {
@@ -694,8 +698,8 @@ Result<Value> FilterSumMinMax(Interpreter& in, std::string_view name, const Valu
     return acc;
   }
   if (items.empty()) return Value::Undefined("sequence is empty");
-  ASSIGN_OR_RETURN(items, Sorted(std::move(items), false, Arg(args, 0, "case_sensitive").Truthy(),
-                                 Value()));
+  ASSIGN_OR_RETURN(
+      items, Sorted(std::move(items), false, Arg(args, 0, "case_sensitive").Truthy(), Value()));
   return name == "min" ? items.front() : items.back();
 }
 
@@ -781,9 +785,9 @@ Result<Value> FilterReplace(Interpreter& in, std::string_view, const Value& valu
 }
 
 Result<Value> FilterIndent(Interpreter& in, std::string_view, const Value& value, CallArgs& args) {
-  ASSIGN_OR_RETURN(std::string r, Indent(in, StrOf(value), Arg(args, 0, "width"),
-                                         Arg(args, 1, "first").Truthy(),
-                                         Arg(args, 2, "blank").Truthy()));
+  ASSIGN_OR_RETURN(std::string r,
+                   Indent(in, StrOf(value), Arg(args, 0, "width"), Arg(args, 1, "first").Truthy(),
+                          Arg(args, 2, "blank").Truthy()));
   return Value::String(std::move(r));
 }
 
@@ -791,12 +795,23 @@ Result<Value> FilterEscape(Interpreter& in, std::string_view, const Value& value
   std::string out;
   for (char c : StrOf(value)) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   RETURN_IF_ERROR(in.ChargeBytes(out.size()));
@@ -805,27 +820,48 @@ Result<Value> FilterEscape(Interpreter& in, std::string_view, const Value& value
 
 const std::unordered_map<std::string_view, FilterFn>& FilterTable() {
   static const std::unordered_map<std::string_view, FilterFn> k = {
-      {"abs", FilterAbs},          {"attr", FilterAttr},
-      {"capitalize", FilterCapitalize}, {"count", FilterLength},
-      {"d", FilterDefault},        {"default", FilterDefault},
-      {"dictsort", FilterDictSort}, {"e", FilterEscape},
-      {"escape", FilterEscape},    {"first", FilterFirstLast},
-      {"float", FilterFloat},      {"format", FilterFormat},
-      {"indent", FilterIndent},    {"int", FilterInt},
-      {"items", FilterItems},      {"join", FilterJoin},
-      {"last", FilterFirstLast},   {"length", FilterLength},
-      {"list", FilterList},        {"lower", FilterLower},
-      {"map", FilterMap},          {"max", FilterSumMinMax},
-      {"min", FilterSumMinMax},    {"reject", FilterSelect},
-      {"rejectattr", FilterSelect}, {"replace", FilterReplace},
-      {"reverse", FilterReverse},  {"round", FilterRound},
-      {"safe", FilterSafe},        {"select", FilterSelect},
-      {"selectattr", FilterSelect}, {"sort", FilterSort},
-      {"string", FilterString},    {"sum", FilterSumMinMax},
-      {"title", FilterTitle},      {"tojson", FilterToJson},
-      {"trim", FilterStrip},       {"unique", FilterUnique},
-      {"upper", FilterUpper},      {"wordcount", FilterWordCount},
-      {"strip", FilterStrip},      {"lstrip", FilterStrip},
+      {"abs", FilterAbs},
+      {"attr", FilterAttr},
+      {"capitalize", FilterCapitalize},
+      {"count", FilterLength},
+      {"d", FilterDefault},
+      {"default", FilterDefault},
+      {"dictsort", FilterDictSort},
+      {"e", FilterEscape},
+      {"escape", FilterEscape},
+      {"first", FilterFirstLast},
+      {"float", FilterFloat},
+      {"format", FilterFormat},
+      {"indent", FilterIndent},
+      {"int", FilterInt},
+      {"items", FilterItems},
+      {"join", FilterJoin},
+      {"last", FilterFirstLast},
+      {"length", FilterLength},
+      {"list", FilterList},
+      {"lower", FilterLower},
+      {"map", FilterMap},
+      {"max", FilterSumMinMax},
+      {"min", FilterSumMinMax},
+      {"reject", FilterSelect},
+      {"rejectattr", FilterSelect},
+      {"replace", FilterReplace},
+      {"reverse", FilterReverse},
+      {"round", FilterRound},
+      {"safe", FilterSafe},
+      {"select", FilterSelect},
+      {"selectattr", FilterSelect},
+      {"sort", FilterSort},
+      {"string", FilterString},
+      {"sum", FilterSumMinMax},
+      {"title", FilterTitle},
+      {"tojson", FilterToJson},
+      {"trim", FilterStrip},
+      {"unique", FilterUnique},
+      {"upper", FilterUpper},
+      {"wordcount", FilterWordCount},
+      {"strip", FilterStrip},
+      {"lstrip", FilterStrip},
       {"rstrip", FilterStrip},
   };
   return k;
@@ -839,8 +875,8 @@ using MethodTable = std::unordered_map<std::string_view, MethodFn>;
 
 // str.strip, lstrip, rstrip
 Result<Value> StrStrip(Interpreter&, const Value& self, std::string_view name, CallArgs& args) {
-  ASSIGN_OR_RETURN(std::string r, Strip(self.str(), Arg(args, 0, "chars"), name != "rstrip",
-                                        name != "lstrip"));
+  ASSIGN_OR_RETURN(std::string r,
+                   Strip(self.str(), Arg(args, 0, "chars"), name != "rstrip", name != "lstrip"));
   return Value::String(std::move(r));
 }
 
@@ -879,7 +915,8 @@ Result<Value> StrSplit(Interpreter& in, const Value& self, std::string_view name
 }
 
 // str.startswith, endswith
-Result<Value> StrStartsEnds(Interpreter&, const Value& self, std::string_view name, CallArgs& args) {
+Result<Value> StrStartsEnds(Interpreter&, const Value& self, std::string_view name,
+                            CallArgs& args) {
   const std::string& s = self.str();
   Value p = Arg(args, 0, "prefix");
   ValueList cands = p.is_list() ? p.list() : ValueList{p};
@@ -982,7 +1019,7 @@ Result<Value> StrIs(Interpreter&, const Value& self, std::string_view name, Call
   if (name == "islower") return Value::Bool(Lower(s) == s && Upper(s) != s);
   if (name == "isupper") return Value::Bool(Upper(s) == s && Lower(s) != s);
   for (char c : s) {
-    bool ok = name == "isdigit" ? (c >= '0' && c <= '9')
+    bool ok = name == "isdigit"   ? (c >= '0' && c <= '9')
               : name == "isalpha" ? IsAlpha(c)
               : name == "isalnum" ? (IsAlpha(c) || (c >= '0' && c <= '9'))
                                   : IsPyWhitespace(static_cast<unsigned char>(c));
@@ -995,9 +1032,12 @@ Result<Value> StrIs(Interpreter&, const Value& self, std::string_view name, Call
 Result<Value> DictView(Interpreter& in, const Value& self, std::string_view name, CallArgs&) {
   ValueList out;
   for (const auto& [k, v] : self.dict().entries()) {
-    if (name == "items") out.push_back(Value::List({Value::String(k), v}));
-    else if (name == "keys") out.push_back(Value::String(k));
-    else out.push_back(v);
+    if (name == "items")
+      out.push_back(Value::List({Value::String(k), v}));
+    else if (name == "keys")
+      out.push_back(Value::String(k));
+    else
+      out.push_back(v);
   }
   RETURN_IF_ERROR(in.Charge(out.size()));
   return Value::List(std::move(out));
@@ -1035,19 +1075,32 @@ Result<Value> ListFind(Interpreter&, const Value& self, std::string_view name, C
 
 const MethodTable& StrMethods() {
   static const MethodTable k = {
-      {"strip", StrStrip},           {"lstrip", StrStrip},
-      {"rstrip", StrStrip},          {"split", StrSplit},
-      {"rsplit", StrSplit},          {"startswith", StrStartsEnds},
-      {"endswith", StrStartsEnds},   {"replace", StrReplace},
-      {"upper", StrUpper},           {"lower", StrLower},
-      {"title", StrTitle},           {"capitalize", StrCapitalize},
-      {"find", StrFind},             {"rfind", StrFind},
-      {"index", StrFind},            {"count", StrFind},
-      {"join", StrJoin},             {"splitlines", StrSplitLines},
-      {"removeprefix", StrRemoveFix}, {"removesuffix", StrRemoveFix},
-      {"format", StrFormat},         {"isdigit", StrIs},
-      {"isalpha", StrIs},            {"isalnum", StrIs},
-      {"isspace", StrIs},            {"islower", StrIs},
+      {"strip", StrStrip},
+      {"lstrip", StrStrip},
+      {"rstrip", StrStrip},
+      {"split", StrSplit},
+      {"rsplit", StrSplit},
+      {"startswith", StrStartsEnds},
+      {"endswith", StrStartsEnds},
+      {"replace", StrReplace},
+      {"upper", StrUpper},
+      {"lower", StrLower},
+      {"title", StrTitle},
+      {"capitalize", StrCapitalize},
+      {"find", StrFind},
+      {"rfind", StrFind},
+      {"index", StrFind},
+      {"count", StrFind},
+      {"join", StrJoin},
+      {"splitlines", StrSplitLines},
+      {"removeprefix", StrRemoveFix},
+      {"removesuffix", StrRemoveFix},
+      {"format", StrFormat},
+      {"isdigit", StrIs},
+      {"isalpha", StrIs},
+      {"isalnum", StrIs},
+      {"isspace", StrIs},
+      {"islower", StrIs},
       {"isupper", StrIs},
   };
   return k;
