@@ -21,7 +21,9 @@
 namespace strata::engine {
 namespace {
 
-constexpr size_t kMaxYamlBytes = 1 << 20;
+// A replica config is a few KiB; the bound keeps yaml-cpp's node tree of hostile input small (a
+// 1 MiB list of one-character items costs it ~250 MiB; 64 KiB, ~16 MiB).
+constexpr size_t kMaxYamlBytes = 64 << 10;
 
 Status Bad(const std::string& path, std::string_view what) {
   return Status::InvalidArgument((path.empty() ? std::string("(top level)") : path) + ": " +
@@ -541,7 +543,7 @@ Status ValidateTiers(const kvtier::TieredKvConfig& t, const std::string& path) {
 // Parses `text` into *out with yaml-cpp, turning its exceptions into errors.
 template <typename S>
 Status DecodeText(std::string_view text, const Section<S>& keys, const std::string& path, S* out) {
-  if (text.size() > kMaxYamlBytes) return Status::InvalidArgument("larger than 1 MiB");
+  if (text.size() > kMaxYamlBytes) return Status::InvalidArgument("larger than 64 KiB");
   try {
     const YAML::Node root = YAML::Load(std::string(text));
     return DecodeSection(keys, root, path, out);
@@ -559,7 +561,7 @@ Result<std::string> ReadFile(const std::string& path) {
   char buf[64 << 10];
   while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
     text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxYamlBytes) return Status::InvalidArgument(path + ": larger than 1 MiB");
+    if (text.size() > kMaxYamlBytes) return Status::InvalidArgument(path + ": larger than 64 KiB");
   }
   if (in.bad()) return Status::IoError("cannot read " + path);
   return text;

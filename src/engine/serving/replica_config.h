@@ -15,7 +15,7 @@
 // user passed; `strata bench offline` fills the engine part the same way. The control plane writes
 // these files, so decoding is strict: an unknown key, a wrong type or a value out of range is an
 // InvalidArgument naming the key's full path ("engine.scheduler.max_num_seq: unknown key (did you
-// mean max_num_seqs?)"). Input is bounded (1 MiB, nesting depth as yaml-cpp's guard); nothing is
+// mean max_num_seqs?)"). Input is bounded (64 KiB, nesting depth as yaml-cpp's guard); nothing is
 // allocated in proportion to a value read. ReplicaConfigToYaml prints every key; parsing its
 // output gives the same config back.
 //
