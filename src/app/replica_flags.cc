@@ -18,14 +18,6 @@ Result<uint64_t> Size(std::string_view flag, const std::string& text) {
   return *bytes;
 }
 
-// A TTL flag's value: -1 (its default) is "not set".
-Status Ttl(std::string_view flag, const std::string& text, engine::kvtier::TierLimits* limits) {
-  double v = 0;
-  if (!CLI::detail::lexical_cast(text, v)) return FlagError(flag, "expected a number of seconds");
-  if (limits != nullptr && v >= 0) limits->ttl_s = v;
-  return Status::Ok();
-}
-
 }  // namespace
 
 template <typename V, typename Get>
@@ -48,6 +40,18 @@ void ReplicaFlags::Text(CLI::App* cmd, const std::string& names, const std::stri
   std::string& value = texts_.emplace_back();
   CLI::Option* option = cmd->add_option(names, value, help);
   rows_.push_back({option, [parse, &value](ReplicaConfig* c) { return parse(value, c); }});
+}
+
+void ReplicaFlags::Ttl(CLI::App* cmd, const std::string& names, const std::string& help,
+                       engine::kvtier::TierLimits* (*limits)(ReplicaConfig*)) {
+  double& value = seconds_.emplace_back();
+  CLI::Option* option = cmd->add_option(names, value, help);
+  // As before the config tree: a negative value is "not set".
+  rows_.push_back({option, [limits, &value](ReplicaConfig* c) {
+                     engine::kvtier::TierLimits* l = limits(c);
+                     if (l != nullptr && value >= 0) l->ttl_s = value;
+                     return Status::Ok();
+                   }});
 }
 
 void ReplicaFlags::Register(CLI::App* cmd, unsigned scopes) {
@@ -161,11 +165,11 @@ void ReplicaFlags::AddTiers(CLI::App* cmd) {
          ram->limits.capacity_bytes = bytes;
          return Status::Ok();
        });
-  Text(cmd, "--kv-tier-ram-ttl", "seconds a RAM-tier entry lives (0: no expiry)",
-       [tiers](const std::string& text, ReplicaConfig* c) {
-         auto& ram = tiers(c).ram;
-         return Ttl("--kv-tier-ram-ttl", text, ram ? &ram->limits : nullptr);
-       });
+  Ttl(cmd, "--kv-tier-ram-ttl", "seconds a RAM-tier entry lives (0: no expiry)",
+      [](ReplicaConfig* c) -> engine::kvtier::TierLimits* {
+        auto& t = c->engine.kv_tiers.ram;
+        return t ? &t->limits : nullptr;
+      });
   Text(cmd, "--kv-tier-disk", "directory of the disk KV tier (L3; survives restarts)",
        [tiers](const std::string& dir, ReplicaConfig* c) {
          auto& disk = tiers(c).disk;
@@ -181,11 +185,11 @@ void ReplicaFlags::AddTiers(CLI::App* cmd) {
          ASSIGN_OR_RETURN(disk->limits.capacity_bytes, Size("--kv-tier-disk-size", text));
          return Status::Ok();
        });
-  Text(cmd, "--kv-tier-disk-ttl", "seconds a disk-tier entry lives (0: no expiry)",
-       [tiers](const std::string& text, ReplicaConfig* c) {
-         auto& disk = tiers(c).disk;
-         return Ttl("--kv-tier-disk-ttl", text, disk ? &disk->limits : nullptr);
-       });
+  Ttl(cmd, "--kv-tier-disk-ttl", "seconds a disk-tier entry lives (0: no expiry)",
+      [](ReplicaConfig* c) -> engine::kvtier::TierLimits* {
+        auto& t = c->engine.kv_tiers.disk;
+        return t ? &t->limits : nullptr;
+      });
   Text(cmd, "--kv-tier-redis", "Redis KV tier (L4, shared by replicas): redis://host:port[/db]",
        [tiers](const std::string& url, ReplicaConfig* c) {
          auto& redis = tiers(c).redis;
@@ -193,11 +197,11 @@ void ReplicaFlags::AddTiers(CLI::App* cmd) {
          redis->url = url;
          return Status::Ok();
        });
-  Text(cmd, "--kv-tier-redis-ttl", "seconds a Redis-tier entry lives (0: no expiry)",
-       [tiers](const std::string& text, ReplicaConfig* c) {
-         auto& redis = tiers(c).redis;
-         return Ttl("--kv-tier-redis-ttl", text, redis ? &redis->limits : nullptr);
-       });
+  Ttl(cmd, "--kv-tier-redis-ttl", "seconds a Redis-tier entry lives (0: no expiry)",
+      [](ReplicaConfig* c) -> engine::kvtier::TierLimits* {
+        auto& t = c->engine.kv_tiers.redis;
+        return t ? &t->limits : nullptr;
+      });
   Text(
       cmd, "--kv-tier-redis-write-through",
       "on (default): every computed block is written to Redis; off: this replica only reads Redis",

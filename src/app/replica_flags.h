@@ -50,6 +50,10 @@ class ReplicaFlags {
   // A flag whose text `parse` applies to the config (sizes, enums, tier shortcuts).
   void Text(CLI::App* cmd, const std::string& names, const std::string& help,
             std::function<Status(const std::string&, engine::ReplicaConfig*)> parse);
+  // A TTL flag of one KV tier: seconds, applied when that tier exists (as the tier flags always
+  // did).
+  void Ttl(CLI::App* cmd, const std::string& names, const std::string& help,
+           engine::kvtier::TierLimits* (*limits)(engine::ReplicaConfig*));
   void AddModel(CLI::App* cmd, unsigned scopes);
   void AddServer(CLI::App* cmd);
   void AddEngine(CLI::App* cmd);
@@ -57,6 +61,7 @@ class ReplicaFlags {
 
   engine::ReplicaConfig staged_;
   std::deque<std::string> texts_;  // values of Text flags (a deque: options point into it)
+  std::deque<double> seconds_;     // values of Ttl flags
   std::string config_file_;
   std::string kv_tier_config_file_;
   std::vector<Row> rows_;
