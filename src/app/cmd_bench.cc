@@ -1,15 +1,17 @@
 // `strata bench model`: llama-bench-style prefill (pp) and decode (tg) throughput of one sequence.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "app/commands.h"
+#include "app/replica_flags.h"
+#include "base/memory_size.h"
 #include "base/thread_pool.h"
 #include "engine/serving/serving_engine.h"
 #include "kernels/kernels.h"
@@ -101,7 +103,6 @@ Status RunBenchModel(const BenchModelOptions& o) {
 }
 
 struct BenchOfflineOptions {
-  std::string model;
   int num_prompts = 16;
   int input_len = 128;
   int output_len = 64;
@@ -110,9 +111,8 @@ struct BenchOfflineOptions {
   int warmup = 0;
   uint64_t seed = 1;
   bool json = false;
-  std::string kv_dtype = "f16";
-  std::string kv_tier_ram;  // host-RAM KV tier below the pool (empty: none)
-  engine::ServingConfig serving;
+  // The replica config's model path and engine part (defaults, --config, then the flags passed).
+  ReplicaFlags replica;
 };
 
 double Percentile(std::vector<double> v, double p) {
@@ -217,22 +217,23 @@ Result<OfflineRun> RunOffline(engine::ServingEngine& se, const BenchOfflineOptio
   return run;
 }
 
-Status RunBenchOffline(BenchOfflineOptions o) {
+Status RunBenchOffline(const BenchOfflineOptions& o) {
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1 || o.shared_prefix < 0 || o.reps < 1 || o.warmup < 0)
     return Status::InvalidArgument(
         "--num-prompts, --input-len, --output-len and --reps must be >= 1; --shared-prefix and --warmup >= 0");
-  std::string path = o.model.empty() ? DefaultModelPath() : o.model;
+  ASSIGN_OR_RETURN(engine::ReplicaConfig replica, o.replica.Resolve());
+  engine::ServingConfig& serving = replica.engine;
+  // The workload decides what the config leaves open: the context its prompts need, and a queue
+  // bound that admits every prompt (they are all submitted at once).
+  if (serving.max_model_len == 0)
+    serving.max_model_len = o.shared_prefix + o.input_len + o.output_len;
+  if (!o.replica.Passed("--max-queued-requests"))
+    serving.scheduler.max_queued_requests =
+        std::max(serving.scheduler.max_queued_requests, o.num_prompts);
+  std::string path = replica.model.path.empty() ? DefaultModelPath() : replica.model.path;
   ASSIGN_OR_RETURN(auto loaded, model::Model::Load(path));
   std::shared_ptr<const model::Model> model = std::move(loaded);
-  ASSIGN_OR_RETURN(o.serving.kv_dtype, engine::kv::ParseKvDType(o.kv_dtype));
-  if (!o.kv_tier_ram.empty()) {
-    auto bytes = engine::kv::ParseMemorySize(o.kv_tier_ram);
-    if (!bytes.ok()) return Status::InvalidArgument("--kv-tier-ram: " + std::string(bytes.status().message()));
-    o.serving.kv_tiers.ram.emplace();
-    o.serving.kv_tiers.ram->limits.capacity_bytes = *bytes;
-  }
-  if (o.serving.max_model_len == 0) o.serving.max_model_len = o.shared_prefix + o.input_len + o.output_len;
-  ASSIGN_OR_RETURN(auto se, engine::ServingEngine::Create(model, o.serving));
+  ASSIGN_OR_RETURN(auto se, engine::ServingEngine::Create(model, serving));
   se->Start();
   const int n_vocab = model->config().n_vocab;
   std::mt19937_64 rng(o.seed);
@@ -265,24 +266,43 @@ Status RunBenchOffline(BenchOfflineOptions o) {
   if (o.json) {
     nlohmann::json all = nlohmann::json::array();
     for (size_t i = 0; i < runs.size(); ++i) all.push_back(tps(i));
-    nlohmann::json j = {{"model", path}, {"num_prompts", o.num_prompts}, {"input_len", o.input_len},
-                        {"output_len", o.output_len}, {"shared_prefix", o.shared_prefix},
-                        {"max_num_seqs", o.serving.max_num_seqs}, {"threads", o.serving.threads},
-                        {"prefix_cache", o.serving.enable_prefix_cache}, {"kv_dtype", o.kv_dtype},
-                        {"kv_blocks", se->num_blocks()}, {"reps", o.reps}, {"warmup", o.warmup},
-                        {"completed", m.completed}, {"failed", m.failed}, {"duration_s", m.duration_s},
-                        {"requests_per_s", req_s}, {"output_tps", out_tps}, {"output_tps_runs", all},
-                        {"ttft_ms", PercentileJson(m.ttft_ms)}, {"tpot_ms", PercentileJson(m.tpot_ms)},
-                        {"prefix_hit_tokens", m.prefix_hit_tokens}, {"prefix_query_tokens", m.prefix_query_tokens},
-                        {"preemptions", m.preemptions}, {"tier_hit_tokens", m.tier_hit_tokens},
-                        {"kv_tier_ram", o.kv_tier_ram}, {"decode_tps", m.decode_tps()},
-                        {"decode_steps", m.decode_steps}, {"decode_tokens", m.decode_tokens},
-                        {"decode_mean_batch", m.decode_mean_batch()}};
+    nlohmann::json j = {
+        {"model", path},
+        {"num_prompts", o.num_prompts},
+        {"input_len", o.input_len},
+        {"output_len", o.output_len},
+        {"shared_prefix", o.shared_prefix},
+        {"max_num_seqs", serving.scheduler.max_num_seqs},
+        {"threads", serving.threads},
+        {"prefix_cache", serving.kv_cache.prefix_cache},
+        {"kv_dtype", engine::kv::KvDTypeName(serving.kv_cache.dtype)},
+        {"kv_blocks", se->num_blocks()},
+        {"reps", o.reps},
+        {"warmup", o.warmup},
+        {"completed", m.completed},
+        {"failed", m.failed},
+        {"duration_s", m.duration_s},
+        {"requests_per_s", req_s},
+        {"output_tps", out_tps},
+        {"output_tps_runs", all},
+        {"ttft_ms", PercentileJson(m.ttft_ms)},
+        {"tpot_ms", PercentileJson(m.tpot_ms)},
+        {"prefix_hit_tokens", m.prefix_hit_tokens},
+        {"prefix_query_tokens", m.prefix_query_tokens},
+        {"preemptions", m.preemptions},
+        {"tier_hit_tokens", m.tier_hit_tokens},
+        {"kv_tier_ram",
+         serving.kv_tiers.ram ? FormatMemorySize(serving.kv_tiers.ram->limits.capacity_bytes) : ""},
+        {"decode_tps", m.decode_tps()},
+        {"decode_steps", m.decode_steps},
+        {"decode_tokens", m.decode_tokens},
+        {"decode_mean_batch", m.decode_mean_batch()}};
     std::cout << j.dump(2) << std::endl;
   } else {
-    std::cout << fmt::format("model {}  prompts {} x ({} shared + {} in, {} out)  max-num-seqs {}  prefix cache {}\n",
-                             path, o.num_prompts, o.shared_prefix, o.input_len, o.output_len,
-                             o.serving.max_num_seqs, o.serving.enable_prefix_cache ? "on" : "off");
+    std::cout << fmt::format(
+        "model {}  prompts {} x ({} shared + {} in, {} out)  max-num-seqs {}  prefix cache {}\n",
+        path, o.num_prompts, o.shared_prefix, o.input_len, o.output_len,
+        serving.scheduler.max_num_seqs, serving.kv_cache.prefix_cache ? "on" : "off");
     std::cout << fmt::format("completed {}  failed {}  duration {:.2f} s  requests/s {:.2f}  output tokens/s {:.2f}\n",
                              m.completed, m.failed, m.duration_s, req_s, out_tps);
     std::cout << fmt::format("TTFT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n", Percentile(m.ttft_ms, 50),
@@ -320,23 +340,15 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   });
 
   auto f = std::make_shared<BenchOfflineOptions>();
-  CLI::App* off = bench->add_subcommand("offline", "Run N requests through the batching engine; throughput, TTFT, TPOT");
-  off->add_option("-m,--model", f->model, "GGUF model file (default: the bundled tiny model)");
+  CLI::App* off = bench->add_subcommand(
+      "offline", "Run N requests through the batching engine; throughput, TTFT, TPOT");
   off->add_option("--num-prompts", f->num_prompts, "Requests")->capture_default_str();
   off->add_option("--input-len", f->input_len, "Prompt tokens per request (after the shared prefix)")->capture_default_str();
   off->add_option("--output-len", f->output_len, "Generated tokens per request")->capture_default_str();
   off->add_option("--shared-prefix", f->shared_prefix, "Tokens of a prefix common to every prompt")->capture_default_str();
-  off->add_option("--max-num-seqs", f->serving.max_num_seqs, "Sequences running at once")->capture_default_str();
-  off->add_option("--max-batched-tokens", f->serving.max_batched_tokens, "Token budget per step")->capture_default_str();
-  off->add_option("--max-prefill-tokens-with-decodes", f->serving.max_prefill_tokens_with_decodes,
-                  "Prompt tokens per step while sequences are decoding (0: no cap)")->capture_default_str();
-  off->add_option("--kv-cache-memory", f->serving.kv_cache_memory, "KV pool size (e.g. 4GiB, or a RAM fraction 0.25)")->capture_default_str();
-  off->add_option("--kv-cache-dtype", f->kv_dtype, "f16 | f32 | q8_0")->capture_default_str();
-  off->add_option("--block-size", f->serving.block_size, "Tokens per KV block")->capture_default_str();
-  off->add_option("--kv-tier-ram", f->kv_tier_ram,
-                  "Host-RAM KV tier below the pool, e.g. 1GiB: evicted and preempted blocks come back from it");
-  off->add_flag("!--no-prefix-cache", f->serving.enable_prefix_cache, "Disable prefix caching");
-  off->add_option("-t,--threads", f->serving.threads, "Threads (default: all cores)");
+  // The engine flags of `strata serve` (same names, same defaults, plus --config); the context
+  // length defaults to what the prompts need.
+  f->replica.Register(off, ReplicaFlags::kModelPath | ReplicaFlags::kEngine);
   off->add_option("-r,--reps", f->reps, "Repetitions (median reported)")->capture_default_str();
   off->add_option("--warmup", f->warmup, "Unreported runs first (e.g. to warm the prefix cache)")->capture_default_str();
   off->add_option("--seed", f->seed, "Prompt generator seed")->capture_default_str();

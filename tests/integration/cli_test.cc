@@ -131,6 +131,60 @@ TEST(CliTest, ServeRefusesBadEngineFlagsBeforeListening) {
   }
 }
 
+// `serve --config FILE`: the file fills the tree, only flags actually passed override it,
+// `--print-config` prints the effective config and exits (nothing listens), and its output loads
+// back to the same config.
+TEST(CliTest, ServeConfigFileFlagsOverrideAndPrintRoundTrips) {
+  const std::string dir = ::testing::TempDir();
+  const std::string file = dir + "/cli_replica_" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(file)
+      << "server:\n  port: 0\n  io_threads: 3\nengine:\n  scheduler:\n    max_num_seqs: 8\n"
+         "  kv_tiers:\n    ram: {capacity: 256MiB}\n";
+  RunResult r = RunStrata("serve --config " + file + " --print-config");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("listening"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("max_num_seqs: 8\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("io_threads: 3\n"), std::string::npos)
+      << r.out;  // --io-threads' default does not override
+  EXPECT_NE(r.out.find("capacity: 256MiB\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("max_queued_requests: 256\n"), std::string::npos) << r.out;  // the default
+
+  RunResult o = RunStrata("serve --config " + file +
+                          " --max-num-seqs 4 --kv-tier-ram 1GiB --port 9 --print-config");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("max_num_seqs: 4\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("capacity: 1GiB\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("port: 9\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("io_threads: 3\n"), std::string::npos) << o.out;
+
+  const std::string printed = dir + "/cli_replica_printed_" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(printed) << o.out;
+  RunResult back = RunStrata("serve --config " + printed + " --print-config");
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  EXPECT_EQ(back.out, o.out);
+
+  // The example file is the defaults.
+  RunResult example = RunStrata(std::string("serve --config ") + STRATA_SOURCE_DIR +
+                                "/examples/replica.yaml --print-config");
+  ASSERT_EQ(example.exit_code, 0) << example.err;
+  EXPECT_EQ(example.out, RunStrata("serve --print-config").out);
+
+  // A bad key in the file: refused with its path, before listening.
+  std::ofstream(file) << "engine:\n  scheduler:\n    max_num_seq: 8\n";
+  RunResult bad = RunStrata("serve --port 0 --config " + file);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("engine.scheduler.max_num_seq: unknown key (did you mean max_num_seqs?)"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_EQ(bad.out.find("listening"), std::string::npos) << bad.out;
+  // bench offline reads the same file.
+  RunResult bench = RunStrata("bench offline --num-prompts 1 --config " + file);
+  EXPECT_NE(bench.exit_code, 0);
+  EXPECT_NE(bench.err.find("max_num_seq: unknown key"), std::string::npos) << bench.err;
+  std::filesystem::remove(file);
+  std::filesystem::remove(printed);
+}
+
 TEST(CliTest, InfoPrintsMetadataAndTensors) {
   RunResult r = RunStrata(std::string("info ") + STRATA_DEFAULT_MODEL);
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -56,21 +56,6 @@ struct KvLayout {
 // per-block layout is invalid or nothing fits; clamped to INT32_MAX.
 int NumBlocksForBudget(const KvLayout& per_block_layout, uint64_t bytes);
 
-// Physical RAM of this machine in bytes (sysconf); 0 if unknown.
-uint64_t PhysicalMemoryBytes();
-// Parses a memory size for --kv-cache-memory:
-//   "4GiB", "512MiB", "64KiB", "1TiB", "1.5GiB"  binary units; "K", "M", "G", "T" alone are binary too
-//   "4GB", "500MB", "64KB", "1TB"                 decimal units
-//   "1048576B"                                    bytes
-//   "0.5", "1", "50%"                             a fraction of physical RAM (a bare number in (0, 1],
-//                                                 or a percentage in (0, 100])
-// Units are case-insensitive; spaces between number and unit are allowed. Zero, negative,
-// non-finite, unit-less numbers above 1 and values >= 2^63 are refused with kInvalidArgument
-// naming the input.
-Result<uint64_t> ParseMemorySize(std::string_view text);
-// Same, with an explicit physical memory size for fractions (for tests).
-Result<uint64_t> ParseMemorySize(std::string_view text, uint64_t physical_bytes);
-
 class KvStorage {
  public:
   // Validates the layout and allocates; kInvalidArgument for a bad layout, kResourceExhausted

@@ -111,17 +111,8 @@ struct TieredKvConfig {
   Status Validate() const;
 };
 
-// Parses a YAML config file, e.g.
-//   ram:   { capacity: 2GiB, ttl_s: 3600, tenant_quota: { acme: 512MiB }, default_tenant_quota: 1GiB }
-//   disk:  { dir: /var/cache/strata/kv, capacity: 50GiB, ttl_s: 86400, write_through: false }
-//   redis: { url: "redis://127.0.0.1:6379", ttl_s: 600, key_prefix: "strata:kv:", write_through: true }
-//   compression: lz4          # none | lz4 | zstd
-//   max_queued_writes: 256
-//   io_threads: 2
-// Sizes use kv::ParseMemorySize syntax ("2GiB", "500MB", bytes). Unknown keys, wrong types and bad
-// sizes → InvalidArgument naming the key (e.g. "ram.capacity: ...").
-Result<TieredKvConfig> ParseTieredKvConfigYaml(std::string_view yaml_text);
-Result<TieredKvConfig> LoadTieredKvConfigFile(const std::string& path);
+// The YAML form of this config is the `engine.kv_tiers` section of the replica config
+// (engine/serving/replica_config.h, which also reads it as a file of its own).
 
 struct TierStats {
   std::string name;  // "ram", "disk", "redis"

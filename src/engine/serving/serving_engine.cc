@@ -1,30 +1,14 @@
 #include "engine/serving/serving_engine.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <algorithm>
+
+#include "base/memory_size.h"
 #include "cachekey/block_hash.h"
 
 namespace strata::engine {
-
-Status ServingConfig::Validate() const {
-  if (block_size < 1 || block_size > 1024) return Status::InvalidArgument("--block-size must be in [1, 1024]");
-  if (max_batched_tokens < 1) return Status::InvalidArgument("--max-batched-tokens must be >= 1");
-  if (max_num_seqs < 1) return Status::InvalidArgument("--max-num-seqs must be >= 1");
-  if (max_prefill_tokens_with_decodes < 0)
-    return Status::InvalidArgument("--max-prefill-tokens-with-decodes must be >= 0");
-  if (max_model_len < 0) return Status::InvalidArgument("--max-model-len must be >= 0");
-  if (threads < 0) return Status::InvalidArgument("--threads must be >= 0");
-  if (!(kv_tier_prefetch_timeout_s >= 0 && kv_tier_prefetch_timeout_s <= 3600))
-    return Status::InvalidArgument("--kv-tier-prefetch-timeout must be in [0, 3600] seconds");
-  if (kv_tiers.enabled()) {
-    if (!enable_prefix_cache) return Status::InvalidArgument("KV tiers need the prefix cache (drop --no-prefix-cache)");
-    RETURN_IF_ERROR(kv_tiers.Validate());
-  }
-  return Status::Ok();
-}
 
 namespace {
 std::string Fingerprint(std::span<const uint8_t> bytes) {
@@ -60,21 +44,23 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<con
   const auto& mc = s->model_->config();
   s->max_model_len_ = config.max_model_len > 0 ? std::min(config.max_model_len, mc.ctx_len)
                                                : std::min(mc.ctx_len, 8192);
-  ASSIGN_OR_RETURN(uint64_t budget, kv::ParseMemorySize(config.kv_cache_memory));
+  ASSIGN_OR_RETURN(uint64_t budget, ParseMemorySize(config.kv_cache.memory));
   kv::KvLayout layout;
   layout.n_layers = mc.n_layers;
   layout.kv_dim = mc.kv_dim();
-  layout.block_size = config.block_size;
-  layout.dtype = config.kv_dtype;
+  layout.block_size = config.kv_cache.block_size;
+  layout.dtype = config.kv_cache.dtype;
   layout.num_blocks = 1;
   RETURN_IF_ERROR(layout.Validate().WithContext("KV cache layout"));
   layout.num_blocks = kv::NumBlocksForBudget(layout, budget);
-  const int blocks_per_seq = (s->max_model_len_ + config.block_size - 1) / config.block_size;
+  const int blocks_per_seq =
+      (s->max_model_len_ + config.kv_cache.block_size - 1) / config.kv_cache.block_size;
   if (layout.num_blocks < blocks_per_seq)
-    return Status::InvalidArgument("--kv-cache-memory " + config.kv_cache_memory + " holds " +
-                                   std::to_string(layout.num_blocks) + " blocks, fewer than one sequence of " +
-                                   std::to_string(s->max_model_len_) + " tokens needs (" +
-                                   std::to_string(blocks_per_seq) + "); raise it or lower --max-model-len");
+    return Status::InvalidArgument(
+        "engine.kv_cache.memory (--kv-cache-memory) " + config.kv_cache.memory + " holds " +
+        std::to_string(layout.num_blocks) + " blocks, fewer than one sequence of " +
+        std::to_string(s->max_model_len_) + " tokens needs (" + std::to_string(blocks_per_seq) +
+        "); raise it or lower engine.max_model_len (--max-model-len)");
   s->layout_ = layout;
   ASSIGN_OR_RETURN(s->storage_, kv::KvStorage::Create(layout));
   s->pool_ = std::make_unique<ThreadPool>(config.threads > 0 ? config.threads : DefaultThreadCount());
@@ -82,15 +68,11 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<con
 
   kv::KvManagerConfig kc;
   kc.num_blocks = layout.num_blocks;
-  kc.block_size = config.block_size;
-  kc.enable_prefix_cache = config.enable_prefix_cache;
-  sched::SchedulerConfig sc;
-  sc.max_batched_tokens = config.max_batched_tokens;
-  sc.max_prefill_tokens_with_decodes = config.max_prefill_tokens_with_decodes;
-  sc.max_num_seqs = config.max_num_seqs;
-  sc.max_model_len = s->max_model_len_;
-  sc.max_queued_requests = config.max_queued_requests;
-  sc.max_queued_prompt_tokens = config.max_queued_prompt_tokens;
+  kc.block_size = config.kv_cache.block_size;
+  kc.enable_prefix_cache = config.kv_cache.prefix_cache;
+  sched::SchedulerConfig sc = config.scheduler;
+  sc.max_model_len =
+      s->max_model_len_;  // derived: the configured length, resolved against the model
   kv::KvStorage* storage = s->storage_.get();
   auto copy = [storage](std::span<const sched::BlockCopy> copies) {
     for (const auto& c : copies) storage->CopyBlock(c.src, c.dst, c.num_slots);
@@ -101,7 +83,7 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<con
   const auto& f = s->model_->gguf();
   s->fingerprint_ = Fingerprint(f.bytes());
   s->engine_->SetModelSalt(
-      cachekey::ModelSalt({s->fingerprint_, kv::KvDTypeName(config.kv_dtype), config.block_size}));
+      cachekey::ModelSalt({s->fingerprint_, kv::KvDTypeName(config.kv_cache.dtype), config.kv_cache.block_size}));
   if (config.kv_tiers.enabled()) {
     ASSIGN_OR_RETURN(s->tiers_, kvtier::TieredKvCache::Create(config.kv_tiers, layout.BlockBytes(),
                                                               FormatId(s->fingerprint_, layout)));

@@ -1,12 +1,13 @@
 // ServingEngine: a model served by the batching engine — the assembly of Model, paged KvStorage,
-// CpuModelRunner, thread pool and sched::Engine, sized from one config. Used by `strata bench
-// offline` and `strata serve`.
+// CpuModelRunner, thread pool and sched::Engine, sized from one config (ServingConfig, the
+// `engine:` part of the ReplicaConfig tree, replica_config.h). Used by `strata bench offline` and
+// `strata serve`.
 //
 // Ownership: owns every part; the Model is shared (the server also tokenizes with it).
 // Thread contract: as sched::Engine (Submit/Cancel/Stats from any thread; the engine thread runs
 // after Start()).
-// Errors: Create() returns InvalidArgument naming the flag that is wrong (memory budget too small
-// for one sequence, bad dtype, ...).
+// Errors: Create() returns InvalidArgument naming the config key and flag that is wrong (memory
+// budget too small for one sequence, bad dtype, ...).
 #pragma once
 
 #include <cstdint>
@@ -24,27 +25,10 @@
 #include "engine/runner/cpu_runner.h"
 #include "engine/sched/clock.h"
 #include "engine/sched/engine.h"
+#include "engine/serving/replica_config.h"
 #include "model/model.h"
 
 namespace strata::engine {
-
-struct ServingConfig {
-  std::string kv_cache_memory = "2GiB";  // size ("4GiB") or fraction of RAM ("0.25")
-  kv::KvDType kv_dtype = kv::KvDType::kF16;
-  int block_size = 16;
-  bool enable_prefix_cache = true;
-  int max_batched_tokens = 2048;
-  int max_prefill_tokens_with_decodes = 0;  // prompt tokens in a step with decodes (0: no cap)
-  int max_num_seqs = 16;
-  int max_model_len = 0;  // 0: the model's context length capped at 8192
-  int max_queued_requests = 1024;
-  int64_t max_queued_prompt_tokens = 1 << 20;
-  int threads = 0;  // 0: all cores
-  // KV tiers below the pool (RAM / disk / Redis); all optional. See engine/kvtier.
-  kvtier::TieredKvConfig kv_tiers;
-  double kv_tier_prefetch_timeout_s = 1.0;  // longest a request waits for its prefetch
-  Status Validate() const;
-};
 
 class ServingEngine {
  public:

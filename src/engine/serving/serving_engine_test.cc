@@ -100,16 +100,16 @@ TEST_P(ServingEngineTest, GreedyTokensIdenticalAloneAndInBatchOf16) {
   std::vector<std::vector<int32_t>> prompts;
   for (uint32_t i = 0; i < 16; ++i) prompts.push_back(Prompt(3 + 11 * i, n_vocab, i));  // 3..168 tokens
   ServingConfig alone;
-  alone.kv_cache_memory = "64MiB";
-  alone.max_num_seqs = 1;
+  alone.kv_cache.memory = "64MiB";
+  alone.scheduler.max_num_seqs = 1;
   alone.threads = 1;
   alone.max_model_len = 256;
   std::vector<std::vector<int32_t>> want;
   for (const auto& p : prompts) want.push_back(RunAll(fx, alone, {p}, 12)[0]);
 
   ServingConfig batched = alone;
-  batched.max_num_seqs = 16;
-  batched.max_batched_tokens = 40;  // forces chunked prefill mixed with decodes
+  batched.scheduler.max_num_seqs = 16;
+  batched.scheduler.max_batched_tokens = 40;  // forces chunked prefill mixed with decodes
   batched.threads = 2;
   auto got = RunAll(fx, batched, prompts, 12);
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -130,14 +130,14 @@ TEST_P(ServingEngineTest, PreemptionAndPrefixCacheKeepTokens) {
     prompts.push_back(p);
   }
   ServingConfig big;
-  big.kv_cache_memory = "64MiB";
-  big.max_num_seqs = 8;
+  big.kv_cache.memory = "64MiB";
+  big.scheduler.max_num_seqs = 8;
   big.max_model_len = 128;
-  big.enable_prefix_cache = false;
+  big.kv_cache.prefix_cache = false;
   auto want = RunAll(fx, big, prompts, 16);
 
   ServingConfig cached = big;
-  cached.enable_prefix_cache = true;
+  cached.kv_cache.prefix_cache = true;
   int64_t hits = 0;
   auto got_cached = RunAll(fx, cached, prompts, 16, nullptr, &hits, /*first_alone=*/true);
   EXPECT_EQ(got_cached, want);
@@ -147,7 +147,7 @@ TEST_P(ServingEngineTest, PreemptionAndPrefixCacheKeepTokens) {
   ServingConfig tiny = big;
   const auto& mc = fx.model->config();
   uint64_t block_bytes = static_cast<uint64_t>(mc.n_layers) * 2 * 16 * static_cast<uint64_t>(mc.kv_dim()) * 2;
-  tiny.kv_cache_memory = std::to_string(block_bytes * 16 / 1024) + "KiB";
+  tiny.kv_cache.memory = std::to_string(block_bytes * 16 / 1024) + "KiB";
   int64_t preemptions = 0;
   auto got_tiny = RunAll(fx, tiny, prompts, 16, &preemptions);
   EXPECT_EQ(got_tiny, want);
@@ -161,7 +161,7 @@ INSTANTIATE_TEST_SUITE_P(Types, ServingEngineTest,
 TEST(ServingConfigTest, RefusesBudgetTooSmallForOneSequence) {
   Fixture fx = MakeModel(synth::FileType::kQ8_0);
   ServingConfig c;
-  c.kv_cache_memory = "1KiB";
+  c.kv_cache.memory = "1KiB";
   auto se = ServingEngine::Create(fx.model, c);
   ASSERT_FALSE(se.ok());
   EXPECT_NE(se.status().message().find("--kv-cache-memory"), std::string::npos) << se.status().message();
@@ -169,11 +169,11 @@ TEST(ServingConfigTest, RefusesBudgetTooSmallForOneSequence) {
 
 TEST(ServingConfigTest, NamesTheBadSchedulingFlag) {
   ServingConfig c;
-  c.max_prefill_tokens_with_decodes = -1;
+  c.scheduler.max_prefill_tokens_with_decodes = -1;
   Status st = c.Validate();
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("--max-prefill-tokens-with-decodes"), std::string::npos) << st.message();
-  c.max_prefill_tokens_with_decodes = 128;
+  c.scheduler.max_prefill_tokens_with_decodes = 128;
   EXPECT_TRUE(c.Validate().ok());
 }
 

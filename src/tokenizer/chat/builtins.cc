@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <unordered_map>
 
 #include "tokenizer/chat/interpreter.h"
 
@@ -410,16 +411,6 @@ Result<std::string> Indent(Interpreter& in, const std::string& s0, const Value& 
   return rv;
 }
 
-const std::set<std::string_view>& FilterNames() {
-  static const std::set<std::string_view> k = {
-      "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first",
-      "float", "format", "indent", "int", "items", "join", "last", "length", "list", "lower",
-      "map", "max", "min", "reject", "rejectattr", "replace", "reverse", "round", "safe",
-      "select", "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique",
-      "upper", "wordcount", "strip", "lstrip", "rstrip"};
-  return k;
-}
-
 const std::set<std::string_view>& TestNames() {
   static const std::set<std::string_view> k = {
       "defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number",
@@ -475,9 +466,669 @@ Result<Value> SelectLike(Interpreter& in, const Value& value, CallArgs& args, bo
   return Value::List(std::move(out));
 }
 
+// ---- filters: one small function each, found by name in FilterTable() ----
+
+// `name` is the name the filter was called by (several share a function: first/last, ...).
+using FilterFn = Result<Value> (*)(Interpreter& in, std::string_view name, const Value& value,
+                                   CallArgs& args);
+
+// The string most filters work on: the value itself, or str(value).
+std::string StrOf(const Value& value) { return value.is_string() ? value.str() : ToPyStr(value); }
+
+Result<Value> FilterDefault(Interpreter&, std::string_view, const Value& value, CallArgs& args) {
+  Value def = Arg(args, 0, "default_value");
+  if (def.is_undefined()) def = Value::String("");
+  bool boolean = Arg(args, 1, "boolean").Truthy();
+  if (value.is_undefined() || (boolean && !value.Truthy())) return def;
+  return value;
+}
+
+Result<Value> FilterSafe(Interpreter&, std::string_view, const Value& value, CallArgs&) {
+  return value;
+}
+
+Result<Value> FilterString(Interpreter& in, std::string_view, const Value& value, CallArgs&) {
+  if (value.is_string()) return value;
+  std::string s = ToPyStr(value);
+  RETURN_IF_ERROR(in.ChargeBytes(s.size()));
+  return Value::String(std::move(s));
+}
+
+Result<Value> FilterToJson(Interpreter& in, std::string_view, const Value& value, CallArgs& args) {
+  JsonDumpOptions o;
+  Value indent = Arg(args, 1, "indent");
+  if (indent.is_int()) {
+    if (indent.as_int() < 0 || indent.as_int() > 64) return Err("tojson indent out of range");
+    o.indent = static_cast<int>(indent.as_int());
+    o.item_sep = ",";
+  } else if (!indent.is_undefined() && !indent.is_none()) {
+    return Err("tojson indent must be an integer");
+  }
+  Value seps = Arg(args, 2, "separators");
+  if (seps.is_list()) {
+    if (seps.list().size() != 2 || !seps.list()[0].is_string() || !seps.list()[1].is_string()) {
+      return Err("tojson separators must be two strings");
+    }
+    o.item_sep = seps.list()[0].str();
+    o.key_sep = seps.list()[1].str();
+  }
+  o.ensure_ascii = Arg(args, 0, "ensure_ascii").Truthy();
+  o.sort_keys = Arg(args, 3, "sort_keys").Truthy();
+  auto r = ToJson(value, o, in.max_bytes());
+  if (!r.ok()) {
+    if (r.status().code() == StatusCode::kOutOfRange) return r.status();
+    return Err(r.status().message());
+  }
+  RETURN_IF_ERROR(in.ChargeBytes(r->size()));
+  return Value::String(std::move(r).value());
+}
+
+Result<Value> FilterLength(Interpreter&, std::string_view, const Value& value, CallArgs&) {
+  if (value.is_string()) return Value::Int(static_cast<int64_t>(CodePointCount(value.str())));
+  if (value.is_list()) return Value::Int(static_cast<int64_t>(value.list().size()));
+  if (value.is_dict() || value.is_namespace()) {
+    return Value::Int(static_cast<int64_t>(value.dict().size()));
+  }
+  if (value.is_undefined()) return Value::Int(0);
+  return Err("object of type '" + std::string(value.TypeName()) + "' has no len()");
+}
+
+Result<Value> FilterItems(Interpreter& in, std::string_view, const Value& value, CallArgs&) {
+  if (value.is_undefined()) return Value::List();
+  if (!value.is_dict()) return Err("items filter needs a mapping");
+  ValueList out;
+  for (const auto& [k, v] : value.dict().entries()) {
+    out.push_back(Value::List({Value::String(k), v}));
+  }
+  RETURN_IF_ERROR(in.Charge(out.size()));
+  return Value::List(std::move(out));
+}
+
+Result<Value> FilterDictSort(Interpreter&, std::string_view, const Value& value, CallArgs& args) {
+  if (!value.is_dict()) return Err("dictsort needs a mapping");
+  ValueList out;
+  for (const auto& [k, v] : value.dict().entries())
+    out.push_back(Value::List({Value::String(k), v}));
+  bool by_value = Arg(args, 1, "by").is_string() && Arg(args, 1, "by").str() == "value";
+  ASSIGN_OR_RETURN(
+      out, Sorted(std::move(out), Arg(args, 2, "reverse").Truthy(),
+                  Arg(args, 0, "case_sensitive").Truthy(), Value::String(by_value ? "1" : "0")));
+  return Value::List(std::move(out));
+}
+
+Result<Value> FilterList(Interpreter& in, std::string_view, const Value& value, CallArgs&) {
+  ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
+  return Value::List(std::move(items));
+}
+
+// first, last
+Result<Value> FilterFirstLast(Interpreter& in, std::string_view name, const Value& value,
+                              CallArgs&) {
+  ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
+  if (items.empty()) return Value::Undefined("sequence is empty");
+  return name == "first" ? items.front() : items.back();
+}
+
+Result<Value> FilterReverse(Interpreter& in, std::string_view, const Value& value, CallArgs&) {
+  if (value.is_string()) {
+    std::vector<uint32_t> cps = Decode(value.str());
+    std::reverse(cps.begin(), cps.end());
+    return Value::String(Encode(cps, 0, cps.size()));
+  }
+  ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
+  std::reverse(items.begin(), items.end());
+  return Value::List(std::move(items));
+}
+
+Result<Value> FilterJoin(Interpreter& in, std::string_view, const Value& value, CallArgs& args) {
+  ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
+  Value sep = Arg(args, 0, "d");
+  Value attr = Arg(args, 1, "attribute");
+  std::string d = sep.is_undefined() ? "" : ToPyStr(sep);
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out += d;
+    out += ToPyStr(attr.is_string() ? GetPath(items[i], attr.str()) : items[i]);
+    if (out.size() > in.max_bytes()) break;
+  }
+  RETURN_IF_ERROR(in.ChargeBytes(out.size()));
+  return Value::String(std::move(out));
+}
+
+Result<Value> FilterUnique(Interpreter& in, std::string_view, const Value& value, CallArgs& args) {
+  ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
+  bool cs = Arg(args, 0, "case_sensitive").Truthy();
+  Value attr = Arg(args, 1, "attribute");
+  ValueList out, keys;
+  for (const Value& v : items) {
+    Value k = attr.is_string() ? GetPath(v, attr.str()) : v;
+    if (k.is_string() && !cs) k = Value::String(Lower(k.str()));
+    bool seen = false;
+    for (const Value& s : keys) {
+      if (Equals(s, k)) {
+        seen = true;
+        break;
+      }
+    }
+    RETURN_IF_ERROR(in.Charge(keys.size()));
+    if (!seen) {
+      keys.push_back(k);
+      out.push_back(v);
+    }
+  }
+  return Value::List(std::move(out));
+}
+
+Result<Value> FilterSort(Interpreter& in, std::string_view, const Value& value, CallArgs& args) {
+  ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
+  RETURN_IF_ERROR(in.Charge(items.size() * 8));
+  ASSIGN_OR_RETURN(items,
+                   Sorted(std::move(items), Arg(args, 0, "reverse").Truthy(),
+                          Arg(args, 1, "case_sensitive").Truthy(), Arg(args, 2, "attribute")));
+  return Value::List(std::move(items));
+}
+
+Result<Value> FilterMap(Interpreter& in, std::string_view, const Value& value, CallArgs& args) {
+  ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
+  Value attr = Arg(args, SIZE_MAX, "attribute");
+  ValueList out;
+  if (attr.is_string()) {
+    Value def = Arg(args, SIZE_MAX, "default");
+    for (const Value& v : items) {
+      Value r = GetPath(v, attr.str());
+      out.push_back(r.is_undefined() && !def.is_undefined() ? def : r);
+    }
+    return Value::List(std::move(out));
+  }
+  if (args.positional.empty() || !args.positional[0].is_string()) {
+    return Err("map needs a filter name or attribute=");
+  }
+  std::string f = args.positional[0].str();
+  if (!IsKnownFilter(f)) return Err("no filter named '" + f + "'");
+  CallArgs fargs;
+  fargs.positional.assign(args.positional.begin() + 1, args.positional.end());
+  fargs.keyword = args.keyword;
+  for (const Value& v : items) {
+    CallArgs a = fargs;
+    ASSIGN_OR_RETURN(Value r, ApplyFilter(in, f, v, a));
+    out.push_back(std::move(r));
+  }
+  return Value::List(std::move(out));
+}
+
+// select, reject, selectattr, rejectattr
+Result<Value> FilterSelect(Interpreter& in, std::string_view name, const Value& value,
+                           CallArgs& args) {
+  const bool by_attr = name == "selectattr" || name == "rejectattr";
+  const bool keep_if = name == "select" || name == "selectattr";
+  return SelectLike(in, value, args, by_attr, keep_if);
+}
+
+Result<Value> FilterAttr(Interpreter&, std::string_view, const Value& value, CallArgs& args) {
+  Value n = Arg(args, 0, "name");
+  if (!n.is_string()) return Err("attr needs a name");
+  if (value.is_dict() || value.is_namespace()) {
+    const Value* f = value.dict().Find(n.str());
+    if (f != nullptr) return *f;
+  }
+  return Value::Undefined("object has no attribute '" + n.str() + "'");
+}
+
+// sum, min, max
+Result<Value> FilterSumMinMax(Interpreter& in, std::string_view name, const Value& value,
+                              CallArgs& args) {
+  ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
+  Value attr = Arg(args, name == "sum" ? 0 : 1, "attribute");
+  for (Value& v : items) {
+    if (attr.is_string()) v = GetPath(v, attr.str());
+  }
+  if (name == "sum") {
+    Value acc = Arg(args, 1, "start");
+    if (acc.is_undefined()) acc = Value::Int(0);
+    for (const Value& v : items) {
+      if (!v.is_number() || !acc.is_number()) return Err("sum needs numbers");
+      if (acc.is_float() || v.is_float()) {
+        acc = Value::Float(acc.as_float() + v.as_float());
+      } else {
+        int64_t r;
+        if (__builtin_add_overflow(acc.as_int(), v.as_int(), &r)) return Err("integer overflow");
+        acc = Value::Int(r);
+      }
+    }
+    return acc;
+  }
+  if (items.empty()) return Value::Undefined("sequence is empty");
+  ASSIGN_OR_RETURN(
+      items, Sorted(std::move(items), false, Arg(args, 0, "case_sensitive").Truthy(), Value()));
+  return name == "min" ? items.front() : items.back();
+}
+
+Result<Value> FilterAbs(Interpreter&, std::string_view, const Value& value, CallArgs&) {
+  if (value.is_float()) return Value::Float(std::fabs(value.as_float()));
+  if (value.is_int() || value.is_bool()) {
+    if (value.as_int() == INT64_MIN) return Err("integer overflow");
+    return Value::Int(std::llabs(value.as_int()));
+  }
+  return Err("bad operand type for abs()");
+}
+
+Result<Value> FilterRound(Interpreter&, std::string_view, const Value& value, CallArgs& args) {
+  if (!value.is_number()) return Err("round needs a number");
+  Value p = Arg(args, 0, "precision");
+  int64_t prec = p.is_undefined() ? 0 : p.as_int();
+  if (prec < 0 || prec > 15) return Err("round precision out of range");
+  Value m = Arg(args, 1, "method");
+  std::string method = m.is_string() ? m.str() : "common";
+  double scale = std::pow(10.0, static_cast<double>(prec));
+  double x = value.as_float() * scale;
+  double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
+  return Value::Float(r / scale);
+}
+
+Result<Value> FilterInt(Interpreter&, std::string_view, const Value& value, CallArgs& args) {
+  return ToInt(value, Arg(args, 0, "default"));
+}
+
+Result<Value> FilterFloat(Interpreter&, std::string_view, const Value& value, CallArgs& args) {
+  return ToFloat(value, Arg(args, 0, "default"));
+}
+
+Result<Value> FilterFormat(Interpreter& in, std::string_view, const Value& value, CallArgs& args) {
+  if (!value.is_string()) return Err("format filter needs a format string");
+  Value fargs;
+  if (args.positional.size() == 1) {
+    fargs = args.positional[0];
+  } else if (!args.keyword.empty()) {
+    fargs = Value::Dict();
+    for (const auto& [k, v] : args.keyword) fargs.dict().Set(k, v);
+  } else {
+    fargs = Value::List(args.positional);
+  }
+  ASSIGN_OR_RETURN(std::string s, PyPercentFormat(in, value.str(), fargs));
+  return Value::String(std::move(s));
+}
+
+Result<Value> FilterWordCount(Interpreter&, std::string_view, const Value& value, CallArgs&) {
+  Value parts = SplitString(ToPyStr(value), Value(), -1);
+  return Value::Int(static_cast<int64_t>(parts.list().size()));
+}
+
+// trim, strip, lstrip, rstrip
+Result<Value> FilterStrip(Interpreter&, std::string_view name, const Value& value, CallArgs& args) {
+  bool left = name != "rstrip", right = name != "lstrip";
+  ASSIGN_OR_RETURN(std::string r, Strip(StrOf(value), Arg(args, 0, "chars"), left, right));
+  return Value::String(std::move(r));
+}
+
+Result<Value> FilterUpper(Interpreter&, std::string_view, const Value& value, CallArgs&) {
+  return Value::String(Upper(StrOf(value)));
+}
+
+Result<Value> FilterLower(Interpreter&, std::string_view, const Value& value, CallArgs&) {
+  return Value::String(Lower(StrOf(value)));
+}
+
+Result<Value> FilterCapitalize(Interpreter&, std::string_view, const Value& value, CallArgs&) {
+  return Value::String(Capitalize(StrOf(value)));
+}
+
+Result<Value> FilterTitle(Interpreter&, std::string_view, const Value& value, CallArgs&) {
+  return Value::String(JinjaTitle(StrOf(value)));
+}
+
+Result<Value> FilterReplace(Interpreter& in, std::string_view, const Value& value, CallArgs& args) {
+  Value old = Arg(args, 0, "old"), repl = Arg(args, 1, "new"), count = Arg(args, 2, "count");
+  if (!old.is_string() || !repl.is_string()) return Err("replace needs two strings");
+  ASSIGN_OR_RETURN(std::string r, Replace(in, StrOf(value), old.str(), repl.str(),
+                                          count.is_int() ? count.as_int() : -1));
+  return Value::String(std::move(r));
+}
+
+Result<Value> FilterIndent(Interpreter& in, std::string_view, const Value& value, CallArgs& args) {
+  ASSIGN_OR_RETURN(std::string r,
+                   Indent(in, StrOf(value), Arg(args, 0, "width"), Arg(args, 1, "first").Truthy(),
+                          Arg(args, 2, "blank").Truthy()));
+  return Value::String(std::move(r));
+}
+
+Result<Value> FilterEscape(Interpreter& in, std::string_view, const Value& value, CallArgs&) {
+  std::string out;
+  for (char c : StrOf(value)) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  RETURN_IF_ERROR(in.ChargeBytes(out.size()));
+  return Value::String(std::move(out));
+}
+
+const std::unordered_map<std::string_view, FilterFn>& FilterTable() {
+  static const std::unordered_map<std::string_view, FilterFn> k = {
+      {"abs", FilterAbs},
+      {"attr", FilterAttr},
+      {"capitalize", FilterCapitalize},
+      {"count", FilterLength},
+      {"d", FilterDefault},
+      {"default", FilterDefault},
+      {"dictsort", FilterDictSort},
+      {"e", FilterEscape},
+      {"escape", FilterEscape},
+      {"first", FilterFirstLast},
+      {"float", FilterFloat},
+      {"format", FilterFormat},
+      {"indent", FilterIndent},
+      {"int", FilterInt},
+      {"items", FilterItems},
+      {"join", FilterJoin},
+      {"last", FilterFirstLast},
+      {"length", FilterLength},
+      {"list", FilterList},
+      {"lower", FilterLower},
+      {"map", FilterMap},
+      {"max", FilterSumMinMax},
+      {"min", FilterSumMinMax},
+      {"reject", FilterSelect},
+      {"rejectattr", FilterSelect},
+      {"replace", FilterReplace},
+      {"reverse", FilterReverse},
+      {"round", FilterRound},
+      {"safe", FilterSafe},
+      {"select", FilterSelect},
+      {"selectattr", FilterSelect},
+      {"sort", FilterSort},
+      {"string", FilterString},
+      {"sum", FilterSumMinMax},
+      {"title", FilterTitle},
+      {"tojson", FilterToJson},
+      {"trim", FilterStrip},
+      {"unique", FilterUnique},
+      {"upper", FilterUpper},
+      {"wordcount", FilterWordCount},
+      {"strip", FilterStrip},
+      {"lstrip", FilterStrip},
+      {"rstrip", FilterStrip},
+  };
+  return k;
+}
+
+// ---- methods of str, dict and list: one small function each, found by receiver type and name ----
+
+using MethodFn = Result<Value> (*)(Interpreter& in, const Value& self, std::string_view name,
+                                   CallArgs& args);
+using MethodTable = std::unordered_map<std::string_view, MethodFn>;
+
+// str.strip, lstrip, rstrip
+Result<Value> StrStrip(Interpreter&, const Value& self, std::string_view name, CallArgs& args) {
+  ASSIGN_OR_RETURN(std::string r,
+                   Strip(self.str(), Arg(args, 0, "chars"), name != "rstrip", name != "lstrip"));
+  return Value::String(std::move(r));
+}
+
+// rsplit with maxsplit >= 0: splits from the right.
+Value RSplit(const std::string& s, const std::string& sep, int64_t ms) {
+  ValueList parts;
+  size_t end = s.size();
+  int64_t done = 0;
+  while (done < ms) {
+    size_t f = end >= sep.size() ? s.rfind(sep, end - sep.size()) : std::string::npos;
+    if (f == std::string::npos) break;
+    parts.insert(parts.begin(), Value::String(s.substr(f + sep.size(), end - f - sep.size())));
+    end = f;
+    ++done;
+  }
+  parts.insert(parts.begin(), Value::String(s.substr(0, end)));
+  return Value::List(std::move(parts));
+}
+
+// str.split, rsplit
+Result<Value> StrSplit(Interpreter& in, const Value& self, std::string_view name, CallArgs& args) {
+  const std::string& s = self.str();
+  Value sep = Arg(args, 0, "sep");
+  Value maxsplit = Arg(args, 1, "maxsplit");
+  if (sep.is_string() && sep.str().empty()) return Err("empty separator");
+  if (!sep.is_undefined() && !sep.is_none() && !sep.is_string()) {
+    return Err("split separator must be a string");
+  }
+  RETURN_IF_ERROR(in.ChargeBytes(s.size()));
+  int64_t ms = maxsplit.is_int() ? maxsplit.as_int() : -1;
+  if (name == "rsplit" && ms >= 0) {
+    if (!sep.is_string()) return Err("rsplit with maxsplit needs a separator");
+    return RSplit(s, sep.str(), ms);
+  }
+  return SplitString(s, sep, ms);
+}
+
+// str.startswith, endswith
+Result<Value> StrStartsEnds(Interpreter&, const Value& self, std::string_view name,
+                            CallArgs& args) {
+  const std::string& s = self.str();
+  Value p = Arg(args, 0, "prefix");
+  ValueList cands = p.is_list() ? p.list() : ValueList{p};
+  for (const Value& c : cands) {
+    if (!c.is_string()) return Err(std::string(name) + " needs a string or tuple of strings");
+    const std::string& x = c.str();
+    bool hit = name == "startswith"
+                   ? s.compare(0, x.size(), x) == 0
+                   : s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+    if (hit) return Value::Bool(true);
+  }
+  return Value::Bool(false);
+}
+
+Result<Value> StrReplace(Interpreter& in, const Value& self, std::string_view, CallArgs& args) {
+  Value old = Arg(args, 0, "old"), repl = Arg(args, 1, "new"), count = Arg(args, 2, "count");
+  if (!old.is_string() || !repl.is_string()) return Err("replace needs two strings");
+  ASSIGN_OR_RETURN(std::string r, Replace(in, self.str(), old.str(), repl.str(),
+                                          count.is_int() ? count.as_int() : -1));
+  return Value::String(std::move(r));
+}
+
+Result<Value> StrUpper(Interpreter&, const Value& self, std::string_view, CallArgs&) {
+  return Value::String(Upper(self.str()));
+}
+
+Result<Value> StrLower(Interpreter&, const Value& self, std::string_view, CallArgs&) {
+  return Value::String(Lower(self.str()));
+}
+
+Result<Value> StrTitle(Interpreter&, const Value& self, std::string_view, CallArgs&) {
+  return Value::String(PyTitle(self.str()));
+}
+
+Result<Value> StrCapitalize(Interpreter&, const Value& self, std::string_view, CallArgs&) {
+  return Value::String(Capitalize(self.str()));
+}
+
+// str.find, rfind, index, count
+Result<Value> StrFind(Interpreter&, const Value& self, std::string_view name, CallArgs& args) {
+  const std::string& s = self.str();
+  ASSIGN_OR_RETURN(std::string sub, ArgString(Arg(args, 0, "sub"), "argument"));
+  if (name == "count") {
+    if (sub.empty()) return Value::Int(static_cast<int64_t>(CodePointCount(s)) + 1);
+    int64_t n = 0;
+    for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+    return Value::Int(n);
+  }
+  size_t p = name == "rfind" ? s.rfind(sub) : s.find(sub);
+  if (p == std::string::npos) {
+    if (name == "index") return Err("substring not found");
+    return Value::Int(-1);
+  }
+  return Value::Int(static_cast<int64_t>(CodePointCount(std::string_view(s).substr(0, p))));
+}
+
+Result<Value> StrJoin(Interpreter& in, const Value& self, std::string_view, CallArgs& args) {
+  const std::string& s = self.str();
+  ASSIGN_OR_RETURN(ValueList items, Iterate(in, Arg(args, 0, "iterable")));
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].is_string()) return Err("join: sequence item must be str");
+    if (i) out += s;
+    out += items[i].str();
+    if (out.size() > in.max_bytes()) break;
+  }
+  RETURN_IF_ERROR(in.ChargeBytes(out.size()));
+  return Value::String(std::move(out));
+}
+
+Result<Value> StrSplitLines(Interpreter&, const Value& self, std::string_view, CallArgs&) {
+  ValueList out;
+  for (std::string& l : SplitLines(self.str())) out.push_back(Value::String(std::move(l)));
+  return Value::List(std::move(out));
+}
+
+// str.removeprefix, removesuffix
+Result<Value> StrRemoveFix(Interpreter&, const Value& self, std::string_view name, CallArgs& args) {
+  const std::string& s = self.str();
+  ASSIGN_OR_RETURN(std::string x, ArgString(Arg(args, 0, "fix"), "argument"));
+  if (name == "removeprefix" && s.compare(0, x.size(), x) == 0) {
+    return Value::String(s.substr(x.size()));
+  }
+  if (name == "removesuffix" && !x.empty() && s.size() >= x.size() &&
+      s.compare(s.size() - x.size(), x.size(), x) == 0) {
+    return Value::String(s.substr(0, s.size() - x.size()));
+  }
+  return self;
+}
+
+Result<Value> StrFormat(Interpreter& in, const Value& self, std::string_view, CallArgs& args) {
+  ASSIGN_OR_RETURN(std::string r, PyStrFormat(in, self.str(), args));
+  return Value::String(std::move(r));
+}
+
+// str.isdigit, isalpha, isalnum, isspace, islower, isupper
+Result<Value> StrIs(Interpreter&, const Value& self, std::string_view name, CallArgs&) {
+  const std::string& s = self.str();
+  if (s.empty()) return Value::Bool(false);
+  if (name == "islower") return Value::Bool(Lower(s) == s && Upper(s) != s);
+  if (name == "isupper") return Value::Bool(Upper(s) == s && Lower(s) != s);
+  for (char c : s) {
+    bool ok = name == "isdigit"   ? (c >= '0' && c <= '9')
+              : name == "isalpha" ? IsAlpha(c)
+              : name == "isalnum" ? (IsAlpha(c) || (c >= '0' && c <= '9'))
+                                  : IsPyWhitespace(static_cast<unsigned char>(c));
+    if (!ok) return Value::Bool(false);
+  }
+  return Value::Bool(true);
+}
+
+// dict.items, keys, values
+Result<Value> DictView(Interpreter& in, const Value& self, std::string_view name, CallArgs&) {
+  ValueList out;
+  for (const auto& [k, v] : self.dict().entries()) {
+    if (name == "items")
+      out.push_back(Value::List({Value::String(k), v}));
+    else if (name == "keys")
+      out.push_back(Value::String(k));
+    else
+      out.push_back(v);
+  }
+  RETURN_IF_ERROR(in.Charge(out.size()));
+  return Value::List(std::move(out));
+}
+
+Result<Value> DictGet(Interpreter&, const Value& self, std::string_view, CallArgs& args) {
+  Value key = Arg(args, 0, "key");
+  Value def = Arg(args, 1, "default");
+  if (key.is_string()) {
+    const Value* f = self.dict().Find(key.str());
+    if (f != nullptr) return *f;
+  }
+  return def.is_undefined() ? Value::None() : def;
+}
+
+Result<Value> DictCopy(Interpreter&, const Value& self, std::string_view, CallArgs&) {
+  Value c = Value::Dict();
+  for (const auto& [k, v] : self.dict().entries()) c.dict().Set(k, v);
+  return c;
+}
+
+// list.index, count
+Result<Value> ListFind(Interpreter&, const Value& self, std::string_view name, CallArgs& args) {
+  Value x = Arg(args, 0, "value");
+  int64_t n = 0;
+  for (size_t i = 0; i < self.list().size(); ++i) {
+    if (Equals(self.list()[i], x)) {
+      if (name == "index") return Value::Int(static_cast<int64_t>(i));
+      ++n;
+    }
+  }
+  if (name == "index") return Err("value is not in list");
+  return Value::Int(n);
+}
+
+const MethodTable& StrMethods() {
+  static const MethodTable k = {
+      {"strip", StrStrip},
+      {"lstrip", StrStrip},
+      {"rstrip", StrStrip},
+      {"split", StrSplit},
+      {"rsplit", StrSplit},
+      {"startswith", StrStartsEnds},
+      {"endswith", StrStartsEnds},
+      {"replace", StrReplace},
+      {"upper", StrUpper},
+      {"lower", StrLower},
+      {"title", StrTitle},
+      {"capitalize", StrCapitalize},
+      {"find", StrFind},
+      {"rfind", StrFind},
+      {"index", StrFind},
+      {"count", StrFind},
+      {"join", StrJoin},
+      {"splitlines", StrSplitLines},
+      {"removeprefix", StrRemoveFix},
+      {"removesuffix", StrRemoveFix},
+      {"format", StrFormat},
+      {"isdigit", StrIs},
+      {"isalpha", StrIs},
+      {"isalnum", StrIs},
+      {"isspace", StrIs},
+      {"islower", StrIs},
+      {"isupper", StrIs},
+  };
+  return k;
+}
+
+const MethodTable& DictMethods() {
+  static const MethodTable k = {
+      {"items", DictView}, {"keys", DictView}, {"values", DictView},
+      {"get", DictGet},    {"copy", DictCopy},
+  };
+  return k;
+}
+
+const MethodTable& ListMethods() {
+  static const MethodTable k = {{"index", ListFind}, {"count", ListFind}};
+  return k;
+}
+
+const MethodTable* MethodsOf(const Value& self) {
+  if (self.is_string()) return &StrMethods();
+  if (self.is_dict()) return &DictMethods();
+  if (self.is_list()) return &ListMethods();
+  return nullptr;
+}
+
 }  // namespace
 
-bool IsKnownFilter(std::string_view name) { return FilterNames().count(name) != 0; }
+bool IsKnownFilter(std::string_view name) { return FilterTable().count(name) != 0; }
 bool IsKnownTest(std::string_view name) { return TestNames().count(name) != 0; }
 
 Result<bool> Contains(const Value& container, const Value& x) {
@@ -538,287 +1189,10 @@ Value SplitString(const std::string& s, const Value& sep, int64_t maxsplit) {
 Result<Value> ApplyFilter(Interpreter& in, std::string_view name, const Value& value,
                           CallArgs& args) {
   RETURN_IF_ERROR(in.Charge(1));
-  if (name == "default" || name == "d") {
-    Value def = Arg(args, 0, "default_value");
-    if (def.is_undefined()) def = Value::String("");
-    bool boolean = Arg(args, 1, "boolean").Truthy();
-    if (value.is_undefined() || (boolean && !value.Truthy())) return def;
-    return value;
-  }
-  if (name == "safe") return value;
-  if (name == "string") {
-    if (value.is_string()) return value;
-    std::string s = ToPyStr(value);
-    RETURN_IF_ERROR(in.ChargeBytes(s.size()));
-    return Value::String(std::move(s));
-  }
-  if (name == "tojson") {
-    JsonDumpOptions o;
-    Value indent = Arg(args, 1, "indent");
-    if (indent.is_int()) {
-      if (indent.as_int() < 0 || indent.as_int() > 64) return Err("tojson indent out of range");
-      o.indent = static_cast<int>(indent.as_int());
-      o.item_sep = ",";
-    } else if (!indent.is_undefined() && !indent.is_none()) {
-      return Err("tojson indent must be an integer");
-    }
-    Value seps = Arg(args, 2, "separators");
-    if (seps.is_list()) {
-      if (seps.list().size() != 2 || !seps.list()[0].is_string() || !seps.list()[1].is_string()) {
-        return Err("tojson separators must be two strings");
-      }
-      o.item_sep = seps.list()[0].str();
-      o.key_sep = seps.list()[1].str();
-    }
-    o.ensure_ascii = Arg(args, 0, "ensure_ascii").Truthy();
-    o.sort_keys = Arg(args, 3, "sort_keys").Truthy();
-    auto r = ToJson(value, o, in.max_bytes());
-    if (!r.ok()) {
-      if (r.status().code() == StatusCode::kOutOfRange) return r.status();
-      return Err(r.status().message());
-    }
-    RETURN_IF_ERROR(in.ChargeBytes(r->size()));
-    return Value::String(std::move(r).value());
-  }
-  if (name == "length" || name == "count") {
-    if (value.is_string()) return Value::Int(static_cast<int64_t>(CodePointCount(value.str())));
-    if (value.is_list()) return Value::Int(static_cast<int64_t>(value.list().size()));
-    if (value.is_dict() || value.is_namespace()) {
-      return Value::Int(static_cast<int64_t>(value.dict().size()));
-    }
-    if (value.is_undefined()) return Value::Int(0);
-    return Err("object of type '" + std::string(value.TypeName()) + "' has no len()");
-  }
-  if (name == "items") {
-    if (value.is_undefined()) return Value::List();
-    if (!value.is_dict()) return Err("items filter needs a mapping");
-    ValueList out;
-    for (const auto& [k, v] : value.dict().entries()) {
-      out.push_back(Value::List({Value::String(k), v}));
-    }
-    RETURN_IF_ERROR(in.Charge(out.size()));
-    return Value::List(std::move(out));
-  }
-  if (name == "dictsort") {
-    if (!value.is_dict()) return Err("dictsort needs a mapping");
-    ValueList out;
-    for (const auto& [k, v] : value.dict().entries()) out.push_back(Value::List({Value::String(k), v}));
-    bool by_value = Arg(args, 1, "by").is_string() && Arg(args, 1, "by").str() == "value";
-    ASSIGN_OR_RETURN(out, Sorted(std::move(out), Arg(args, 2, "reverse").Truthy(),
-                                 Arg(args, 0, "case_sensitive").Truthy(),
-                                 Value::String(by_value ? "1" : "0")));
-    return Value::List(std::move(out));
-  }
-  if (name == "list") {
-    ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
-    return Value::List(std::move(items));
-  }
-  if (name == "first" || name == "last") {
-    ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
-    if (items.empty()) return Value::Undefined("sequence is empty");
-    return name == "first" ? items.front() : items.back();
-  }
-  if (name == "reverse") {
-    if (value.is_string()) {
-      std::vector<uint32_t> cps = Decode(value.str());
-      std::reverse(cps.begin(), cps.end());
-      return Value::String(Encode(cps, 0, cps.size()));
-    }
-    ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
-    std::reverse(items.begin(), items.end());
-    return Value::List(std::move(items));
-  }
-  if (name == "join") {
-    ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
-    Value sep = Arg(args, 0, "d");
-    Value attr = Arg(args, 1, "attribute");
-    std::string d = sep.is_undefined() ? "" : ToPyStr(sep);
-    std::string out;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (i) out += d;
-      out += ToPyStr(attr.is_string() ? GetPath(items[i], attr.str()) : items[i]);
-      if (out.size() > in.max_bytes()) break;
-    }
-    RETURN_IF_ERROR(in.ChargeBytes(out.size()));
-    return Value::String(std::move(out));
-  }
-  if (name == "unique") {
-    ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
-    bool cs = Arg(args, 0, "case_sensitive").Truthy();
-    Value attr = Arg(args, 1, "attribute");
-    ValueList out, keys;
-    for (const Value& v : items) {
-      Value k = attr.is_string() ? GetPath(v, attr.str()) : v;
-      if (k.is_string() && !cs) k = Value::String(Lower(k.str()));
-      bool seen = false;
-      for (const Value& s : keys) {
-        if (Equals(s, k)) {
-          seen = true;
-          break;
-        }
-      }
-      RETURN_IF_ERROR(in.Charge(keys.size()));
-      if (!seen) {
-        keys.push_back(k);
-        out.push_back(v);
-      }
-    }
-    return Value::List(std::move(out));
-  }
-  if (name == "sort") {
-    ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
-    RETURN_IF_ERROR(in.Charge(items.size() * 8));
-    ASSIGN_OR_RETURN(items, Sorted(std::move(items), Arg(args, 0, "reverse").Truthy(),
-                                   Arg(args, 1, "case_sensitive").Truthy(),
-                                   Arg(args, 2, "attribute")));
-    return Value::List(std::move(items));
-  }
-  if (name == "map") {
-    ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
-    Value attr = Arg(args, SIZE_MAX, "attribute");
-    ValueList out;
-    if (attr.is_string()) {
-      Value def = Arg(args, SIZE_MAX, "default");
-      for (const Value& v : items) {
-        Value r = GetPath(v, attr.str());
-        out.push_back(r.is_undefined() && !def.is_undefined() ? def : r);
-      }
-      return Value::List(std::move(out));
-    }
-    if (args.positional.empty() || !args.positional[0].is_string()) {
-      return Err("map needs a filter name or attribute=");
-    }
-    std::string f = args.positional[0].str();
-    if (!IsKnownFilter(f)) return Err("no filter named '" + f + "'");
-    CallArgs fargs;
-    fargs.positional.assign(args.positional.begin() + 1, args.positional.end());
-    fargs.keyword = args.keyword;
-    for (const Value& v : items) {
-      CallArgs a = fargs;
-      ASSIGN_OR_RETURN(Value r, ApplyFilter(in, f, v, a));
-      out.push_back(std::move(r));
-    }
-    return Value::List(std::move(out));
-  }
-  if (name == "select") return SelectLike(in, value, args, false, true);
-  if (name == "reject") return SelectLike(in, value, args, false, false);
-  if (name == "selectattr") return SelectLike(in, value, args, true, true);
-  if (name == "rejectattr") return SelectLike(in, value, args, true, false);
-  if (name == "attr") {
-    Value n = Arg(args, 0, "name");
-    if (!n.is_string()) return Err("attr needs a name");
-    if (value.is_dict() || value.is_namespace()) {
-      const Value* f = value.dict().Find(n.str());
-      if (f != nullptr) return *f;
-    }
-    return Value::Undefined("object has no attribute '" + n.str() + "'");
-  }
-  if (name == "sum" || name == "min" || name == "max") {
-    ASSIGN_OR_RETURN(ValueList items, Iterate(in, value));
-    Value attr = Arg(args, name == "sum" ? 0 : 1, "attribute");
-    for (Value& v : items) {
-      if (attr.is_string()) v = GetPath(v, attr.str());
-    }
-    if (name == "sum") {
-      Value acc = Arg(args, 1, "start");
-      if (acc.is_undefined()) acc = Value::Int(0);
-      for (const Value& v : items) {
-        if (!v.is_number() || !acc.is_number()) return Err("sum needs numbers");
-        if (acc.is_float() || v.is_float()) {
-          acc = Value::Float(acc.as_float() + v.as_float());
-        } else {
-          int64_t r;
-          if (__builtin_add_overflow(acc.as_int(), v.as_int(), &r)) return Err("integer overflow");
-          acc = Value::Int(r);
-        }
-      }
-      return acc;
-    }
-    if (items.empty()) return Value::Undefined("sequence is empty");
-    ASSIGN_OR_RETURN(items, Sorted(std::move(items), false, Arg(args, 0, "case_sensitive").Truthy(),
-                                   Value()));
-    return name == "min" ? items.front() : items.back();
-  }
-  if (name == "abs") {
-    if (value.is_float()) return Value::Float(std::fabs(value.as_float()));
-    if (value.is_int() || value.is_bool()) {
-      if (value.as_int() == INT64_MIN) return Err("integer overflow");
-      return Value::Int(std::llabs(value.as_int()));
-    }
-    return Err("bad operand type for abs()");
-  }
-  if (name == "round") {
-    if (!value.is_number()) return Err("round needs a number");
-    Value p = Arg(args, 0, "precision");
-    int64_t prec = p.is_undefined() ? 0 : p.as_int();
-    if (prec < 0 || prec > 15) return Err("round precision out of range");
-    Value m = Arg(args, 1, "method");
-    std::string method = m.is_string() ? m.str() : "common";
-    double scale = std::pow(10.0, static_cast<double>(prec));
-    double x = value.as_float() * scale;
-    double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
-    return Value::Float(r / scale);
-  }
-  if (name == "int") return ToInt(value, Arg(args, 0, "default"));
-  if (name == "float") return ToFloat(value, Arg(args, 0, "default"));
-  if (name == "format") {
-    if (!value.is_string()) return Err("format filter needs a format string");
-    Value fargs;
-    if (args.positional.size() == 1) {
-      fargs = args.positional[0];
-    } else if (!args.keyword.empty()) {
-      fargs = Value::Dict();
-      for (const auto& [k, v] : args.keyword) fargs.dict().Set(k, v);
-    } else {
-      fargs = Value::List(args.positional);
-    }
-    ASSIGN_OR_RETURN(std::string s, PyPercentFormat(in, value.str(), fargs));
-    return Value::String(std::move(s));
-  }
-  if (name == "wordcount") {
-    Value parts = SplitString(ToPyStr(value), Value(), -1);
-    return Value::Int(static_cast<int64_t>(parts.list().size()));
-  }
-  // Remaining filters operate on str(value).
-  std::string s = value.is_string() ? value.str() : ToPyStr(value);
-  if (name == "trim" || name == "strip" || name == "lstrip" || name == "rstrip") {
-    bool left = name != "rstrip", right = name != "lstrip";
-    ASSIGN_OR_RETURN(std::string r, Strip(s, Arg(args, 0, "chars"), left, right));
-    return Value::String(std::move(r));
-  }
-  if (name == "upper") return Value::String(Upper(s));
-  if (name == "lower") return Value::String(Lower(s));
-  if (name == "capitalize") return Value::String(Capitalize(s));
-  if (name == "title") return Value::String(JinjaTitle(s));
-  if (name == "replace") {
-    Value old = Arg(args, 0, "old"), repl = Arg(args, 1, "new"), count = Arg(args, 2, "count");
-    if (!old.is_string() || !repl.is_string()) return Err("replace needs two strings");
-    ASSIGN_OR_RETURN(std::string r, Replace(in, s, old.str(), repl.str(),
-                                            count.is_int() ? count.as_int() : -1));
-    return Value::String(std::move(r));
-  }
-  if (name == "indent") {
-    ASSIGN_OR_RETURN(std::string r, Indent(in, s, Arg(args, 0, "width"),
-                                           Arg(args, 1, "first").Truthy(),
-                                           Arg(args, 2, "blank").Truthy()));
-    return Value::String(std::move(r));
-  }
-  if (name == "escape" || name == "e") {
-    std::string out;
-    for (char c : s) {
-      switch (c) {
-        case '&': out += "&amp;"; break;
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '"': out += "&#34;"; break;
-        case '\'': out += "&#39;"; break;
-        default: out.push_back(c);
-      }
-    }
-    RETURN_IF_ERROR(in.ChargeBytes(out.size()));
-    return Value::String(std::move(out));
-  }
-  return Err("filter '" + std::string(name) + "' is not supported");
+  const auto& table = FilterTable();
+  auto it = table.find(name);
+  if (it == table.end()) return Err("filter '" + std::string(name) + "' is not supported");
+  return it->second(in, name, value, args);
 }
 
 Result<bool> ApplyTest(Interpreter& in, std::string_view name, const Value& value,
@@ -884,169 +1258,13 @@ Result<Value> CallMethod(Interpreter& in, const Value& self, std::string_view na
                          bool* found) {
   *found = true;
   RETURN_IF_ERROR(in.Charge(1));
-  if (self.is_string()) {
-    const std::string& s = self.str();
-    if (name == "strip" || name == "lstrip" || name == "rstrip") {
-      ASSIGN_OR_RETURN(std::string r, Strip(s, Arg(args, 0, "chars"), name != "rstrip",
-                                            name != "lstrip"));
-      return Value::String(std::move(r));
-    }
-    if (name == "split" || name == "rsplit") {
-      Value sep = Arg(args, 0, "sep");
-      Value maxsplit = Arg(args, 1, "maxsplit");
-      if (sep.is_string() && sep.str().empty()) return Err("empty separator");
-      if (!sep.is_undefined() && !sep.is_none() && !sep.is_string()) {
-        return Err("split separator must be a string");
-      }
-      RETURN_IF_ERROR(in.ChargeBytes(s.size()));
-      int64_t ms = maxsplit.is_int() ? maxsplit.as_int() : -1;
-      if (name == "rsplit" && ms >= 0) {
-        if (!sep.is_string()) return Err("rsplit with maxsplit needs a separator");
-        ValueList parts;
-        size_t end = s.size();
-        int64_t done = 0;
-        while (done < ms) {
-          size_t f = end >= sep.str().size() ? s.rfind(sep.str(), end - sep.str().size())
-                                             : std::string::npos;
-          if (f == std::string::npos) break;
-          parts.insert(parts.begin(),
-                       Value::String(s.substr(f + sep.str().size(), end - f - sep.str().size())));
-          end = f;
-          ++done;
-        }
-        parts.insert(parts.begin(), Value::String(s.substr(0, end)));
-        return Value::List(std::move(parts));
-      }
-      return SplitString(s, sep, ms);
-    }
-    if (name == "startswith" || name == "endswith") {
-      Value p = Arg(args, 0, "prefix");
-      ValueList cands = p.is_list() ? p.list() : ValueList{p};
-      for (const Value& c : cands) {
-        if (!c.is_string()) return Err(std::string(name) + " needs a string or tuple of strings");
-        const std::string& x = c.str();
-        bool hit = name == "startswith"
-                       ? s.compare(0, x.size(), x) == 0
-                       : s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-        if (hit) return Value::Bool(true);
-      }
-      return Value::Bool(false);
-    }
-    if (name == "replace") {
-      Value old = Arg(args, 0, "old"), repl = Arg(args, 1, "new"), count = Arg(args, 2, "count");
-      if (!old.is_string() || !repl.is_string()) return Err("replace needs two strings");
-      ASSIGN_OR_RETURN(std::string r, Replace(in, s, old.str(), repl.str(),
-                                              count.is_int() ? count.as_int() : -1));
-      return Value::String(std::move(r));
-    }
-    if (name == "upper") return Value::String(Upper(s));
-    if (name == "lower") return Value::String(Lower(s));
-    if (name == "title") return Value::String(PyTitle(s));
-    if (name == "capitalize") return Value::String(Capitalize(s));
-    if (name == "find" || name == "rfind" || name == "index" || name == "count") {
-      ASSIGN_OR_RETURN(std::string sub, ArgString(Arg(args, 0, "sub"), "argument"));
-      if (name == "count") {
-        if (sub.empty()) return Value::Int(static_cast<int64_t>(CodePointCount(s)) + 1);
-        int64_t n = 0;
-        for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
-        return Value::Int(n);
-      }
-      size_t p = name == "rfind" ? s.rfind(sub) : s.find(sub);
-      if (p == std::string::npos) {
-        if (name == "index") return Err("substring not found");
-        return Value::Int(-1);
-      }
-      return Value::Int(static_cast<int64_t>(CodePointCount(std::string_view(s).substr(0, p))));
-    }
-    if (name == "join") {
-      ASSIGN_OR_RETURN(ValueList items, Iterate(in, Arg(args, 0, "iterable")));
-      std::string out;
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (!items[i].is_string()) return Err("join: sequence item must be str");
-        if (i) out += s;
-        out += items[i].str();
-        if (out.size() > in.max_bytes()) break;
-      }
-      RETURN_IF_ERROR(in.ChargeBytes(out.size()));
-      return Value::String(std::move(out));
-    }
-    if (name == "splitlines") {
-      ValueList out;
-      for (std::string& l : SplitLines(s)) out.push_back(Value::String(std::move(l)));
-      return Value::List(std::move(out));
-    }
-    if (name == "removeprefix" || name == "removesuffix") {
-      ASSIGN_OR_RETURN(std::string x, ArgString(Arg(args, 0, "fix"), "argument"));
-      if (name == "removeprefix" && s.compare(0, x.size(), x) == 0) {
-        return Value::String(s.substr(x.size()));
-      }
-      if (name == "removesuffix" && !x.empty() && s.size() >= x.size() &&
-          s.compare(s.size() - x.size(), x.size(), x) == 0) {
-        return Value::String(s.substr(0, s.size() - x.size()));
-      }
-      return self;
-    }
-    if (name == "format") {
-      ASSIGN_OR_RETURN(std::string r, PyStrFormat(in, s, args));
-      return Value::String(std::move(r));
-    }
-    if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" ||
-        name == "islower" || name == "isupper") {
-      if (s.empty()) return Value::Bool(false);
-      if (name == "islower") return Value::Bool(Lower(s) == s && Upper(s) != s);
-      if (name == "isupper") return Value::Bool(Upper(s) == s && Lower(s) != s);
-      for (char c : s) {
-        bool ok = name == "isdigit" ? (c >= '0' && c <= '9')
-                  : name == "isalpha" ? IsAlpha(c)
-                  : name == "isalnum" ? (IsAlpha(c) || (c >= '0' && c <= '9'))
-                                      : IsPyWhitespace(static_cast<unsigned char>(c));
-        if (!ok) return Value::Bool(false);
-      }
-      return Value::Bool(true);
-    }
-  } else if (self.is_dict()) {
-    const ValueDict& d = self.dict();
-    if (name == "items" || name == "keys" || name == "values") {
-      ValueList out;
-      for (const auto& [k, v] : d.entries()) {
-        if (name == "items") out.push_back(Value::List({Value::String(k), v}));
-        else if (name == "keys") out.push_back(Value::String(k));
-        else out.push_back(v);
-      }
-      RETURN_IF_ERROR(in.Charge(out.size()));
-      return Value::List(std::move(out));
-    }
-    if (name == "get") {
-      Value key = Arg(args, 0, "key");
-      Value def = Arg(args, 1, "default");
-      if (key.is_string()) {
-        const Value* f = d.Find(key.str());
-        if (f != nullptr) return *f;
-      }
-      return def.is_undefined() ? Value::None() : def;
-    }
-    if (name == "copy") {
-      Value c = Value::Dict();
-      for (const auto& [k, v] : d.entries()) c.dict().Set(k, v);
-      return c;
-    }
-    if (d.Find(name) != nullptr) {
-      *found = false;  // a stored callable (e.g. loop.cycle) handled by the caller
-      return Value();
-    }
-  } else if (self.is_list()) {
-    if (name == "index" || name == "count") {
-      Value x = Arg(args, 0, "value");
-      int64_t n = 0;
-      for (size_t i = 0; i < self.list().size(); ++i) {
-        if (Equals(self.list()[i], x)) {
-          if (name == "index") return Value::Int(static_cast<int64_t>(i));
-          ++n;
-        }
-      }
-      if (name == "index") return Err("value is not in list");
-      return Value::Int(n);
-    }
+  if (const MethodTable* methods = MethodsOf(self)) {
+    auto it = methods->find(name);
+    if (it != methods->end()) return it->second(in, self, name, args);
+  }
+  if (self.is_dict() && self.dict().Find(name) != nullptr) {
+    *found = false;  // a stored callable (e.g. loop.cycle) handled by the caller
+    return Value();
   }
   static const std::set<std::string_view> kMutating = {
       "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update",

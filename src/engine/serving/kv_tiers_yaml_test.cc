@@ -1,12 +1,14 @@
+// The older `--kv-tier-config` file: the `engine.kv_tiers` section of the replica config as a
+// document of its own (moved here from engine/kvtier with its loader).
 #include <gtest/gtest.h>
 
-#include "engine/kvtier/tiered_cache.h"
+#include "engine/serving/replica_config.h"
 
 namespace strata::engine::kvtier {
 namespace {
 
 TEST(KvTierConfigYamlTest, ParsesTheDocumentedExample) {
-  auto c = ParseTieredKvConfigYaml(R"(
+  auto c = ParseKvTiersYaml(R"(
 ram:   { capacity: 2GiB, ttl_s: 3600, tenant_quota: { acme: 512MiB }, default_tenant_quota: 1GiB }
 disk:  { dir: /var/cache/strata/kv, capacity: 50GiB, ttl_s: 86400, write_through: false }
 redis: { url: "redis://127.0.0.1:6379", ttl_s: 600, key_prefix: "strata:kv:", write_through: true }
@@ -35,7 +37,7 @@ io_threads: 2
 }
 
 TEST(KvTierConfigYamlTest, EmptyMeansNoTiers) {
-  auto c = ParseTieredKvConfigYaml("");
+  auto c = ParseKvTiersYaml("");
   ASSERT_TRUE(c.ok());
   EXPECT_FALSE(c->enabled());
 }
@@ -63,15 +65,16 @@ TEST(KvTierConfigYamlTest, ErrorsNameTheKey) {
       {"- 1\n- 2", "top level"},
   };
   for (const Case& k : cases) {
-    auto c = ParseTieredKvConfigYaml(k.yaml);
+    auto c = ParseKvTiersYaml(k.yaml);
     ASSERT_FALSE(c.ok()) << k.yaml;
     EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << k.yaml;
-    EXPECT_NE(c.status().message().find(k.needle), std::string::npos) << k.yaml << " → " << c.status().ToString();
+    EXPECT_NE(c.status().message().find(k.needle), std::string::npos)
+        << k.yaml << " → " << c.status().ToString();
   }
 }
 
 TEST(KvTierConfigYamlTest, MissingFileIsAnError) {
-  auto c = LoadTieredKvConfigFile("/nonexistent/kv-tiers.yaml");
+  auto c = LoadKvTiersFile("/nonexistent/kv-tiers.yaml");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("/nonexistent/kv-tiers.yaml"), std::string::npos);
 }
