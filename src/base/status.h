@@ -98,7 +98,10 @@ class [[nodiscard]] Result {
 // ASSIGN_OR_RETURN(auto x, Foo()) — declares x from a Result or returns its status.
 #define ASSIGN_OR_RETURN(lhs, expr) \
   ASSIGN_OR_RETURN_IMPL_(STRATA_CONCAT_(strata_result_, __LINE__), lhs, expr)
+// `tmp` is a name and `lhs` a declaration: neither can be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                           \
   if (!tmp.ok()) return tmp.status();          \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
