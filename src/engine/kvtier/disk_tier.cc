@@ -160,7 +160,7 @@ Status DiskTier::Scan() {
     }
   }
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (Found& f : found) {
     for (auto& r : index_.Insert({f.key, std::move(f.tenant), f.size, f.mtime, 0})) {
       if (r.reason != RemoveReason::kTooLarge) counters_.evictions.fetch_add(1, std::memory_order_relaxed);
@@ -204,7 +204,7 @@ Status DiskTier::Put(const BlockKey& key, const std::string& tenant, const std::
   }
   if (::close(fd) != 0) return fail("cannot close");
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (::rename(temp_path.c_str(), final_path.c_str()) != 0) return fail("cannot rename");
     bool stored = true;
     for (auto& r : index_.Insert({key, tenant, entry.size(), clock_(), 0})) {
@@ -225,7 +225,7 @@ std::optional<std::vector<uint8_t>> DiskTier::Get(const BlockKey& key) {
     return std::nullopt;
   };
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::optional<PolicyIndex<char>::Entry> expired;
     if (index_.Find(key, clock_(), &expired) == nullptr) {
       if (expired) {
@@ -239,7 +239,7 @@ std::optional<std::vector<uint8_t>> DiskTier::Get(const BlockKey& key) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno != ENOENT) counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     index_.Erase(key);
     return miss();
   }
@@ -273,13 +273,13 @@ void DiskTier::CountHit(size_t bytes) {
 void DiskTier::EraseCorrupt(const BlockKey& key) {
   counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
   counters_.misses.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   index_.Erase(key);
   RemoveFileLocked(key);
 }
 
 void DiskTier::SweepExpired() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& e : index_.SweepExpired(clock_())) {
     counters_.expirations.fetch_add(1, std::memory_order_relaxed);
     RemoveFileLocked(e.key);
@@ -287,12 +287,12 @@ void DiskTier::SweepExpired() {
 }
 
 bool DiskTier::Contains(const BlockKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return index_.Contains(key);
 }
 
 TierStats DiskTier::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return counters_.Snapshot("disk", index_.size(), index_.bytes());
 }
 

@@ -75,7 +75,7 @@ Result<std::unique_ptr<RedisTier>> RedisTier::Create(const RedisTierConfig& conf
   std::unique_ptr<RedisTier> tier(new RedisTier(config, std::move(url), connections, max_entry_bytes));
   {
     Conn& c = *tier->conns_[0];
-    std::lock_guard<std::mutex> lock(c.mu);
+    MutexLock lock(&c.mu);
     tier->Ready(c);  // best effort; a failure only schedules a retry
   }
   return tier;
@@ -137,7 +137,7 @@ bool RedisTier::Set(const BlockKey& key, const std::vector<uint8_t>& entry) {
   OpTimer timer(&counters_.write_ops, &counters_.write_ns);
   std::string rkey = RedisKey(key);
   Conn& c = Pick();
-  std::lock_guard<std::mutex> lock(c.mu);
+  MutexLock lock(&c.mu);
   redisContext* ctx = Ready(c);
   if (ctx == nullptr) return false;
   Reply r(static_cast<redisReply*>(
@@ -163,7 +163,7 @@ std::optional<std::vector<uint8_t>> RedisTier::Get(const BlockKey& key) {
   };
   std::string rkey = RedisKey(key);
   Conn& c = Pick();
-  std::unique_lock<std::mutex> lock(c.mu);
+  MutexLock lock(&c.mu);
   redisContext* ctx = Ready(c);
   if (ctx == nullptr) return miss();
   Reply r(static_cast<redisReply*>(redisCommand(ctx, "GET %b", rkey.data(), rkey.size())));
@@ -177,7 +177,7 @@ std::optional<std::vector<uint8_t>> RedisTier::Get(const BlockKey& key) {
     return miss();
   }
   if (static_cast<uint64_t>(r->len) > max_entry_bytes_) {
-    lock.unlock();
+    lock.Unlock();
     EraseCorrupt(key);
     return std::nullopt;
   }
@@ -198,7 +198,7 @@ void RedisTier::EraseCorrupt(const BlockKey& key) {
 bool RedisTier::Delete(const BlockKey& key) {
   std::string rkey = RedisKey(key);
   Conn& c = Pick();
-  std::lock_guard<std::mutex> lock(c.mu);
+  MutexLock lock(&c.mu);
   redisContext* ctx = Ready(c);
   if (ctx == nullptr) return false;
   Reply r(static_cast<redisReply*>(redisCommand(ctx, "DEL %b", rkey.data(), rkey.size())));

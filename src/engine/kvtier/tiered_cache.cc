@@ -1,11 +1,10 @@
 #include "engine/kvtier/tiered_cache.h"
 
-#include <condition_variable>
 #include <cmath>
 #include <deque>
-#include <mutex>
 #include <thread>
 
+#include "base/mutex.h"
 #include "engine/kvtier/block_codec.h"
 #include "engine/kvtier/disk_tier.h"
 #include "engine/kvtier/ram_tier.h"
@@ -39,7 +38,7 @@ class PrefetchHandleImpl final : public PrefetchHandle {
 
   bool ready() const override { return ready_.load(std::memory_order_acquire); }
   std::vector<std::vector<uint8_t>> Take() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return std::move(blocks_);
   }
   void Cancel() override { cancelled_.store(true, std::memory_order_relaxed); }
@@ -49,7 +48,7 @@ class PrefetchHandleImpl final : public PrefetchHandle {
 
   void Finish(std::vector<std::vector<uint8_t>> blocks) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       blocks_ = std::move(blocks);
     }
     ready_.store(true, std::memory_order_release);
@@ -63,8 +62,8 @@ class PrefetchHandleImpl final : public PrefetchHandle {
   std::function<void()> on_done_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> cancelled_{false};
-  std::mutex mu_;
-  std::vector<std::vector<uint8_t>> blocks_;  // guarded by mu_
+  Mutex mu_;
+  std::vector<std::vector<uint8_t>> blocks_ GUARDED_BY(mu_);
 };
 
 class TieredKvCacheImpl final : public TieredKvCache {
@@ -136,10 +135,10 @@ class TieredKvCacheImpl final : public TieredKvCache {
     if (keys.size() > kMaxPrefetchKeys) keys.resize(kMaxPrefetchKeys);
     auto handle = std::make_shared<PrefetchHandleImpl>(std::move(keys), std::string(tenant), std::move(on_done));
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!stopping_ && !workers_.empty()) {
         prefetch_queue_.push_back(handle);
-        work_cv_.notify_one();
+        work_cv_.NotifyOne();
         return handle;
       }
     }
@@ -155,19 +154,19 @@ class TieredKvCacheImpl final : public TieredKvCache {
     s.queue_drops = queue_drops_.load(std::memory_order_relaxed);
     s.prefetches = prefetches_.load(std::memory_order_relaxed);
     s.prefetched_blocks = prefetched_blocks_.load(std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     s.queued_writes = static_cast<int64_t>(write_queue_.size());
     return s;
   }
 
   void Shutdown() override {
-    std::lock_guard<std::mutex> shutdown_lock(shutdown_mu_);
+    MutexLock shutdown_lock(&shutdown_mu_);
     if (shut_down_) return;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
-    work_cv_.notify_all();
+    work_cv_.NotifyAll();
     for (std::thread& t : workers_) t.join();  // workers drain both queues before they exit
     workers_.clear();
     if (ram_ && disk_) {  // warm restart: whatever is only in RAM goes to disk, LRU first
@@ -187,14 +186,14 @@ class TieredKvCacheImpl final : public TieredKvCache {
   };
 
   void Enqueue(WriteTask task) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;
     if (write_queue_.size() >= config_.max_queued_writes) {
       queue_drops_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     write_queue_.push_back(std::move(task));
-    work_cv_.notify_one();
+    work_cv_.NotifyOne();
   }
 
   void WorkerLoop(int index) {
@@ -202,35 +201,35 @@ class TieredKvCacheImpl final : public TieredKvCache {
     auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(sweep_interval_s_));
     auto next_sweep = std::chrono::steady_clock::now() + interval;
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     while (true) {
       if (!prefetch_queue_.empty()) {
         std::shared_ptr<PrefetchHandleImpl> h = std::move(prefetch_queue_.front());
         prefetch_queue_.pop_front();
-        lock.unlock();
+        lock.Unlock();
         RunPrefetch(*h);
-        lock.lock();
+        lock.Lock();
         continue;
       }
       if (!write_queue_.empty()) {
         WriteTask task = std::move(write_queue_.front());
         write_queue_.pop_front();
-        lock.unlock();
+        lock.Unlock();
         RunWrite(std::move(task));
-        lock.lock();
+        lock.Lock();
         continue;
       }
       if (stopping_) return;
       if (sweeper) {
-        if (work_cv_.wait_until(lock, next_sweep) == std::cv_status::timeout) {
-          lock.unlock();
+        if (!work_cv_.WaitUntil(&mu_, next_sweep)) {  // timed out
+          lock.Unlock();
           if (ram_) ram_->SweepExpired();
           if (disk_) disk_->SweepExpired();
-          lock.lock();
+          lock.Lock();
           next_sweep = std::chrono::steady_clock::now() + interval;
         }
       } else {
-        work_cv_.wait(lock);
+        work_cv_.Wait(&mu_);
       }
     }
   }
@@ -265,7 +264,7 @@ class TieredKvCacheImpl final : public TieredKvCache {
   void EnforceRedisQuota(const WriteTask& task, size_t bytes) {
     std::vector<BlockKey> victims;
     {
-      std::lock_guard lock(redis_quota_mu_);
+      MutexLock lock(&redis_quota_mu_);
       if (!redis_quota_) return;
       for (auto& r : redis_quota_->Insert({task.key, task.tenant, bytes, hooks_.clock(), 0}))
         victims.push_back(r.entry.key);
@@ -350,18 +349,19 @@ class TieredKvCacheImpl final : public TieredKvCache {
   std::unique_ptr<RamTier> ram_;
   std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<RedisTier> redis_;
-  std::mutex redis_quota_mu_;
-  std::unique_ptr<PolicyIndex<char>> redis_quota_;  // only when a Redis quota is configured
+  Mutex redis_quota_mu_;
+  // Only when a Redis quota is configured (set by Init, before the workers start).
+  std::unique_ptr<PolicyIndex<char>> redis_quota_ PT_GUARDED_BY(redis_quota_mu_);
 
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::deque<WriteTask> write_queue_;                                   // guarded by mu_
-  std::deque<std::shared_ptr<PrefetchHandleImpl>> prefetch_queue_;      // guarded by mu_
-  bool stopping_ = false;                                               // guarded by mu_
+  mutable Mutex mu_;
+  CondVar work_cv_;
+  std::deque<WriteTask> write_queue_ GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<PrefetchHandleImpl>> prefetch_queue_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 
-  std::mutex shutdown_mu_;
-  bool shut_down_ = false;  // guarded by shutdown_mu_
+  Mutex shutdown_mu_;
+  bool shut_down_ GUARDED_BY(shutdown_mu_) = false;
 
   std::atomic<int64_t> queue_drops_{0}, prefetches_{0}, prefetched_blocks_{0};
 };
