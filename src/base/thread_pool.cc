@@ -39,7 +39,8 @@ void ThreadPool::WorkerLoop(int index) {
   for (;;) {
     bool ready = false;
     for (int i = 0; i < spin_iterations_ && !ready; ++i) {
-      ready = generation_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_acquire);
+      ready = generation_.load(std::memory_order_acquire) != seen ||
+              stop_.load(std::memory_order_acquire);
       if (!ready) CpuRelax();
     }
     if (!ready) {
@@ -75,7 +76,8 @@ void ThreadPool::RunOnAllImpl(void* obj, Thunk thunk) {
     if (sleepers_ > 0) cv_start_.NotifyAll();
   }
   thunk(obj, 0);
-  for (int i = 0; i < spin_iterations_ && pending_.load(std::memory_order_acquire) != 0; ++i) CpuRelax();
+  for (int i = 0; i < spin_iterations_ && pending_.load(std::memory_order_acquire) != 0; ++i)
+    CpuRelax();
   if (pending_.load(std::memory_order_acquire) != 0) {
     MutexLock lock(&mu_);
     owner_sleeping_ = true;

@@ -50,7 +50,8 @@ class ThreadPool {
   // fn(thread_index) once on every thread (e.g. to reduce per-thread partial results).
   template <typename F>
   void RunOnAll(F&& fn) {
-    RunOnAllImpl(Erase(fn), [](void* f, int t) { (*static_cast<std::remove_reference_t<F>*>(f))(t); });
+    RunOnAllImpl(Erase(fn),
+                 [](void* f, int t) { (*static_cast<std::remove_reference_t<F>*>(f))(t); });
   }
 
  private:
@@ -79,7 +80,7 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};  // bumped under mu_, so a sleeping worker cannot miss it
   std::atomic<int> pending_{0};          // workers still running the current job
   std::atomic<bool> stop_{false};        // set under mu_
-  int sleepers_ GUARDED_BY(mu_) = 0;             // workers waiting on cv_start_
+  int sleepers_ GUARDED_BY(mu_) = 0;     // workers waiting on cv_start_
   bool owner_sleeping_ GUARDED_BY(mu_) = false;  // the owner waiting on cv_done_
 };
 

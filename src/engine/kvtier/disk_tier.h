@@ -27,8 +27,8 @@ namespace strata::engine::kvtier {
 class DiskTier {
  public:
   // `max_entry_bytes`: files larger than this are treated as corrupt (never read into memory).
-  static Result<std::unique_ptr<DiskTier>> Open(const DiskTierConfig& config, uint64_t max_entry_bytes,
-                                                Clock clock);
+  static Result<std::unique_ptr<DiskTier>> Open(const DiskTierConfig& config,
+                                                uint64_t max_entry_bytes, Clock clock);
 
   // Stores one encoded entry (atomically replacing an existing one).
   Status Put(const BlockKey& key, const std::string& tenant, const std::vector<uint8_t>& entry);

@@ -2,9 +2,11 @@
 
 namespace strata::engine::kvtier {
 
-RamTier::RamTier(const TierLimits& limits, Clock clock) : clock_(std::move(clock)), index_(limits) {}
+RamTier::RamTier(const TierLimits& limits, Clock clock)
+    : clock_(std::move(clock)), index_(limits) {}
 
-std::vector<StoredEntry> RamTier::Put(const BlockKey& key, std::string tenant, std::vector<uint8_t> entry) {
+std::vector<StoredEntry> RamTier::Put(const BlockKey& key, std::string tenant,
+                                      std::vector<uint8_t> entry) {
   OpTimer timer(&counters_.write_ops, &counters_.write_ns);
   const size_t n = entry.size();
   Index::Entry e{key, std::move(tenant), n, clock_(), std::move(entry)};
@@ -17,8 +19,10 @@ std::vector<StoredEntry> RamTier::Put(const BlockKey& key, std::string tenant, s
   out.reserve(removed.size());
   bool stored = true;
   for (auto& r : removed) {
-    if (r.reason == RemoveReason::kTooLarge) stored = false;
-    else counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+    if (r.reason == RemoveReason::kTooLarge)
+      stored = false;
+    else
+      counters_.evictions.fetch_add(1, std::memory_order_relaxed);
     out.push_back({r.entry.key, std::move(r.entry.tenant), std::move(r.entry.value)});
   }
   if (stored) counters_.bytes_in.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);

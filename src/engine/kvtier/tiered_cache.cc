@@ -19,14 +19,17 @@ constexpr size_t kMaxQueuedWrites = size_t{1} << 20;
 constexpr int kMaxIoThreads = 64;
 
 Status ValidateLimits(const TierLimits& l, const std::string& tier, bool need_capacity) {
-  if (need_capacity && l.capacity_bytes == 0) return Status::InvalidArgument(tier + ".capacity: must be > 0");
-  if (!std::isfinite(l.ttl_s) || l.ttl_s < 0) return Status::InvalidArgument(tier + ".ttl_s: must be >= 0");
+  if (need_capacity && l.capacity_bytes == 0)
+    return Status::InvalidArgument(tier + ".capacity: must be > 0");
+  if (!std::isfinite(l.ttl_s) || l.ttl_s < 0)
+    return Status::InvalidArgument(tier + ".ttl_s: must be >= 0");
   for (const auto& [tenant, quota] : l.tenant_quota_bytes) {
     if (tenant.size() > kMaxTenantBytes) {
       return Status::InvalidArgument(tier + ".tenant_quota: tenant name longer than " +
                                      std::to_string(kMaxTenantBytes) + " bytes");
     }
-    if (quota == 0) return Status::InvalidArgument(tier + ".tenant_quota." + tenant + ": must be > 0");
+    if (quota == 0)
+      return Status::InvalidArgument(tier + ".tenant_quota." + tenant + ": must be > 0");
   }
   return Status::Ok();
 }
@@ -68,9 +71,12 @@ class PrefetchHandleImpl final : public PrefetchHandle {
 
 class TieredKvCacheImpl final : public TieredKvCache {
  public:
-  TieredKvCacheImpl(const TieredKvConfig& config, uint64_t block_bytes, std::string format_id,
-                    TieredKvTestHooks hooks)
-      : config_(config), block_bytes_(block_bytes), format_hash_(FormatHash(format_id)), hooks_(std::move(hooks)) {
+  TieredKvCacheImpl(const TieredKvConfig& config, uint64_t block_bytes,
+                    const std::string& format_id, TieredKvTestHooks hooks)
+      : config_(config),
+        block_bytes_(block_bytes),
+        format_hash_(FormatHash(format_id)),
+        hooks_(std::move(hooks)) {
     if (!hooks_.clock) hooks_.clock = WallClockSeconds;
   }
   ~TieredKvCacheImpl() override { Shutdown(); }
@@ -92,7 +98,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
       }
     }
     double sweep = 0;
-    for (const TierLimits* l : {config_.ram ? &config_.ram->limits : nullptr, config_.disk ? &config_.disk->limits : nullptr}) {
+    for (const TierLimits* l : {config_.ram ? &config_.ram->limits : nullptr,
+                                config_.disk ? &config_.disk->limits : nullptr}) {
       if (l != nullptr && l->ttl_s > 0) {
         double s = std::clamp(l->ttl_s / 4, 0.05, 5.0);
         sweep = sweep == 0 ? s : std::min(sweep, s);
@@ -100,14 +107,16 @@ class TieredKvCacheImpl final : public TieredKvCache {
     }
     sweep_interval_s_ = sweep;
     if (config_.enabled()) {
-      for (int i = 0; i < config_.io_threads; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+      for (int i = 0; i < config_.io_threads; ++i)
+        workers_.emplace_back([this, i] { WorkerLoop(i); });
     }
     return Status::Ok();
   }
 
   uint64_t block_bytes() const override { return block_bytes_; }
   bool WantsPublish() const override {
-    return (config_.redis && config_.redis->write_through) || (config_.disk && config_.disk->write_through);
+    return (config_.redis && config_.redis->write_through) ||
+           (config_.disk && config_.disk->write_through);
   }
 
   void Demote(const BlockKey& key, std::string_view tenant, std::vector<uint8_t> payload) override {
@@ -119,7 +128,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
     Enqueue({false, key, std::string(tenant), std::move(payload)});
   }
 
-  void Publish(const BlockKey& key, std::string_view tenant, std::vector<uint8_t> payload) override {
+  void Publish(const BlockKey& key, std::string_view tenant,
+               std::vector<uint8_t> payload) override {
     if (!WantsPublish()) return;
     if (payload.size() != block_bytes_) {
       (redis_ && config_.redis->write_through ? redis_->counters() : disk_->counters())
@@ -133,7 +143,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
                                            std::function<void()> on_done) override {
     prefetches_.fetch_add(1, std::memory_order_relaxed);
     if (keys.size() > kMaxPrefetchKeys) keys.resize(kMaxPrefetchKeys);
-    auto handle = std::make_shared<PrefetchHandleImpl>(std::move(keys), std::string(tenant), std::move(on_done));
+    auto handle = std::make_shared<PrefetchHandleImpl>(std::move(keys), std::string(tenant),
+                                                       std::move(on_done));
     {
       MutexLock lock(&mu_);
       if (!stopping_ && !workers_.empty()) {
@@ -236,7 +247,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
 
   void RunWrite(WriteTask task) {
     if (hooks_.before_write) hooks_.before_write();
-    auto entry = EncodeEntry(task.key, format_hash_, task.tenant, task.payload, config_.compression);
+    auto entry =
+        EncodeEntry(task.key, format_hash_, task.tenant, task.payload, config_.compression);
     task.payload = {};
     if (!entry.ok()) {  // tenant name too long
       (task.publish ? (redis_ ? redis_->counters() : disk_->counters())
@@ -245,13 +257,15 @@ class TieredKvCacheImpl final : public TieredKvCache {
       return;
     }
     if (task.publish) {
-      if (redis_ && config_.redis->write_through && redis_->Set(task.key, *entry)) EnforceRedisQuota(task, entry->size());
+      if (redis_ && config_.redis->write_through && redis_->Set(task.key, *entry))
+        EnforceRedisQuota(task, entry->size());
       if (disk_ && config_.disk->write_through) (void)disk_->Put(task.key, task.tenant, *entry);
       return;
     }
     if (ram_) {
       for (StoredEntry& e : ram_->Put(task.key, std::move(task.tenant), std::move(*entry))) {
-        // The demotion chain L2 → L3 (an entry promoted from L3 is still there: same key, same bytes).
+        // The demotion chain L2 → L3 (an entry promoted from L3 is still there: same key, same
+        // bytes).
         if (disk_ && !disk_->Contains(e.key)) (void)disk_->Put(e.key, e.tenant, e.bytes);
       }
     } else {
@@ -298,8 +312,10 @@ class TieredKvCacheImpl final : public TieredKvCache {
       if (ram_) {
         if (auto e = ram_->Get(key)) {
           payload = Decode(*e, key, &meta);
-          if (payload) ram_->CountHit(e->size());
-          else ram_->EraseCorrupt(key);
+          if (payload)
+            ram_->CountHit(e->size());
+          else
+            ram_->EraseCorrupt(key);
         }
       }
       if (!payload && disk_) {
@@ -332,7 +348,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
     // L3/L4 hits go into L2 (RAM evictions continue down to L3); without L2, L4 hits go to L3.
     for (Promotion& p : promotions) {
       if (ram_) {
-        for (StoredEntry& e : ram_->Put(p.entry.key, std::move(p.entry.tenant), std::move(p.entry.bytes))) {
+        for (StoredEntry& e :
+             ram_->Put(p.entry.key, std::move(p.entry.tenant), std::move(p.entry.bytes))) {
           if (disk_ && !disk_->Contains(e.key)) (void)disk_->Put(e.key, e.tenant, e.bytes);
         }
       } else if (!p.from_disk) {
@@ -382,27 +399,33 @@ Status TieredKvConfig::Validate() const {
     RETURN_IF_ERROR(ValidateLimits(redis->limits, "redis", false));
   }
   if (max_queued_writes < 1 || max_queued_writes > kMaxQueuedWrites) {
-    return Status::InvalidArgument("max_queued_writes: must be in [1, " + std::to_string(kMaxQueuedWrites) + "]");
+    return Status::InvalidArgument("max_queued_writes: must be in [1, " +
+                                   std::to_string(kMaxQueuedWrites) + "]");
   }
   if (io_threads < 1 || io_threads > kMaxIoThreads) {
-    return Status::InvalidArgument("io_threads: must be in [1, " + std::to_string(kMaxIoThreads) + "]");
+    return Status::InvalidArgument("io_threads: must be in [1, " + std::to_string(kMaxIoThreads) +
+                                   "]");
   }
   return Status::Ok();
 }
 
 Result<std::unique_ptr<TieredKvCache>> CreateTieredKvCacheWithHooks(const TieredKvConfig& config,
-                                                                   uint64_t block_bytes, std::string format_id,
-                                                                   TieredKvTestHooks hooks) {
+                                                                    uint64_t block_bytes,
+                                                                    std::string format_id,
+                                                                    TieredKvTestHooks hooks) {
   RETURN_IF_ERROR(config.Validate());
   if (block_bytes == 0 || block_bytes > kMaxPayloadBytes) {
-    return Status::InvalidArgument("kv tiers: block_bytes must be in [1, " + std::to_string(kMaxPayloadBytes) + "]");
+    return Status::InvalidArgument("kv tiers: block_bytes must be in [1, " +
+                                   std::to_string(kMaxPayloadBytes) + "]");
   }
-  auto cache = std::make_unique<TieredKvCacheImpl>(config, block_bytes, std::move(format_id), std::move(hooks));
+  auto cache = std::make_unique<TieredKvCacheImpl>(config, block_bytes, std::move(format_id),
+                                                   std::move(hooks));
   RETURN_IF_ERROR(cache->Init());
   return std::unique_ptr<TieredKvCache>(std::move(cache));
 }
 
-Result<std::unique_ptr<TieredKvCache>> TieredKvCache::Create(const TieredKvConfig& config, uint64_t block_bytes,
+Result<std::unique_ptr<TieredKvCache>> TieredKvCache::Create(const TieredKvConfig& config,
+                                                             uint64_t block_bytes,
                                                              std::string format_id) {
   return CreateTieredKvCacheWithHooks(config, block_bytes, std::move(format_id), {});
 }
