@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Layer check: no #include from a module to one above it.
 
-Usage: scripts/check-layers.py [--root DIR] [--no-cmake] [--print]
+Usage: scripts/check-layers.py [--root DIR] [--no-cmake] [--print] [--self-test]
 
 Scans every `#include "..."` in src/ (.h .cc .inc) and fails, naming file:line and the edge,
 when a file of module A includes a file of module B and B is not A itself or below A in MODULES
@@ -201,6 +201,35 @@ def check_cmake(root, allowed):
     return errors
 
 
+def self_test(allowed):
+    """The check must fail on a wrong include: a tiny tree with known edges."""
+    import tempfile
+    files = {
+        "src/base/a.h": '#include "engine/kv/b.h"\n',          # upward: must be reported
+        "src/engine/kv/b.h": '#include "base/a.h"\n',           # downward: fine
+        "src/gateway/g.cc": '#include <vector>\n#include "server/s.h"\n',  # forbidden edge
+        "src/server/s.h": '#include "engine/kv/b.h"\n',         # fine
+        "src/engine/kv/b_test.cc": '#include "synth/x.h"\n#include "testing/t.h"\n',  # test: fine
+        "src/synth/x.h": "",
+        "tests/testing/t.h": "",
+        "src/server/bad.cc": '#include "testing/t.h"\n',        # tests/ helper outside a test
+        "src/newmod/n.h": "",                                    # no module
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+            with open(os.path.join(tmp, rel), "w", encoding="utf-8") as f:
+                f.write(text)
+        errors, unknown, _ = check_includes(tmp, allowed)
+    got = sorted(e.split(": ")[0] for e in errors)
+    want = ["src/base/a.h:1", "src/gateway/g.cc:2", "src/server/bad.cc:1"]
+    if got != want or unknown != ["newmod/n.h"]:
+        print(f"check-layers: self-test FAILED: got {got} / {unknown}, want {want} / ['newmod/n.h']")
+        return 1
+    print("check-layers: self-test ok (reports upward, forbidden and tests/ edges; allows the rest)")
+    return 0
+
+
 def print_table(allowed):
     for m, (prefixes, deps) in MODULES.items():
         print(f"{m:16} src/{', src/'.join(prefixes):28} uses: {', '.join(deps) or '-'}")
@@ -211,12 +240,15 @@ def main():
     ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     ap.add_argument("--no-cmake", action="store_true", help="skip the docs/module-graph.dot check")
     ap.add_argument("--print", action="store_true", help="print the table and exit")
+    ap.add_argument("--self-test", action="store_true", help="check the checker on a tiny tree")
     args = ap.parse_args()
     root = os.path.abspath(args.root)
     allowed = closure()
     if args.print:
         print_table(allowed)
         return 0
+    if args.self_test:
+        return self_test(allowed)
     errors, unknown, edges = check_includes(root, allowed)
     errors += [f"src/{u}: belongs to no module: add its folder to MODULES in "
                "scripts/check-layers.py" for u in unknown]

@@ -71,8 +71,8 @@ class PrefetchHandleImpl final : public PrefetchHandle {
 
 class TieredKvCacheImpl final : public TieredKvCache {
  public:
-  TieredKvCacheImpl(const TieredKvConfig& config, uint64_t block_bytes,
-                    const std::string& format_id, TieredKvTestHooks hooks)
+  TieredKvCacheImpl(const TieredKvConfig& config, uint64_t block_bytes, std::string format_id,
+                    TieredKvTestHooks hooks)
       : config_(config),
         block_bytes_(block_bytes),
         format_hash_(FormatHash(format_id)),
