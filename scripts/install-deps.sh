@@ -15,6 +15,9 @@ PACKAGES=(
   libhiredis-dev redis-server             # tiered KV cache: Redis tier (tests start a real redis-server)
   libyaml-cpp-dev                         # tiered KV cache: YAML config file
   liblz4-dev libzstd-dev libxxhash-dev    # tiered KV cache: block compression and checksums
+  clang-format clang-tidy                 # .ci/run: scripts/check-style.sh (changed files)
+  graphviz                                # scripts/module-graph.sh renders docs/module-graph.svg
+  python3                                 # scripts/check-layers.py, check-thread-safety.py
 )
 
 missing=()

@@ -16,14 +16,14 @@ namespace strata {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument = 1,   // 400: bad parameter, malformed input, corrupt file
-  kNotFound = 2,          // 404
-  kResourceExhausted = 3, // 429
-  kUnavailable = 4,       // 503
-  kInternal = 5,          // 500
-  kUnimplemented = 6,     // 501: a valid request for something we do not support
-  kOutOfRange = 7,        // 400: value past a limit (context length, file end)
-  kIoError = 8,           // 500: the OS said no
+  kInvalidArgument = 1,    // 400: bad parameter, malformed input, corrupt file
+  kNotFound = 2,           // 404
+  kResourceExhausted = 3,  // 429
+  kUnavailable = 4,        // 503
+  kInternal = 5,           // 500
+  kUnimplemented = 6,      // 501: a valid request for something we do not support
+  kOutOfRange = 7,         // 400: value past a limit (context length, file end)
+  kIoError = 8,            // 500: the OS said no
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -34,12 +34,18 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message);
 
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string msg) { return {StatusCode::kInvalidArgument, std::move(msg)}; }
+  static Status InvalidArgument(std::string msg) {
+    return {StatusCode::kInvalidArgument, std::move(msg)};
+  }
   static Status NotFound(std::string msg) { return {StatusCode::kNotFound, std::move(msg)}; }
-  static Status ResourceExhausted(std::string msg) { return {StatusCode::kResourceExhausted, std::move(msg)}; }
+  static Status ResourceExhausted(std::string msg) {
+    return {StatusCode::kResourceExhausted, std::move(msg)};
+  }
   static Status Unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
-  static Status Unimplemented(std::string msg) { return {StatusCode::kUnimplemented, std::move(msg)}; }
+  static Status Unimplemented(std::string msg) {
+    return {StatusCode::kUnimplemented, std::move(msg)};
+  }
   static Status OutOfRange(std::string msg) { return {StatusCode::kOutOfRange, std::move(msg)}; }
   static Status IoError(std::string msg) { return {StatusCode::kIoError, std::move(msg)}; }
 
@@ -63,8 +69,8 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}                  // NOLINT(google-explicit-constructor)
-  Result(Status status) : v_(std::move(status)) {}           // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   const Status& status() const {
@@ -89,16 +95,19 @@ class [[nodiscard]] Result {
 #define STRATA_CONCAT_(a, b) STRATA_CONCAT_INNER_(a, b)
 
 // Returns the status from the enclosing function if it is not OK.
-#define RETURN_IF_ERROR(expr)                           \
-  do {                                                  \
-    ::strata::Status strata_status_ = (expr);           \
-    if (!strata_status_.ok()) return strata_status_;    \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::strata::Status strata_status_ = (expr);        \
+    if (!strata_status_.ok()) return strata_status_; \
   } while (0)
 
 // ASSIGN_OR_RETURN(auto x, Foo()) — declares x from a Result or returns its status.
 #define ASSIGN_OR_RETURN(lhs, expr) \
   ASSIGN_OR_RETURN_IMPL_(STRATA_CONCAT_(strata_result_, __LINE__), lhs, expr)
+// `tmp` is a name and `lhs` a declaration: neither can be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                           \
   if (!tmp.ok()) return tmp.status();          \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)

@@ -17,10 +17,10 @@ ThreadPool::ThreadPool(int num_threads)
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_.store(true, std::memory_order_release);
   }
-  cv_start_.notify_all();
+  cv_start_.NotifyAll();
   for (auto& t : workers_) t.join();
 }
 
@@ -39,23 +39,25 @@ void ThreadPool::WorkerLoop(int index) {
   for (;;) {
     bool ready = false;
     for (int i = 0; i < spin_iterations_ && !ready; ++i) {
-      ready = generation_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_acquire);
+      ready = generation_.load(std::memory_order_acquire) != seen ||
+              stop_.load(std::memory_order_acquire);
       if (!ready) CpuRelax();
     }
     if (!ready) {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++sleepers_;
-      cv_start_.wait(lock, [&] {
-        return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
-      });
+      while (!stop_.load(std::memory_order_acquire) &&
+             generation_.load(std::memory_order_acquire) == seen) {
+        cv_start_.Wait(&mu_);
+      }
       --sleepers_;
     }
     if (stop_.load(std::memory_order_acquire)) return;
     seen = generation_.load(std::memory_order_acquire);
     job_thunk_(job_obj_, index);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(mu_);  // the owner checks its predicate under mu_
-      if (owner_sleeping_) cv_done_.notify_one();
+      MutexLock lock(&mu_);  // the owner checks its predicate under mu_
+      if (owner_sleeping_) cv_done_.NotifyOne();
     }
   }
 }
@@ -69,16 +71,17 @@ void ThreadPool::RunOnAllImpl(void* obj, Thunk thunk) {
   job_thunk_ = thunk;
   pending_.store(num_threads_ - 1, std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     generation_.fetch_add(1, std::memory_order_release);
-    if (sleepers_ > 0) cv_start_.notify_all();
+    if (sleepers_ > 0) cv_start_.NotifyAll();
   }
   thunk(obj, 0);
-  for (int i = 0; i < spin_iterations_ && pending_.load(std::memory_order_acquire) != 0; ++i) CpuRelax();
+  for (int i = 0; i < spin_iterations_ && pending_.load(std::memory_order_acquire) != 0; ++i)
+    CpuRelax();
   if (pending_.load(std::memory_order_acquire) != 0) {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     owner_sleeping_ = true;
-    cv_done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    while (pending_.load(std::memory_order_acquire) != 0) cv_done_.Wait(&mu_);
     owner_sleeping_ = false;
   }
   job_obj_ = nullptr;

@@ -15,14 +15,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <type_traits>
-#include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
+
+#include "base/mutex.h"
 
 namespace strata {
 
@@ -50,7 +50,8 @@ class ThreadPool {
   // fn(thread_index) once on every thread (e.g. to reduce per-thread partial results).
   template <typename F>
   void RunOnAll(F&& fn) {
-    RunOnAllImpl(Erase(fn), [](void* f, int t) { (*static_cast<std::remove_reference_t<F>*>(f))(t); });
+    RunOnAllImpl(Erase(fn),
+                 [](void* f, int t) { (*static_cast<std::remove_reference_t<F>*>(f))(t); });
   }
 
  private:
@@ -60,18 +61,18 @@ class ThreadPool {
   static void* Erase(T& obj) {
     return const_cast<void*>(static_cast<const void*>(std::addressof(obj)));
   }
-  void RunOnAllImpl(void* obj, Thunk thunk);
-  void ParallelForImpl(size_t n, size_t grain, void* obj, RangeThunk thunk);
-  void WorkerLoop(int index);
+  void RunOnAllImpl(void* obj, Thunk thunk) EXCLUDES(mu_);
+  void ParallelForImpl(size_t n, size_t grain, void* obj, RangeThunk thunk) EXCLUDES(mu_);
+  void WorkerLoop(int index) EXCLUDES(mu_);
 
   static constexpr int kSpinIterations = 2000;
 
   int num_threads_;
   int spin_iterations_;  // kSpinIterations, or 0 when oversubscribed
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable cv_start_;
-  std::condition_variable cv_done_;
+  Mutex mu_;
+  CondVar cv_start_;
+  CondVar cv_done_;
   // The job: written by the owner before generation_ is bumped (release), read by workers after
   // they see the new generation (acquire).
   void* job_obj_ = nullptr;
@@ -79,8 +80,8 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};  // bumped under mu_, so a sleeping worker cannot miss it
   std::atomic<int> pending_{0};          // workers still running the current job
   std::atomic<bool> stop_{false};        // set under mu_
-  int sleepers_ = 0;                     // guarded by mu_: workers waiting on cv_start_
-  bool owner_sleeping_ = false;          // guarded by mu_: the owner waiting on cv_done_
+  int sleepers_ GUARDED_BY(mu_) = 0;     // workers waiting on cv_start_
+  bool owner_sleeping_ GUARDED_BY(mu_) = false;  // the owner waiting on cv_done_
 };
 
 // Default thread count: hardware concurrency (at least 1).

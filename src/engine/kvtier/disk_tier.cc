@@ -17,13 +17,15 @@ namespace {
 std::string ErrnoText() { return std::strerror(errno); }
 
 bool IsHex(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 bool ParseHexKey(std::string_view hex, BlockKey* key) {
   if (hex.size() != 64 || !IsHex(hex)) return false;
   auto nib = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-  for (size_t i = 0; i < 32; ++i) (*key)[i] = static_cast<uint8_t>(nib(hex[2 * i]) << 4 | nib(hex[2 * i + 1]));
+  for (size_t i = 0; i < 32; ++i)
+    (*key)[i] = static_cast<uint8_t>(nib(hex[2 * i]) << 4 | nib(hex[2 * i + 1]));
   return true;
 }
 
@@ -85,13 +87,16 @@ double MtimeSeconds(const struct stat& st) {
 }  // namespace
 
 DiskTier::DiskTier(const DiskTierConfig& config, uint64_t max_entry_bytes, Clock clock)
-    : dir_(config.dir), fsync_(config.fsync), max_entry_bytes_(max_entry_bytes), clock_(std::move(clock)),
+    : dir_(config.dir),
+      fsync_(config.fsync),
+      max_entry_bytes_(max_entry_bytes),
+      clock_(std::move(clock)),
       index_(config.limits) {
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
 }
 
-Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierConfig& config, uint64_t max_entry_bytes,
-                                                 Clock clock) {
+Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierConfig& config,
+                                                 uint64_t max_entry_bytes, Clock clock) {
   if (config.dir.empty()) return Status::InvalidArgument("disk.dir: empty");
   std::unique_ptr<DiskTier> tier(new DiskTier(config, max_entry_bytes, std::move(clock)));
   RETURN_IF_ERROR(MakeDirs(tier->dir_));
@@ -116,7 +121,8 @@ Status DiskTier::Scan() {
   };
   std::vector<Found> found;
   DIR* top = ::opendir(dir_.c_str());
-  if (top == nullptr) return Status::IoError("kv disk tier: cannot read " + dir_ + ": " + ErrnoText());
+  if (top == nullptr)
+    return Status::IoError("kv disk tier: cannot read " + dir_ + ": " + ErrnoText());
   std::vector<std::string> subdirs;
   while (dirent* d = ::readdir(top)) {
     std::string name = d->d_name;
@@ -159,11 +165,13 @@ Status DiskTier::Scan() {
       found.push_back({key, meta->tenant, static_cast<uint64_t>(st.st_size), MtimeSeconds(st)});
     }
   }
-  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
-  std::lock_guard<std::mutex> lock(mu_);
+  std::sort(found.begin(), found.end(),
+            [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
+  MutexLock lock(&mu_);
   for (Found& f : found) {
     for (auto& r : index_.Insert({f.key, std::move(f.tenant), f.size, f.mtime, 0})) {
-      if (r.reason != RemoveReason::kTooLarge) counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+      if (r.reason != RemoveReason::kTooLarge)
+        counters_.evictions.fetch_add(1, std::memory_order_relaxed);
       std::string path = PathFor(r.entry.key);
       ::unlink(path.c_str());
     }
@@ -176,7 +184,8 @@ void DiskTier::RemoveFileLocked(const BlockKey& key) {
   ::unlink(path.c_str());
 }
 
-Status DiskTier::Put(const BlockKey& key, const std::string& tenant, const std::vector<uint8_t>& entry) {
+Status DiskTier::Put(const BlockKey& key, const std::string& tenant,
+                     const std::vector<uint8_t>& entry) {
   OpTimer timer(&counters_.write_ops, &counters_.write_ns);
   std::string hex = KeyHex(key);
   std::string subdir = dir_ + "/" + hex.substr(0, 2);
@@ -204,15 +213,18 @@ Status DiskTier::Put(const BlockKey& key, const std::string& tenant, const std::
   }
   if (::close(fd) != 0) return fail("cannot close");
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (::rename(temp_path.c_str(), final_path.c_str()) != 0) return fail("cannot rename");
     bool stored = true;
     for (auto& r : index_.Insert({key, tenant, entry.size(), clock_(), 0})) {
-      if (r.reason == RemoveReason::kTooLarge) stored = false;
-      else counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+      if (r.reason == RemoveReason::kTooLarge)
+        stored = false;
+      else
+        counters_.evictions.fetch_add(1, std::memory_order_relaxed);
       RemoveFileLocked(r.entry.key);
     }
-    if (stored) counters_.bytes_in.fetch_add(static_cast<int64_t>(entry.size()), std::memory_order_relaxed);
+    if (stored)
+      counters_.bytes_in.fetch_add(static_cast<int64_t>(entry.size()), std::memory_order_relaxed);
   }
   if (fsync_) FsyncDir(subdir);
   return Status::Ok();
@@ -225,7 +237,7 @@ std::optional<std::vector<uint8_t>> DiskTier::Get(const BlockKey& key) {
     return std::nullopt;
   };
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::optional<PolicyIndex<char>::Entry> expired;
     if (index_.Find(key, clock_(), &expired) == nullptr) {
       if (expired) {
@@ -239,7 +251,7 @@ std::optional<std::vector<uint8_t>> DiskTier::Get(const BlockKey& key) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno != ENOENT) counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     index_.Erase(key);
     return miss();
   }
@@ -273,13 +285,13 @@ void DiskTier::CountHit(size_t bytes) {
 void DiskTier::EraseCorrupt(const BlockKey& key) {
   counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
   counters_.misses.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   index_.Erase(key);
   RemoveFileLocked(key);
 }
 
 void DiskTier::SweepExpired() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& e : index_.SweepExpired(clock_())) {
     counters_.expirations.fetch_add(1, std::memory_order_relaxed);
     RemoveFileLocked(e.key);
@@ -287,12 +299,12 @@ void DiskTier::SweepExpired() {
 }
 
 bool DiskTier::Contains(const BlockKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return index_.Contains(key);
 }
 
 TierStats DiskTier::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return counters_.Snapshot("disk", index_.size(), index_.bytes());
 }
 

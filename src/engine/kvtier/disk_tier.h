@@ -15,11 +15,11 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "engine/kvtier/tier_policy.h"
 
 namespace strata::engine::kvtier {
@@ -27,8 +27,8 @@ namespace strata::engine::kvtier {
 class DiskTier {
  public:
   // `max_entry_bytes`: files larger than this are treated as corrupt (never read into memory).
-  static Result<std::unique_ptr<DiskTier>> Open(const DiskTierConfig& config, uint64_t max_entry_bytes,
-                                                Clock clock);
+  static Result<std::unique_ptr<DiskTier>> Open(const DiskTierConfig& config,
+                                                uint64_t max_entry_bytes, Clock clock);
 
   // Stores one encoded entry (atomically replacing an existing one).
   Status Put(const BlockKey& key, const std::string& tenant, const std::vector<uint8_t>& entry);
@@ -48,15 +48,15 @@ class DiskTier {
  private:
   DiskTier(const DiskTierConfig& config, uint64_t max_entry_bytes, Clock clock);
   Status Scan();
-  void RemoveFileLocked(const BlockKey& key);
+  void RemoveFileLocked(const BlockKey& key) REQUIRES(mu_);
 
   std::string dir_;
   bool fsync_;
   uint64_t max_entry_bytes_;
   Clock clock_;
   std::atomic<uint64_t> temp_counter_{0};
-  mutable std::mutex mu_;
-  PolicyIndex<char> index_;  // guarded by mu_; the value is unused
+  mutable Mutex mu_;
+  PolicyIndex<char> index_ GUARDED_BY(mu_);  // the value is unused
   TierCounters counters_;
 };
 

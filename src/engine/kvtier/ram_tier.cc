@@ -2,23 +2,27 @@
 
 namespace strata::engine::kvtier {
 
-RamTier::RamTier(const TierLimits& limits, Clock clock) : clock_(std::move(clock)), index_(limits) {}
+RamTier::RamTier(const TierLimits& limits, Clock clock)
+    : clock_(std::move(clock)), index_(limits) {}
 
-std::vector<StoredEntry> RamTier::Put(const BlockKey& key, std::string tenant, std::vector<uint8_t> entry) {
+std::vector<StoredEntry> RamTier::Put(const BlockKey& key, std::string tenant,
+                                      std::vector<uint8_t> entry) {
   OpTimer timer(&counters_.write_ops, &counters_.write_ns);
   const size_t n = entry.size();
   Index::Entry e{key, std::move(tenant), n, clock_(), std::move(entry)};
   std::vector<Index::Removed> removed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     removed = index_.Insert(std::move(e));
   }
   std::vector<StoredEntry> out;
   out.reserve(removed.size());
   bool stored = true;
   for (auto& r : removed) {
-    if (r.reason == RemoveReason::kTooLarge) stored = false;
-    else counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+    if (r.reason == RemoveReason::kTooLarge)
+      stored = false;
+    else
+      counters_.evictions.fetch_add(1, std::memory_order_relaxed);
     out.push_back({r.entry.key, std::move(r.entry.tenant), std::move(r.entry.value)});
   }
   if (stored) counters_.bytes_in.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
@@ -28,7 +32,7 @@ std::vector<StoredEntry> RamTier::Put(const BlockKey& key, std::string tenant, s
 std::optional<std::vector<uint8_t>> RamTier::Get(const BlockKey& key) {
   OpTimer timer(&counters_.read_ops, &counters_.read_ns);
   std::optional<Index::Entry> expired;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Index::Entry* e = index_.Find(key, clock_(), &expired);
   if (e == nullptr) {
     if (expired) counters_.expirations.fetch_add(1, std::memory_order_relaxed);
@@ -46,12 +50,12 @@ void RamTier::CountHit(size_t bytes) {
 void RamTier::EraseCorrupt(const BlockKey& key) {
   counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
   counters_.misses.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   index_.Erase(key);
 }
 
 void RamTier::SweepExpired() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counters_.expirations.fetch_add(static_cast<int64_t>(index_.SweepExpired(clock_()).size()),
                                   std::memory_order_relaxed);
 }
@@ -59,7 +63,7 @@ void RamTier::SweepExpired() {
 std::vector<StoredEntry> RamTier::TakeAll() {
   std::vector<Index::Entry> all;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     all = index_.TakeAll();
   }
   std::vector<StoredEntry> out;
@@ -69,17 +73,17 @@ std::vector<StoredEntry> RamTier::TakeAll() {
 }
 
 bool RamTier::Contains(const BlockKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return index_.Contains(key);
 }
 
 uint64_t RamTier::tenant_bytes(const std::string& tenant) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return index_.tenant_bytes(tenant);
 }
 
 TierStats RamTier::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return counters_.Snapshot("ram", index_.size(), index_.bytes());
 }
 

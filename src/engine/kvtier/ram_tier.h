@@ -6,11 +6,11 @@
 // Thread contract: thread-safe (one mutex; Get copies the bytes out under it).
 #pragma once
 
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "engine/kvtier/tier_policy.h"
 
 namespace strata::engine::kvtier {
@@ -42,8 +42,8 @@ class RamTier {
  private:
   using Index = PolicyIndex<std::vector<uint8_t>>;
   Clock clock_;
-  mutable std::mutex mu_;
-  Index index_;  // guarded by mu_
+  mutable Mutex mu_;
+  Index index_ GUARDED_BY(mu_);
   TierCounters counters_;
 };
 

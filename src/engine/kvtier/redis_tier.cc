@@ -36,7 +36,8 @@ using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 Result<RedisUrl> ParseRedisUrl(std::string_view url) {
   constexpr std::string_view kScheme = "redis://";
   if (url.substr(0, kScheme.size()) != kScheme) {
-    return Status::InvalidArgument("redis.url: must start with redis:// (got \"" + std::string(url) + "\")");
+    return Status::InvalidArgument("redis.url: must start with redis:// (got \"" +
+                                   std::string(url) + "\")");
   }
   std::string_view rest = url.substr(kScheme.size());
   RedisUrl out;
@@ -52,7 +53,8 @@ Result<RedisUrl> ParseRedisUrl(std::string_view url) {
   }
   if (size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
     if (!ParseInt(rest.substr(colon + 1), 1, 65535, &out.port)) {
-      return Status::InvalidArgument("redis.url: bad port \"" + std::string(rest.substr(colon + 1)) + "\"");
+      return Status::InvalidArgument("redis.url: bad port \"" +
+                                     std::string(rest.substr(colon + 1)) + "\"");
     }
     rest = rest.substr(0, colon);
   }
@@ -61,10 +63,15 @@ Result<RedisUrl> ParseRedisUrl(std::string_view url) {
   return out;
 }
 
-RedisTier::RedisTier(const RedisTierConfig& config, RedisUrl url, int connections, uint64_t max_entry_bytes)
-    : config_(config), url_(std::move(url)), max_entry_bytes_(max_entry_bytes),
-      ttl_ms_(config.limits.ttl_s > 0 ? std::max<long long>(1, static_cast<long long>(std::ceil(config.limits.ttl_s * 1000)))
-                                      : 0) {
+RedisTier::RedisTier(const RedisTierConfig& config, RedisUrl url, int connections,
+                     uint64_t max_entry_bytes)
+    : config_(config),
+      url_(std::move(url)),
+      max_entry_bytes_(max_entry_bytes),
+      ttl_ms_(config.limits.ttl_s > 0
+                  ? std::max<long long>(
+                        1, static_cast<long long>(std::ceil(config.limits.ttl_s * 1000)))
+                  : 0) {
   for (int i = 0; i < std::max(1, connections); ++i) conns_.push_back(std::make_unique<Conn>());
 }
 
@@ -72,10 +79,11 @@ Result<std::unique_ptr<RedisTier>> RedisTier::Create(const RedisTierConfig& conf
                                                      uint64_t max_entry_bytes) {
   ASSIGN_OR_RETURN(RedisUrl url, ParseRedisUrl(config.url));
   if (!(config.timeout_s > 0)) return Status::InvalidArgument("redis.timeout_s: must be > 0");
-  std::unique_ptr<RedisTier> tier(new RedisTier(config, std::move(url), connections, max_entry_bytes));
+  std::unique_ptr<RedisTier> tier(
+      new RedisTier(config, std::move(url), connections, max_entry_bytes));
   {
     Conn& c = *tier->conns_[0];
-    std::lock_guard<std::mutex> lock(c.mu);
+    MutexLock lock(&c.mu);
     tier->Ready(c);  // best effort; a failure only schedules a retry
   }
   return tier;
@@ -87,7 +95,9 @@ RedisTier::~RedisTier() {
   }
 }
 
-std::string RedisTier::RedisKey(const BlockKey& key) const { return config_.key_prefix + KeyHex(key); }
+std::string RedisTier::RedisKey(const BlockKey& key) const {
+  return config_.key_prefix + KeyHex(key);
+}
 
 redisContext* RedisTier::Ready(Conn& c) {
   if (c.ctx != nullptr) return c.ctx;
@@ -137,17 +147,20 @@ bool RedisTier::Set(const BlockKey& key, const std::vector<uint8_t>& entry) {
   OpTimer timer(&counters_.write_ops, &counters_.write_ns);
   std::string rkey = RedisKey(key);
   Conn& c = Pick();
-  std::lock_guard<std::mutex> lock(c.mu);
+  MutexLock lock(&c.mu);
   redisContext* ctx = Ready(c);
   if (ctx == nullptr) return false;
   Reply r(static_cast<redisReply*>(
-      ttl_ms_ > 0 ? redisCommand(ctx, "SET %b %b PX %lld", rkey.data(), rkey.size(), entry.data(), entry.size(), ttl_ms_)
-                  : redisCommand(ctx, "SET %b %b", rkey.data(), rkey.size(), entry.data(), entry.size())));
+      ttl_ms_ > 0
+          ? redisCommand(ctx, "SET %b %b PX %lld", rkey.data(), rkey.size(), entry.data(),
+                         entry.size(), ttl_ms_)
+          : redisCommand(ctx, "SET %b %b", rkey.data(), rkey.size(), entry.data(), entry.size())));
   if (r == nullptr) {
     Drop(c);
     return false;
   }
-  if (r->type != REDIS_REPLY_STATUS) {  // e.g. OOM under maxmemory: the server is fine, the write is not
+  if (r->type !=
+      REDIS_REPLY_STATUS) {  // e.g. OOM under maxmemory: the server is fine, the write is not
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
@@ -163,7 +176,7 @@ std::optional<std::vector<uint8_t>> RedisTier::Get(const BlockKey& key) {
   };
   std::string rkey = RedisKey(key);
   Conn& c = Pick();
-  std::unique_lock<std::mutex> lock(c.mu);
+  MutexLock lock(&c.mu);
   redisContext* ctx = Ready(c);
   if (ctx == nullptr) return miss();
   Reply r(static_cast<redisReply*>(redisCommand(ctx, "GET %b", rkey.data(), rkey.size())));
@@ -177,7 +190,7 @@ std::optional<std::vector<uint8_t>> RedisTier::Get(const BlockKey& key) {
     return miss();
   }
   if (static_cast<uint64_t>(r->len) > max_entry_bytes_) {
-    lock.unlock();
+    lock.Unlock();
     EraseCorrupt(key);
     return std::nullopt;
   }
@@ -198,7 +211,7 @@ void RedisTier::EraseCorrupt(const BlockKey& key) {
 bool RedisTier::Delete(const BlockKey& key) {
   std::string rkey = RedisKey(key);
   Conn& c = Pick();
-  std::lock_guard<std::mutex> lock(c.mu);
+  MutexLock lock(&c.mu);
   redisContext* ctx = Ready(c);
   if (ctx == nullptr) return false;
   Reply r(static_cast<redisReply*>(redisCommand(ctx, "DEL %b", rkey.data(), rkey.size())));

@@ -14,11 +14,11 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "engine/kvtier/tier_policy.h"
 
 namespace strata::engine::kvtier {
@@ -53,15 +53,15 @@ class RedisTier {
 
  private:
   struct Conn {
-    std::mutex mu;
-    redisContext* ctx = nullptr;                      // guarded by mu
-    std::chrono::steady_clock::time_point next_try{};  // guarded by mu
-    double backoff_s = 0;                             // guarded by mu
+    Mutex mu;
+    redisContext* ctx GUARDED_BY(mu) = nullptr;
+    std::chrono::steady_clock::time_point next_try GUARDED_BY(mu){};
+    double backoff_s GUARDED_BY(mu) = 0;
   };
   RedisTier(const RedisTierConfig& config, RedisUrl url, int connections, uint64_t max_entry_bytes);
   // Returns a usable context (connecting if allowed), or nullptr. Called with c.mu held.
-  redisContext* Ready(Conn& c);
-  void Drop(Conn& c);  // after a failed command; schedules the retry
+  redisContext* Ready(Conn& c) REQUIRES(c.mu);
+  void Drop(Conn& c) REQUIRES(c.mu);  // after a failed command; schedules the retry
   Conn& Pick();
 
   RedisTierConfig config_;

@@ -1,11 +1,10 @@
 #include "engine/kvtier/tiered_cache.h"
 
-#include <condition_variable>
 #include <cmath>
 #include <deque>
-#include <mutex>
 #include <thread>
 
+#include "base/mutex.h"
 #include "engine/kvtier/block_codec.h"
 #include "engine/kvtier/disk_tier.h"
 #include "engine/kvtier/ram_tier.h"
@@ -20,14 +19,17 @@ constexpr size_t kMaxQueuedWrites = size_t{1} << 20;
 constexpr int kMaxIoThreads = 64;
 
 Status ValidateLimits(const TierLimits& l, const std::string& tier, bool need_capacity) {
-  if (need_capacity && l.capacity_bytes == 0) return Status::InvalidArgument(tier + ".capacity: must be > 0");
-  if (!std::isfinite(l.ttl_s) || l.ttl_s < 0) return Status::InvalidArgument(tier + ".ttl_s: must be >= 0");
+  if (need_capacity && l.capacity_bytes == 0)
+    return Status::InvalidArgument(tier + ".capacity: must be > 0");
+  if (!std::isfinite(l.ttl_s) || l.ttl_s < 0)
+    return Status::InvalidArgument(tier + ".ttl_s: must be >= 0");
   for (const auto& [tenant, quota] : l.tenant_quota_bytes) {
     if (tenant.size() > kMaxTenantBytes) {
       return Status::InvalidArgument(tier + ".tenant_quota: tenant name longer than " +
                                      std::to_string(kMaxTenantBytes) + " bytes");
     }
-    if (quota == 0) return Status::InvalidArgument(tier + ".tenant_quota." + tenant + ": must be > 0");
+    if (quota == 0)
+      return Status::InvalidArgument(tier + ".tenant_quota." + tenant + ": must be > 0");
   }
   return Status::Ok();
 }
@@ -39,7 +41,7 @@ class PrefetchHandleImpl final : public PrefetchHandle {
 
   bool ready() const override { return ready_.load(std::memory_order_acquire); }
   std::vector<std::vector<uint8_t>> Take() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return std::move(blocks_);
   }
   void Cancel() override { cancelled_.store(true, std::memory_order_relaxed); }
@@ -49,7 +51,7 @@ class PrefetchHandleImpl final : public PrefetchHandle {
 
   void Finish(std::vector<std::vector<uint8_t>> blocks) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       blocks_ = std::move(blocks);
     }
     ready_.store(true, std::memory_order_release);
@@ -63,15 +65,18 @@ class PrefetchHandleImpl final : public PrefetchHandle {
   std::function<void()> on_done_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> cancelled_{false};
-  std::mutex mu_;
-  std::vector<std::vector<uint8_t>> blocks_;  // guarded by mu_
+  Mutex mu_;
+  std::vector<std::vector<uint8_t>> blocks_ GUARDED_BY(mu_);
 };
 
 class TieredKvCacheImpl final : public TieredKvCache {
  public:
   TieredKvCacheImpl(const TieredKvConfig& config, uint64_t block_bytes, std::string format_id,
                     TieredKvTestHooks hooks)
-      : config_(config), block_bytes_(block_bytes), format_hash_(FormatHash(format_id)), hooks_(std::move(hooks)) {
+      : config_(config),
+        block_bytes_(block_bytes),
+        format_hash_(FormatHash(format_id)),
+        hooks_(std::move(hooks)) {
     if (!hooks_.clock) hooks_.clock = WallClockSeconds;
   }
   ~TieredKvCacheImpl() override { Shutdown(); }
@@ -93,7 +98,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
       }
     }
     double sweep = 0;
-    for (const TierLimits* l : {config_.ram ? &config_.ram->limits : nullptr, config_.disk ? &config_.disk->limits : nullptr}) {
+    for (const TierLimits* l : {config_.ram ? &config_.ram->limits : nullptr,
+                                config_.disk ? &config_.disk->limits : nullptr}) {
       if (l != nullptr && l->ttl_s > 0) {
         double s = std::clamp(l->ttl_s / 4, 0.05, 5.0);
         sweep = sweep == 0 ? s : std::min(sweep, s);
@@ -101,14 +107,16 @@ class TieredKvCacheImpl final : public TieredKvCache {
     }
     sweep_interval_s_ = sweep;
     if (config_.enabled()) {
-      for (int i = 0; i < config_.io_threads; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+      for (int i = 0; i < config_.io_threads; ++i)
+        workers_.emplace_back([this, i] { WorkerLoop(i); });
     }
     return Status::Ok();
   }
 
   uint64_t block_bytes() const override { return block_bytes_; }
   bool WantsPublish() const override {
-    return (config_.redis && config_.redis->write_through) || (config_.disk && config_.disk->write_through);
+    return (config_.redis && config_.redis->write_through) ||
+           (config_.disk && config_.disk->write_through);
   }
 
   void Demote(const BlockKey& key, std::string_view tenant, std::vector<uint8_t> payload) override {
@@ -120,7 +128,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
     Enqueue({false, key, std::string(tenant), std::move(payload)});
   }
 
-  void Publish(const BlockKey& key, std::string_view tenant, std::vector<uint8_t> payload) override {
+  void Publish(const BlockKey& key, std::string_view tenant,
+               std::vector<uint8_t> payload) override {
     if (!WantsPublish()) return;
     if (payload.size() != block_bytes_) {
       (redis_ && config_.redis->write_through ? redis_->counters() : disk_->counters())
@@ -134,12 +143,13 @@ class TieredKvCacheImpl final : public TieredKvCache {
                                            std::function<void()> on_done) override {
     prefetches_.fetch_add(1, std::memory_order_relaxed);
     if (keys.size() > kMaxPrefetchKeys) keys.resize(kMaxPrefetchKeys);
-    auto handle = std::make_shared<PrefetchHandleImpl>(std::move(keys), std::string(tenant), std::move(on_done));
+    auto handle = std::make_shared<PrefetchHandleImpl>(std::move(keys), std::string(tenant),
+                                                       std::move(on_done));
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!stopping_ && !workers_.empty()) {
         prefetch_queue_.push_back(handle);
-        work_cv_.notify_one();
+        work_cv_.NotifyOne();
         return handle;
       }
     }
@@ -155,19 +165,19 @@ class TieredKvCacheImpl final : public TieredKvCache {
     s.queue_drops = queue_drops_.load(std::memory_order_relaxed);
     s.prefetches = prefetches_.load(std::memory_order_relaxed);
     s.prefetched_blocks = prefetched_blocks_.load(std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     s.queued_writes = static_cast<int64_t>(write_queue_.size());
     return s;
   }
 
   void Shutdown() override {
-    std::lock_guard<std::mutex> shutdown_lock(shutdown_mu_);
+    MutexLock shutdown_lock(&shutdown_mu_);
     if (shut_down_) return;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
-    work_cv_.notify_all();
+    work_cv_.NotifyAll();
     for (std::thread& t : workers_) t.join();  // workers drain both queues before they exit
     workers_.clear();
     if (ram_ && disk_) {  // warm restart: whatever is only in RAM goes to disk, LRU first
@@ -187,14 +197,14 @@ class TieredKvCacheImpl final : public TieredKvCache {
   };
 
   void Enqueue(WriteTask task) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;
     if (write_queue_.size() >= config_.max_queued_writes) {
       queue_drops_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     write_queue_.push_back(std::move(task));
-    work_cv_.notify_one();
+    work_cv_.NotifyOne();
   }
 
   void WorkerLoop(int index) {
@@ -202,42 +212,43 @@ class TieredKvCacheImpl final : public TieredKvCache {
     auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(sweep_interval_s_));
     auto next_sweep = std::chrono::steady_clock::now() + interval;
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     while (true) {
       if (!prefetch_queue_.empty()) {
         std::shared_ptr<PrefetchHandleImpl> h = std::move(prefetch_queue_.front());
         prefetch_queue_.pop_front();
-        lock.unlock();
+        lock.Unlock();
         RunPrefetch(*h);
-        lock.lock();
+        lock.Lock();
         continue;
       }
       if (!write_queue_.empty()) {
         WriteTask task = std::move(write_queue_.front());
         write_queue_.pop_front();
-        lock.unlock();
+        lock.Unlock();
         RunWrite(std::move(task));
-        lock.lock();
+        lock.Lock();
         continue;
       }
       if (stopping_) return;
       if (sweeper) {
-        if (work_cv_.wait_until(lock, next_sweep) == std::cv_status::timeout) {
-          lock.unlock();
+        if (!work_cv_.WaitUntil(&mu_, next_sweep)) {  // timed out
+          lock.Unlock();
           if (ram_) ram_->SweepExpired();
           if (disk_) disk_->SweepExpired();
-          lock.lock();
+          lock.Lock();
           next_sweep = std::chrono::steady_clock::now() + interval;
         }
       } else {
-        work_cv_.wait(lock);
+        work_cv_.Wait(&mu_);
       }
     }
   }
 
   void RunWrite(WriteTask task) {
     if (hooks_.before_write) hooks_.before_write();
-    auto entry = EncodeEntry(task.key, format_hash_, task.tenant, task.payload, config_.compression);
+    auto entry =
+        EncodeEntry(task.key, format_hash_, task.tenant, task.payload, config_.compression);
     task.payload = {};
     if (!entry.ok()) {  // tenant name too long
       (task.publish ? (redis_ ? redis_->counters() : disk_->counters())
@@ -246,13 +257,15 @@ class TieredKvCacheImpl final : public TieredKvCache {
       return;
     }
     if (task.publish) {
-      if (redis_ && config_.redis->write_through && redis_->Set(task.key, *entry)) EnforceRedisQuota(task, entry->size());
+      if (redis_ && config_.redis->write_through && redis_->Set(task.key, *entry))
+        EnforceRedisQuota(task, entry->size());
       if (disk_ && config_.disk->write_through) (void)disk_->Put(task.key, task.tenant, *entry);
       return;
     }
     if (ram_) {
       for (StoredEntry& e : ram_->Put(task.key, std::move(task.tenant), std::move(*entry))) {
-        // The demotion chain L2 → L3 (an entry promoted from L3 is still there: same key, same bytes).
+        // The demotion chain L2 → L3 (an entry promoted from L3 is still there: same key, same
+        // bytes).
         if (disk_ && !disk_->Contains(e.key)) (void)disk_->Put(e.key, e.tenant, e.bytes);
       }
     } else {
@@ -265,7 +278,7 @@ class TieredKvCacheImpl final : public TieredKvCache {
   void EnforceRedisQuota(const WriteTask& task, size_t bytes) {
     std::vector<BlockKey> victims;
     {
-      std::lock_guard lock(redis_quota_mu_);
+      MutexLock lock(&redis_quota_mu_);
       if (!redis_quota_) return;
       for (auto& r : redis_quota_->Insert({task.key, task.tenant, bytes, hooks_.clock(), 0}))
         victims.push_back(r.entry.key);
@@ -299,8 +312,10 @@ class TieredKvCacheImpl final : public TieredKvCache {
       if (ram_) {
         if (auto e = ram_->Get(key)) {
           payload = Decode(*e, key, &meta);
-          if (payload) ram_->CountHit(e->size());
-          else ram_->EraseCorrupt(key);
+          if (payload)
+            ram_->CountHit(e->size());
+          else
+            ram_->EraseCorrupt(key);
         }
       }
       if (!payload && disk_) {
@@ -333,7 +348,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
     // L3/L4 hits go into L2 (RAM evictions continue down to L3); without L2, L4 hits go to L3.
     for (Promotion& p : promotions) {
       if (ram_) {
-        for (StoredEntry& e : ram_->Put(p.entry.key, std::move(p.entry.tenant), std::move(p.entry.bytes))) {
+        for (StoredEntry& e :
+             ram_->Put(p.entry.key, std::move(p.entry.tenant), std::move(p.entry.bytes))) {
           if (disk_ && !disk_->Contains(e.key)) (void)disk_->Put(e.key, e.tenant, e.bytes);
         }
       } else if (!p.from_disk) {
@@ -350,18 +366,19 @@ class TieredKvCacheImpl final : public TieredKvCache {
   std::unique_ptr<RamTier> ram_;
   std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<RedisTier> redis_;
-  std::mutex redis_quota_mu_;
-  std::unique_ptr<PolicyIndex<char>> redis_quota_;  // only when a Redis quota is configured
+  Mutex redis_quota_mu_;
+  // Only when a Redis quota is configured (set by Init, before the workers start).
+  std::unique_ptr<PolicyIndex<char>> redis_quota_ PT_GUARDED_BY(redis_quota_mu_);
 
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::deque<WriteTask> write_queue_;                                   // guarded by mu_
-  std::deque<std::shared_ptr<PrefetchHandleImpl>> prefetch_queue_;      // guarded by mu_
-  bool stopping_ = false;                                               // guarded by mu_
+  mutable Mutex mu_;
+  CondVar work_cv_;
+  std::deque<WriteTask> write_queue_ GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<PrefetchHandleImpl>> prefetch_queue_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 
-  std::mutex shutdown_mu_;
-  bool shut_down_ = false;  // guarded by shutdown_mu_
+  Mutex shutdown_mu_;
+  bool shut_down_ GUARDED_BY(shutdown_mu_) = false;
 
   std::atomic<int64_t> queue_drops_{0}, prefetches_{0}, prefetched_blocks_{0};
 };
@@ -382,27 +399,33 @@ Status TieredKvConfig::Validate() const {
     RETURN_IF_ERROR(ValidateLimits(redis->limits, "redis", false));
   }
   if (max_queued_writes < 1 || max_queued_writes > kMaxQueuedWrites) {
-    return Status::InvalidArgument("max_queued_writes: must be in [1, " + std::to_string(kMaxQueuedWrites) + "]");
+    return Status::InvalidArgument("max_queued_writes: must be in [1, " +
+                                   std::to_string(kMaxQueuedWrites) + "]");
   }
   if (io_threads < 1 || io_threads > kMaxIoThreads) {
-    return Status::InvalidArgument("io_threads: must be in [1, " + std::to_string(kMaxIoThreads) + "]");
+    return Status::InvalidArgument("io_threads: must be in [1, " + std::to_string(kMaxIoThreads) +
+                                   "]");
   }
   return Status::Ok();
 }
 
 Result<std::unique_ptr<TieredKvCache>> CreateTieredKvCacheWithHooks(const TieredKvConfig& config,
-                                                                   uint64_t block_bytes, std::string format_id,
-                                                                   TieredKvTestHooks hooks) {
+                                                                    uint64_t block_bytes,
+                                                                    std::string format_id,
+                                                                    TieredKvTestHooks hooks) {
   RETURN_IF_ERROR(config.Validate());
   if (block_bytes == 0 || block_bytes > kMaxPayloadBytes) {
-    return Status::InvalidArgument("kv tiers: block_bytes must be in [1, " + std::to_string(kMaxPayloadBytes) + "]");
+    return Status::InvalidArgument("kv tiers: block_bytes must be in [1, " +
+                                   std::to_string(kMaxPayloadBytes) + "]");
   }
-  auto cache = std::make_unique<TieredKvCacheImpl>(config, block_bytes, std::move(format_id), std::move(hooks));
+  auto cache = std::make_unique<TieredKvCacheImpl>(config, block_bytes, std::move(format_id),
+                                                   std::move(hooks));
   RETURN_IF_ERROR(cache->Init());
   return std::unique_ptr<TieredKvCache>(std::move(cache));
 }
 
-Result<std::unique_ptr<TieredKvCache>> TieredKvCache::Create(const TieredKvConfig& config, uint64_t block_bytes,
+Result<std::unique_ptr<TieredKvCache>> TieredKvCache::Create(const TieredKvConfig& config,
+                                                             uint64_t block_bytes,
                                                              std::string format_id) {
   return CreateTieredKvCacheWithHooks(config, block_bytes, std::move(format_id), {});
 }

@@ -37,7 +37,7 @@ class ValueDict {
   void Clear();
   // Deepest container nesting among the values (ever) stored here.
   uint32_t max_depth() const { return max_depth_; }
-  size_t size() const { return entries_.size(); }
+  size_t size() const;  // defined below Value (clang needs the complete type here)
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
 
  private:
@@ -187,6 +187,8 @@ struct JsonDumpOptions {
 Result<std::string> ToJson(const Value& v, const JsonDumpOptions& opts, size_t max_bytes);
 
 // Python ==.
+inline size_t ValueDict::size() const { return entries_.size(); }
+
 bool Equals(const Value& a, const Value& b);
 // Python <, ==, > for numbers and strings (and lists lexicographically); error for other types.
 Result<int> Compare(const Value& a, const Value& b);
