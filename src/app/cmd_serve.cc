@@ -21,7 +21,7 @@
 #include "engine/serving/serving_engine.h"
 #include "model/model.h"
 #include "server/api.h"
-#include "server/http_server.h"
+#include "http/server.h"
 #include "tokenizer/chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -164,7 +164,7 @@ Status RunServe(const ServeOptions& o) {
 
   // HTTP comes up first: while the model loads, /health is 200 and everything else 503 (loading).
   std::atomic<server::Api*> api_ptr{nullptr};
-  server::HttpServerOptions so;
+  http::HttpServerOptions so;
   so.host = o.host;
   if (o.port < 0 || o.port > 65535) return Status::InvalidArgument("--port must be in [0, 65535]");
   so.port = static_cast<uint16_t>(o.port);
@@ -172,8 +172,8 @@ Status RunServe(const ServeOptions& o) {
   so.max_body_bytes = o.max_body_bytes;
   so.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout * 1000));
   so.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout * 1000));
-  ASSIGN_OR_RETURN(auto server, server::HttpServer::Start(so, [&api_ptr](server::HttpRequest req,
-                                                                          std::shared_ptr<server::Responder> out) {
+  ASSIGN_OR_RETURN(auto server, http::HttpServer::Start(so, [&api_ptr](http::HttpRequest req,
+                                                                          std::shared_ptr<http::Responder> out) {
     if (server::Api* a = api_ptr.load(std::memory_order_acquire)) return a->Handle(std::move(req), std::move(out));
     out->Respond(server::LoadingResponse(req));
   }));

@@ -1,9 +1,12 @@
 // OpenAI request schema -> native engine types, at the edge (I/O threads), plus the stop-string
 // matcher used while streaming text back.
 //
-// Errors: every parse function returns InvalidArgument (or OutOfRange for a prompt longer than the
-// context) whose message starts with the offending parameter's name and a colon ("max_tokens: ...");
-// the server turns that prefix into the OpenAI error's `param`. Unknown fields are ignored.
+// Errors: every parse function returns an http::ApiError: InvalidArgument (or OutOfRange for a
+// prompt longer than the context) whose message starts with the offending parameter's name and a
+// colon ("max_tokens: ..."), with that parameter carried as the error's `param` field (the server
+// writes it into the OpenAI error body as is). Unknown fields are ignored.
+// Shape: ParseGenRequest = prompt (template + tokenize) -> a table of field parsers over the body
+// (one small function per group of OpenAI fields) -> the engine request.
 // Thread contract: free functions, no shared state; StopMatcher is one-per-completion.
 #pragma once
 
@@ -16,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "http/openai_error.h"
 #include "engine/sched/request.h"
 #include "tokenizer/chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -55,14 +59,20 @@ struct GenRequest {
 
 // Parses a /v1/completions or /v1/chat/completions body. `tier_header` is the x-strata-tier header
 // (may be empty); the body's `priority` wins over it.
-Result<GenRequest> ParseGenRequest(Endpoint endpoint, const nlohmann::json& body, const ModelInfo& model,
-                                   std::string_view tier_header = {});
+http::ApiResult<GenRequest> ParseGenRequest(Endpoint endpoint, const nlohmann::json& body,
+                                            const ModelInfo& model, std::string_view tier_header = {});
 
 // Renders `messages` (the request's JSON array) with the model's chat template.
 // InvalidArgument "messages: ..." for malformed messages; "model has no chat template" when absent;
 // the template's raise_exception message as is.
-Result<std::string> ApplyChatTemplate(const nlohmann::json& messages, bool add_generation_prompt,
-                                      const ModelInfo& model, const nlohmann::json& extra_vars = nullptr);
+http::ApiResult<std::string> ApplyChatTemplate(const nlohmann::json& messages,
+                                               bool add_generation_prompt, const ModelInfo& model,
+                                               const nlohmann::json& extra_vars = nullptr);
+
+// The prompt's token ids: /v1/completions `prompt` (text or ids) or the chat `messages` rendered
+// with the template and tokenized. Checked against the context size.
+http::ApiResult<std::vector<int32_t>> ParsePrompt(Endpoint endpoint, const nlohmann::json& body,
+                                                  const ModelInfo& model);
 
 // Holds back text that could still become a stop string. Push() returns the text that can be
 // released now; once a stop string is found, the text before it is returned and matched() is true

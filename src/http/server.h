@@ -10,6 +10,8 @@
 // stream, used for SSE). The Responder may be used from any thread; calls are posted to the
 // connection's strand. If the client goes away before the response ended, the callback set with
 // OnClose() runs once (from an I/O thread) — that is how a disconnect becomes a cancellation.
+// Post() runs work on the connection's strand: a producer on another thread (the engine) wakes the
+// I/O side with it, and the work is serialized with everything else of that connection.
 //
 // Ownership: HttpServer owns its threads and sessions; the handler must outlive Stop().
 // Thread contract: Start/Stop/StopAccepting from one controlling thread; the handler is called
@@ -29,7 +31,7 @@
 
 #include "base/status.h"
 
-namespace strata::server {
+namespace strata::http {
 
 struct HttpRequest {
   std::string method;   // "GET", "POST", ...
@@ -64,6 +66,9 @@ class Responder {
   virtual void OnClose(std::function<void()> cb) = 0;
   // Whether the client is known to be gone.
   virtual bool closed() const = 0;
+  // Runs `fn` on the connection's strand (an I/O thread), after the calls made before it from the
+  // same thread. Never inline; never after the server stopped.
+  virtual void Post(std::function<void()> fn) = 0;
 };
 
 using Handler = std::function<void(HttpRequest req, std::shared_ptr<Responder> out)>;
@@ -112,4 +117,4 @@ class HttpServer {
   std::atomic<int> active_responses_{0};
 };
 
-}  // namespace strata::server
+}  // namespace strata::http

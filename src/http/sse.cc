@@ -1,6 +1,31 @@
-#include "bench/sse.h"
+#include "http/sse.h"
 
-namespace strata::bench {
+namespace strata::http {
+
+std::string SseEvent(std::string_view data) {
+  std::string out;
+  out.reserve(data.size() + 8);
+  size_t start = 0;
+  while (true) {
+    size_t nl = data.find('\n', start);
+    out += "data: ";
+    out.append(data.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start));
+    out += '\n';
+    if (nl == std::string_view::npos) break;
+    start = nl + 1;
+  }
+  out += '\n';
+  return out;
+}
+
+void SseWriter::Begin() { out_->Begin("text/event-stream", {{"Cache-Control", "no-cache"}}); }
+
+void SseWriter::Event(std::string_view data) { out_->Write(SseEvent(data)); }
+
+void SseWriter::Done() {
+  out_->Write(std::string(kSseDone));
+  out_->End();
+}
 
 Status SseParser::Feed(std::string_view bytes, std::vector<std::string>* events) {
   for (char c : bytes) {
@@ -38,4 +63,4 @@ void SseParser::Line(std::string_view line, std::vector<std::string>* events) {
   has_data_ = true;
 }
 
-}  // namespace strata::bench
+}  // namespace strata::http

@@ -1,4 +1,4 @@
-#include "bench/http_client.h"
+#include "http/client.h"
 
 #include <cstdint>
 #include <limits>
@@ -9,7 +9,7 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
-namespace strata::bench {
+namespace strata::http {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -166,4 +166,4 @@ asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std:
   co_return out;
 }
 
-}  // namespace strata::bench
+}  // namespace strata::http

@@ -1,8 +1,8 @@
-#include "bench/sse.h"
+#include "http/sse.h"
 
 #include <gtest/gtest.h>
 
-namespace strata::bench {
+namespace strata::http {
 namespace {
 
 std::vector<std::string> FeedInPieces(const std::string& s, size_t piece) {
@@ -51,4 +51,4 @@ TEST(Sse, OverlongLineIsAnError) {
 }
 
 }  // namespace
-}  // namespace strata::bench
+}  // namespace strata::http

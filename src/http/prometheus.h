@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace strata::server {
+namespace strata::http {
 
 // `k="v",k2="v2"` with values escaped as the exposition format requires.
 std::string Labels(std::initializer_list<std::pair<std::string_view, std::string_view>> kv);
@@ -42,4 +42,4 @@ class MetricsRegistry {
   std::map<std::string, Family, std::less<>> families_;
 };
 
-}  // namespace strata::server
+}  // namespace strata::http

@@ -1,10 +1,10 @@
-#include "server/metrics.h"
+#include "http/prometheus.h"
 
 #include <cmath>
 
 #include <fmt/format.h>
 
-namespace strata::server {
+namespace strata::http {
 
 std::string Labels(std::initializer_list<std::pair<std::string_view, std::string_view>> kv) {
   std::string out;
@@ -97,4 +97,4 @@ std::string MetricsRegistry::Render() const {
   return out;
 }
 
-}  // namespace strata::server
+}  // namespace strata::http

@@ -1,4 +1,4 @@
-#include "server/http_server.h"
+#include "http/server.h"
 
 #include <array>
 #include <deque>
@@ -10,7 +10,9 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
-namespace strata::server {
+#include "http/openai_error.h"
+
+namespace strata::http {
 namespace {
 
 namespace asio = boost::asio;
@@ -28,11 +30,6 @@ std::string Lower(std::string_view s) {
 std::string ReasonPhrase(int status) {
   auto r = http::obsolete_reason(static_cast<http::status>(status));
   return r.empty() ? std::string("Unknown") : std::string(r);
-}
-
-std::string ErrorJson(std::string_view message, std::string_view type, std::string_view code) {
-  // Small fixed messages only (no escaping needed beyond what we write here).
-  return fmt::format(R"({{"error":{{"message":"{}","type":"{}","param":null,"code":"{}"}}}})", message, type, code);
 }
 
 HttpRequest ToHttpRequest(http::request<http::string_body>& msg) {
@@ -280,7 +277,7 @@ class Session : public std::enable_shared_from_this<Session> {
     keep_alive_ = false;
     ++serial_;
     started_ = ended_ = false;
-    std::string body = ErrorJson(message, "invalid_request_error", std::to_string(status));
+    std::string body = ErrorResponse(status, message).body;
     std::string head = Head(status, "application/json", {});
     head += fmt::format("Content-Length: {}\r\n\r\n", body.size());
     head += body;
@@ -339,6 +336,7 @@ class SessionResponder final : public Responder {
     asio::post(s_->executor(), [s = s_, n = serial_, cb = std::move(cb)]() mutable { s->SetOnClose(n, std::move(cb)); });
   }
   bool closed() const override { return s_->closed_flag.load(); }
+  void Post(std::function<void()> fn) override { asio::post(s_->executor(), std::move(fn)); }
 
  private:
   std::shared_ptr<Session> s_;
@@ -412,4 +410,4 @@ HttpServer::~HttpServer() {
   impl_.reset();  // destroys pending sessions while the counters still exist
 }
 
-}  // namespace strata::server
+}  // namespace strata::http

@@ -6,7 +6,7 @@
 // connection before any response byte arrived (the server closed it while idle) is retried once on
 // a fresh connection.
 // Streaming: the response body (chunked or not) is handed to `on_body` as it arrives, in pieces of
-// any size; SSE framing is the caller's job (bench/sse.h).
+// any size; SSE framing is the caller's job (http/sse.h).
 // Timeouts: every operation of a request runs under one deadline; past it the socket is closed and
 // the request fails with "timeout".
 // Errors: never thrown; HttpResult.status holds the first transport error (connection refused,
@@ -30,7 +30,7 @@
 
 #include "base/status.h"
 
-namespace strata::bench {
+namespace strata::http {
 
 struct Url {
   std::string host;
@@ -83,4 +83,4 @@ class HttpClient {
   std::vector<boost::asio::ip::tcp::endpoint> endpoints_;
 };
 
-}  // namespace strata::bench
+}  // namespace strata::http
