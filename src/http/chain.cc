@@ -53,7 +53,8 @@ Step RequireModel(std::string served) {
     const auto& m = it->get_ref<const std::string&>();
     if (m.empty() || m == served) return std::nullopt;
     return ErrorResponse(
-        404, fmt::format("model '{}' does not exist (this server serves '{}')", m, served), "model");
+        404, fmt::format("model '{}' does not exist (this server serves '{}')", m, served),
+        "model");
   };
 }
 
@@ -72,8 +73,8 @@ HttpResponse Chain::Run(Exchange& ex) const {
   if (ex.route == nullptr)
     return ErrorResponse(404, fmt::format("no route for {} {}", req.method, req.path));
   if (req.method != ex.route->method)
-    return ErrorResponse(405, fmt::format("{} {} is not supported; use {}", req.method, req.path,
-                                          ex.route->method));
+    return ErrorResponse(
+        405, fmt::format("{} {} is not supported; use {}", req.method, req.path, ex.route->method));
   for (const Step& step : steps_)
     if (auto stop = step(ex)) return std::move(*stop);
   return ex.route->handler(ex);

@@ -5,9 +5,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "http/auth.h"
 #include "http/chain.h"
@@ -49,7 +48,9 @@ TEST(Metrics, RendersPrometheusText) {
 TEST(ParseHttpRequest, LimitsAndFields) {
   HttpServerOptions o;
   o.max_body_bytes = 10;
-  auto r = ParseHttpRequest("POST /v1/x?a=b HTTP/1.1\r\nHost: h\r\nX-Strata-Tier: Gold\r\nContent-Length: 2\r\n\r\n{}", o);
+  auto r = ParseHttpRequest(
+      "POST /v1/x?a=b HTTP/1.1\r\nHost: h\r\nX-Strata-Tier: Gold\r\nContent-Length: 2\r\n\r\n{}",
+      o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->method, "POST");
   EXPECT_EQ(r->path, "/v1/x");
@@ -59,7 +60,8 @@ TEST(ParseHttpRequest, LimitsAndFields) {
   auto big = ParseHttpRequest("POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\n01234567890", o);
   EXPECT_EQ(big.status().code(), StatusCode::kOutOfRange);
   EXPECT_EQ(ParseHttpRequest("NOT HTTP\r\n\r\n", o).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_FALSE(ParseHttpRequest("GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\nab", o).ok());  // incomplete
+  EXPECT_FALSE(
+      ParseHttpRequest("GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\nab", o).ok());  // incomplete
   o.max_header_bytes = 64;
   auto hdr = ParseHttpRequest("GET / HTTP/1.1\r\nX: " + std::string(200, 'a') + "\r\n\r\n", o);
   EXPECT_EQ(hdr.status().code(), StatusCode::kOutOfRange);
@@ -143,7 +145,9 @@ TEST(Sse, WriterSendsEventStreamThenDone) {
   w.Begin();
   w.Event("{}");
   w.Done();
-  EXPECT_EQ(out->log, "begin text/event-stream Cache-Control=no-cache;write data: {}\n\n;write data: [DONE]\n\n;end;");
+  EXPECT_EQ(out->log,
+            "begin text/event-stream Cache-Control=no-cache;write data: {}\n\n;write data: "
+            "[DONE]\n\n;end;");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -158,8 +162,10 @@ struct ChainFixture {
   ChainFixture()
       : chain(
             {
-                {"GET", "/health", "/health", false, false, false, false, [this](Exchange&) { return Ok(); }},
-                {"GET", "/metrics", "/metrics", false, true, false, false, [this](Exchange&) { return Ok(); }},
+                {"GET", "/health", "/health", false, false, false, false,
+                 [this](Exchange&) { return Ok(); }},
+                {"GET", "/metrics", "/metrics", false, true, false, false,
+                 [this](Exchange&) { return Ok(); }},
                 {"GET", "/items/", "/items/{id}", true, true, true, false,
                  [this](Exchange& ex) {
                    seen_body_text = ex.request.path.substr(ex.route->path.size());
@@ -179,8 +185,8 @@ struct ChainFixture {
     r.body = "ok";
     return r;
   }
-  HttpResponse Run(std::string method, std::string path, std::string body = "", bool with_key = true,
-                   std::string* label = nullptr) {
+  HttpResponse Run(std::string method, std::string path, std::string body = "",
+                   bool with_key = true, std::string* label = nullptr) {
     Exchange ex;
     ex.request.method = std::move(method);
     ex.request.path = std::move(path);
@@ -218,7 +224,8 @@ TEST(Chain, MatchAuthReadinessBodyModelThenHandler) {
   const int before = f.handled;
   EXPECT_EQ(f.Run("POST", "/echo", R"({"model":"m","x":[1,2]})").status, 200);
   EXPECT_EQ(f.handled, before + 1);
-  EXPECT_EQ(json::parse(f.seen_body_text), json::parse(R"({"model":"m","x":[1,2]})"));  // parsed once, handed over
+  EXPECT_EQ(json::parse(f.seen_body_text),
+            json::parse(R"({"model":"m","x":[1,2]})"));  // parsed once, handed over
   EXPECT_EQ(f.Run("POST", "/echo", R"({"model":""})").status, 200);
   // Prefix route: the rest of the path is the id; the bare prefix is not a match.
   EXPECT_EQ(f.Run("GET", "/items/abc", "", true, &label).status, 200);
@@ -273,7 +280,8 @@ TEST(HttpServer, TransportErrorsUseTheOpenAiBody) {
   HttpServerOptions so;
   so.port = 0;
   so.max_body_bytes = 8;
-  auto s = HttpServer::Start(so, [](HttpRequest, std::shared_ptr<Responder> out) { out->Respond({}); });
+  auto s =
+      HttpServer::Start(so, [](HttpRequest, std::shared_ptr<Responder> out) { out->Respond({}); });
   ASSERT_TRUE(s.ok());
   auto r = testing::HttpCall((*s)->port(), "POST", "/x", std::string(100, 'a'));
   EXPECT_EQ(r.status, 413);

@@ -1,6 +1,7 @@
 #include "http/openai_error.h"
 
 #include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 namespace strata::http {

@@ -31,7 +31,7 @@ HttpResponse ErrorResponse(int status, std::string_view message, std::string_vie
 
 class [[nodiscard]] ApiError {
  public:
-  ApiError() = default;  // OK: no error
+  ApiError() = default;                            // OK: no error
   ApiError(Status status, std::string param = {})  // NOLINT(google-explicit-constructor)
       : status_(std::move(status)), param_(std::move(param)) {}
   // InvalidArgument "<param>: <what>" about `param`.
@@ -53,8 +53,8 @@ HttpResponse ErrorResponse(const ApiError& error);
 template <typename T>
 class [[nodiscard]] ApiResult {
  public:
-  ApiResult(T value) : v_(std::move(value)) {}          // NOLINT(google-explicit-constructor)
-  ApiResult(ApiError error) : v_(std::move(error)) {}   // NOLINT(google-explicit-constructor)
+  ApiResult(T value) : v_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
+  ApiResult(ApiError error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
   ApiResult(Status status) : v_(ApiError(std::move(status))) {}  // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -75,9 +75,9 @@ class [[nodiscard]] ApiResult {
 
 // Returns the ApiError (or a Status, converted with no param) from the enclosing function if it is
 // not OK.
-#define RETURN_IF_API_ERROR(expr)                         \
-  do {                                                    \
-    ::strata::http::ApiError strata_api_error_ = (expr);  \
+#define RETURN_IF_API_ERROR(expr)                          \
+  do {                                                     \
+    ::strata::http::ApiError strata_api_error_ = (expr);   \
     if (!strata_api_error_.ok()) return strata_api_error_; \
   } while (0)
 

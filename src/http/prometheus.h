@@ -19,8 +19,8 @@ class MetricsRegistry {
   enum class Type { kCounter, kGauge, kHistogram };
   // Declares a family (call once per name, before use). Buckets are upper bounds (histograms only).
   void Declare(std::string name, Type type, std::string help, std::vector<double> buckets = {});
-  void Add(std::string_view name, const std::string& labels, double v);   // counter += v
-  void Set(std::string_view name, const std::string& labels, double v);   // gauge / counter = v
+  void Add(std::string_view name, const std::string& labels, double v);  // counter += v
+  void Set(std::string_view name, const std::string& labels, double v);  // gauge / counter = v
   void Observe(std::string_view name, const std::string& labels, double v);
   std::string Render() const;
 

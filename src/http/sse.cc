@@ -9,7 +9,8 @@ std::string SseEvent(std::string_view data) {
   while (true) {
     size_t nl = data.find('\n', start);
     out += "data: ";
-    out.append(data.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start));
+    out.append(
+        data.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start));
     out += '\n';
     if (nl == std::string_view::npos) break;
     start = nl + 1;
@@ -39,7 +40,9 @@ Status SseParser::Feed(std::string_view bytes, std::vector<std::string>* events)
       line_.clear();
       continue;
     }
-    if (line_.size() >= max_line_) return Status::ResourceExhausted("SSE line longer than " + std::to_string(max_line_) + " bytes");
+    if (line_.size() >= max_line_)
+      return Status::ResourceExhausted("SSE line longer than " + std::to_string(max_line_) +
+                                       " bytes");
     line_.push_back(c);
   }
   return Status::Ok();
@@ -55,7 +58,8 @@ void SseParser::Line(std::string_view line, std::vector<std::string>* events) {
   if (line.front() == ':') return;  // comment
   size_t colon = line.find(':');
   std::string_view field = line.substr(0, colon);
-  std::string_view value = colon == std::string_view::npos ? std::string_view() : line.substr(colon + 1);
+  std::string_view value =
+      colon == std::string_view::npos ? std::string_view() : line.substr(colon + 1);
   if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
   if (field != "data") return;
   if (has_data_) data_.push_back('\n');

@@ -14,11 +14,10 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <memory>
 
 #include "base/status.h"
 #include "http/server.h"

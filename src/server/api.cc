@@ -1,9 +1,9 @@
 #include "server/api.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstring>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "http/openai_error.h"
@@ -17,9 +17,11 @@ using nlohmann::json;
 
 namespace {
 
-const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
-                                             0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
-const std::vector<double> kTokenBuckets = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000};
+const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                             0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
+                                             7.5,   10.0,  20.0, 40.0, 80.0};
+const std::vector<double> kTokenBuckets = {1,   2,   5,    10,   20,   50,   100,
+                                           200, 500, 1000, 2000, 5000, 10000};
 
 struct MetricSpec {
   const char* name;
@@ -31,47 +33,78 @@ struct MetricSpec {
 using T = http::MetricsRegistry::Type;
 // Every family /metrics exposes (docs/metrics.md).
 const MetricSpec kMetrics[] = {
-    {"strata:time_to_first_token_seconds", T::kHistogram, "Time from request arrival to the first generated token.", &kLatencyBuckets},
-    {"strata:inter_token_latency_seconds", T::kHistogram, "Time between consecutive generated tokens of a request.", &kLatencyBuckets},
-    {"strata:e2e_request_latency_seconds", T::kHistogram, "Time from request arrival to its last byte.", &kLatencyBuckets},
-    {"strata:request_queue_time_seconds", T::kHistogram, "Time from arrival to acceptance by the engine (parse, template, tokenize, submit).", &kLatencyBuckets},
-    {"strata:request_prompt_tokens", T::kHistogram, "Prompt length of finished requests, in tokens.", &kTokenBuckets},
-    {"strata:request_generation_tokens", T::kHistogram, "Generated tokens of finished requests (all n completions).", &kTokenBuckets},
+    {"strata:time_to_first_token_seconds", T::kHistogram,
+     "Time from request arrival to the first generated token.", &kLatencyBuckets},
+    {"strata:inter_token_latency_seconds", T::kHistogram,
+     "Time between consecutive generated tokens of a request.", &kLatencyBuckets},
+    {"strata:e2e_request_latency_seconds", T::kHistogram,
+     "Time from request arrival to its last byte.", &kLatencyBuckets},
+    {"strata:request_queue_time_seconds", T::kHistogram,
+     "Time from arrival to acceptance by the engine (parse, template, tokenize, submit).",
+     &kLatencyBuckets},
+    {"strata:request_prompt_tokens", T::kHistogram,
+     "Prompt length of finished requests, in tokens.", &kTokenBuckets},
+    {"strata:request_generation_tokens", T::kHistogram,
+     "Generated tokens of finished requests (all n completions).", &kTokenBuckets},
     {"strata:num_requests_running", T::kGauge, "Requests the engine is running.", nullptr},
-    {"strata:num_requests_waiting", T::kGauge, "Requests waiting in the engine's queue (including preempted).", nullptr},
-    {"strata:kv_cache_usage_perc", T::kGauge, "Fraction of KV-cache blocks in use (0..1).", nullptr},
+    {"strata:num_requests_waiting", T::kGauge,
+     "Requests waiting in the engine's queue (including preempted).", nullptr},
+    {"strata:kv_cache_usage_perc", T::kGauge, "Fraction of KV-cache blocks in use (0..1).",
+     nullptr},
     {"strata:prompt_tokens_total", T::kCounter, "Prompt tokens of accepted requests.", nullptr},
-    {"strata:generation_tokens_total", T::kCounter, "Generated tokens delivered to clients.", nullptr},
-    {"strata:prefix_cache_queries_total", T::kCounter, "Prompt tokens looked up in the prefix cache.", nullptr},
-    {"strata:prefix_cache_hits_total", T::kCounter, "Prompt tokens found in the prefix cache.", nullptr},
+    {"strata:generation_tokens_total", T::kCounter, "Generated tokens delivered to clients.",
+     nullptr},
+    {"strata:prefix_cache_queries_total", T::kCounter,
+     "Prompt tokens looked up in the prefix cache.", nullptr},
+    {"strata:prefix_cache_hits_total", T::kCounter, "Prompt tokens found in the prefix cache.",
+     nullptr},
     {"strata:num_preemptions_total", T::kCounter, "Sequences preempted by the scheduler.", nullptr},
-    {"strata:request_success_total", T::kCounter, "Finished requests by finish reason (stop, length, abort, error).", nullptr},
+    {"strata:request_success_total", T::kCounter,
+     "Finished requests by finish reason (stop, length, abort, error).", nullptr},
     {"strata:http_requests_total", T::kCounter, "HTTP requests by route and status code.", nullptr},
-    {"strata:kv_tier_hit_tokens_total", T::kCounter, "Prompt tokens whose KV was loaded from a lower tier (RAM/disk/Redis) instead of computed.", nullptr},
-    {"strata:kv_tier_prefetch_timeouts_total", T::kCounter, "Tier prefetches given up after --kv-tier-prefetch-timeout (the blocks were computed).", nullptr},
-    {"strata:kv_tier_hits_total", T::kCounter, "Block lookups found in a KV tier, by tier.", nullptr},
-    {"strata:kv_tier_misses_total", T::kCounter, "Block lookups not found in a KV tier, by tier.", nullptr},
-    {"strata:kv_tier_bytes_in_total", T::kCounter, "Bytes written into a KV tier, by tier.", nullptr},
-    {"strata:kv_tier_bytes_out_total", T::kCounter, "Bytes read out of a KV tier, by tier.", nullptr},
-    {"strata:kv_tier_evictions_total", T::kCounter, "Entries evicted from a KV tier (capacity or quota), by tier.", nullptr},
-    {"strata:kv_tier_expirations_total", T::kCounter, "Entries expired by TTL in a KV tier, by tier.", nullptr},
-    {"strata:kv_tier_corrupt_total", T::kCounter, "Entries rejected on read (checksum, length, key or format mismatch) and deleted, by tier.", nullptr},
-    {"strata:kv_tier_errors_total", T::kCounter, "I/O or connection errors of a KV tier, by tier.", nullptr},
+    {"strata:kv_tier_hit_tokens_total", T::kCounter,
+     "Prompt tokens whose KV was loaded from a lower tier (RAM/disk/Redis) instead of computed.",
+     nullptr},
+    {"strata:kv_tier_prefetch_timeouts_total", T::kCounter,
+     "Tier prefetches given up after --kv-tier-prefetch-timeout (the blocks were computed).",
+     nullptr},
+    {"strata:kv_tier_hits_total", T::kCounter, "Block lookups found in a KV tier, by tier.",
+     nullptr},
+    {"strata:kv_tier_misses_total", T::kCounter, "Block lookups not found in a KV tier, by tier.",
+     nullptr},
+    {"strata:kv_tier_bytes_in_total", T::kCounter, "Bytes written into a KV tier, by tier.",
+     nullptr},
+    {"strata:kv_tier_bytes_out_total", T::kCounter, "Bytes read out of a KV tier, by tier.",
+     nullptr},
+    {"strata:kv_tier_evictions_total", T::kCounter,
+     "Entries evicted from a KV tier (capacity or quota), by tier.", nullptr},
+    {"strata:kv_tier_expirations_total", T::kCounter,
+     "Entries expired by TTL in a KV tier, by tier.", nullptr},
+    {"strata:kv_tier_corrupt_total", T::kCounter,
+     "Entries rejected on read (checksum, length, key or format mismatch) and deleted, by tier.",
+     nullptr},
+    {"strata:kv_tier_errors_total", T::kCounter, "I/O or connection errors of a KV tier, by tier.",
+     nullptr},
     {"strata:kv_tier_entries", T::kGauge, "Entries held by a KV tier, by tier.", nullptr},
     {"strata:kv_tier_bytes_used", T::kGauge, "Bytes held by a KV tier, by tier.", nullptr},
-    {"strata:kv_tier_read_seconds_mean", T::kGauge, "Mean latency of a KV tier's reads, by tier.", nullptr},
-    {"strata:kv_tier_write_seconds_mean", T::kGauge, "Mean latency of a KV tier's writes, by tier.", nullptr},
-    {"strata:kv_tier_queue_drops_total", T::kCounter, "Tier writes dropped because the write queue was full.", nullptr},
+    {"strata:kv_tier_read_seconds_mean", T::kGauge, "Mean latency of a KV tier's reads, by tier.",
+     nullptr},
+    {"strata:kv_tier_write_seconds_mean", T::kGauge, "Mean latency of a KV tier's writes, by tier.",
+     nullptr},
+    {"strata:kv_tier_queue_drops_total", T::kCounter,
+     "Tier writes dropped because the write queue was full.", nullptr},
     {"strata:kv_tier_queued_writes", T::kGauge, "Tier writes waiting for a worker.", nullptr},
 };
 
 std::string Base64(std::string_view in) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   out.reserve((in.size() + 2) / 3 * 4);
   size_t i = 0;
   for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = (static_cast<uint8_t>(in[i]) << 16) | (static_cast<uint8_t>(in[i + 1]) << 8) | static_cast<uint8_t>(in[i + 2]);
+    uint32_t v = (static_cast<uint8_t>(in[i]) << 16) | (static_cast<uint8_t>(in[i + 1]) << 8) |
+                 static_cast<uint8_t>(in[i + 2]);
     out += kAlphabet[v >> 18];
     out += kAlphabet[(v >> 12) & 63];
     out += kAlphabet[(v >> 6) & 63];
@@ -89,7 +122,8 @@ std::string Base64(std::string_view in) {
 }
 
 // The token lists of an /v1/embeddings `input` (a string, token ids, or an array of either).
-http::ApiResult<std::vector<std::vector<int32_t>>> EmbeddingInputs(const json& in, const tokenizer::Tokenizer& tok) {
+http::ApiResult<std::vector<std::vector<int32_t>>> EmbeddingInputs(
+    const json& in, const tokenizer::Tokenizer& tok) {
   std::vector<std::vector<int32_t>> inputs;
   auto add_text = [&](const std::string& s) { inputs.push_back(tok.Encode(s, true, true)); };
   auto token_list = [&](const json& a) -> http::ApiError {
@@ -108,12 +142,17 @@ http::ApiResult<std::vector<std::vector<int32_t>>> EmbeddingInputs(const json& i
     RETURN_IF_API_ERROR(token_list(in));
   } else if (in.is_array() && !in.empty() && in.size() <= 256) {
     for (const json& e : in) {
-      if (e.is_string()) add_text(e.get<std::string>());
-      else if (e.is_array()) RETURN_IF_API_ERROR(token_list(e));
-      else return http::ApiError::Param("input", "must be a string, an array of strings, or token arrays");
+      if (e.is_string())
+        add_text(e.get<std::string>());
+      else if (e.is_array())
+        RETURN_IF_API_ERROR(token_list(e));
+      else
+        return http::ApiError::Param("input",
+                                     "must be a string, an array of strings, or token arrays");
     }
   } else {
-    return http::ApiError::Param("input", "must be a non-empty string, an array of at most 256 strings, or token arrays");
+    return http::ApiError::Param(
+        "input", "must be a non-empty string, an array of at most 256 strings, or token arrays");
   }
   return inputs;
 }
@@ -132,13 +171,18 @@ Api::Api(ModelInfo model, engine::sched::Engine* engine, ApiOptions options)
       chain_(Routes(), {http::RequireBearer(options_.api_keys), http::RequireReady(&readiness_),
                         http::ParseJsonBody(), http::RequireModel(model_.name)}) {
   model_labels_ = http::Labels({{"model_name", model_.name}});
-  created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  for (const MetricSpec& m : kMetrics) metrics_.Declare(m.name, m.type, m.help, m.buckets ? *m.buckets : std::vector<double>{});
+  created_ = std::chrono::duration_cast<std::chrono::seconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+  for (const MetricSpec& m : kMetrics)
+    metrics_.Declare(m.name, m.type, m.help, m.buckets ? *m.buckets : std::vector<double>{});
 }
 
 std::vector<http::Route> Api::Routes() {
   using E = Exchange;
-  auto on = [this](HttpResponse (Api::*fn)(E&)) { return [this, fn](E& ex) { return (this->*fn)(ex); }; };
+  auto on = [this](HttpResponse (Api::*fn)(E&)) {
+    return [this, fn](E& ex) { return (this->*fn)(ex); };
+  };
   auto gen = [this](Endpoint ep) { return [this, ep](E& ex) { return Generate(ep, ex); }; };
   // method, path, label, prefix, auth, ready, json_body, handler
   return {
@@ -147,12 +191,15 @@ std::vector<http::Route> Api::Routes() {
       {"GET", "/metrics", "/metrics", false, true, false, false, on(&Api::Metrics)},
       {"GET", "/v1/models", "/v1/models", false, true, true, false, on(&Api::Models)},
       {"GET", "/v1/models/", "/v1/models/{id}", true, true, true, false, on(&Api::Model)},
-      {"POST", "/v1/completions", "/v1/completions", false, true, true, true, gen(Endpoint::kCompletions)},
-      {"POST", "/v1/chat/completions", "/v1/chat/completions", false, true, true, true, gen(Endpoint::kChat)},
+      {"POST", "/v1/completions", "/v1/completions", false, true, true, true,
+       gen(Endpoint::kCompletions)},
+      {"POST", "/v1/chat/completions", "/v1/chat/completions", false, true, true, true,
+       gen(Endpoint::kChat)},
       {"POST", "/v1/embeddings", "/v1/embeddings", false, true, true, true, on(&Api::Embeddings)},
       {"POST", "/tokenize", "/tokenize", false, true, true, true, on(&Api::Tokenize)},
       {"POST", "/detokenize", "/detokenize", false, true, true, true, on(&Api::Detokenize)},
-      {"POST", "/apply-template", "/apply-template", false, true, true, true, on(&Api::ApplyTemplate)},
+      {"POST", "/apply-template", "/apply-template", false, true, true, true,
+       on(&Api::ApplyTemplate)},
   };
 }
 
@@ -166,8 +213,11 @@ void Api::Handle(http::HttpRequest req, std::shared_ptr<http::Responder> out) {
   HttpResponse r = chain_.Run(ex);
   if (r.status == http::kDeferred) return;
   const std::string route = ex.route ? ex.route->label : "other";
-  metrics_.Add("strata:http_requests_total",
-               http::Labels({{"model_name", model_.name}, {"route", route}, {"status", std::to_string(r.status)}}), 1);
+  metrics_.Add(
+      "strata:http_requests_total",
+      http::Labels(
+          {{"model_name", model_.name}, {"route", route}, {"status", std::to_string(r.status)}}),
+      1);
   ex.out->Respond(std::move(r));
 }
 
@@ -184,7 +234,10 @@ HttpResponse Api::Metrics(Exchange&) {
 }
 
 json Api::ModelObject() const {
-  return {{"id", model_.name}, {"object", "model"}, {"created", created_}, {"owned_by", "strata"},
+  return {{"id", model_.name},
+          {"object", "model"},
+          {"created", created_},
+          {"owned_by", "strata"},
           {"max_model_len", model_.max_model_len}};
 }
 
@@ -200,7 +253,9 @@ HttpResponse Api::Model(Exchange& ex) {
 
 HttpResponse Api::Tokenize(Exchange& ex) {
   const json& body = ex.body;
-  const json* text = body.contains("content") ? &body["content"] : body.contains("prompt") ? &body["prompt"] : nullptr;
+  const json* text = body.contains("content")  ? &body["content"]
+                     : body.contains("prompt") ? &body["prompt"]
+                                               : nullptr;
   if (!text || !text->is_string()) return Error(400, "content: must be a string", "content");
   bool add_special = body.value("add_special", true);
   bool with_pieces = body.value("with_pieces", false);
@@ -208,7 +263,8 @@ HttpResponse Api::Tokenize(Exchange& ex) {
   json j = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model_.max_model_len}};
   if (with_pieces) {
     json pieces = json::array();
-    for (int32_t id : ids) pieces.push_back({{"id", id}, {"piece", model_.tok->TokenToPiece(id, true)}});
+    for (int32_t id : ids)
+      pieces.push_back({{"id", id}, {"piece", model_.tok->TokenToPiece(id, true)}});
     j["tokens"] = pieces;
   }
   return JsonResponse(200, j);
@@ -216,13 +272,18 @@ HttpResponse Api::Tokenize(Exchange& ex) {
 
 HttpResponse Api::Detokenize(Exchange& ex) {
   const json& body = ex.body;
-  if (!body.contains("tokens") || !body["tokens"].is_array()) return Error(400, "tokens: must be an array of token ids", "tokens");
+  if (!body.contains("tokens") || !body["tokens"].is_array())
+    return Error(400, "tokens: must be an array of token ids", "tokens");
   std::vector<int32_t> ids;
   for (const json& e : body["tokens"]) {
-    if (!e.is_number_integer()) return Error(400, "tokens: must be an array of token ids", "tokens");
+    if (!e.is_number_integer())
+      return Error(400, "tokens: must be an array of token ids", "tokens");
     int64_t id = e.get<int64_t>();
     if (id < 0 || static_cast<uint64_t>(id) >= model_.tok->n_vocab())
-      return Error(400, fmt::format("tokens: token id {} is outside the vocabulary [0, {})", id, model_.tok->n_vocab()), "tokens");
+      return Error(400,
+                   fmt::format("tokens: token id {} is outside the vocabulary [0, {})", id,
+                               model_.tok->n_vocab()),
+                   "tokens");
     ids.push_back(static_cast<int32_t>(id));
   }
   std::string text = model_.tok->Decode(ids);
@@ -234,10 +295,12 @@ HttpResponse Api::ApplyTemplate(Exchange& ex) {
   if (!body.contains("messages")) return Error(400, "messages: is required", "messages");
   bool add_gen = true;
   if (body.contains("add_generation_prompt")) {
-    if (!body["add_generation_prompt"].is_boolean()) return Error(400, "add_generation_prompt: must be a boolean", "add_generation_prompt");
+    if (!body["add_generation_prompt"].is_boolean())
+      return Error(400, "add_generation_prompt: must be a boolean", "add_generation_prompt");
     add_gen = body["add_generation_prompt"].get<bool>();
   }
-  auto text = ApplyChatTemplate(body["messages"], add_gen, model_, body.value("chat_template_kwargs", json(nullptr)));
+  auto text = ApplyChatTemplate(body["messages"], add_gen, model_,
+                                body.value("chat_template_kwargs", json(nullptr)));
   if (!text.ok()) return http::ErrorResponse(text.error());
   return JsonResponse(200, {{"prompt", *text}});
 }
@@ -261,8 +324,10 @@ HttpResponse Api::Embeddings(Exchange& ex) {
     const std::vector<int32_t>& tokens = (*inputs)[i];
     if (tokens.empty()) return Error(400, "input: an input is empty", "input");
     if (static_cast<int64_t>(tokens.size()) > model_.max_model_len)
-      return Error(400, fmt::format("input: input {} has {} tokens, more than the context size of {}", i, tokens.size(),
-                                    model_.max_model_len), "input");
+      return Error(400,
+                   fmt::format("input: input {} has {} tokens, more than the context size of {}", i,
+                               tokens.size(), model_.max_model_len),
+                   "input");
     auto e = options_.embed(tokens);
     if (!e.ok()) return FromEngineStatus(e.status());
     total += static_cast<int64_t>(tokens.size());
@@ -274,7 +339,9 @@ HttpResponse Api::Embeddings(Exchange& ex) {
       data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", *e}});
     }
   }
-  return JsonResponse(200, {{"object", "list"}, {"data", data}, {"model", model_.name},
+  return JsonResponse(200, {{"object", "list"},
+                            {"data", data},
+                            {"model", model_.name},
                             {"usage", {{"prompt_tokens", total}, {"total_tokens", total}}}});
 }
 
@@ -283,22 +350,30 @@ void Api::RefreshEngineGauges() {
   metrics_.Set("strata:num_requests_running", model_labels_, s.running_requests);
   metrics_.Set("strata:num_requests_waiting", model_labels_, s.waiting_requests);
   metrics_.Set("strata:kv_cache_usage_perc", model_labels_, s.kv_usage);
-  metrics_.Set("strata:prefix_cache_queries_total", model_labels_, static_cast<double>(s.prefix_query_tokens));
-  metrics_.Set("strata:prefix_cache_hits_total", model_labels_, static_cast<double>(s.prefix_hit_tokens));
+  metrics_.Set("strata:prefix_cache_queries_total", model_labels_,
+               static_cast<double>(s.prefix_query_tokens));
+  metrics_.Set("strata:prefix_cache_hits_total", model_labels_,
+               static_cast<double>(s.prefix_hit_tokens));
   metrics_.Set("strata:num_preemptions_total", model_labels_, static_cast<double>(s.preemptions));
   if (!options_.tier_stats) return;
   auto ts = options_.tier_stats();
   if (!ts) return;
-  metrics_.Set("strata:kv_tier_hit_tokens_total", model_labels_, static_cast<double>(s.tier_hit_tokens));
-  metrics_.Set("strata:kv_tier_prefetch_timeouts_total", model_labels_, static_cast<double>(s.tier_prefetch_timeouts));
+  metrics_.Set("strata:kv_tier_hit_tokens_total", model_labels_,
+               static_cast<double>(s.tier_hit_tokens));
+  metrics_.Set("strata:kv_tier_prefetch_timeouts_total", model_labels_,
+               static_cast<double>(s.tier_prefetch_timeouts));
   RefreshTierGauges(*ts);
 }
 
 void Api::RefreshTierGauges(const engine::kvtier::TieredKvStats& stats) {
   const engine::kvtier::TieredKvStats* ts = &stats;
-  metrics_.Set("strata:kv_tier_queue_drops_total", model_labels_, static_cast<double>(ts->queue_drops));
-  metrics_.Set("strata:kv_tier_queued_writes", model_labels_, static_cast<double>(ts->queued_writes));
-  auto mean = [](double total, int64_t ops) { return ops ? total / static_cast<double>(ops) : 0.0; };
+  metrics_.Set("strata:kv_tier_queue_drops_total", model_labels_,
+               static_cast<double>(ts->queue_drops));
+  metrics_.Set("strata:kv_tier_queued_writes", model_labels_,
+               static_cast<double>(ts->queued_writes));
+  auto mean = [](double total, int64_t ops) {
+    return ops ? total / static_cast<double>(ops) : 0.0;
+  };
   for (const engine::kvtier::TierStats* t : {&ts->ram, &ts->disk, &ts->redis}) {
     if (!t->enabled) continue;
     const std::string l = http::Labels({{"model_name", model_.name}, {"kv_tier", t->name}});
@@ -313,7 +388,8 @@ void Api::RefreshTierGauges(const engine::kvtier::TieredKvStats& stats) {
     metrics_.Set("strata:kv_tier_entries", l, static_cast<double>(t->entries));
     metrics_.Set("strata:kv_tier_bytes_used", l, static_cast<double>(t->bytes_used));
     metrics_.Set("strata:kv_tier_read_seconds_mean", l, mean(t->read_seconds_total, t->read_ops));
-    metrics_.Set("strata:kv_tier_write_seconds_mean", l, mean(t->write_seconds_total, t->write_ops));
+    metrics_.Set("strata:kv_tier_write_seconds_mean", l,
+                 mean(t->write_seconds_total, t->write_ops));
   }
 }
 

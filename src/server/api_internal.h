@@ -3,10 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "http/openai_error.h"
@@ -16,7 +15,9 @@ namespace strata::server {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
-inline double Seconds(SteadyTime a, SteadyTime b) { return std::chrono::duration<double>(b - a).count(); }
+inline double Seconds(SteadyTime a, SteadyTime b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 inline std::string Dump(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

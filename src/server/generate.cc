@@ -1,10 +1,10 @@
 // Api, generation half: /v1/completions and /v1/chat/completions — submit, stream events back on
 // the connection's strand (pushed by RequestStream::SetNotify), build the OpenAI responses.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "http/sse.h"
@@ -61,11 +61,15 @@ json RecordLogprobs(const tokenizer::Tokenizer& tok, Api::Job::Choice& c, const 
   json top_map = json::object();
   for (const auto& t : ev.top_logprobs()) {
     std::string tp = tok.TokenToPiece(t.id);
-    top.push_back({{"token", tp}, {"logprob", t.logprob}, {"bytes", std::vector<uint8_t>(tp.begin(), tp.end())}});
+    top.push_back({{"token", tp},
+                   {"logprob", t.logprob},
+                   {"bytes", std::vector<uint8_t>(tp.begin(), tp.end())}});
     top_map[tp] = t.logprob;
   }
-  json entry = {{"token", piece}, {"logprob", ev.logprob},
-                {"bytes", std::vector<uint8_t>(piece.begin(), piece.end())}, {"top_logprobs", top}};
+  json entry = {{"token", piece},
+                {"logprob", ev.logprob},
+                {"bytes", std::vector<uint8_t>(piece.begin(), piece.end())},
+                {"top_logprobs", top}};
   c.logprobs.push_back(entry);
   c.lp_tokens.push_back(piece);
   c.lp_values.push_back(ev.logprob);
@@ -81,8 +85,10 @@ json CompletionChunkLogprobs(const json& lp_chunk, size_t text_offset) {
     for (const auto& t : e["top_logprobs"]) m[t["token"].get<std::string>()] = t["logprob"];
     tops.push_back(m);
   }
-  return {{"tokens", json::array({lp_chunk[0]["token"]})}, {"token_logprobs", json::array({lp_chunk[0]["logprob"]})},
-          {"top_logprobs", tops}, {"text_offset", json::array({text_offset})}};
+  return {{"tokens", json::array({lp_chunk[0]["token"]})},
+          {"token_logprobs", json::array({lp_chunk[0]["logprob"]})},
+          {"top_logprobs", tops},
+          {"text_offset", json::array({text_offset})}};
 }
 
 // A choice's whole-response logprobs in the completions shape.
@@ -93,7 +99,10 @@ json CompletionLogprobs(const Api::Job::Choice& c) {
     offsets.push_back(off);
     off += t.size();
   }
-  return {{"tokens", c.lp_tokens}, {"token_logprobs", c.lp_values}, {"top_logprobs", c.lp_top}, {"text_offset", offsets}};
+  return {{"tokens", c.lp_tokens},
+          {"token_logprobs", c.lp_values},
+          {"top_logprobs", c.lp_top},
+          {"text_offset", offsets}};
 }
 
 // Ends choice `c` if `ev` finished it (or a stop string matched), appending the held-back text.
@@ -112,9 +121,10 @@ void FinishChoice(Api::Job::Choice& c, const TokenEvent& ev, std::string* delta)
                                                                    : "abort";
 }
 
-// Engine fields (SubmitRequest::Validate names them first) that are also the client's OpenAI params.
-constexpr std::string_view kEngineFields[] = {"prompt", "max_tokens", "n", "top_logprobs", "stop_token_ids",
-                                              "tenant", "tier"};
+// Engine fields (SubmitRequest::Validate names them first) that are also the client's OpenAI
+// params.
+constexpr std::string_view kEngineFields[] = {"prompt",         "max_tokens", "n",   "top_logprobs",
+                                              "stop_token_ids", "tenant",     "tier"};
 
 }  // namespace
 
@@ -122,7 +132,9 @@ HttpResponse FromEngineStatus(const Status& s) {
   std::string_view param;
   for (std::string_view f : kEngineFields) {
     const std::string& m = s.message();
-    if (m.size() > f.size() + 1 && m.compare(0, f.size(), f) == 0 && m.compare(f.size(), 2, ": ") == 0) param = f;
+    if (m.size() > f.size() + 1 && m.compare(0, f.size(), f) == 0 &&
+        m.compare(f.size(), 2, ": ") == 0)
+      param = f;
   }
   return Error(http::HttpStatusOf(s.code()), s.message(), param);
 }
@@ -147,7 +159,8 @@ std::optional<HttpResponse> Api::ApplyHeaders(const http::HttpRequest& req, GenR
       return Error(400, "x-strata-tenant: longer than 256 bytes", "x-strata-tenant");
     for (char c : tenant) {
       if (static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e)
-        return Error(400, "x-strata-tenant: must be printable ASCII without spaces", "x-strata-tenant");
+        return Error(400, "x-strata-tenant: must be printable ASCII without spaces",
+                     "x-strata-tenant");
     }
     g.submit.tenant.assign(tenant);
     const auto part = engine::kv::MakePrefixSalt({"tenant", tenant});
@@ -159,10 +172,12 @@ std::optional<HttpResponse> Api::ApplyHeaders(const http::HttpRequest& req, GenR
     int64_t v = 0;
     auto [end, ec] = std::from_chars(h.data(), h.data() + h.size(), v);
     if (ec != std::errc() || end != h.data() + h.size() || v < 1 || v > (int64_t{1} << 40))
-      return Error(400, "x-strata-deadline-ms: must be a positive integer (milliseconds)", "x-strata-deadline-ms");
+      return Error(400, "x-strata-deadline-ms: must be a positive integer (milliseconds)",
+                   "x-strata-deadline-ms");
     deadline_ms = v;
   }
-  if (deadline_ms) g.submit.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(*deadline_ms);
+  if (deadline_ms)
+    g.submit.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(*deadline_ms);
   return std::nullopt;
 }
 
@@ -175,13 +190,15 @@ HttpResponse Api::Generate(Endpoint ep, Exchange& ex) {
   auto handle = engine_->Submit(g.submit);
   if (!handle.ok()) {
     HttpResponse r = FromEngineStatus(handle.status());
-    if (r.status == 429) r.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
+    if (r.status == 429)
+      r.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
     return r;
   }
   std::shared_ptr<Job> job = NewJob(ep, std::move(g), *handle);
   job->out = ex.out;
   job->arrival = arrival;
-  metrics_.Observe("strata:request_queue_time_seconds", job->labels, Seconds(arrival, std::chrono::steady_clock::now()));
+  metrics_.Observe("strata:request_queue_time_seconds", job->labels,
+                   Seconds(arrival, std::chrono::steady_clock::now()));
   metrics_.Add("strata:prompt_tokens_total", job->labels, job->prompt_tokens);
   if (job->req.stream) StartStream(*job);
   Watch(job);
@@ -190,14 +207,16 @@ HttpResponse Api::Generate(Endpoint ep, Exchange& ex) {
   return r;
 }
 
-std::shared_ptr<Api::Job> Api::NewJob(Endpoint ep, GenRequest g, engine::sched::RequestHandle handle) {
+std::shared_ptr<Api::Job> Api::NewJob(Endpoint ep, GenRequest g,
+                                      engine::sched::RequestHandle handle) {
   auto job = std::make_shared<Job>();
   job->req = std::move(g);
   job->handle = std::move(handle);
   job->prompt_tokens = static_cast<int>(job->req.submit.prompt.size());
   auto tier = std::string(engine::sched::TierName(job->req.submit.tier));
   job->labels = http::Labels({{"model_name", model_.name}, {"tier", tier}});
-  job->id = fmt::format("{}-{:x}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
+  job->id =
+      fmt::format("{}-{:x}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
   job->choices.resize(static_cast<size_t>(job->req.submit.n));
   for (auto& c : job->choices) {
     c.dec = std::make_unique<tokenizer::IncrementalDecoder>(*model_.tok);
@@ -212,9 +231,14 @@ void Api::StartStream(Job& job) {
   if (!job.chat()) return;
   json choices = json::array();
   for (size_t i = 0; i < job.choices.size(); ++i)
-    choices.push_back({{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+    choices.push_back({{"index", i},
+                       {"delta", {{"role", "assistant"}, {"content", ""}}},
+                       {"logprobs", nullptr},
                        {"finish_reason", nullptr}});
-  json chunk = {{"id", job.id}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_.name},
+  json chunk = {{"id", job.id},
+                {"object", "chat.completion.chunk"},
+                {"created", created_},
+                {"model", model_.name},
                 {"choices", choices}};
   job.out->Write(http::SseEvent(Dump(chunk)));
 }
@@ -262,7 +286,8 @@ bool Api::Process(Job& job) {
     if (!OnEvent(job, *ev)) break;
   for (const auto& c : job.choices)
     if (!c.done) return false;
-  engine_->Cancel(job.handle.id);  // no-op when the engine already finished it (stop strings end early)
+  engine_->Cancel(
+      job.handle.id);  // no-op when the engine already finished it (stop strings end early)
   Finish(job);
   return true;
 }
@@ -285,7 +310,8 @@ bool Api::OnEvent(Job& job, const TokenEvent& ev) {
       job.first_token = now;
       metrics_.Observe("strata:time_to_first_token_seconds", job.labels, Seconds(job.arrival, now));
     } else {
-      metrics_.Observe("strata:inter_token_latency_seconds", job.labels, Seconds(job.last_token, now));
+      metrics_.Observe("strata:inter_token_latency_seconds", job.labels,
+                       Seconds(job.last_token, now));
     }
     job.last_token = now;
   }
@@ -311,52 +337,73 @@ void Api::StreamDelta(Job& job, int index, const std::string& delta, const json&
   if (job.req.submit.logprobs && !lp_chunk.empty())
     lp = chat ? json{{"content", lp_chunk}} : CompletionChunkLogprobs(lp_chunk, c.text.size());
   c.text += delta;
-  json choice = {{"index", index}, {"logprobs", lp}, {"finish_reason", c.done ? json(c.finish) : json(nullptr)}};
-  if (chat) choice["delta"] = delta.empty() ? json::object() : json{{"content", delta}};
-  else choice["text"] = delta;
-  json chunk = {{"id", job.id}, {"object", job.chunk_object()}, {"created", created_},
-                {"model", model_.name}, {"choices", json::array({choice})}};
+  json choice = {{"index", index},
+                 {"logprobs", lp},
+                 {"finish_reason", c.done ? json(c.finish) : json(nullptr)}};
+  if (chat)
+    choice["delta"] = delta.empty() ? json::object() : json{{"content", delta}};
+  else
+    choice["text"] = delta;
+  json chunk = {{"id", job.id},
+                {"object", job.chunk_object()},
+                {"created", created_},
+                {"model", model_.name},
+                {"choices", json::array({choice})}};
   job.out->Write(http::SseEvent(Dump(chunk)));
 }
 
 void Api::CountAbort(const Job& job) {
   metrics_.Add("strata:request_success_total",
-               http::Labels({{"model_name", model_.name}, {"tier", engine::sched::TierName(job.req.submit.tier)},
-                             {"finished_reason", "abort"}}), 1);
-  metrics_.Add("strata:http_requests_total",
-               http::Labels({{"model_name", model_.name}, {"route", job.route()}, {"status", "499"}}), 1);
+               http::Labels({{"model_name", model_.name},
+                             {"tier", engine::sched::TierName(job.req.submit.tier)},
+                             {"finished_reason", "abort"}}),
+               1);
+  metrics_.Add(
+      "strata:http_requests_total",
+      http::Labels({{"model_name", model_.name}, {"route", job.route()}, {"status", "499"}}), 1);
 }
 
 void Api::Finish(Job& job) {
   SteadyTime now = std::chrono::steady_clock::now();
-  json usage = {{"prompt_tokens", job.prompt_tokens}, {"completion_tokens", job.completion_tokens},
+  json usage = {{"prompt_tokens", job.prompt_tokens},
+                {"completion_tokens", job.completion_tokens},
                 {"total_tokens", job.prompt_tokens + job.completion_tokens}};
   const int status = !job.req.stream && job.error ? 500 : 200;
   // Counted before the response goes out, so a client that reads /metrics after its response
   // always sees its request.
   std::string reason = job.error ? "error" : job.choices.empty() ? "stop" : job.choices[0].finish;
   metrics_.Add("strata:request_success_total",
-               http::Labels({{"model_name", model_.name}, {"tier", engine::sched::TierName(job.req.submit.tier)},
-                             {"finished_reason", reason}}), 1);
+               http::Labels({{"model_name", model_.name},
+                             {"tier", engine::sched::TierName(job.req.submit.tier)},
+                             {"finished_reason", reason}}),
+               1);
   metrics_.Add("strata:http_requests_total",
-               http::Labels({{"model_name", model_.name}, {"route", job.route()}, {"status", std::to_string(status)}}), 1);
+               http::Labels({{"model_name", model_.name},
+                             {"route", job.route()},
+                             {"status", std::to_string(status)}}),
+               1);
   metrics_.Observe("strata:e2e_request_latency_seconds", job.labels, Seconds(job.arrival, now));
   metrics_.Observe("strata:request_prompt_tokens", job.labels, job.prompt_tokens);
   metrics_.Observe("strata:request_generation_tokens", job.labels, job.completion_tokens);
   metrics_.Add("strata:generation_tokens_total", job.labels, job.completion_tokens);
   if (job.req.stream) return FinishStream(job, usage);
   if (job.error) return job.out->Respond(Error(500, "engine error: " + job.error_message));
-  json resp = {{"id", job.id}, {"object", job.chat() ? "chat.completion" : "text_completion"}, {"created", created_},
-               {"model", model_.name}, {"choices", FinalChoices(job)}, {"usage", usage}};
+  json resp = {{"id", job.id},
+               {"object", job.chat() ? "chat.completion" : "text_completion"},
+               {"created", created_},
+               {"model", model_.name},
+               {"choices", FinalChoices(job)},
+               {"usage", usage}};
   job.out->Respond(JsonResponse(200, resp));
 }
 
 void Api::FinishStream(Job& job, const json& usage) {
   if (job.error) {
-    job.out->Write(http::SseEvent(http::ErrorBody(job.error_message, "server_error", "", "engine_error")));
+    job.out->Write(
+        http::SseEvent(http::ErrorBody(job.error_message, "server_error", "", "engine_error")));
   } else if (job.req.include_usage) {
-    json chunk = {{"id", job.id}, {"object", job.chunk_object()}, {"created", created_},
-                  {"model", model_.name}, {"choices", json::array()}, {"usage", usage}};
+    json chunk = {{"id", job.id},         {"object", job.chunk_object()}, {"created", created_},
+                  {"model", model_.name}, {"choices", json::array()},     {"usage", usage}};
     job.out->Write(http::SseEvent(Dump(chunk)));
   }
   http::SseWriter(job.out).Done();
@@ -370,8 +417,10 @@ json Api::FinalChoices(const Job& job) const {
     json lp = nullptr;
     if (job.req.submit.logprobs) lp = chat ? json{{"content", c.logprobs}} : CompletionLogprobs(c);
     json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", c.finish}};
-    if (chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else choice["text"] = c.text;
+    if (chat)
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else
+      choice["text"] = c.text;
     choices.push_back(choice);
   }
   return choices;

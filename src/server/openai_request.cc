@@ -1,9 +1,9 @@
 #include "server/openai_request.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <random>
-
-#include <fmt/format.h>
 
 namespace strata::server {
 namespace {
@@ -14,7 +14,9 @@ using nlohmann::json;
 
 ApiError Bad(std::string_view param, std::string_view what) { return ApiError::Param(param, what); }
 
-bool Present(const json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
+bool Present(const json& body, const char* key) {
+  return body.contains(key) && !body[key].is_null();
+}
 
 ApiError GetFloat(const json& body, const char* key, float* out) {
   if (!Present(body, key)) return {};
@@ -34,12 +36,14 @@ ApiError GetFloatIn(const json& body, const char* key, float* out, Pred ok, cons
   return {};
 }
 
-ApiError GetInt(const json& body, const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
+ApiError GetInt(const json& body, const char* key, int64_t lo, int64_t hi,
+                std::optional<int64_t>* out) {
   if (!Present(body, key)) return {};
   const json& v = body[key];
   if (!v.is_number_integer()) return Bad(key, "must be an integer");
-  int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX
-                                                                                               : v.get<int64_t>();
+  int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                  ? INT64_MAX
+                  : v.get<int64_t>();
   if (x < lo || x > hi) return Bad(key, fmt::format("must be in [{}, {}], got {}", lo, hi, x));
   *out = x;
   return {};
@@ -69,7 +73,8 @@ ApiResult<std::vector<int32_t>> TokenArray(const json& v, const char* param, siz
 ApiResult<nlohmann::ordered_json> TemplateMessage(const json& m, size_t i) {
   std::string where = fmt::format("messages[{}]", i);
   auto bad = [&](std::string_view field, std::string_view what) {
-    return ApiError(Status::InvalidArgument(fmt::format("{}{}: {}", where, field, what)), "messages");
+    return ApiError(Status::InvalidArgument(fmt::format("{}{}: {}", where, field, what)),
+                    "messages");
   };
   if (!m.is_object()) return bad("", "must be an object");
   if (!m.contains("role") || !m["role"].is_string()) return bad(".role", "must be a string");
@@ -79,7 +84,8 @@ ApiResult<nlohmann::ordered_json> TemplateMessage(const json& m, size_t i) {
   if (c.is_array()) {  // content parts: text only
     std::string text;
     for (const json& part : c) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string())
         return bad(".content", "only text content parts are supported");
       text += part["text"].get<std::string>();
     }
@@ -94,11 +100,16 @@ ApiResult<std::vector<int32_t>> CompletionPrompt(const json& body, const ModelIn
   if (!Present(body, "prompt")) return Bad("prompt", "is required");
   const json& p = body["prompt"];
   const size_t n_vocab = model.tok->n_vocab();
-  if (p.is_string()) return model.tok->Encode(p.get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
-  if (p.is_array() && !p.empty() && p[0].is_number_integer()) return TokenArray(p, "prompt", n_vocab);
-  if (p.is_array() && p.size() == 1 && p[0].is_string()) return model.tok->Encode(p[0].get<std::string>(), true, true);
+  if (p.is_string())
+    return model.tok->Encode(p.get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
+  if (p.is_array() && !p.empty() && p[0].is_number_integer())
+    return TokenArray(p, "prompt", n_vocab);
+  if (p.is_array() && p.size() == 1 && p[0].is_string())
+    return model.tok->Encode(p[0].get<std::string>(), true, true);
   if (p.is_array() && p.size() == 1 && p[0].is_array()) return TokenArray(p[0], "prompt", n_vocab);
-  return Bad("prompt", "must be a string, an array of token ids, or a one-element array of either (batches are not supported)");
+  return Bad("prompt",
+             "must be a string, an array of token ids, or a one-element array of either (batches "
+             "are not supported)");
 }
 
 ApiResult<std::vector<int32_t>> ChatPrompt(const json& body, const ModelInfo& model) {
@@ -106,8 +117,10 @@ ApiResult<std::vector<int32_t>> ChatPrompt(const json& body, const ModelInfo& mo
   bool add_gen = true;
   RETURN_IF_API_ERROR(GetBool(body, "add_generation_prompt", &add_gen));
   json extra = Present(body, "chat_template_kwargs") ? body["chat_template_kwargs"] : json(nullptr);
-  if (!extra.is_null() && !extra.is_object()) return Bad("chat_template_kwargs", "must be an object");
-  ASSIGN_OR_RETURN_API(std::string text, ApplyChatTemplate(body["messages"], add_gen, model, extra));
+  if (!extra.is_null() && !extra.is_object())
+    return Bad("chat_template_kwargs", "must be an object");
+  ASSIGN_OR_RETURN_API(std::string text,
+                       ApplyChatTemplate(body["messages"], add_gen, model, extra));
   return model.tok->Encode(text, /*add_special=*/false, /*parse_special=*/true);
 }
 
@@ -129,21 +142,28 @@ ApiError ParseSampling(const FieldContext& f, GenRequest* g) {
   sp.top_k = 0;
   sp.min_p = 0.0f;
   sp.penalty_last_n = -1;
-  RETURN_IF_API_ERROR(GetFloatIn(body, "temperature", &sp.temperature, [](float v) { return v >= 0 && v <= 100; },
-                                 "must be in [0, 100]"));
-  RETURN_IF_API_ERROR(GetFloatIn(body, "top_p", &sp.top_p, [](float v) { return v > 0 && v <= 1; }, "must be in (0, 1]"));
-  RETURN_IF_API_ERROR(GetFloatIn(body, "min_p", &sp.min_p, [](float v) { return v >= 0 && v <= 1; }, "must be in [0, 1]"));
+  RETURN_IF_API_ERROR(GetFloatIn(
+      body, "temperature", &sp.temperature, [](float v) { return v >= 0 && v <= 100; },
+      "must be in [0, 100]"));
+  RETURN_IF_API_ERROR(GetFloatIn(
+      body, "top_p", &sp.top_p, [](float v) { return v > 0 && v <= 1; }, "must be in (0, 1]"));
+  RETURN_IF_API_ERROR(GetFloatIn(
+      body, "min_p", &sp.min_p, [](float v) { return v >= 0 && v <= 1; }, "must be in [0, 1]"));
   std::optional<int64_t> iv;
   RETURN_IF_API_ERROR(GetInt(body, "top_k", -1, 1 << 30, &iv));
   if (iv) sp.top_k = *iv < 0 ? 0 : static_cast<int>(*iv);
   auto penalty = [](float v) { return v >= -2 && v <= 2; };
-  RETURN_IF_API_ERROR(GetFloatIn(body, "frequency_penalty", &sp.frequency_penalty, penalty, "must be in [-2, 2]"));
-  RETURN_IF_API_ERROR(GetFloatIn(body, "presence_penalty", &sp.presence_penalty, penalty, "must be in [-2, 2]"));
-  RETURN_IF_API_ERROR(GetFloatIn(body, "repetition_penalty", &sp.repetition_penalty,
-                                 [](float v) { return v > 0 && v <= 10; }, "must be in (0, 10]"));
+  RETURN_IF_API_ERROR(
+      GetFloatIn(body, "frequency_penalty", &sp.frequency_penalty, penalty, "must be in [-2, 2]"));
+  RETURN_IF_API_ERROR(
+      GetFloatIn(body, "presence_penalty", &sp.presence_penalty, penalty, "must be in [-2, 2]"));
+  RETURN_IF_API_ERROR(GetFloatIn(
+      body, "repetition_penalty", &sp.repetition_penalty, [](float v) { return v > 0 && v <= 10; },
+      "must be in (0, 10]"));
   iv.reset();
   RETURN_IF_API_ERROR(GetInt(body, "seed", INT64_MIN, INT64_MAX, &iv));
-  sp.seed = iv ? static_cast<uint64_t>(*iv) : std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}();
+  sp.seed = iv ? static_cast<uint64_t>(*iv)
+               : std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}();
   return ApiError(sp.Validate());
 }
 
@@ -158,7 +178,8 @@ ApiError ParseLengths(const FieldContext& f, GenRequest* g) {
     if (mct) max_tokens = mct;
   }
   const int64_t room = f.model.max_model_len - static_cast<int64_t>(g->submit.prompt.size());
-  int64_t want = max_tokens ? *max_tokens : (f.endpoint == Endpoint::kCompletions ? 16 : limits.max_tokens);
+  int64_t want =
+      max_tokens ? *max_tokens : (f.endpoint == Endpoint::kCompletions ? 16 : limits.max_tokens);
   g->submit.max_tokens = static_cast<int>(std::min(want, room));
   return {};
 }
@@ -207,7 +228,8 @@ ApiError ParseStopStrings(const FieldContext& f, GenRequest* g) {
   for (const auto& x : g->stop) {
     if (x.empty()) return Bad("stop", "stop strings must not be empty");
     if (x.size() > limits.max_stop_bytes)
-      return Bad("stop", fmt::format("stop strings are limited to {} bytes", limits.max_stop_bytes));
+      return Bad("stop",
+                 fmt::format("stop strings are limited to {} bytes", limits.max_stop_bytes));
   }
   return {};
 }
@@ -216,8 +238,10 @@ ApiError ParseStopStrings(const FieldContext& f, GenRequest* g) {
 ApiError ParseStopTokens(const FieldContext& f, GenRequest* g) {
   auto& s = g->submit;
   if (Present(f.body, "stop_token_ids")) {
-    if (!f.body["stop_token_ids"].is_array()) return Bad("stop_token_ids", "must be an array of token ids");
-    ASSIGN_OR_RETURN_API(s.stop_token_ids, TokenArray(f.body["stop_token_ids"], "stop_token_ids", f.model.tok->n_vocab()));
+    if (!f.body["stop_token_ids"].is_array())
+      return Bad("stop_token_ids", "must be an array of token ids");
+    ASSIGN_OR_RETURN_API(s.stop_token_ids, TokenArray(f.body["stop_token_ids"], "stop_token_ids",
+                                                      f.model.tok->n_vocab()));
   }
   RETURN_IF_API_ERROR(GetBool(f.body, "ignore_eos", &s.ignore_eos));
   s.eog_ids = f.model.tok->eog_ids();
@@ -237,12 +261,15 @@ ApiError ParseStreaming(const FieldContext& f, GenRequest* g) {
 ApiError ParseTierAndDeadline(const FieldContext& f, GenRequest* g) {
   std::string tier_name(f.tier_header);
   if (Present(f.body, "priority")) {
-    if (!f.body["priority"].is_string()) return Bad("priority", "must be one of gold, silver, bronze");
+    if (!f.body["priority"].is_string())
+      return Bad("priority", "must be one of gold, silver, bronze");
     tier_name = f.body["priority"].get<std::string>();
   }
   if (!tier_name.empty()) {
     auto t = engine::sched::ParseTier(tier_name);
-    if (!t.ok()) return Bad("priority", fmt::format("must be one of gold, silver, bronze, got '{}'", tier_name));
+    if (!t.ok())
+      return Bad("priority",
+                 fmt::format("must be one of gold, silver, bronze, got '{}'", tier_name));
     g->submit.tier = *t;
   }
   std::optional<int64_t> iv;
@@ -253,16 +280,19 @@ ApiError ParseTierAndDeadline(const FieldContext& f, GenRequest* g) {
 
 using FieldParser = ApiError (*)(const FieldContext&, GenRequest*);
 // In this order (the first error wins, as clients see it).
-constexpr FieldParser kFieldParsers[] = {ParseSampling,    ParseLengths,   ParseChoices,        ParseStopStrings,
-                                         ParseStopTokens, ParseStreaming, ParseTierAndDeadline};
+constexpr FieldParser kFieldParsers[] = {ParseSampling,       ParseLengths,    ParseChoices,
+                                         ParseStopStrings,    ParseStopTokens, ParseStreaming,
+                                         ParseTierAndDeadline};
 
 }  // namespace
 
-ApiResult<std::string> ApplyChatTemplate(const json& messages, bool add_generation_prompt, const ModelInfo& model,
-                                         const json& extra_vars) {
+ApiResult<std::string> ApplyChatTemplate(const json& messages, bool add_generation_prompt,
+                                         const ModelInfo& model, const json& extra_vars) {
   if (!model.chat_template)
     return Bad("messages",
-               fmt::format("model '{}' has no chat template (tokenizer.chat_template); use /v1/completions", model.name));
+               fmt::format(
+                   "model '{}' has no chat template (tokenizer.chat_template); use /v1/completions",
+                   model.name));
   if (!messages.is_array()) return Bad("messages", "must be an array");
   if (messages.empty()) return Bad("messages", "must contain at least one message");
   if (messages.size() > static_cast<size_t>(model.limits.max_messages))
@@ -280,13 +310,15 @@ ApiResult<std::string> ApplyChatTemplate(const json& messages, bool add_generati
   if (!ctx.ok()) return ctx.status();
   auto r = model.chat_template->Render(*ctx);
   if (!r.ok()) {
-    if (r.status().code() == StatusCode::kInvalidArgument) return r.status();  // raise_exception: message as is
+    if (r.status().code() == StatusCode::kInvalidArgument)
+      return r.status();  // raise_exception: message as is
     return Status::InvalidArgument("chat template: " + std::string(r.status().message()));
   }
   return std::move(*r);
 }
 
-ApiResult<std::vector<int32_t>> ParsePrompt(Endpoint endpoint, const json& body, const ModelInfo& model) {
+ApiResult<std::vector<int32_t>> ParsePrompt(Endpoint endpoint, const json& body,
+                                            const ModelInfo& model) {
   ApiResult<std::vector<int32_t>> prompt =
       endpoint == Endpoint::kCompletions ? CompletionPrompt(body, model) : ChatPrompt(body, model);
   if (!prompt.ok()) return prompt;
@@ -294,9 +326,10 @@ ApiResult<std::vector<int32_t>> ParsePrompt(Endpoint endpoint, const json& body,
   const int64_t n_prompt = static_cast<int64_t>(prompt->size());
   if (n_prompt >= model.max_model_len)
     return ApiError(
-        Status::OutOfRange(fmt::format("prompt: the prompt has {} tokens, but the model's context size is {} tokens "
-                                       "(the prompt must be shorter to leave room for at least one generated token)",
-                                       n_prompt, model.max_model_len)),
+        Status::OutOfRange(fmt::format(
+            "prompt: the prompt has {} tokens, but the model's context size is {} tokens "
+            "(the prompt must be shorter to leave room for at least one generated token)",
+            n_prompt, model.max_model_len)),
         "prompt");
   return prompt;
 }

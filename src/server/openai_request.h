@@ -11,16 +11,15 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "base/status.h"
-#include "http/openai_error.h"
 #include "engine/sched/request.h"
+#include "http/openai_error.h"
 #include "tokenizer/chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,9 +29,9 @@ enum class Endpoint { kCompletions, kChat };
 
 struct ApiLimits {
   int max_n = 16;
-  int max_tokens = 4096;          // cap on max_tokens / max_completion_tokens
-  int max_stop = 16;              // stop strings
-  size_t max_stop_bytes = 256;    // per stop string
+  int max_tokens = 4096;        // cap on max_tokens / max_completion_tokens
+  int max_stop = 16;            // stop strings
+  size_t max_stop_bytes = 256;  // per stop string
   int max_top_logprobs = 20;
   int max_messages = 4096;
 };
@@ -50,17 +49,18 @@ struct ModelInfo {
 
 struct GenRequest {
   Endpoint endpoint = Endpoint::kCompletions;
-  engine::sched::SubmitRequest submit;     // prompt, sampling, max_tokens, ids, tier, n, logprobs
-  std::vector<std::string> stop;           // stop strings (not included in the output)
+  engine::sched::SubmitRequest submit;  // prompt, sampling, max_tokens, ids, tier, n, logprobs
+  std::vector<std::string> stop;        // stop strings (not included in the output)
   bool stream = false;
-  bool include_usage = false;              // stream_options.include_usage
-  std::optional<int64_t> deadline_ms;      // relative deadline; the caller turns it into a TimePoint
+  bool include_usage = false;          // stream_options.include_usage
+  std::optional<int64_t> deadline_ms;  // relative deadline; the caller turns it into a TimePoint
 };
 
 // Parses a /v1/completions or /v1/chat/completions body. `tier_header` is the x-strata-tier header
 // (may be empty); the body's `priority` wins over it.
 http::ApiResult<GenRequest> ParseGenRequest(Endpoint endpoint, const nlohmann::json& body,
-                                            const ModelInfo& model, std::string_view tier_header = {});
+                                            const ModelInfo& model,
+                                            std::string_view tier_header = {});
 
 // Renders `messages` (the request's JSON array) with the model's chat template.
 // InvalidArgument "messages: ..." for malformed messages; "model has no chat template" when absent;

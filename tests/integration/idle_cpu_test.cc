@@ -3,16 +3,15 @@
 // (/proc/<pid>/stat utime + stime) must not grow by more than a couple of clock ticks over a few
 // seconds. Before push notification the SSE pump polled every stream every 0.5 ms (3-4 % of a
 // core: ~10 ticks in 3 s), so this test fails on any periodic wake-up that comes back.
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "integration/http_test_client.h"
 #include "integration/serve_process.h"
@@ -63,8 +62,8 @@ TEST(IdleServe, UsesNoCpuWhileIdle) {
   std::this_thread::sleep_for(std::chrono::seconds(3));
   const long long after = CpuTicks(p.pid());
   ASSERT_GE(after, 0);
-  EXPECT_LE(after - before, 2) << "idle `strata serve` used " << (after - before) << " clock ticks (1/"
-                               << sysconf(_SC_CLK_TCK) << " s each) in 3 s";
+  EXPECT_LE(after - before, 2) << "idle `strata serve` used " << (after - before)
+                               << " clock ticks (1/" << sysconf(_SC_CLK_TCK) << " s each) in 3 s";
   // Still serving afterwards.
   EXPECT_EQ(HttpCall(p.port(), "GET", "/health").status, 200);
 }
