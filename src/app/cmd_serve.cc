@@ -266,7 +266,7 @@ Status RunServe(const ServeOptions& o) {
   server->StopAccepting();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the last writes leave
   server->Stop();   // joins the I/O threads: no handler or disconnect callback runs after this
-  api.reset();      // stops the pump, cancels what is left
+  api.reset();      // detaches the live jobs from their streams, cancels them
   serving->Stop();
   server.reset();
   std::fprintf(stderr, "strata serve: stopped\n");
