@@ -69,7 +69,6 @@ class Api {
  private:
   using HttpResponse = http::HttpResponse;
   std::vector<http::Route> Routes();
-  void DeclareMetrics();
   // Route handlers.
   HttpResponse Health(http::Exchange& ex);
   HttpResponse Ready(http::Exchange& ex);
