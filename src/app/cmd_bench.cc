@@ -13,6 +13,7 @@
 #include "app/replica_flags.h"
 #include "base/memory_size.h"
 #include "base/thread_pool.h"
+#include "bench/metrics.h"
 #include "engine/serving/serving_engine.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -115,14 +116,7 @@ struct BenchOfflineOptions {
   ReplicaFlags replica;
 };
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  double idx = p / 100.0 * static_cast<double>(v.size() - 1);
-  size_t lo = static_cast<size_t>(idx);
-  size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
-}
+using bench::Percentile;  // numpy "linear", one copy (bench/metrics.h)
 
 nlohmann::json PercentileJson(const std::vector<double>& v) {
   double mean = 0;

@@ -20,7 +20,7 @@
 #include "engine/serving/serving_engine.h"
 #include "model/model.h"
 #include "server/api.h"
-#include "server/http_server.h"
+#include "http/server.h"
 #include "tokenizer/chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -52,8 +52,8 @@ Result<std::vector<std::string>> LoadKeys(const engine::ServerConfig& o) {
   return keys;
 }
 
-server::HttpServerOptions HttpOptions(const engine::ServerConfig& o) {
-  server::HttpServerOptions so;
+http::HttpServerOptions HttpOptions(const engine::ServerConfig& o) {
+  http::HttpServerOptions so;
   so.host = o.host;
   so.port = static_cast<uint16_t>(o.port);  // validated: [0, 65535]
   so.io_threads = o.io_threads;
@@ -81,9 +81,9 @@ Status RunServe(const engine::ReplicaConfig& config) {
 
   // HTTP comes up first: while the model loads, /health is 200 and everything else 503 (loading).
   std::atomic<server::Api*> api_ptr{nullptr};
-  const server::HttpServerOptions so = HttpOptions(o);
-  ASSIGN_OR_RETURN(auto server, server::HttpServer::Start(so, [&api_ptr](server::HttpRequest req,
-                                                                          std::shared_ptr<server::Responder> out) {
+  const http::HttpServerOptions so = HttpOptions(o);
+  ASSIGN_OR_RETURN(auto server, http::HttpServer::Start(so, [&api_ptr](http::HttpRequest req,
+                                                                          std::shared_ptr<http::Responder> out) {
     if (server::Api* a = api_ptr.load(std::memory_order_acquire)) return a->Handle(std::move(req), std::move(out));
     out->Respond(server::LoadingResponse(req));
   }));
@@ -182,7 +182,7 @@ Status RunServe(const engine::ReplicaConfig& config) {
   server->StopAccepting();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the last writes leave
   server->Stop();   // joins the I/O threads: no handler or disconnect callback runs after this
-  api.reset();      // stops the pump, cancels what is left
+  api.reset();      // detaches the live jobs from their streams, cancels them
   serving->Stop();
   server.reset();
   std::fprintf(stderr, "strata serve: stopped\n");

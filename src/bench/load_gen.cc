@@ -17,12 +17,17 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/arrivals.h"
-#include "bench/http_client.h"
-#include "bench/sse.h"
+#include "http/client.h"
+#include "http/sse.h"
 
 namespace strata::bench {
 
 namespace asio = boost::asio;
+using http::HttpClient;
+using http::HttpResult;
+using http::ParseUrl;
+using http::SseParser;
+using http::Url;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "bench/http_client.h"
+#include "http/client.h"
 
 namespace strata::bench {
 
@@ -95,7 +95,7 @@ Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const DatasetOptio
   std::vector<std::string> labels = o.labels;
   if (labels.empty()) {
     for (const auto& u : o.base_urls) {
-      ASSIGN_OR_RETURN(Url url, ParseUrl(u));
+      ASSIGN_OR_RETURN(http::Url url, http::ParseUrl(u));
       labels.push_back(url.host + ":" + url.port + url.path_prefix);
     }
   }

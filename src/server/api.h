@@ -1,34 +1,39 @@
-// Api: the routes of `strata serve` on top of HttpServer and the serving Engine.
+// Api: the routes of `strata serve` on top of http::HttpServer and the serving Engine.
 //
 //   GET  /health /ready /metrics /v1/models /v1/models/{id}
 //   POST /v1/completions /v1/chat/completions /v1/embeddings /tokenize /detokenize /apply-template
 //
-// Generation: the I/O thread parses the body into a GenRequest (openai_request.h), submits it to
-// the Engine and registers a job with the Api's pump thread. The pump pops TokenEvents from every
-// live request's stream, detokenizes incrementally, applies stop strings and hands SSE chunks (or,
-// at the end, the whole response) to the connection's Responder. A client disconnect cancels the
-// request in the engine at once (Responder::OnClose -> Engine::Cancel).
+// Routing is an http::Chain: match -> auth (Bearer) -> readiness -> JSON body (parsed once) ->
+// model -> the route's handler, which reads the parsed body from the http::Exchange.
+// Generation: the handler parses the body into a GenRequest (openai_request.h), submits it to the
+// Engine and installs a notification on the request's stream (RequestStream::SetNotify). The engine
+// thread's push posts one drain to the connection's strand per batch of events; the drain
+// detokenizes incrementally, applies stop strings and hands SSE events (or, at the end, the whole
+// response) to the connection's Responder. Nothing polls: an idle server blocks. A client
+// disconnect cancels the request in the engine at once (Responder::OnClose -> Engine::Cancel).
 //
 // Ownership: borrows the engine, tokenizer and template (they must outlive the Api). The HttpServer
-// calling Handle() must be Stop()ped before the Api is destroyed (disconnect callbacks call into it),
-// and destroyed after it (jobs hold Responders of its connections).
+// calling Handle() must be Stop()ped before the Api is destroyed (disconnect callbacks and drains
+// run on its strands and call into the Api), and destroyed after it (jobs hold Responders of its
+// connections).
 // Thread contract: Handle() is called concurrently by the I/O threads; everything it touches is
-// either immutable, thread-safe (Engine, MetricsRegistry) or guarded by mu_.
+// either immutable, thread-safe (Engine, MetricsRegistry, Readiness) or guarded by mu_. One job's
+// drains run on its connection's strand, so a job is never processed by two threads at once.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "engine/kvtier/tiered_cache.h"
 #include "engine/sched/engine.h"
-#include "server/http_server.h"
-#include "server/metrics.h"
+#include "http/chain.h"
+#include "http/prometheus.h"
+#include "http/server.h"
 #include "server/openai_request.h"
 
 namespace strata::server {
@@ -39,7 +44,7 @@ using EmbedFn = std::function<Result<std::vector<float>>(std::span<const int32_t
 struct ApiOptions {
   std::vector<std::string> api_keys;  // empty: no auth
   EmbedFn embed;
-  int retry_after_s = 1;             // Retry-After on 429
+  int retry_after_s = 1;  // Retry-After on 429
   // Statistics of the KV tiers below the engine's pool, for /metrics (empty function or nullopt:
   // no tiers configured).
   std::function<std::optional<engine::kvtier::TieredKvStats>()> tier_stats;
@@ -48,51 +53,66 @@ struct ApiOptions {
 class Api {
  public:
   Api(ModelInfo model, engine::sched::Engine* engine, ApiOptions options);
-  ~Api();  // stops the pump; jobs still open are cancelled
+  ~Api();  // detaches every live job from its stream and cancels it
 
   // The HttpServer handler.
-  void Handle(HttpRequest req, std::shared_ptr<Responder> out);
+  void Handle(http::HttpRequest req, std::shared_ptr<http::Responder> out);
 
-  void SetReady(bool ready) { ready_.store(ready); }
+  void SetReady(bool ready) { readiness_.SetReady(ready); }
   // Drain: /ready -> 503 and new work -> 503; in-flight requests continue.
-  void StartDraining() { draining_.store(true); }
+  void StartDraining() { readiness_.StartDraining(); }
   int live_jobs() const;
-  MetricsRegistry& metrics() { return metrics_; }
+  http::MetricsRegistry& metrics() { return metrics_; }
 
   struct Job;
 
  private:
-  HttpResponse Route(const HttpRequest& req, std::shared_ptr<Responder>& out, std::string* route);
-  HttpResponse Generate(Endpoint ep, const HttpRequest& req, std::shared_ptr<Responder>& out);
-  HttpResponse Embeddings(const HttpRequest& req);
-  bool Authorized(const HttpRequest& req) const;
-  void PumpLoop();
-  bool Process(Job& job);  // returns true when the job is finished
+  using HttpResponse = http::HttpResponse;
+  std::vector<http::Route> Routes();
+  // Route handlers.
+  HttpResponse Health(http::Exchange& ex);
+  HttpResponse Ready(http::Exchange& ex);
+  HttpResponse Metrics(http::Exchange& ex);
+  HttpResponse Models(http::Exchange& ex);
+  HttpResponse Model(http::Exchange& ex);
+  HttpResponse Tokenize(http::Exchange& ex);
+  HttpResponse Detokenize(http::Exchange& ex);
+  HttpResponse ApplyTemplate(http::Exchange& ex);
+  HttpResponse Embeddings(http::Exchange& ex);
+  HttpResponse Generate(Endpoint ep, http::Exchange& ex);
+  // Generation (generate.cc).
+  std::optional<HttpResponse> ApplyHeaders(const http::HttpRequest& req, GenRequest& g);
+  std::shared_ptr<Job> NewJob(Endpoint ep, GenRequest g, engine::sched::RequestHandle handle);
+  void StartStream(Job& job);
+  void Watch(const std::shared_ptr<Job>& job);
+  void Drain(const std::shared_ptr<Job>& job);  // on the job's strand
+  bool Process(Job& job);                       // returns true when the job is finished
+  bool OnEvent(Job& job, const engine::sched::TokenEvent& ev);  // false: an error ended the job
+  void StreamDelta(Job& job, int index, const std::string& delta, const nlohmann::json& lp_chunk);
+  void CountAbort(const Job& job);
   void Finish(Job& job);
+  void FinishStream(Job& job, const nlohmann::json& usage);
+  nlohmann::json FinalChoices(const Job& job) const;
+  void Forget(const Job& job);
   void RefreshEngineGauges();
+  void RefreshTierGauges(const engine::kvtier::TieredKvStats& stats);
+  nlohmann::json ModelObject() const;
 
   ModelInfo model_;
   engine::sched::Engine* engine_;
   ApiOptions options_;
-  MetricsRegistry metrics_;
+  http::MetricsRegistry metrics_;
   std::string model_labels_;
-  std::atomic<bool> ready_{false};
-  std::atomic<bool> draining_{false};
+  http::Readiness readiness_;
   int64_t created_ = 0;
   std::atomic<uint64_t> next_id_{1};
+  http::Chain chain_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::shared_ptr<Job>> jobs_;  // guarded by mu_
-  bool stop_ = false;
-  std::thread pump_;
+  std::vector<std::shared_ptr<Job>> jobs_;  // guarded by mu_: live generation jobs
 };
 
 // The answer while the model is still loading: /health 200 {"status":"loading"}, anything else 503.
-HttpResponse LoadingResponse(const HttpRequest& req);
-// OpenAI-style error body.
-std::string ErrorBody(std::string_view message, std::string_view type, std::string_view param, std::string_view code);
-// Constant-time string equality (time depends only on the lengths).
-bool ConstantTimeEquals(std::string_view a, std::string_view b);
+http::HttpResponse LoadingResponse(const http::HttpRequest& req);
 
 }  // namespace strata::server

@@ -1,50 +1,62 @@
 #include "server/openai_request.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <random>
-
-#include <fmt/format.h>
 
 namespace strata::server {
 namespace {
 
+using http::ApiError;
+using http::ApiResult;
 using nlohmann::json;
 
-Status Bad(std::string_view param, std::string_view what) {
-  return Status::InvalidArgument(fmt::format("{}: {}", param, what));
+ApiError Bad(std::string_view param, std::string_view what) { return ApiError::Param(param, what); }
+
+bool Present(const json& body, const char* key) {
+  return body.contains(key) && !body[key].is_null();
 }
 
-bool Present(const json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
-
-Status GetFloat(const json& body, const char* key, float* out) {
-  if (!Present(body, key)) return Status::Ok();
+ApiError GetFloat(const json& body, const char* key, float* out) {
+  if (!Present(body, key)) return {};
   const json& v = body[key];
   if (!v.is_number()) return Bad(key, "must be a number");
   double d = v.get<double>();
   if (!std::isfinite(d)) return Bad(key, "must be finite");
   *out = static_cast<float>(d);
-  return Status::Ok();
+  return {};
 }
 
-Status GetInt(const json& body, const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
-  if (!Present(body, key)) return Status::Ok();
+// A float field that must satisfy `ok` (described by `range`).
+template <typename Pred>
+ApiError GetFloatIn(const json& body, const char* key, float* out, Pred ok, const char* range) {
+  RETURN_IF_API_ERROR(GetFloat(body, key, out));
+  if (!ok(*out)) return Bad(key, range);
+  return {};
+}
+
+ApiError GetInt(const json& body, const char* key, int64_t lo, int64_t hi,
+                std::optional<int64_t>* out) {
+  if (!Present(body, key)) return {};
   const json& v = body[key];
   if (!v.is_number_integer()) return Bad(key, "must be an integer");
-  int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX
-                                                                                               : v.get<int64_t>();
+  int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                  ? INT64_MAX
+                  : v.get<int64_t>();
   if (x < lo || x > hi) return Bad(key, fmt::format("must be in [{}, {}], got {}", lo, hi, x));
   *out = x;
-  return Status::Ok();
+  return {};
 }
 
-Status GetBool(const json& body, const char* key, bool* out) {
-  if (!Present(body, key)) return Status::Ok();
+ApiError GetBool(const json& body, const char* key, bool* out) {
+  if (!Present(body, key)) return {};
   if (!body[key].is_boolean()) return Bad(key, "must be a boolean");
   *out = body[key].get<bool>();
-  return Status::Ok();
+  return {};
 }
 
-Result<std::vector<int32_t>> TokenArray(const json& v, const char* param, size_t n_vocab) {
+ApiResult<std::vector<int32_t>> TokenArray(const json& v, const char* param, size_t n_vocab) {
   std::vector<int32_t> ids;
   ids.reserve(v.size());
   for (const json& e : v) {
@@ -57,202 +69,278 @@ Result<std::vector<int32_t>> TokenArray(const json& v, const char* param, size_t
   return ids;
 }
 
+// One chat message as the template sees it (text content parts joined).
+ApiResult<nlohmann::ordered_json> TemplateMessage(const json& m, size_t i) {
+  std::string where = fmt::format("messages[{}]", i);
+  auto bad = [&](std::string_view field, std::string_view what) {
+    return ApiError(Status::InvalidArgument(fmt::format("{}{}: {}", where, field, what)),
+                    "messages");
+  };
+  if (!m.is_object()) return bad("", "must be an object");
+  if (!m.contains("role") || !m["role"].is_string()) return bad(".role", "must be a string");
+  nlohmann::ordered_json om = nlohmann::ordered_json::parse(m.dump());
+  if (!m.contains("content")) return om;
+  const json& c = m["content"];
+  if (c.is_array()) {  // content parts: text only
+    std::string text;
+    for (const json& part : c) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string())
+        return bad(".content", "only text content parts are supported");
+      text += part["text"].get<std::string>();
+    }
+    om["content"] = text;
+  } else if (!c.is_string() && !c.is_null()) {
+    return bad(".content", "must be a string, an array of text parts or null");
+  }
+  return om;
+}
+
+ApiResult<std::vector<int32_t>> CompletionPrompt(const json& body, const ModelInfo& model) {
+  if (!Present(body, "prompt")) return Bad("prompt", "is required");
+  const json& p = body["prompt"];
+  const size_t n_vocab = model.tok->n_vocab();
+  if (p.is_string())
+    return model.tok->Encode(p.get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
+  if (p.is_array() && !p.empty() && p[0].is_number_integer())
+    return TokenArray(p, "prompt", n_vocab);
+  if (p.is_array() && p.size() == 1 && p[0].is_string())
+    return model.tok->Encode(p[0].get<std::string>(), true, true);
+  if (p.is_array() && p.size() == 1 && p[0].is_array()) return TokenArray(p[0], "prompt", n_vocab);
+  return Bad("prompt",
+             "must be a string, an array of token ids, or a one-element array of either (batches "
+             "are not supported)");
+}
+
+ApiResult<std::vector<int32_t>> ChatPrompt(const json& body, const ModelInfo& model) {
+  if (!Present(body, "messages")) return Bad("messages", "is required");
+  bool add_gen = true;
+  RETURN_IF_API_ERROR(GetBool(body, "add_generation_prompt", &add_gen));
+  json extra = Present(body, "chat_template_kwargs") ? body["chat_template_kwargs"] : json(nullptr);
+  if (!extra.is_null() && !extra.is_object())
+    return Bad("chat_template_kwargs", "must be an object");
+  ASSIGN_OR_RETURN_API(std::string text,
+                       ApplyChatTemplate(body["messages"], add_gen, model, extra));
+  return model.tok->Encode(text, /*add_special=*/false, /*parse_special=*/true);
+}
+
+// --- Field parsers: each reads one group of OpenAI fields into the request. ---
+
+struct FieldContext {
+  const json& body;
+  const ModelInfo& model;
+  Endpoint endpoint;
+  std::string_view priority_header;
+};
+
+// Sampling: OpenAI defaults (temperature 1, top_p 1, no top-k / min-p).
+ApiError ParseSampling(const FieldContext& f, GenRequest* g) {
+  const json& body = f.body;
+  auto& sp = g->submit.sampling;
+  sp.temperature = 1.0f;
+  sp.top_p = 1.0f;
+  sp.top_k = 0;
+  sp.min_p = 0.0f;
+  sp.penalty_last_n = -1;
+  RETURN_IF_API_ERROR(GetFloatIn(
+      body, "temperature", &sp.temperature, [](float v) { return v >= 0 && v <= 100; },
+      "must be in [0, 100]"));
+  RETURN_IF_API_ERROR(GetFloatIn(
+      body, "top_p", &sp.top_p, [](float v) { return v > 0 && v <= 1; }, "must be in (0, 1]"));
+  RETURN_IF_API_ERROR(GetFloatIn(
+      body, "min_p", &sp.min_p, [](float v) { return v >= 0 && v <= 1; }, "must be in [0, 1]"));
+  std::optional<int64_t> iv;
+  RETURN_IF_API_ERROR(GetInt(body, "top_k", -1, 1 << 30, &iv));
+  if (iv) sp.top_k = *iv < 0 ? 0 : static_cast<int>(*iv);
+  auto penalty = [](float v) { return v >= -2 && v <= 2; };
+  RETURN_IF_API_ERROR(
+      GetFloatIn(body, "frequency_penalty", &sp.frequency_penalty, penalty, "must be in [-2, 2]"));
+  RETURN_IF_API_ERROR(
+      GetFloatIn(body, "presence_penalty", &sp.presence_penalty, penalty, "must be in [-2, 2]"));
+  RETURN_IF_API_ERROR(GetFloatIn(
+      body, "repetition_penalty", &sp.repetition_penalty, [](float v) { return v > 0 && v <= 10; },
+      "must be in (0, 10]"));
+  iv.reset();
+  RETURN_IF_API_ERROR(GetInt(body, "seed", INT64_MIN, INT64_MAX, &iv));
+  sp.seed = iv ? static_cast<uint64_t>(*iv)
+               : std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}();
+  return ApiError(sp.Validate());
+}
+
+// max_tokens (and chat's max_completion_tokens), clamped to the room the prompt leaves.
+ApiError ParseLengths(const FieldContext& f, GenRequest* g) {
+  const auto& limits = f.model.limits;
+  std::optional<int64_t> max_tokens;
+  RETURN_IF_API_ERROR(GetInt(f.body, "max_tokens", 1, limits.max_tokens, &max_tokens));
+  if (f.endpoint == Endpoint::kChat) {
+    std::optional<int64_t> mct;
+    RETURN_IF_API_ERROR(GetInt(f.body, "max_completion_tokens", 1, limits.max_tokens, &mct));
+    if (mct) max_tokens = mct;
+  }
+  const int64_t room = f.model.max_model_len - static_cast<int64_t>(g->submit.prompt.size());
+  int64_t want =
+      max_tokens ? *max_tokens : (f.endpoint == Endpoint::kCompletions ? 16 : limits.max_tokens);
+  g->submit.max_tokens = static_cast<int>(std::min(want, room));
+  return {};
+}
+
+// n and logprobs (completions: `logprobs` is the top count; chat: a boolean plus `top_logprobs`).
+ApiError ParseChoices(const FieldContext& f, GenRequest* g) {
+  auto& s = g->submit;
+  const int max_top = f.model.limits.max_top_logprobs;
+  std::optional<int64_t> iv;
+  RETURN_IF_API_ERROR(GetInt(f.body, "n", 1, f.model.limits.max_n, &iv));
+  if (iv) s.n = static_cast<int>(*iv);
+  iv.reset();
+  if (f.endpoint == Endpoint::kCompletions) {
+    RETURN_IF_API_ERROR(GetInt(f.body, "logprobs", 0, max_top, &iv));
+    if (iv) {
+      s.logprobs = true;
+      s.top_logprobs = static_cast<int>(*iv);
+    }
+    return {};
+  }
+  RETURN_IF_API_ERROR(GetBool(f.body, "logprobs", &s.logprobs));
+  RETURN_IF_API_ERROR(GetInt(f.body, "top_logprobs", 0, max_top, &iv));
+  if (iv) {
+    if (!s.logprobs && *iv > 0) return Bad("top_logprobs", "requires logprobs to be true");
+    s.top_logprobs = static_cast<int>(*iv);
+  }
+  return {};
+}
+
+ApiError ParseStopStrings(const FieldContext& f, GenRequest* g) {
+  if (!Present(f.body, "stop")) return {};
+  const auto& limits = f.model.limits;
+  const json& st = f.body["stop"];
+  if (st.is_string()) {
+    g->stop.push_back(st.get<std::string>());
+  } else if (st.is_array()) {
+    for (const json& e : st) {
+      if (!e.is_string()) return Bad("stop", "must be a string or an array of strings");
+      g->stop.push_back(e.get<std::string>());
+    }
+  } else {
+    return Bad("stop", "must be a string or an array of strings");
+  }
+  if (g->stop.size() > static_cast<size_t>(limits.max_stop))
+    return Bad("stop", fmt::format("at most {} stop strings", limits.max_stop));
+  for (const auto& x : g->stop) {
+    if (x.empty()) return Bad("stop", "stop strings must not be empty");
+    if (x.size() > limits.max_stop_bytes)
+      return Bad("stop",
+                 fmt::format("stop strings are limited to {} bytes", limits.max_stop_bytes));
+  }
+  return {};
+}
+
+// stop_token_ids, ignore_eos, and what the model fixes (EOG ids).
+ApiError ParseStopTokens(const FieldContext& f, GenRequest* g) {
+  auto& s = g->submit;
+  if (Present(f.body, "stop_token_ids")) {
+    if (!f.body["stop_token_ids"].is_array())
+      return Bad("stop_token_ids", "must be an array of token ids");
+    ASSIGN_OR_RETURN_API(s.stop_token_ids, TokenArray(f.body["stop_token_ids"], "stop_token_ids",
+                                                      f.model.tok->n_vocab()));
+  }
+  RETURN_IF_API_ERROR(GetBool(f.body, "ignore_eos", &s.ignore_eos));
+  s.eog_ids = f.model.tok->eog_ids();
+  return {};
+}
+
+ApiError ParseStreaming(const FieldContext& f, GenRequest* g) {
+  RETURN_IF_API_ERROR(GetBool(f.body, "stream", &g->stream));
+  if (!Present(f.body, "stream_options")) return {};
+  const json& so = f.body["stream_options"];
+  if (!so.is_object()) return Bad("stream_options", "must be an object");
+  return GetBool(so, "include_usage", &g->include_usage);
+}
+
+// Strata extensions: priority (body `priority` wins over the x-strata-tier header) and deadline.
+ApiError ParsePriorityAndDeadline(const FieldContext& f, GenRequest* g) {
+  std::string priority_name(f.priority_header);
+  if (Present(f.body, "priority")) {
+    if (!f.body["priority"].is_string())
+      return Bad("priority", "must be one of gold, silver, bronze");
+    priority_name = f.body["priority"].get<std::string>();
+  }
+  if (!priority_name.empty()) {
+    auto t = engine::sched::ParsePriority(priority_name);
+    if (!t.ok())
+      return Bad("priority",
+                 fmt::format("must be one of gold, silver, bronze, got '{}'", priority_name));
+    g->submit.priority = *t;
+  }
+  std::optional<int64_t> iv;
+  RETURN_IF_API_ERROR(GetInt(f.body, "deadline_ms", 1, int64_t{1} << 40, &iv));
+  g->deadline_ms = iv;
+  return {};
+}
+
+using FieldParser = ApiError (*)(const FieldContext&, GenRequest*);
+// In this order (the first error wins, as clients see it).
+constexpr FieldParser kFieldParsers[] = {ParseSampling,       ParseLengths,    ParseChoices,
+                                         ParseStopStrings,    ParseStopTokens, ParseStreaming,
+                                         ParsePriorityAndDeadline};
+
 }  // namespace
 
-Result<std::string> ApplyChatTemplate(const json& messages, bool add_generation_prompt, const ModelInfo& model,
-                                      const json& extra_vars) {
+ApiResult<std::string> ApplyChatTemplate(const json& messages, bool add_generation_prompt,
+                                         const ModelInfo& model, const json& extra_vars) {
   if (!model.chat_template)
-    return Status::InvalidArgument(
-        fmt::format("messages: model '{}' has no chat template (tokenizer.chat_template); use /v1/completions", model.name));
+    return Bad("messages",
+               fmt::format(
+                   "model '{}' has no chat template (tokenizer.chat_template); use /v1/completions",
+                   model.name));
   if (!messages.is_array()) return Bad("messages", "must be an array");
   if (messages.empty()) return Bad("messages", "must contain at least one message");
   if (messages.size() > static_cast<size_t>(model.limits.max_messages))
     return Bad("messages", fmt::format("more than {} messages", model.limits.max_messages));
   chat::ChatInputs in;
   for (size_t i = 0; i < messages.size(); ++i) {
-    const json& m = messages[i];
-    std::string where = fmt::format("messages[{}]", i);
-    if (!m.is_object()) return Bad(where, "must be an object");
-    if (!m.contains("role") || !m["role"].is_string()) return Bad(where + ".role", "must be a string");
-    nlohmann::ordered_json om = nlohmann::ordered_json::parse(m.dump());
-    if (m.contains("content")) {
-      const json& c = m["content"];
-      if (c.is_array()) {  // content parts: text only
-        std::string text;
-        for (const json& part : c) {
-          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-            return Bad(where + ".content", "only text content parts are supported");
-          text += part["text"].get<std::string>();
-        }
-        om["content"] = text;
-      } else if (!c.is_string() && !c.is_null()) {
-        return Bad(where + ".content", "must be a string, an array of text parts or null");
-      }
-    }
+    ASSIGN_OR_RETURN_API(auto om, TemplateMessage(messages[i], i));
     in.messages.push_back(std::move(om));
   }
   in.add_generation_prompt = add_generation_prompt;
   in.bos_token = model.bos_token;
   in.eos_token = model.eos_token;
   if (extra_vars.is_object()) in.variables = nlohmann::ordered_json::parse(extra_vars.dump());
-  ASSIGN_OR_RETURN(auto ctx, chat::BuildChatContext(in));
-  auto r = model.chat_template->Render(ctx);
+  auto ctx = chat::BuildChatContext(in);
+  if (!ctx.ok()) return ctx.status();
+  auto r = model.chat_template->Render(*ctx);
   if (!r.ok()) {
-    if (r.status().code() == StatusCode::kInvalidArgument) return r.status();  // raise_exception: message as is
+    if (r.status().code() == StatusCode::kInvalidArgument)
+      return r.status();  // raise_exception: message as is
     return Status::InvalidArgument("chat template: " + std::string(r.status().message()));
   }
-  return r;
+  return std::move(*r);
 }
 
-Result<GenRequest> ParseGenRequest(Endpoint endpoint, const json& body, const ModelInfo& model,
-                                   std::string_view tier_header) {
-  if (!body.is_object()) return Status::InvalidArgument("body: must be a JSON object");
+ApiResult<std::vector<int32_t>> ParsePrompt(Endpoint endpoint, const json& body,
+                                            const ModelInfo& model) {
+  ApiResult<std::vector<int32_t>> prompt =
+      endpoint == Endpoint::kCompletions ? CompletionPrompt(body, model) : ChatPrompt(body, model);
+  if (!prompt.ok()) return prompt;
+  if (prompt->empty()) return Bad("prompt", "is empty (and the model adds no BOS token)");
+  const int64_t n_prompt = static_cast<int64_t>(prompt->size());
+  if (n_prompt >= model.max_model_len)
+    return ApiError(
+        Status::OutOfRange(fmt::format(
+            "prompt: the prompt has {} tokens, but the model's context size is {} tokens "
+            "(the prompt must be shorter to leave room for at least one generated token)",
+            n_prompt, model.max_model_len)),
+        "prompt");
+  return prompt;
+}
+
+ApiResult<GenRequest> ParseGenRequest(Endpoint endpoint, const json& body, const ModelInfo& model,
+                                      std::string_view priority_header) {
+  if (!body.is_object()) return Bad("body", "must be a JSON object");
   GenRequest g;
   g.endpoint = endpoint;
-  auto& s = g.submit;
-  const size_t n_vocab = model.tok->n_vocab();
-
-  // Prompt.
-  if (endpoint == Endpoint::kCompletions) {
-    if (!Present(body, "prompt")) return Bad("prompt", "is required");
-    const json& p = body["prompt"];
-    if (p.is_string()) {
-      s.prompt = model.tok->Encode(p.get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
-    } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
-      ASSIGN_OR_RETURN(s.prompt, TokenArray(p, "prompt", n_vocab));
-    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
-      s.prompt = model.tok->Encode(p[0].get<std::string>(), true, true);
-    } else if (p.is_array() && p.size() == 1 && p[0].is_array()) {
-      ASSIGN_OR_RETURN(s.prompt, TokenArray(p[0], "prompt", n_vocab));
-    } else {
-      return Bad("prompt", "must be a string, an array of token ids, or a one-element array of either (batches are not supported)");
-    }
-  } else {
-    if (!Present(body, "messages")) return Bad("messages", "is required");
-    bool add_gen = true;
-    RETURN_IF_ERROR(GetBool(body, "add_generation_prompt", &add_gen));
-    json extra = Present(body, "chat_template_kwargs") ? body["chat_template_kwargs"] : json(nullptr);
-    if (!extra.is_null() && !extra.is_object()) return Bad("chat_template_kwargs", "must be an object");
-    ASSIGN_OR_RETURN(std::string text, ApplyChatTemplate(body["messages"], add_gen, model, extra));
-    s.prompt = model.tok->Encode(text, /*add_special=*/false, /*parse_special=*/true);
-  }
-  if (s.prompt.empty()) return Bad("prompt", "is empty (and the model adds no BOS token)");
-  const int64_t n_prompt = static_cast<int64_t>(s.prompt.size());
-  if (n_prompt >= model.max_model_len)
-    return Status::OutOfRange(fmt::format(
-        "prompt: the prompt has {} tokens, but the model's context size is {} tokens (the prompt must be shorter "
-        "to leave room for at least one generated token)", n_prompt, model.max_model_len));
-
-  // Sampling: OpenAI defaults (temperature 1, top_p 1, no top-k / min-p).
-  auto& sp = s.sampling;
-  sp.temperature = 1.0f;
-  sp.top_p = 1.0f;
-  sp.top_k = 0;
-  sp.min_p = 0.0f;
-  sp.penalty_last_n = -1;
-  RETURN_IF_ERROR(GetFloat(body, "temperature", &sp.temperature));
-  if (sp.temperature < 0 || sp.temperature > 100) return Bad("temperature", "must be in [0, 100]");
-  RETURN_IF_ERROR(GetFloat(body, "top_p", &sp.top_p));
-  if (!(sp.top_p > 0 && sp.top_p <= 1)) return Bad("top_p", "must be in (0, 1]");
-  RETURN_IF_ERROR(GetFloat(body, "min_p", &sp.min_p));
-  if (!(sp.min_p >= 0 && sp.min_p <= 1)) return Bad("min_p", "must be in [0, 1]");
-  std::optional<int64_t> iv;
-  RETURN_IF_ERROR(GetInt(body, "top_k", -1, 1 << 30, &iv));
-  if (iv) sp.top_k = *iv < 0 ? 0 : static_cast<int>(*iv);
-  RETURN_IF_ERROR(GetFloat(body, "frequency_penalty", &sp.frequency_penalty));
-  if (sp.frequency_penalty < -2 || sp.frequency_penalty > 2) return Bad("frequency_penalty", "must be in [-2, 2]");
-  RETURN_IF_ERROR(GetFloat(body, "presence_penalty", &sp.presence_penalty));
-  if (sp.presence_penalty < -2 || sp.presence_penalty > 2) return Bad("presence_penalty", "must be in [-2, 2]");
-  RETURN_IF_ERROR(GetFloat(body, "repetition_penalty", &sp.repetition_penalty));
-  if (!(sp.repetition_penalty > 0 && sp.repetition_penalty <= 10)) return Bad("repetition_penalty", "must be in (0, 10]");
-  iv.reset();
-  RETURN_IF_ERROR(GetInt(body, "seed", INT64_MIN, INT64_MAX, &iv));
-  sp.seed = iv ? static_cast<uint64_t>(*iv) : std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}();
-  RETURN_IF_ERROR(sp.Validate());
-
-  // Lengths.
-  std::optional<int64_t> max_tokens;
-  RETURN_IF_ERROR(GetInt(body, "max_tokens", 1, model.limits.max_tokens, &max_tokens));
-  if (endpoint == Endpoint::kChat) {
-    std::optional<int64_t> mct;
-    RETURN_IF_ERROR(GetInt(body, "max_completion_tokens", 1, model.limits.max_tokens, &mct));
-    if (mct) max_tokens = mct;
-  }
-  const int64_t room = model.max_model_len - n_prompt;
-  int64_t want = max_tokens ? *max_tokens : (endpoint == Endpoint::kCompletions ? 16 : model.limits.max_tokens);
-  s.max_tokens = static_cast<int>(std::min(want, room));
-
-  // n, logprobs.
-  iv.reset();
-  RETURN_IF_ERROR(GetInt(body, "n", 1, model.limits.max_n, &iv));
-  if (iv) s.n = static_cast<int>(*iv);
-  if (endpoint == Endpoint::kCompletions) {
-    iv.reset();
-    RETURN_IF_ERROR(GetInt(body, "logprobs", 0, model.limits.max_top_logprobs, &iv));
-    if (iv) {
-      s.logprobs = true;
-      s.top_logprobs = static_cast<int>(*iv);
-    }
-  } else {
-    RETURN_IF_ERROR(GetBool(body, "logprobs", &s.logprobs));
-    iv.reset();
-    RETURN_IF_ERROR(GetInt(body, "top_logprobs", 0, model.limits.max_top_logprobs, &iv));
-    if (iv) {
-      if (!s.logprobs && *iv > 0) return Bad("top_logprobs", "requires logprobs to be true");
-      s.top_logprobs = static_cast<int>(*iv);
-    }
-  }
-
-  // Stops.
-  if (Present(body, "stop")) {
-    const json& st = body["stop"];
-    if (st.is_string()) {
-      g.stop.push_back(st.get<std::string>());
-    } else if (st.is_array()) {
-      for (const json& e : st) {
-        if (!e.is_string()) return Bad("stop", "must be a string or an array of strings");
-        g.stop.push_back(e.get<std::string>());
-      }
-    } else {
-      return Bad("stop", "must be a string or an array of strings");
-    }
-    if (g.stop.size() > static_cast<size_t>(model.limits.max_stop))
-      return Bad("stop", fmt::format("at most {} stop strings", model.limits.max_stop));
-    for (const auto& x : g.stop) {
-      if (x.empty()) return Bad("stop", "stop strings must not be empty");
-      if (x.size() > model.limits.max_stop_bytes)
-        return Bad("stop", fmt::format("stop strings are limited to {} bytes", model.limits.max_stop_bytes));
-    }
-  }
-  if (Present(body, "stop_token_ids")) {
-    if (!body["stop_token_ids"].is_array()) return Bad("stop_token_ids", "must be an array of token ids");
-    ASSIGN_OR_RETURN(s.stop_token_ids, TokenArray(body["stop_token_ids"], "stop_token_ids", n_vocab));
-  }
-  RETURN_IF_ERROR(GetBool(body, "ignore_eos", &s.ignore_eos));
-  s.eog_ids = model.tok->eog_ids();
-
-  // Streaming.
-  RETURN_IF_ERROR(GetBool(body, "stream", &g.stream));
-  if (Present(body, "stream_options")) {
-    const json& so = body["stream_options"];
-    if (!so.is_object()) return Bad("stream_options", "must be an object");
-    RETURN_IF_ERROR(GetBool(so, "include_usage", &g.include_usage));
-  }
-
-  // Strata extensions: tier and deadline.
-  std::string tier_name(tier_header);
-  if (Present(body, "priority")) {
-    if (!body["priority"].is_string()) return Bad("priority", "must be one of gold, silver, bronze");
-    tier_name = body["priority"].get<std::string>();
-  }
-  if (!tier_name.empty()) {
-    auto t = engine::sched::ParsePriority(tier_name);
-    if (!t.ok()) return Bad("priority", fmt::format("must be one of gold, silver, bronze, got '{}'", tier_name));
-    s.priority = *t;
-  }
-  iv.reset();
-  RETURN_IF_ERROR(GetInt(body, "deadline_ms", 1, int64_t{1} << 40, &iv));
-  g.deadline_ms = iv;
+  ASSIGN_OR_RETURN_API(g.submit.prompt, ParsePrompt(endpoint, body, model));
+  const FieldContext f{body, model, endpoint, priority_header};
+  for (FieldParser parse : kFieldParsers) RETURN_IF_API_ERROR(parse(f, &g));
   return g;
 }
 

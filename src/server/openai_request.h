@@ -1,22 +1,25 @@
 // OpenAI request schema -> native engine types, at the edge (I/O threads), plus the stop-string
 // matcher used while streaming text back.
 //
-// Errors: every parse function returns InvalidArgument (or OutOfRange for a prompt longer than the
-// context) whose message starts with the offending parameter's name and a colon ("max_tokens: ...");
-// the server turns that prefix into the OpenAI error's `param`. Unknown fields are ignored.
+// Errors: every parse function returns an http::ApiError: InvalidArgument (or OutOfRange for a
+// prompt longer than the context) whose message starts with the offending parameter's name and a
+// colon ("max_tokens: ..."), with that parameter carried as the error's `param` field (the server
+// writes it into the OpenAI error body as is). Unknown fields are ignored.
+// Shape: ParseGenRequest = prompt (template + tokenize) -> a table of field parsers over the body
+// (one small function per group of OpenAI fields) -> the engine request.
 // Thread contract: free functions, no shared state; StopMatcher is one-per-completion.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "base/status.h"
 #include "engine/sched/request.h"
+#include "http/openai_error.h"
 #include "tokenizer/chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,9 +29,9 @@ enum class Endpoint { kCompletions, kChat };
 
 struct ApiLimits {
   int max_n = 16;
-  int max_tokens = 4096;          // cap on max_tokens / max_completion_tokens
-  int max_stop = 16;              // stop strings
-  size_t max_stop_bytes = 256;    // per stop string
+  int max_tokens = 4096;        // cap on max_tokens / max_completion_tokens
+  int max_stop = 16;            // stop strings
+  size_t max_stop_bytes = 256;  // per stop string
   int max_top_logprobs = 20;
   int max_messages = 4096;
 };
@@ -45,23 +48,30 @@ struct ModelInfo {
 
 struct GenRequest {
   Endpoint endpoint = Endpoint::kCompletions;
-  engine::sched::SubmitRequest submit;     // prompt, sampling, max_tokens, ids, tier, n, logprobs
-  std::vector<std::string> stop;           // stop strings (not included in the output)
+  engine::sched::SubmitRequest submit;  // prompt, sampling, max_tokens, ids, priority, n, logprobs
+  std::vector<std::string> stop;        // stop strings (not included in the output)
   bool stream = false;
-  bool include_usage = false;              // stream_options.include_usage
-  std::optional<int64_t> deadline_ms;      // relative deadline; the caller turns it into a TimePoint
+  bool include_usage = false;          // stream_options.include_usage
+  std::optional<int64_t> deadline_ms;  // relative deadline; the caller turns it into a TimePoint
 };
 
-// Parses a /v1/completions or /v1/chat/completions body. `tier_header` is the x-strata-tier header
+// Parses a /v1/completions or /v1/chat/completions body. `priority_header` is the x-strata-tier header
 // (may be empty); the body's `priority` wins over it.
-Result<GenRequest> ParseGenRequest(Endpoint endpoint, const nlohmann::json& body, const ModelInfo& model,
-                                   std::string_view tier_header = {});
+http::ApiResult<GenRequest> ParseGenRequest(Endpoint endpoint, const nlohmann::json& body,
+                                            const ModelInfo& model,
+                                            std::string_view priority_header = {});
 
 // Renders `messages` (the request's JSON array) with the model's chat template.
 // InvalidArgument "messages: ..." for malformed messages; "model has no chat template" when absent;
 // the template's raise_exception message as is.
-Result<std::string> ApplyChatTemplate(const nlohmann::json& messages, bool add_generation_prompt,
-                                      const ModelInfo& model, const nlohmann::json& extra_vars = nullptr);
+http::ApiResult<std::string> ApplyChatTemplate(const nlohmann::json& messages,
+                                               bool add_generation_prompt, const ModelInfo& model,
+                                               const nlohmann::json& extra_vars = nullptr);
+
+// The prompt's token ids: /v1/completions `prompt` (text or ids) or the chat `messages` rendered
+// with the template and tokenized. Checked against the context size.
+http::ApiResult<std::vector<int32_t>> ParsePrompt(Endpoint endpoint, const nlohmann::json& body,
+                                                  const ModelInfo& model);
 
 // Holds back text that could still become a stop string. Push() returns the text that can be
 // released now; once a stop string is found, the text before it is returned and matched() is true

@@ -1,4 +1,4 @@
-// Unit tests of the server pieces plus in-process HTTP tests: a real HttpServer on 127.0.0.1:0,
+// Unit tests of the server pieces (StopMatcher, the loading answer) plus in-process HTTP tests: a real HttpServer on 127.0.0.1:0,
 // the real Engine driven by FakeModelRunner, the builtin byte-level tokenizer, and a raw-socket
 // client (tests/integration/http_test_client.h).
 #include <gtest/gtest.h>
@@ -11,13 +11,17 @@
 #include "engine/sched/fake_runner.h"
 #include "integration/http_test_client.h"
 #include "server/api.h"
-#include "server/http_server.h"
-#include "server/metrics.h"
+#include "http/prometheus.h"
+#include "http/server.h"
 #include "server/openai_request.h"
 
 namespace strata::server {
 namespace {
 
+using http::HttpRequest;
+using http::HttpServer;
+using http::HttpServerOptions;
+using http::Responder;
 using nlohmann::json;
 using testing::HttpCall;
 using testing::HttpConn;
@@ -51,30 +55,6 @@ TEST(StopMatcher, StopAtTheVeryStart) {
   EXPECT_TRUE(m.matched());
 }
 
-TEST(ConstantTime, Equality) {
-  EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
-  EXPECT_FALSE(ConstantTimeEquals("secret", "secreT"));
-  EXPECT_FALSE(ConstantTimeEquals("secret", "secret2"));
-  EXPECT_FALSE(ConstantTimeEquals("", "x"));
-  EXPECT_TRUE(ConstantTimeEquals("", ""));
-}
-
-TEST(Metrics, RendersPrometheusText) {
-  MetricsRegistry r;
-  r.Declare("strata:x_total", MetricsRegistry::Type::kCounter, "X.");
-  r.Declare("strata:h", MetricsRegistry::Type::kHistogram, "H.", {1, 2});
-  r.Add("strata:x_total", Labels({{"model_name", "m\"q"}}), 2);
-  r.Observe("strata:h", Labels({{"model_name", "m"}}), 1.5);
-  r.Observe("strata:h", Labels({{"model_name", "m"}}), 5);
-  std::string t = r.Render();
-  EXPECT_NE(t.find("# TYPE strata:x_total counter\n"), std::string::npos) << t;
-  EXPECT_NE(t.find("strata:x_total{model_name=\"m\\\"q\"} 2\n"), std::string::npos) << t;
-  EXPECT_NE(t.find("strata:h_bucket{model_name=\"m\",le=\"1\"} 0\n"), std::string::npos) << t;
-  EXPECT_NE(t.find("strata:h_bucket{model_name=\"m\",le=\"2\"} 1\n"), std::string::npos) << t;
-  EXPECT_NE(t.find("strata:h_bucket{model_name=\"m\",le=\"+Inf\"} 2\n"), std::string::npos) << t;
-  EXPECT_NE(t.find("strata:h_sum{model_name=\"m\"} 6.5\n"), std::string::npos) << t;
-}
-
 TEST(LoadingResponse, HealthIsUpEverythingElse503) {
   HttpRequest r;
   r.path = "/health";
@@ -83,25 +63,6 @@ TEST(LoadingResponse, HealthIsUpEverythingElse503) {
     r.path = p;
     EXPECT_EQ(LoadingResponse(r).status, 503) << p;
   }
-}
-
-TEST(ParseHttpRequest, LimitsAndFields) {
-  HttpServerOptions o;
-  o.max_body_bytes = 10;
-  auto r = ParseHttpRequest("POST /v1/x?a=b HTTP/1.1\r\nHost: h\r\nX-Strata-Tier: Gold\r\nContent-Length: 2\r\n\r\n{}", o);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->method, "POST");
-  EXPECT_EQ(r->path, "/v1/x");
-  EXPECT_EQ(r->query, "a=b");
-  EXPECT_EQ(r->Header("x-strata-tier"), "Gold");
-  EXPECT_EQ(r->body, "{}");
-  auto big = ParseHttpRequest("POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\n01234567890", o);
-  EXPECT_EQ(big.status().code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(ParseHttpRequest("NOT HTTP\r\n\r\n", o).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_FALSE(ParseHttpRequest("GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\nab", o).ok());  // incomplete
-  o.max_header_bytes = 64;
-  auto hdr = ParseHttpRequest("GET / HTTP/1.1\r\nX: " + std::string(200, 'a') + "\r\n\r\n", o);
-  EXPECT_EQ(hdr.status().code(), StatusCode::kOutOfRange);
 }
 
 // ---------------------------------------------------------------------------------------------

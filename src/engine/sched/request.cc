@@ -75,16 +75,34 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
 }
 
 void RequestStream::Push(const TokenEvent& ev) {
+  bool was_empty = false;
   {
     std::lock_guard lk(mu_);
     if (head_ == buf_.size()) {  // drained: reuse from the start
       buf_.clear();
       head_ = 0;
+      was_empty = true;
     }
     buf_.push_back(ev);
     if (ev.finish != FinishReason::kNone) ++finished_;
   }
   cv_.notify_all();
+  if (was_empty) {
+    std::lock_guard lk(notify_mu_);
+    if (notify_) notify_();
+  }
+}
+
+void RequestStream::SetNotify(std::function<void()> notify) {
+  std::lock_guard lk(notify_mu_);
+  notify_ = std::move(notify);
+  bool waiting = false;
+  {
+    std::lock_guard data_lk(mu_);
+    waiting = head_ < buf_.size();
+  }
+  // Events pushed before the callback was there: announce them now.
+  if (waiting && notify_) notify_();
 }
 
 std::optional<TokenEvent> RequestStream::PopLocked() {

@@ -11,6 +11,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -86,6 +87,14 @@ struct TokenEvent {
 
 // A request's event stream. The engine pushes; callers pop. The stream is complete once every one
 // of the n completions has delivered its terminal event and all events were popped.
+//
+// Push notification (instead of polling): SetNotify installs a callback that runs whenever the
+// stream goes from empty to non-empty (once per batch of events the consumer has not popped yet),
+// and once at once if events are already waiting. The consumer pops with TryNext until nullopt;
+// the next Push after that calls the callback again, so no event is ever left unannounced. The
+// callback runs on the pushing thread (the engine's) while a notify lock is held: it must only
+// hand work over (post it to an I/O thread), never call back into this stream. After
+// SetNotify(nullptr) returns, the old callback is not running and never runs again.
 class RequestStream {
  public:
   RequestStream(RequestId id, int n) : id_(id), n_(n) {}
@@ -100,6 +109,9 @@ class RequestStream {
   // Drains every event until complete (blocking).
   std::vector<TokenEvent> DrainAll();
 
+  // Consumer side: see the class comment. nullptr removes the callback.
+  void SetNotify(std::function<void()> notify);
+
   // Engine side.
   void Push(const TokenEvent& ev);
 
@@ -113,6 +125,8 @@ class RequestStream {
   std::vector<TokenEvent> buf_;  // [head_, size) not yet popped; reset when drained (keeps capacity)
   size_t head_ = 0;
   int finished_ = 0;
+  std::mutex notify_mu_;           // lock order: notify_mu_, then mu_ (Push never holds both)
+  std::function<void()> notify_;   // guarded by notify_mu_
 };
 
 }  // namespace strata::engine::sched

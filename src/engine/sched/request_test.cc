@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 namespace strata::engine::sched {
@@ -104,6 +106,68 @@ TEST(RequestStream, CompletesAfterNTerminalEvents) {
   EXPECT_EQ(ev->index, 1);
   EXPECT_TRUE(s.complete());
   EXPECT_FALSE(s.Next().has_value());  // complete: returns at once
+}
+
+TEST(RequestStream, NotifyOncePerBatchOnEmptyToNonEmpty) {
+  RequestStream s(7, 1);
+  int calls = 0;
+  TokenEvent ev;
+  ev.token = 1;
+  s.Push(ev);  // before a callback: announced when it is set
+  s.SetNotify([&] { ++calls; });
+  EXPECT_EQ(calls, 1);
+  s.Push(ev);  // not popped yet: same batch, no new call
+  EXPECT_EQ(calls, 1);
+  int popped = 0;
+  while (s.TryNext()) ++popped;
+  EXPECT_EQ(popped, 2);
+  s.Push(ev);  // empty -> non-empty again
+  s.Push(ev);
+  EXPECT_EQ(calls, 2);
+  while (s.TryNext()) {
+  }
+  s.SetNotify(nullptr);
+  s.Push(ev);
+  EXPECT_EQ(calls, 2);
+  s.SetNotify([&] { ++calls; });  // an event waits: announced at once
+  EXPECT_EQ(calls, 3);
+}
+
+TEST(RequestStream, NoEventIsLeftUnannouncedAcrossThreads) {
+  constexpr int kEvents = 20000;
+  RequestStream s(8, 1);
+  std::mutex mu;
+  std::condition_variable cv;
+  int wakeups = 0;
+  s.SetNotify([&] {
+    std::lock_guard lk(mu);
+    ++wakeups;
+    cv.notify_one();
+  });
+  std::thread producer([&] {
+    TokenEvent ev;
+    for (int i = 0; i < kEvents; ++i) {
+      ev.token = i;
+      if (i == kEvents - 1) ev.finish = FinishReason::kLength;
+      s.Push(ev);
+    }
+  });
+  int seen = 0, handled = 0;
+  while (seen < kEvents) {
+    {
+      std::unique_lock lk(mu);
+      // Only a notification may wake the consumer: a lost one would hang here (test timeout).
+      cv.wait(lk, [&] { return wakeups > handled; });
+      handled = wakeups;
+    }
+    while (auto e = s.TryNext()) {
+      EXPECT_EQ(e->token, seen);
+      ++seen;
+    }
+  }
+  producer.join();
+  EXPECT_TRUE(s.complete());
+  EXPECT_LE(wakeups, kEvents);
 }
 
 }  // namespace

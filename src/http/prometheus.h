@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace strata::server {
+namespace strata::http {
 
 // `k="v",k2="v2"` with values escaped as the exposition format requires.
 std::string Labels(std::initializer_list<std::pair<std::string_view, std::string_view>> kv);
@@ -19,8 +19,8 @@ class MetricsRegistry {
   enum class Type { kCounter, kGauge, kHistogram };
   // Declares a family (call once per name, before use). Buckets are upper bounds (histograms only).
   void Declare(std::string name, Type type, std::string help, std::vector<double> buckets = {});
-  void Add(std::string_view name, const std::string& labels, double v);   // counter += v
-  void Set(std::string_view name, const std::string& labels, double v);   // gauge / counter = v
+  void Add(std::string_view name, const std::string& labels, double v);  // counter += v
+  void Set(std::string_view name, const std::string& labels, double v);  // gauge / counter = v
   void Observe(std::string_view name, const std::string& labels, double v);
   std::string Render() const;
 
@@ -42,4 +42,4 @@ class MetricsRegistry {
   std::map<std::string, Family, std::less<>> families_;
 };
 
-}  // namespace strata::server
+}  // namespace strata::http

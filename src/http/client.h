@@ -6,7 +6,7 @@
 // connection before any response byte arrived (the server closed it while idle) is retried once on
 // a fresh connection.
 // Streaming: the response body (chunked or not) is handed to `on_body` as it arrives, in pieces of
-// any size; SSE framing is the caller's job (bench/sse.h).
+// any size; SSE framing is the caller's job (http/sse.h).
 // Timeouts: every operation of a request runs under one deadline; past it the socket is closed and
 // the request fails with "timeout".
 // Errors: never thrown; HttpResult.status holds the first transport error (connection refused,
@@ -14,23 +14,25 @@
 // Only plain http:// URLs are supported (no TLS).
 #pragma once
 
-#include <chrono>
-#include <functional>
-#include <memory>
-#include <string>
-#include <string_view>
-#include <utility>  // std::exchange, used by Boost 1.74's awaitable.hpp
-#include <vector>
+// clang-format off
+#include <utility>  // std::exchange, used by Boost 1.74's awaitable.hpp: must come before it
+// clang-format on
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "base/status.h"
 
-namespace strata::bench {
+namespace strata::http {
 
 struct Url {
   std::string host;
@@ -42,9 +44,9 @@ struct Url {
 Result<Url> ParseUrl(std::string_view url);
 
 struct HttpResult {
-  Status status;              // transport result
-  int http_status = 0;        // 0 when no response header arrived
-  std::string error_body;     // the first 4 KiB of a non-2xx body
+  Status status;           // transport result
+  int http_status = 0;     // 0 when no response header arrived
+  std::string error_body;  // the first 4 KiB of a non-2xx body
 };
 
 class HttpClient {
@@ -71,8 +73,9 @@ class HttpClient {
     boost::beast::tcp_stream stream;
     boost::beast::flat_buffer buffer;
   };
-  boost::asio::awaitable<HttpResult> Once(Conn& conn, bool reused, const std::string& method, const std::string& path,
-                                          const std::string& body, Clock::time_point deadline, const BodySink& on_body,
+  boost::asio::awaitable<HttpResult> Once(Conn& conn, bool reused, const std::string& method,
+                                          const std::string& path, const std::string& body,
+                                          Clock::time_point deadline, const BodySink& on_body,
                                           bool* retry, bool* keep);
 
   boost::asio::io_context& io_;
@@ -83,4 +86,4 @@ class HttpClient {
   std::vector<boost::asio::ip::tcp::endpoint> endpoints_;
 };
 
-}  // namespace strata::bench
+}  // namespace strata::http

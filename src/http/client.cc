@@ -1,15 +1,15 @@
-#include "bench/http_client.h"
+#include "http/client.h"
 
-#include <cstdint>
-#include <limits>
+#include <fmt/format.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
+#include <cstdint>
+#include <limits>
 
-namespace strata::bench {
+namespace strata::http {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -21,7 +21,8 @@ std::string Url::ToString() const { return fmt::format("http://{}:{}{}", host, p
 Result<Url> ParseUrl(std::string_view s) {
   constexpr std::string_view kScheme = "http://";
   if (s.substr(0, kScheme.size()) != kScheme)
-    return Status::InvalidArgument(fmt::format("--base-url '{}': only http:// URLs are supported", s));
+    return Status::InvalidArgument(
+        fmt::format("--base-url '{}': only http:// URLs are supported", s));
   s.remove_prefix(kScheme.size());
   size_t slash = s.find('/');
   std::string_view authority = s.substr(0, slash);
@@ -33,7 +34,8 @@ Result<Url> ParseUrl(std::string_view s) {
   if (authority.empty()) return Status::InvalidArgument("--base-url: missing host");
   if (authority.front() == '[') {  // [v6]:port
     size_t close = authority.find(']');
-    if (close == std::string_view::npos) return Status::InvalidArgument("--base-url: unterminated [IPv6] host");
+    if (close == std::string_view::npos)
+      return Status::InvalidArgument("--base-url: unterminated [IPv6] host");
     u.host = std::string(authority.substr(1, close - 1));
     authority.remove_prefix(close + 1);
     if (!authority.empty()) {
@@ -46,8 +48,9 @@ Result<Url> ParseUrl(std::string_view s) {
     if (colon != std::string_view::npos) u.port = std::string(authority.substr(colon + 1));
   }
   if (u.host.empty()) return Status::InvalidArgument("--base-url: missing host");
-  if (u.port.empty() || u.port.size() > 5 || u.port.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoi(u.port) < 1 || std::stoi(u.port) > 65535)
+  if (u.port.empty() || u.port.size() > 5 ||
+      u.port.find_first_not_of("0123456789") != std::string::npos || std::stoi(u.port) < 1 ||
+      std::stoi(u.port) > 65535)
     return Status::InvalidArgument(fmt::format("--base-url: bad port '{}'", u.port));
   return u;
 }
@@ -71,8 +74,9 @@ std::string Describe(const beast::error_code& ec) {
 }
 }  // namespace
 
-asio::awaitable<HttpResult> HttpClient::Request(std::string method, std::string path, std::string body,
-                                                Clock::time_point deadline, BodySink on_body) {
+asio::awaitable<HttpResult> HttpClient::Request(std::string method, std::string path,
+                                                std::string body, Clock::time_point deadline,
+                                                BodySink on_body) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::unique_ptr<Conn> conn;
     bool reused = false;
@@ -85,17 +89,24 @@ asio::awaitable<HttpResult> HttpClient::Request(std::string method, std::string 
       beast::error_code ec;
       if (!resolved_) {
         tcp::resolver resolver(io_);
-        auto results = co_await resolver.async_resolve(url_.host, url_.port, asio::redirect_error(asio::use_awaitable, ec));
-        if (ec) co_return Fail(Status::Unavailable(fmt::format("resolve {}: {}", url_.host, ec.message())));
+        auto results = co_await resolver.async_resolve(
+            url_.host, url_.port, asio::redirect_error(asio::use_awaitable, ec));
+        if (ec)
+          co_return Fail(
+              Status::Unavailable(fmt::format("resolve {}: {}", url_.host, ec.message())));
         for (const auto& r : results) endpoints_.push_back(r.endpoint());
         resolved_ = true;
       }
       conn->stream.expires_at(deadline);
-      co_await conn->stream.async_connect(endpoints_, asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) co_return Fail(Status::Unavailable(fmt::format("connect {}: {}", url_.ToString(), Describe(ec))));
+      co_await conn->stream.async_connect(endpoints_,
+                                          asio::redirect_error(asio::use_awaitable, ec));
+      if (ec)
+        co_return Fail(
+            Status::Unavailable(fmt::format("connect {}: {}", url_.ToString(), Describe(ec))));
     }
     bool retry = false, keep = false;
-    HttpResult r = co_await Once(*conn, reused, method, path, body, deadline, on_body, &retry, &keep);
+    HttpResult r =
+        co_await Once(*conn, reused, method, path, body, deadline, on_body, &retry, &keep);
     if (retry && attempt == 0) continue;
     if (keep) idle_.push_back(std::move(conn));
     co_return r;
@@ -103,13 +114,15 @@ asio::awaitable<HttpResult> HttpClient::Request(std::string method, std::string 
   co_return Fail(Status::Internal("unreachable"));
 }
 
-asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std::string& method, const std::string& path,
-                                             const std::string& body, Clock::time_point deadline, const BodySink& on_body,
+asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std::string& method,
+                                             const std::string& path, const std::string& body,
+                                             Clock::time_point deadline, const BodySink& on_body,
                                              bool* retry, bool* keep) {
   HttpResult out;
   beast::error_code ec;
   conn.stream.expires_at(deadline);
-  http::request<http::string_body> req{method == "GET" ? http::verb::get : http::verb::post, url_.path_prefix + path, 11};
+  http::request<http::string_body> req{method == "GET" ? http::verb::get : http::verb::post,
+                                       url_.path_prefix + path, 11};
   req.set(http::field::host, url_.host + ":" + url_.port);
   req.set(http::field::user_agent, "strata-bench");
   req.keep_alive(true);
@@ -127,9 +140,11 @@ asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std:
     co_return out;
   }
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // streams are bounded by the deadline
+  parser.body_limit(
+      std::numeric_limits<std::uint64_t>::max());  // streams are bounded by the deadline
   parser.header_limit(64 * 1024);
-  co_await http::async_read_header(conn.stream, conn.buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+  co_await http::async_read_header(conn.stream, conn.buffer, parser,
+                                   asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
     *retry = reused && ec != beast::error::timeout;
     out.status = Status::Unavailable(fmt::format("reading the response header: {}", Describe(ec)));
@@ -141,7 +156,8 @@ asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std:
   while (!parser.is_done()) {
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof(chunk);
-    co_await http::async_read_some(conn.stream, conn.buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+    co_await http::async_read_some(conn.stream, conn.buffer, parser,
+                                   asio::redirect_error(asio::use_awaitable, ec));
     if (ec == http::error::need_buffer) ec = {};
     size_t n = sizeof(chunk) - parser.get().body().size;
     if (n > 0) {
@@ -166,4 +182,4 @@ asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std:
   co_return out;
 }
 
-}  // namespace strata::bench
+}  // namespace strata::http

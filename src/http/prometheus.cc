@@ -1,10 +1,10 @@
-#include "server/metrics.h"
-
-#include <cmath>
+#include "http/prometheus.h"
 
 #include <fmt/format.h>
 
-namespace strata::server {
+#include <cmath>
+
+namespace strata::http {
 
 std::string Labels(std::initializer_list<std::pair<std::string_view, std::string_view>> kv) {
   std::string out;
@@ -13,17 +13,22 @@ std::string Labels(std::initializer_list<std::pair<std::string_view, std::string
     out += k;
     out += "=\"";
     for (char c : v) {
-      if (c == '\\') out += "\\\\";
-      else if (c == '"') out += "\\\"";
-      else if (c == '\n') out += "\\n";
-      else out += c;
+      if (c == '\\')
+        out += "\\\\";
+      else if (c == '"')
+        out += "\\\"";
+      else if (c == '\n')
+        out += "\\n";
+      else
+        out += c;
     }
     out += '"';
   }
   return out;
 }
 
-void MetricsRegistry::Declare(std::string name, Type type, std::string help, std::vector<double> buckets) {
+void MetricsRegistry::Declare(std::string name, Type type, std::string help,
+                              std::vector<double> buckets) {
   std::lock_guard<std::mutex> lock(mu_);
   Family& f = families_[std::move(name)];
   f.type = type;
@@ -77,7 +82,9 @@ std::string MetricsRegistry::Render() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
   for (const auto& [name, f] : families_) {
-    const char* type = f.type == Type::kCounter ? "counter" : f.type == Type::kGauge ? "gauge" : "histogram";
+    const char* type = f.type == Type::kCounter ? "counter"
+                       : f.type == Type::kGauge ? "gauge"
+                                                : "histogram";
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, f.help, name, type);
     for (const auto& [labels, s] : f.series) {
       std::string braces = labels.empty() ? "" : "{" + labels + "}";
@@ -88,13 +95,15 @@ std::string MetricsRegistry::Render() const {
       uint64_t cum = 0;
       for (size_t i = 0; i < f.buckets.size(); ++i) {
         cum += i < s.bucket_counts.size() ? s.bucket_counts[i] : 0;
-        out += fmt::format("{}_bucket{} {}\n", name, With(labels, "le=\"" + Num(f.buckets[i]) + "\""), cum);
+        out += fmt::format("{}_bucket{} {}\n", name,
+                           With(labels, "le=\"" + Num(f.buckets[i]) + "\""), cum);
       }
       out += fmt::format("{}_bucket{} {}\n", name, With(labels, "le=\"+Inf\""), s.count);
-      out += fmt::format("{}_sum{} {}\n{}_count{} {}\n", name, braces, Num(s.sum), name, braces, s.count);
+      out += fmt::format("{}_sum{} {}\n{}_count{} {}\n", name, braces, Num(s.sum), name, braces,
+                         s.count);
     }
   }
   return out;
 }
 
-}  // namespace strata::server
+}  // namespace strata::http

@@ -3,13 +3,15 @@
 // Shape: one acceptor and a fixed pool of I/O threads running one io_context; each connection is a
 // Session bound to its own strand (no thread per connection). A connection serves one request at a
 // time (keep-alive; pipelined bytes are buffered and served after the current response).
-// Limits: header bytes (431), body bytes (413), idle keep-alive timeout (time to the first byte of a
-// request's header), read timeout (the rest of the request). Both close the connection.
+// Limits: header bytes (431), body bytes (413), idle keep-alive timeout (time to the first byte of
+// a request's header), read timeout (the rest of the request). Both close the connection.
 // Responses: a handler receives the parsed request and a Responder. It answers exactly once, either
 // with Respond() (a complete response) or with Begin() + any number of Write() + End() (a chunked
 // stream, used for SSE). The Responder may be used from any thread; calls are posted to the
 // connection's strand. If the client goes away before the response ended, the callback set with
 // OnClose() runs once (from an I/O thread) — that is how a disconnect becomes a cancellation.
+// Post() runs work on the connection's strand: a producer on another thread (the engine) wakes the
+// I/O side with it, and the work is serialized with everything else of that connection.
 //
 // Ownership: HttpServer owns its threads and sessions; the handler must outlive Stop().
 // Thread contract: Start/Stop/StopAccepting from one controlling thread; the handler is called
@@ -29,15 +31,15 @@
 
 #include "base/status.h"
 
-namespace strata::server {
+namespace strata::http {
 
 struct HttpRequest {
-  std::string method;   // "GET", "POST", ...
-  std::string path;     // target without the query string
-  std::string query;    // after '?', may be empty
+  std::string method;                                        // "GET", "POST", ...
+  std::string path;                                          // target without the query string
+  std::string query;                                         // after '?', may be empty
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
   std::string body;
-  std::string peer;     // "ip:port"
+  std::string peer;  // "ip:port"
 
   // First header with this (lower-case) name, or "" when absent.
   std::string_view Header(std::string_view lower_name) const;
@@ -56,7 +58,8 @@ class Responder {
   // A complete response. Ignored after the response has started.
   virtual void Respond(HttpResponse r) = 0;
   // Starts a chunked response (status 200 + these headers), then chunks, then the end.
-  virtual void Begin(std::string content_type, std::vector<std::pair<std::string, std::string>> headers) = 0;
+  virtual void Begin(std::string content_type,
+                     std::vector<std::pair<std::string, std::string>> headers) = 0;
   virtual void Write(std::string chunk) = 0;
   virtual void End() = 0;
   // `cb` runs once if the client disconnects before the response has been fully written.
@@ -64,6 +67,9 @@ class Responder {
   virtual void OnClose(std::function<void()> cb) = 0;
   // Whether the client is known to be gone.
   virtual bool closed() const = 0;
+  // Runs `fn` on the connection's strand (an I/O thread), after the calls made before it from the
+  // same thread. Never inline; never after the server stopped.
+  virtual void Post(std::function<void()> fn) = 0;
 };
 
 using Handler = std::function<void(HttpRequest req, std::shared_ptr<Responder> out)>;
@@ -72,21 +78,22 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;  // 0: pick a free port (see HttpServer::port())
   int io_threads = 2;
-  uint64_t max_body_bytes = 4u << 20;   // 413 above
-  uint32_t max_header_bytes = 16 << 10; // 431 above
+  uint64_t max_body_bytes = 4u << 20;             // 413 above
+  uint32_t max_header_bytes = 16 << 10;           // 431 above
   std::chrono::milliseconds idle_timeout{60000};  // keep-alive: waiting for a request to start
   std::chrono::milliseconds read_timeout{30000};  // reading one request after it started
-  int max_connections = 4096;                      // further connections are closed at once
+  int max_connections = 4096;                     // further connections are closed at once
 };
 
 // Parses one complete request from `bytes` with the server's limits (what a Session does with the
-// bytes of a connection). InvalidArgument for malformed or incomplete input, OutOfRange for the header
-// (431) or body (413) limits. For tests and the fuzz target.
+// bytes of a connection). InvalidArgument for malformed or incomplete input, OutOfRange for the
+// header (431) or body (413) limits. For tests and the fuzz target.
 Result<HttpRequest> ParseHttpRequest(std::string_view bytes, const HttpServerOptions& options);
 
 class HttpServer {
  public:
-  static Result<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options, Handler handler);
+  static Result<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
+                                                   Handler handler);
   ~HttpServer();  // Stop()
 
   uint16_t port() const { return port_; }
@@ -112,4 +119,4 @@ class HttpServer {
   std::atomic<int> active_responses_{0};
 };
 
-}  // namespace strata::server
+}  // namespace strata::http

@@ -1,14 +1,15 @@
-#include "bench/sse.h"
+#include "http/sse.h"
 
 #include <gtest/gtest.h>
 
-namespace strata::bench {
+namespace strata::http {
 namespace {
 
 std::vector<std::string> FeedInPieces(const std::string& s, size_t piece) {
   SseParser p;
   std::vector<std::string> ev;
-  for (size_t i = 0; i < s.size(); i += piece) EXPECT_TRUE(p.Feed(std::string_view(s).substr(i, piece), &ev).ok());
+  for (size_t i = 0; i < s.size(); i += piece)
+    EXPECT_TRUE(p.Feed(std::string_view(s).substr(i, piece), &ev).ok());
   return ev;
 }
 
@@ -21,8 +22,10 @@ TEST(Sse, EventsIdenticalForEverySplit) {
       "data: line1\ndata: line2\n\n"
       "id: 7\n\n"
       "data: [DONE]\r\r";
-  const std::vector<std::string> want = {"{\"a\":1}", "{\"text\":\"h\xC3\xA9llo\"}", "no-space", "line1\nline2", "[DONE]"};
-  for (size_t piece = 1; piece <= stream.size(); ++piece) EXPECT_EQ(FeedInPieces(stream, piece), want) << "piece " << piece;
+  const std::vector<std::string> want = {"{\"a\":1}", "{\"text\":\"h\xC3\xA9llo\"}", "no-space",
+                                         "line1\nline2", "[DONE]"};
+  for (size_t piece = 1; piece <= stream.size(); ++piece)
+    EXPECT_EQ(FeedInPieces(stream, piece), want) << "piece " << piece;
   // Every two-way split point.
   for (size_t cut = 0; cut <= stream.size(); ++cut) {
     SseParser p;
@@ -51,4 +54,4 @@ TEST(Sse, OverlongLineIsAnError) {
 }
 
 }  // namespace
-}  // namespace strata::bench
+}  // namespace strata::http

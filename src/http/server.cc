@@ -1,16 +1,18 @@
-#include "server/http_server.h"
+#include "http/server.h"
+
+#include <fmt/format.h>
 
 #include <array>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <deque>
 #include <optional>
 #include <thread>
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <fmt/format.h>
+#include "http/openai_error.h"
 
-namespace strata::server {
+namespace strata::http {
 namespace {
 
 namespace asio = boost::asio;
@@ -30,11 +32,6 @@ std::string ReasonPhrase(int status) {
   return r.empty() ? std::string("Unknown") : std::string(r);
 }
 
-std::string ErrorJson(std::string_view message, std::string_view type, std::string_view code) {
-  // Small fixed messages only (no escaping needed beyond what we write here).
-  return fmt::format(R"({{"error":{{"message":"{}","type":"{}","param":null,"code":"{}"}}}})", message, type, code);
-}
-
 HttpRequest ToHttpRequest(http::request<http::string_body>& msg) {
   HttpRequest req;
   req.method = std::string(msg.method_string().data(), msg.method_string().size());
@@ -43,8 +40,9 @@ HttpRequest ToHttpRequest(http::request<http::string_body>& msg) {
   req.path = std::string(target.substr(0, q));
   if (q != std::string_view::npos) req.query = std::string(target.substr(q + 1));
   for (const auto& f : msg)
-    req.headers.emplace_back(Lower(std::string_view(f.name_string().data(), f.name_string().size())),
-                             std::string(f.value().data(), f.value().size()));
+    req.headers.emplace_back(
+        Lower(std::string_view(f.name_string().data(), f.name_string().size())),
+        std::string(f.value().data(), f.value().size()));
   req.body = std::move(msg.body());
   return req;
 }
@@ -61,7 +59,8 @@ Result<HttpRequest> ParseHttpRequest(std::string_view bytes, const HttpServerOpt
   (void)used;
   if (ec == http::error::header_limit) return Status::OutOfRange("request header fields too large");
   if (ec == http::error::body_limit) return Status::OutOfRange("request body too large");
-  if (ec && ec != http::error::need_more) return Status::InvalidArgument("malformed request: " + ec.message());
+  if (ec && ec != http::error::need_more)
+    return Status::InvalidArgument("malformed request: " + ec.message());
   if (!parser.is_done()) {
     parser.put_eof(ec);
     if (ec || !parser.is_done()) return Status::InvalidArgument("incomplete request");
@@ -117,7 +116,8 @@ class Session : public std::enable_shared_from_this<Session> {
     ended_ = true;
     Enqueue(std::move(head));
   }
-  void Begin(uint64_t serial, std::string content_type, std::vector<std::pair<std::string, std::string>> headers) {
+  void Begin(uint64_t serial, std::string content_type,
+             std::vector<std::pair<std::string, std::string>> headers) {
     if (serial != serial_ || started_ || closed_) return;
     started_ = true;
     std::string head = Head(200, content_type, headers);
@@ -152,8 +152,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string Head(int status, const std::string& content_type,
                    const std::vector<std::pair<std::string, std::string>>& headers) {
     if (impl_->stopped.load()) keep_alive_ = false;
-    std::string h = fmt::format("HTTP/1.1 {} {}\r\nServer: strata\r\nContent-Type: {}\r\nConnection: {}\r\n", status,
-                                ReasonPhrase(status), content_type, keep_alive_ ? "keep-alive" : "close");
+    std::string h = fmt::format(
+        "HTTP/1.1 {} {}\r\nServer: strata\r\nContent-Type: {}\r\nConnection: {}\r\n", status,
+        ReasonPhrase(status), content_type, keep_alive_ ? "keep-alive" : "close");
     for (const auto& [k, v] : headers) h += k + ": " + v + "\r\n";
     return h;
   }
@@ -164,16 +165,19 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(impl_->opt.max_body_bytes);
     parser_->header_limit(impl_->opt.max_header_bytes);
     stream_.expires_after(impl_->opt.idle_timeout);
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
 
   void OnHeader(beast::error_code ec) {
-    if (ec == http::error::header_limit) return SendErrorAndClose(431, "request header fields too large");
+    if (ec == http::error::header_limit)
+      return SendErrorAndClose(431, "request header fields too large");
     if (ec == http::error::body_limit) return SendErrorAndClose(413, "request body too large");
     if (ec) return Close();
     auto len = parser_->content_length();
-    if (len && *len > impl_->opt.max_body_bytes) return SendErrorAndClose(413, "request body too large");
+    if (len && *len > impl_->opt.max_body_bytes)
+      return SendErrorAndClose(413, "request body too large");
     stream_.expires_after(impl_->opt.read_timeout);
     auto expect = parser_->get()[http::field::expect];
     if (beast::iequals(expect, "100-continue") && !parser_->is_done()) {
@@ -189,8 +193,9 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void ReadBody() {
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec2, size_t) { self->OnRead(ec2); });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec2, size_t) { self->OnRead(ec2); });
   }
 
   void OnRead(beast::error_code ec) {
@@ -215,8 +220,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // While a response is in progress, keep one read pending so a disconnect is noticed at once.
   void Watch() {
     watching_ = true;
-    stream_.socket().async_read_some(asio::buffer(watch_buf_),
-                                     [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnWatch(ec, n); });
+    stream_.socket().async_read_some(
+        asio::buffer(watch_buf_),
+        [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnWatch(ec, n); });
   }
   void OnWatch(beast::error_code ec, size_t n) {
     watching_ = false;
@@ -247,8 +253,9 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   void DoWrite() {
     writing_ = true;
-    asio::async_write(stream_.socket(), asio::buffer(outq_.front()),
-                      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+    asio::async_write(
+        stream_.socket(), asio::buffer(outq_.front()),
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
   }
   void OnWrite(beast::error_code ec) {
     writing_ = false;
@@ -280,7 +287,7 @@ class Session : public std::enable_shared_from_this<Session> {
     keep_alive_ = false;
     ++serial_;
     started_ = ended_ = false;
-    std::string body = ErrorJson(message, "invalid_request_error", std::to_string(status));
+    std::string body = ErrorResponse(status, message).body;
     std::string head = Head(status, "application/json", {});
     head += fmt::format("Content-Length: {}\r\n\r\n", body.size());
     head += body;
@@ -320,25 +327,33 @@ namespace {
 
 class SessionResponder final : public Responder {
  public:
-  SessionResponder(std::shared_ptr<Session> s, uint64_t serial) : s_(std::move(s)), serial_(serial) {}
+  SessionResponder(std::shared_ptr<Session> s, uint64_t serial)
+      : s_(std::move(s)), serial_(serial) {}
   void Respond(HttpResponse r) override {
-    asio::post(s_->executor(), [s = s_, n = serial_, r = std::move(r)]() mutable { s->Respond(n, std::move(r)); });
+    asio::post(s_->executor(),
+               [s = s_, n = serial_, r = std::move(r)]() mutable { s->Respond(n, std::move(r)); });
   }
   void Begin(std::string ct, std::vector<std::pair<std::string, std::string>> h) override {
-    asio::post(s_->executor(), [s = s_, n = serial_, ct = std::move(ct), h = std::move(h)]() mutable {
-      s->Begin(n, std::move(ct), std::move(h));
-    });
+    asio::post(s_->executor(),
+               [s = s_, n = serial_, ct = std::move(ct), h = std::move(h)]() mutable {
+                 s->Begin(n, std::move(ct), std::move(h));
+               });
   }
   void Write(std::string chunk) override {
-    asio::post(s_->executor(), [s = s_, n = serial_, c = std::move(chunk)]() mutable { s->Write(n, std::move(c)); });
+    asio::post(s_->executor(), [s = s_, n = serial_, c = std::move(chunk)]() mutable {
+      s->Write(n, std::move(c));
+    });
   }
   void End() override {
     asio::post(s_->executor(), [s = s_, n = serial_] { s->End(n); });
   }
   void OnClose(std::function<void()> cb) override {
-    asio::post(s_->executor(), [s = s_, n = serial_, cb = std::move(cb)]() mutable { s->SetOnClose(n, std::move(cb)); });
+    asio::post(s_->executor(), [s = s_, n = serial_, cb = std::move(cb)]() mutable {
+      s->SetOnClose(n, std::move(cb));
+    });
   }
   bool closed() const override { return s_->closed_flag.load(); }
+  void Post(std::function<void()> fn) override { asio::post(s_->executor(), std::move(fn)); }
 
  private:
   std::shared_ptr<Session> s_;
@@ -365,7 +380,8 @@ void HttpServer::Impl::DoAccept() {
   });
 }
 
-Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options, Handler handler) {
+Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
+                                                      Handler handler) {
   if (options.io_threads < 1 || options.io_threads > 256)
     return Status::InvalidArgument("io_threads: must be in [1, 256]");
   std::unique_ptr<HttpServer> s(new HttpServer());
@@ -383,10 +399,13 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
   if (!ec) impl.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) impl.acceptor.bind(ep, ec);
   if (!ec) impl.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return Status::IoError(fmt::format("cannot listen on {}:{}: {}", options.host, options.port, ec.message()));
+  if (ec)
+    return Status::IoError(
+        fmt::format("cannot listen on {}:{}: {}", options.host, options.port, ec.message()));
   s->port_ = impl.acceptor.local_endpoint().port();
   impl.DoAccept();
-  for (int i = 0; i < options.io_threads; ++i) impl.threads.emplace_back([&impl] { impl.ioc.run(); });
+  for (int i = 0; i < options.io_threads; ++i)
+    impl.threads.emplace_back([&impl] { impl.ioc.run(); });
   return s;
 }
 
@@ -412,4 +431,4 @@ HttpServer::~HttpServer() {
   impl_.reset();  // destroys pending sessions while the counters still exist
 }
 
-}  // namespace strata::server
+}  // namespace strata::http

@@ -1,0 +1,42 @@
+// Helpers shared by api.cc and generate.cc (the two halves of Api); not part of the module's API.
+// Thread contract: pure functions.
+#pragma once
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "http/openai_error.h"
+#include "http/server.h"
+
+namespace strata::server {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+inline double Seconds(SteadyTime a, SteadyTime b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+inline std::string Dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+inline http::HttpResponse JsonResponse(int status, const nlohmann::json& j) {
+  http::HttpResponse r;
+  r.status = status;
+  r.body = Dump(j);
+  return r;
+}
+
+inline http::HttpResponse Error(int status, std::string_view message, std::string_view param = {}) {
+  return http::ErrorResponse(status, message, param);
+}
+
+// A Status from the engine (Submit, the embedder). SubmitRequest::Validate's contract is that an
+// InvalidArgument names the engine's field first ("max_tokens: ..."); the few fields a client sets
+// map onto their OpenAI `param` here, by name, at this one boundary (a Status carries no field).
+http::HttpResponse FromEngineStatus(const Status& s);
+
+}  // namespace strata::server
