@@ -341,6 +341,79 @@ TEST_P(RunnerTest, DecodeMatchesContextExactlyWithF32Kv) {
   }
 }
 
+// want_hidden (embeddings): the final-normed hidden row of every token of the chunk. Chunked ==
+// one shot bit for bit for every KV dtype, also mixed into batches with logits-only sequences and
+// with logits asked on the same entry; with F32 KV equal to model::Context's hidden rows.
+TEST_P(RunnerTest, HiddenRowsChunkAndBatchInvariant) {
+  const size_t kLen = 45;
+  const size_t dim = static_cast<size_t>(model().config().dim);
+  const auto prompt = Prompt(kLen, static_cast<int>(n_vocab_), 31);
+  const auto other = Prompt(20, static_cast<int>(n_vocab_), 32);
+  ASSERT_EQ(CpuModelRunner(model(), nullptr, nullptr).hidden_dim(), static_cast<int>(dim));
+  model::Context ctx(model(), 128, nullptr);
+  ASSERT_TRUE(ctx.Eval(prompt, /*all_logits=*/true).ok());
+  const std::vector<float> ctx_hidden(ctx.last_hidden().begin(), ctx.last_hidden().end());
+  ASSERT_EQ(ctx_hidden.size(), kLen * dim);
+  ThreadPool pool(2);
+  for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kQ8_0}) {
+    SCOPED_TRACE(std::string(kv::KvDTypeName(dtype)));
+    const std::vector<int32_t> blocks = {5, 2, 7}, other_blocks = {1, 4};
+    std::vector<float> one_shot, one_shot_logits;
+    {
+      auto storage = MakeStorage(model(), dtype, 8);
+      CpuModelRunner runner(model(), storage.get(), nullptr);
+      BatchSeq b{1, prompt, 0, blocks, true, true};
+      ASSERT_TRUE(runner.Run(std::span<const BatchSeq>(&b, 1), &one_shot_logits, &one_shot).ok());
+      ASSERT_EQ(one_shot.size(), kLen * dim);
+      ASSERT_EQ(one_shot_logits.size(), n_vocab_);
+    }
+    if (dtype == KvDType::kF32) {
+      EXPECT_TRUE(BitEqual(one_shot.data(), ctx_hidden.data(), kLen * dim));
+    }
+    // Chunks of 1/7/16/21 tokens, each in a batch with a logits-only sequence (prefill, then decodes).
+    auto storage = MakeStorage(model(), dtype, 8);
+    CpuModelRunner runner(model(), storage.get(), &pool);
+    const size_t kChunks[] = {1, 7, 16, 21};
+    std::vector<float> logits, hidden, collected;
+    size_t pos = 0, other_pos = 0;
+    for (size_t take : kChunks) {
+      const size_t other_take = other_pos == 0 ? 15 : 1;
+      const bool last = pos + take == kLen;
+      BatchSeq batch[2] = {
+          {2, std::span<const int32_t>(other.data() + other_pos, other_take), static_cast<int>(other_pos), other_blocks,
+           true, false},
+          {1, std::span<const int32_t>(prompt.data() + pos, take), static_cast<int>(pos), blocks, last, true}};
+      ASSERT_TRUE(runner.Run(batch, &logits, &hidden).ok());
+      ASSERT_EQ(hidden.size(), take * dim);
+      ASSERT_EQ(logits.size(), (last ? 2 : 1) * n_vocab_);
+      collected.insert(collected.end(), hidden.begin(), hidden.end());
+      if (last) {
+        EXPECT_TRUE(BitEqual(logits.data() + n_vocab_, one_shot_logits.data(), n_vocab_));
+      }
+      pos += take;
+      other_pos += other_take;
+    }
+    ASSERT_EQ(pos, kLen);
+    EXPECT_TRUE(BitEqual(collected.data(), one_shot.data(), kLen * dim));
+  }
+}
+
+TEST(RunnerBatch, HiddenRowsNeedAnOutput) {
+  Built b = Build(SmallConfig(synth::FileType::kQ8_0));
+  ASSERT_NE(b.model, nullptr);
+  auto storage = MakeStorage(*b.model, KvDType::kF16, 2);
+  CpuModelRunner runner(*b.model, storage.get(), nullptr);
+  const std::vector<int32_t> toks = {4, 5}, blocks = {1};
+  BatchSeq bs{3, toks, 0, blocks, false, true};
+  std::vector<float> logits;
+  Status s = runner.Run(std::span<const BatchSeq>(&bs, 1), &logits);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.ToString().find("hidden output is null"), std::string::npos) << s.ToString();
+  std::vector<float> hidden(3, 1.0f);
+  ASSERT_TRUE(runner.Run({}, &logits, &hidden).ok());
+  EXPECT_TRUE(hidden.empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, RunnerTest, ::testing::ValuesIn(ModelCases()),
                          [](const auto& info) { return info.param.name; });
 

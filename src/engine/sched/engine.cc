@@ -1,6 +1,7 @@
 #include "engine/sched/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 
@@ -25,7 +26,8 @@ Engine::Engine(ModelRunner* runner, const kv::KvManagerConfig& kv_config, const 
       copy_blocks_(std::move(copy_blocks)),
       kv_(kv_config),
       sched_(sched_config, &kv_, kv_config.block_size, clock),
-      n_vocab_(runner->n_vocab()) {
+      n_vocab_(runner->n_vocab()),
+      hidden_dim_(std::max(0, runner->hidden_dim())) {
   const size_t v = static_cast<size_t>(n_vocab_);
   batch_.reserve(static_cast<size_t>(sched_config.max_num_seqs));
   logits_.reserve(static_cast<size_t>(sched_config.max_num_seqs) * v);
@@ -57,6 +59,9 @@ Engine::~Engine() {
 Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   const SchedulerConfig& sc = sched_.config();
   RETURN_IF_ERROR(req.Validate(n_vocab_, sc.max_model_len));
+  const bool embed = req.kind == RequestKind::kEmbed;
+  if (embed && hidden_dim_ == 0)
+    return Status::Unimplemented("kind: embeddings need a runner with hidden-state output, and this one has none");
   if (req.n > sc.max_num_seqs) {
     return Status::InvalidArgument("n: " + std::to_string(req.n) + " completions exceed max_num_seqs (" +
                                    std::to_string(sc.max_num_seqs) + ")");
@@ -65,7 +70,7 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
     return Status::Unimplemented("n: n > 1 needs copy-on-write, and this engine has no block copier");
   // The request must fit the KV pool on its own (else it could never finish).
   const int64_t bs = kv_cfg_.block_size;
-  const int64_t total = static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
+  const int64_t total = req.MaxPositions();
   const int64_t blocks = (total + bs - 1) / bs + (req.n - 1) * ((req.max_tokens + bs - 1) / bs + 1);
   if (blocks > kv_cfg_.num_blocks) {
     return Status::InvalidArgument("max_tokens: prompt + max_tokens (x n) need up to " + std::to_string(blocks) +
@@ -74,9 +79,11 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   const int64_t prompt_tokens = static_cast<int64_t>(req.prompt.size());
   const int n = req.n;
   const SamplingParams sp = req.sampling;
-  // Build the state (and its samplers) outside the lock.
+  std::function<void()> on_event = std::move(req.on_event);
+  // Build the state (and its samplers, or the embedding sum) outside the lock.
   auto state = MakeRequestState(0, std::move(req), clock_->Now());
-  for (int i = 0; i < n; ++i) {
+  if (embed) state->embed_sum.assign(static_cast<size_t>(hidden_dim_), 0.0);
+  for (int i = 0; i < (embed ? 0 : n); ++i) {
     SamplingParams p = sp;
     p.seed = sp.seed + static_cast<uint64_t>(i);
     state->seqs[static_cast<size_t>(i)].sampler = std::make_unique<Sampler>(p, static_cast<size_t>(n_vocab_));
@@ -96,7 +103,7 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
                                        std::to_string(sc.max_queued_prompt_tokens) + ")");
     }
     state->id = next_id_++;
-    state->stream = std::make_shared<RequestStream>(state->id, n);
+    state->stream = std::make_shared<RequestStream>(state->id, n, std::move(on_event));
     h.id = state->id;
     h.stream = state->stream;
     queued_requests_ += 1;
@@ -251,7 +258,7 @@ bool Engine::RefreshPrefetches() {
   if (!kv_cfg_.enable_prefix_cache) return false;
   bool started = false;
   for (RequestState* r : sched_.waiting()) {
-    if (!r->tier_hold) started |= MaybePrefetch(r);
+    if (!r->tier_hold && !r->is_embed()) started |= MaybePrefetch(r);  // embeddings use no cached blocks
   }
   return started;
 }
@@ -386,6 +393,32 @@ void Engine::SampleAndCommit(const ScheduledSeq& e, std::span<const float> logit
   if (r->phase == RequestState::Phase::kFinished) finished_requests_ += 1;
 }
 
+void Engine::AccumulateEmbedding(const ScheduledSeq& e, const float* rows) {
+  RequestState* r = e.req;
+  std::vector<double>& acc = r->embed_sum;
+  if (e.start_pos == 0) std::fill(acc.begin(), acc.end(), 0.0);  // first chunk (or recompute)
+  const size_t dim = acc.size();
+  for (int t = 0; t < e.num_tokens; ++t)
+    for (size_t i = 0; i < dim; ++i) acc[i] += rows[static_cast<size_t>(t) * dim + i];
+  if (e.sample) FinishEmbedding(r);
+}
+
+void Engine::FinishEmbedding(RequestState* r) {
+  // Mean direction: the L2 norm of the sum (dividing by the token count would not change it).
+  double norm = 0;
+  for (double x : r->embed_sum) norm += x * x;
+  norm = std::sqrt(norm);
+  TokenEvent ev;
+  ev.finish = FinishReason::kStop;
+  ev.embedding.resize(r->embed_sum.size());
+  for (size_t i = 0; i < r->embed_sum.size(); ++i)
+    ev.embedding[i] = norm > 0 ? static_cast<float>(r->embed_sum[i] / norm) : 0.0f;
+  sched_.FinishEmbedding(r);
+  r->stream->Push(ev);
+  embeddings_ += 1;
+  finished_requests_ += 1;
+}
+
 Status Engine::Step() {
   Drain();
   const SchedulerOutput& out = sched_.Schedule();
@@ -405,6 +438,7 @@ Status Engine::Step() {
     }
     batch_.clear();
     int rows = 0;
+    int64_t hidden_rows = 0;
     bool decode_only = true;
     const TimePoint step_start = clock_->Now();
     for (const ScheduledSeq& e : out.seqs) {
@@ -416,16 +450,23 @@ Status Engine::Step() {
                                                             static_cast<size_t>(e.num_tokens));
       b.start_pos = e.start_pos;
       b.block_table = std::span<const int32_t>(kv_.BlockTable(e.kv_id));
-      b.want_logits = e.sample;
+      b.want_logits = e.sample && !e.req->is_embed();
+      b.want_hidden = e.req->is_embed();
       batch_.push_back(b);
-      rows += e.sample ? 1 : 0;
+      rows += b.want_logits ? 1 : 0;
+      hidden_rows += b.want_hidden ? e.num_tokens : 0;
       tokens_computed_ += e.num_tokens;
     }
-    if (status.ok()) status = runner_->Run(batch_, &logits_);
+    if (status.ok()) status = runner_->Run(batch_, &logits_, &hidden_);
     const size_t v = static_cast<size_t>(n_vocab_);
     if (status.ok() && logits_.size() < static_cast<size_t>(rows) * v) {
       status = Status::Internal("runner returned " + std::to_string(logits_.size()) + " logits, expected " +
                                 std::to_string(static_cast<size_t>(rows) * v));
+    }
+    const size_t hidden_floats = static_cast<size_t>(hidden_rows) * static_cast<size_t>(hidden_dim_);
+    if (status.ok() && hidden_.size() < hidden_floats) {
+      status = Status::Internal("runner returned " + std::to_string(hidden_.size()) + " hidden floats, expected " +
+                                std::to_string(hidden_floats));
     }
     if (!status.ok()) {
       id_list_.clear();
@@ -435,9 +476,14 @@ Status Engine::Step() {
       ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
       for (RequestId id : ids) EndRequest(id, FinishReason::kError, status);
     } else {
-      size_t row = 0;
+      size_t row = 0, hidden_row = 0;
       for (const ScheduledSeq& e : out.seqs) {
         sched_.CommitComputed(e);
+        if (e.req->is_embed()) {
+          AccumulateEmbedding(e, hidden_.data() + hidden_row * static_cast<size_t>(hidden_dim_));
+          hidden_row += static_cast<size_t>(e.num_tokens);
+          continue;
+        }
         if (!e.sample) continue;
         SampleAndCommit(e, std::span<const float>(logits_).subspan(row * v, v));
         ++row;
@@ -482,6 +528,7 @@ void Engine::PublishStats() {
   stats_.decode_steps = decode_steps_;
   stats_.decode_tokens = decode_tokens_;
   stats_.decode_seconds = decode_seconds_;
+  stats_.embeddings = embeddings_;
   stats_.tier_hit_tokens = sched_.tier_hit_tokens();
   stats_.tier_prefetches = tier_prefetches_;
   stats_.tier_prefetch_timeouts = tier_timeouts_;

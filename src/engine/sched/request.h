@@ -1,6 +1,15 @@
 // Request API types of the serving engine: what a caller submits (SubmitRequest), what it gets
 // back (a RequestStream of TokenEvents), and the SLA tiers.
 //
+// Two kinds of request (RequestKind): kGenerate samples tokens; kEmbed computes the prompt's
+// embedding — the mean over all prompt positions of the final-normed hidden state, L2-normalised
+// (summed in double, in position order) — delivered as ONE final event (finish kStop, token -1,
+// `embedding` = hidden_dim floats). An embedding request is scheduled like a prompt (chunked
+// prefill, batched with everything else, preemptible, cancellable, counted in EngineStats); it
+// never reads or fills the prefix cache (every position's hidden state is needed, so a hit could
+// not be used, and its blocks stay out of the cache generation requests share) and ignores the
+// sampling fields, max_tokens, stop/EOG ids and logprobs.
+//
 // Ownership: SubmitRequest is moved into the engine on Submit. A RequestStream is shared (via
 // shared_ptr) between the engine thread (producer) and the caller (consumer).
 // Thread contract: RequestStream is thread-safe (one producer, any number of consumers);
@@ -11,6 +20,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -30,6 +40,8 @@ using RequestId = int64_t;
 enum class Tier : uint8_t { kGold = 0, kSilver = 1, kBronze = 2 };
 std::string_view TierName(Tier t);
 Result<Tier> ParseTier(std::string_view name);  // "gold", "silver", "bronze"
+
+enum class RequestKind : uint8_t { kGenerate = 0, kEmbed = 1 };
 
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
 std::string_view FinishReasonName(FinishReason r);  // "", "stop", "length", "cancelled", "error"
@@ -54,10 +66,21 @@ struct SubmitRequest {
   int top_logprobs = 0;               // 0..20 most likely tokens with their logprobs (needs logprobs)
   std::vector<uint8_t> salt;          // model fingerprint / LoRA id / tenant, bound into prefix hashes
   std::string tenant;                 // tiered-KV quota owner ("" = default tenant); <= kMaxTenantBytes
+  RequestKind kind = RequestKind::kGenerate;
+  // Optional: called on the engine's thread right after each event is pushed to this request's
+  // stream (a push wake-up for callers that do not block on the stream). Must be quick, must not
+  // block and must not call back into the engine.
+  std::function<void()> on_event;
 
   // Field checks against the model: n_vocab (token id range) and max_model_len (positions per
-  // sequence). Capacity checks (KV pool, max_num_seqs) are the engine's.
+  // sequence). Capacity checks (KV pool, max_num_seqs) are the engine's. kEmbed requests are checked
+  // by ValidateEmbed.
   Status Validate(int n_vocab, int max_model_len) const;
+  // kEmbed: a prompt of 1..max_model_len valid ids, n == 1, no logprobs; the generation-only
+  // fields are ignored.
+  Status ValidateEmbed(int n_vocab, int max_model_len) const;
+  // Positions the request can reach: prompt + max_tokens (kGenerate) or the prompt (kEmbed).
+  int64_t MaxPositions() const;
 };
 
 struct TopLogprob {
@@ -76,6 +99,7 @@ struct TokenEvent {
   std::array<TopLogprob, kMaxTopLogprobs> top{};  // [0, num_top), most likely first
   FinishReason finish = FinishReason::kNone;
   Status error;
+  std::vector<float> embedding;  // kEmbed: the pooled vector, on the final (kStop) event only
 
   std::span<const TopLogprob> top_logprobs() const { return {top.data(), static_cast<size_t>(num_top)}; }
 };
@@ -84,7 +108,9 @@ struct TokenEvent {
 // of the n completions has delivered its terminal event and all events were popped.
 class RequestStream {
  public:
-  RequestStream(RequestId id, int n) : id_(id), n_(n) {}
+  // `on_event` (may be empty) runs after every Push, outside the stream's lock.
+  RequestStream(RequestId id, int n, std::function<void()> on_event = {})
+      : id_(id), n_(n), on_event_(std::move(on_event)) {}
   RequestId id() const { return id_; }
 
   // Blocks until an event is available (returns it) or the stream is complete (nullopt).
@@ -104,6 +130,7 @@ class RequestStream {
   bool CompleteLocked() const { return finished_ == n_ && head_ == buf_.size(); }
   const RequestId id_;
   const int n_;
+  const std::function<void()> on_event_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<TokenEvent> buf_;  // [head_, size) not yet popped; reset when drained (keeps capacity)

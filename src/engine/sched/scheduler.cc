@@ -34,7 +34,7 @@ std::unique_ptr<RequestState> MakeRequestState(RequestId id, SubmitRequest req, 
   r->prompt_len = static_cast<int>(req.prompt.size());
   r->forked = req.n == 1;
   r->seqs.resize(static_cast<size_t>(req.n));
-  const size_t final_len = req.prompt.size() + static_cast<size_t>(req.max_tokens);
+  const size_t final_len = static_cast<size_t>(req.MaxPositions());
   for (int i = 0; i < req.n; ++i) {
     SequenceState& s = r->seqs[static_cast<size_t>(i)];
     s.index = i;
@@ -183,7 +183,7 @@ int Scheduler::Progress(const RequestState& r) {
 }
 
 void Scheduler::AddInflight(RequestState* r) {
-  if (!defer_enabled_) return;
+  if (!defer_enabled_ || r->is_embed()) return;  // an embedding registers no blocks
   EnsureHashes(r);
   r->inflight_hi = static_cast<int>(r->prompt_hashes.size());
   r->inflight_lo = std::min(r->inflight_hi, Progress(*r) / block_size_);
@@ -212,7 +212,7 @@ void Scheduler::DropInflight(RequestState* r) {
 }
 
 bool Scheduler::ShouldDefer(RequestState* r) {
-  if (!defer_enabled_ || inflight_.empty()) return false;
+  if (!defer_enabled_ || inflight_.empty() || r->is_embed()) return false;  // could not use a hit
   EnsureHashes(r);
   // Blocks a prefix hit could cover: MatchPrefix leaves at least one token to compute.
   size_t len = 0;
@@ -238,7 +238,7 @@ Status Scheduler::CheckInflight() const {
   for (const auto& [id, owned] : all_) {
     const RequestState& r = *owned;
     const bool running = r.phase == RequestState::Phase::kRunning;
-    if (!running || !defer_enabled_) {
+    if (!running || !defer_enabled_ || r.is_embed()) {
       if (r.inflight_lo != 0 || r.inflight_hi != 0)
         return Status::Internal("request " + std::to_string(id) + ": in-flight blocks while not running");
       continue;
@@ -327,6 +327,7 @@ bool Scheduler::Admit(RequestState* r) {
     SequenceState& s = r->seqs[static_cast<size_t>(i)];
     if (!s.live()) continue;
     s.kv_id = NewKvId();
+    if (r->is_embed()) continue;  // every position is computed: no prefix match, no tag, no staging
     s.num_computed = kv_->MatchPrefix(s.kv_id, s.tokens, salt);
     if (kv_->config().enable_prefix_cache) {
       queried += static_cast<int64_t>(s.tokens.size());
@@ -434,6 +435,7 @@ const SchedulerOutput& Scheduler::Schedule() {
 void Scheduler::CommitComputed(const ScheduledSeq& e) {
   SequenceState& s = e.req->seqs[static_cast<size_t>(e.seq_index)];
   s.num_computed += e.num_tokens;
+  if (e.req->is_embed()) return;  // its blocks stay out of the prefix cache
   kv_->CommitComputed(s.kv_id, s.tokens, s.num_computed, std::span<const uint8_t>(e.req->req.salt));
   if (e.req->inflight_lo < e.req->inflight_hi) AdvanceInflight(e.req);
 }
@@ -479,6 +481,12 @@ FinishReason Scheduler::AppendToken(RequestState* r, int seq_index, int32_t toke
   for (const SequenceState& t : r->seqs) all_done = all_done && !t.live();
   if (all_done) FinishRequest(r);
   return why;
+}
+
+void Scheduler::FinishEmbedding(RequestState* r) {
+  SequenceState& s = r->seqs[0];
+  s.finish = FinishReason::kStop;
+  FinishRequest(r);
 }
 
 std::unique_ptr<RequestState> Scheduler::Abort(RequestId id, FinishReason reason) {

@@ -57,6 +57,11 @@
 // `tier_hit_tokens` counts them. MatchPrefix's rule holds for the total: at least one token of the
 // sequence is always computed.
 //
+// Embedding requests (RequestKind::kEmbed) are scheduled like a prompt with no decode: chunks of
+// the prompt, the last one marked `sample`, after which the engine calls FinishEmbedding. They
+// never touch the prefix cache: no MatchPrefix at admission (every position must be computed), no
+// registration of their blocks on commit, no in-flight hashes, no shared-prefix deferral.
+//
 // Admission bound: requests that have never started (never been admitted to running) are limited
 // by max_queued_requests and max_queued_prompt_tokens; preempted requests are not counted (they are
 // never rejected once accepted).
@@ -143,12 +148,18 @@ struct RequestState {
   int tier_covered_at_prefetch = -1;
   uint32_t tenant_tag = 0;
 
+  // Embedding requests (set by the engine): the running sum, in double and position order, of the
+  // final-normed hidden rows computed so far (hidden_dim entries; restarted at position 0, so a
+  // preempted request recomputes it).
+  std::vector<double> embed_sum;
+
   // Scheduler-internal, valid during Schedule().
   int64_t key_level = 0;
   int64_t key_deadline = 0;
   uint64_t preempted_in_step = 0;
   int num_active() const { return forked ? static_cast<int>(seqs.size()) : 1; }
   int seats() const;  // sequence slots held while running
+  bool is_embed() const { return req.kind == RequestKind::kEmbed; }
 };
 
 // Builds a RequestState from a validated request (n sequences, tokens reserved to their final size).
@@ -205,6 +216,8 @@ class Scheduler {
   //   appends a sampled token; returns why the sequence finished (kNone: it continues). A finished
   //   sequence's blocks are freed at once; a request whose sequences all finished becomes kFinished.
   FinishReason AppendToken(RequestState* r, int seq_index, int32_t token);
+  //   an embedding request's last chunk is committed: it finishes (kStop), its blocks are freed.
+  void FinishEmbedding(RequestState* r);
 
   // Removes a request now, freeing its blocks; live sequences get `reason`. nullptr if unknown.
   std::unique_ptr<RequestState> Abort(RequestId id, FinishReason reason);

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "synth/synth.h"
 #include "tokenizer/tokenizer.h"
 
@@ -153,6 +156,102 @@ TEST_P(ServingEngineTest, PreemptionAndPrefixCacheKeepTokens) {
   auto got_tiny = RunAll(fx, tiny, prompts, 16, &preemptions);
   EXPECT_EQ(got_tiny, want);
   EXPECT_GT(preemptions, 0) << "the tiny pool should have forced preemptions";
+}
+
+// Submits every prompt as an embedding request at once (plus `generations` generation requests of
+// 12 tokens) and returns the vectors.
+std::vector<std::vector<float>> EmbedAll(const Fixture& fx, const ServingConfig& cfg,
+                                         const std::vector<std::vector<int32_t>>& prompts, int generations = 0) {
+  auto se = ServingEngine::Create(fx.model, cfg);
+  if (!se.ok()) {
+    ADD_FAILURE() << se.status().ToString();
+    return {};
+  }
+  (*se)->Start();
+  std::vector<sched::RequestHandle> hs, gens;
+  for (int i = 0; i < generations; ++i) {
+    sched::SubmitRequest r;
+    r.prompt = Prompt(30, fx.model->config().n_vocab, 1000 + static_cast<uint32_t>(i));
+    r.sampling = SamplingParams::Greedy();
+    r.max_tokens = 12;
+    r.ignore_eos = true;
+    auto h = (*se)->engine().Submit(std::move(r));
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    if (h.ok()) gens.push_back(std::move(h).value());
+  }
+  for (const auto& p : prompts) {
+    sched::SubmitRequest r;
+    r.kind = sched::RequestKind::kEmbed;
+    r.prompt = p;
+    auto h = (*se)->engine().Submit(std::move(r));
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    if (h.ok()) hs.push_back(std::move(h).value());
+  }
+  std::vector<std::vector<float>> out;
+  for (auto& h : hs) {
+    auto events = h.stream->DrainAll();
+    EXPECT_EQ(events.size(), 1u);
+    if (events.empty()) continue;
+    EXPECT_EQ(events.back().finish, sched::FinishReason::kStop) << events.back().error.ToString();
+    out.push_back(events.back().embedding);
+  }
+  for (auto& g : gens) g.stream->DrainAll();
+  (*se)->Stop();  // the last step has published its stats
+  EXPECT_EQ((*se)->engine().Stats().embeddings, static_cast<int64_t>(prompts.size()));
+  return out;
+}
+
+// The pooling of the /v1/embeddings path before it became an engine request: model::Context with
+// a contiguous f32 KV cache, all rows' final-normed hidden states summed in double, L2-normalised.
+std::vector<float> ContextEmbedding(const model::Model& m, const std::vector<int32_t>& tokens) {
+  model::Context ctx(m, 512, nullptr);
+  EXPECT_TRUE(ctx.Eval(tokens, /*all_logits=*/true).ok());
+  auto h = ctx.last_hidden();
+  const size_t dim = static_cast<size_t>(m.config().dim), rows = h.size() / dim;
+  std::vector<double> acc(dim, 0.0);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t i = 0; i < dim; ++i) acc[i] += h[r * dim + i];
+  double norm = 0;
+  for (double x : acc) norm += x * x;
+  norm = std::sqrt(norm);
+  std::vector<float> out(dim);
+  for (size_t i = 0; i < dim; ++i) out[i] = norm > 0 ? static_cast<float>(acc[i] / norm) : 0.0f;
+  return out;
+}
+
+// Embedding requests through the engine with the real runner: 16 at once, chunked and mixed with
+// generations on 2 threads, equal each one alone on 1 thread bit for bit; with F32 KV equal to the
+// numbers of the former single-sequence path.
+TEST_P(ServingEngineTest, EmbeddingsBatchedEqualAloneAndThePreviousPath) {
+  Fixture fx = MakeModel(GetParam());
+  const int n_vocab = fx.model->config().n_vocab;
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t i = 0; i < 16; ++i) prompts.push_back(Prompt(1 + 9 * i, n_vocab, 40 + i));  // 1..136 tokens
+  for (engine::kv::KvDType dtype : {kv::KvDType::kF32, kv::KvDType::kF16}) {
+    SCOPED_TRACE(std::string(kv::KvDTypeName(dtype)));
+    ServingConfig alone;
+    alone.kv_cache_memory = "64MiB";
+    alone.kv_dtype = dtype;
+    alone.max_num_seqs = 1;
+    alone.threads = 1;
+    alone.max_model_len = 256;
+    std::vector<std::vector<float>> want;
+    for (const auto& p : prompts) want.push_back(EmbedAll(fx, alone, {p})[0]);
+    ServingConfig batched = alone;
+    batched.max_num_seqs = 16;
+    batched.max_batched_tokens = 40;
+    batched.threads = 2;
+    auto got = EmbedAll(fx, batched, prompts, /*generations=*/3);
+    ASSERT_EQ(got.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(got[i].size(), static_cast<size_t>(fx.model->config().dim));
+      EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0) << "request " << i;
+      if (dtype == kv::KvDType::kF32) {
+        const auto old = ContextEmbedding(*fx.model, prompts[i]);
+        EXPECT_EQ(std::memcmp(got[i].data(), old.data(), old.size() * sizeof(float)), 0) << "request " << i;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, ServingEngineTest,
