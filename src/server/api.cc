@@ -189,9 +189,11 @@ Api::Api(ModelInfo model, engine::sched::Engine* engine, ApiOptions options)
   m.Declare("strata:kv_tier_queue_drops_total", T::kCounter, "Tier writes dropped because the write queue was full.");
   m.Declare("strata:kv_tier_queued_writes", T::kGauge, "Tier writes waiting for a worker.");
   pump_ = std::thread([this] { PumpLoop(); });
+  if (engine_->hidden_dim() > 0) embeddings_ = std::make_unique<EmbeddingJobs>(engine_);
 }
 
 Api::~Api() {
+  embeddings_.reset();  // joins its worker; cancels embeddings in flight
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -202,8 +204,9 @@ Api::~Api() {
 }
 
 int Api::live_jobs() const {
+  const int embeddings = embeddings_ ? embeddings_->live() : 0;
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(jobs_.size());
+  return static_cast<int>(jobs_.size()) + embeddings;
 }
 
 bool Api::Authorized(const HttpRequest& req) const {
@@ -280,7 +283,7 @@ HttpResponse Api::Route(const HttpRequest& req, std::shared_ptr<Responder>& out,
 
   if (path == "/v1/completions") return Generate(Endpoint::kCompletions, req, out);
   if (path == "/v1/chat/completions") return Generate(Endpoint::kChat, req, out);
-  if (path == "/v1/embeddings") return Embeddings(req);
+  if (path == "/v1/embeddings") return Embeddings(req, out);
   if (path == "/tokenize") {
     const json* text = body.contains("content") ? &body["content"] : body.contains("prompt") ? &body["prompt"] : nullptr;
     if (!text || !text->is_string()) return Error(400, "content: must be a string", "content");
@@ -320,8 +323,8 @@ HttpResponse Api::Route(const HttpRequest& req, std::shared_ptr<Responder>& out,
   return JsonResponse(200, {{"prompt", *text}});
 }
 
-HttpResponse Api::Embeddings(const HttpRequest& req) {
-  if (!options_.embed) return Error(501, "embeddings are not available for this model");
+HttpResponse Api::Embeddings(const HttpRequest& req, std::shared_ptr<Responder>& out) {
+  if (!embeddings_) return Error(501, "embeddings are not available for this model");
   json body = json::parse(req.body, nullptr, false);
   if (!body.contains("input")) return Error(400, "input: is required", "input");
   const json& in = body["input"];
@@ -360,26 +363,47 @@ HttpResponse Api::Embeddings(const HttpRequest& req) {
   } else {
     return Error(400, "input: must be a non-empty string, an array of at most 256 strings, or token arrays", "input");
   }
-  json data = json::array();
   int64_t total = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].empty()) return Error(400, "input: an input is empty", "input");
     if (static_cast<int64_t>(inputs[i].size()) > model_.max_model_len)
       return Error(400, fmt::format("input: input {} has {} tokens, more than the context size of {}", i, inputs[i].size(),
                                     model_.max_model_len), "input");
-    auto e = options_.embed(inputs[i]);
-    if (!e.ok()) return FromStatus(e.status());
     total += static_cast<int64_t>(inputs[i].size());
-    if (base64) {
-      std::string raw(e->size() * sizeof(float), '\0');
-      std::memcpy(raw.data(), e->data(), raw.size());  // little-endian float32, as OpenAI sends it
-      data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", Base64(raw)}});
-    } else {
-      data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", *e}});
-    }
   }
-  return JsonResponse(200, {{"object", "list"}, {"data", data}, {"model", model_.name},
-                            {"usage", {{"prompt_tokens", total}, {"total_tokens", total}}}});
+  // Answered by EmbeddingJobs' worker once the engine has computed every input.
+  auto done = [this, out, base64, total](EmbeddingResult result) {
+    HttpResponse r;
+    if (!result.status.ok()) {
+      r = FromStatus(result.status);
+    } else {
+      json data = json::array();
+      for (size_t i = 0; i < result.vectors.size(); ++i) {
+        const std::vector<float>& e = result.vectors[i];
+        if (base64) {
+          std::string raw(e.size() * sizeof(float), '\0');
+          std::memcpy(raw.data(), e.data(), raw.size());  // little-endian float32, as OpenAI sends it
+          data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", Base64(raw)}});
+        } else {
+          data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", e}});
+        }
+      }
+      r = JsonResponse(200, {{"object", "list"}, {"data", data}, {"model", model_.name},
+                             {"usage", {{"prompt_tokens", total}, {"total_tokens", total}}}});
+    }
+    metrics_.Add("strata:http_requests_total",
+                 Labels({{"model_name", model_.name}, {"route", "/v1/embeddings"}, {"status", std::to_string(r.status)}}), 1);
+    out->Respond(std::move(r));
+  };
+  Status s = embeddings_->Submit(std::move(inputs), engine::sched::Tier::kSilver, out, std::move(done));
+  if (!s.ok()) {
+    HttpResponse r = FromStatus(s);
+    if (r.status == 429) r.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
+    return r;
+  }
+  HttpResponse r;
+  r.status = kAsync;
+  return r;
 }
 
 HttpResponse Api::Generate(Endpoint ep, const HttpRequest& req, std::shared_ptr<Responder>& out) {

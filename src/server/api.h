@@ -3,6 +3,10 @@
 //   GET  /health /ready /metrics /v1/models /v1/models/{id}
 //   POST /v1/completions /v1/chat/completions /v1/embeddings /tokenize /detokenize /apply-template
 //
+// Embeddings: each input is an engine embedding request (pooled final hidden state); the I/O thread
+// submits them and returns, and EmbeddingJobs (embeddings.h) answers when the engine has computed
+// them all, so concurrent requests are batched by the engine. 501 when the engine's runner has no
+// hidden-state output.
 // Generation: the I/O thread parses the body into a GenRequest (openai_request.h), submits it to
 // the Engine and registers a job with the Api's pump thread. The pump pops TokenEvents from every
 // live request's stream, detokenizes incrementally, applies stop strings and hands SSE chunks (or,
@@ -27,18 +31,15 @@
 
 #include "engine/kvtier/tiered_cache.h"
 #include "engine/sched/engine.h"
+#include "server/embeddings.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
 namespace strata::server {
 
-// Computes a pooled, L2-normalised embedding for a token sequence (may be empty: no embeddings).
-using EmbedFn = std::function<Result<std::vector<float>>(std::span<const int32_t> tokens)>;
-
 struct ApiOptions {
   std::vector<std::string> api_keys;  // empty: no auth
-  EmbedFn embed;
   int retry_after_s = 1;             // Retry-After on 429
   // Statistics of the KV tiers below the engine's pool, for /metrics (empty function or nullopt:
   // no tiers configured).
@@ -56,6 +57,7 @@ class Api {
   void SetReady(bool ready) { ready_.store(ready); }
   // Drain: /ready -> 503 and new work -> 503; in-flight requests continue.
   void StartDraining() { draining_.store(true); }
+  // Requests in flight: generations and /v1/embeddings requests (the drain waits for both).
   int live_jobs() const;
   MetricsRegistry& metrics() { return metrics_; }
 
@@ -64,7 +66,7 @@ class Api {
  private:
   HttpResponse Route(const HttpRequest& req, std::shared_ptr<Responder>& out, std::string* route);
   HttpResponse Generate(Endpoint ep, const HttpRequest& req, std::shared_ptr<Responder>& out);
-  HttpResponse Embeddings(const HttpRequest& req);
+  HttpResponse Embeddings(const HttpRequest& req, std::shared_ptr<Responder>& out);
   bool Authorized(const HttpRequest& req) const;
   void PumpLoop();
   bool Process(Job& job);  // returns true when the job is finished
@@ -86,6 +88,8 @@ class Api {
   std::vector<std::shared_ptr<Job>> jobs_;  // guarded by mu_
   bool stop_ = false;
   std::thread pump_;
+  // Last member: destroyed first, so its worker (which uses metrics_) stops before anything else.
+  std::unique_ptr<EmbeddingJobs> embeddings_;  // null: the runner has no hidden-state output
 };
 
 // The answer while the model is still loading: /health 200 {"status":"loading"}, anything else 503.
