@@ -14,7 +14,7 @@
 //   never changes its result.
 // - With F32 KV the math is the single-sequence path's (kernels::Attend over positions 0..pos of
 //   a contiguous f32 history, the path `strata generate` ran before it became a use of this runner),
-//   bit for bit: a table of consecutive blocks is read in place (ContiguousF32), any other is
+//   bit for bit: a table of consecutive blocks is read in place (ConsecutiveBlocks), any other is
 //   gathered into such a history first (same bits: Attend's arithmetic does not depend on the
 //   stride).
 // - want_hidden rows (embeddings) go through the whole last layer and the final norm like a row
