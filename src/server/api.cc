@@ -367,8 +367,10 @@ HttpResponse Api::Embeddings(const HttpRequest& req, std::shared_ptr<Responder>&
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].empty()) return Error(400, "input: an input is empty", "input");
     if (static_cast<int64_t>(inputs[i].size()) > model_.max_model_len)
-      return Error(400, fmt::format("input: input {} has {} tokens, more than the context size of {}", i, inputs[i].size(),
-                                    model_.max_model_len), "input");
+      return Error(400,
+                   fmt::format("input: input {} has {} tokens, more than the context size of {}", i,
+                               inputs[i].size(), model_.max_model_len),
+                   "input");
     total += static_cast<int64_t>(inputs[i].size());
   }
   // Answered by EmbeddingJobs' worker once the engine has computed every input.
@@ -382,23 +384,31 @@ HttpResponse Api::Embeddings(const HttpRequest& req, std::shared_ptr<Responder>&
         const std::vector<float>& e = result.vectors[i];
         if (base64) {
           std::string raw(e.size() * sizeof(float), '\0');
-          std::memcpy(raw.data(), e.data(), raw.size());  // little-endian float32, as OpenAI sends it
+          // Little-endian float32, as OpenAI sends it.
+          std::memcpy(raw.data(), e.data(), raw.size());
           data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", Base64(raw)}});
         } else {
           data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", e}});
         }
       }
-      r = JsonResponse(200, {{"object", "list"}, {"data", data}, {"model", model_.name},
+      r = JsonResponse(200, {{"object", "list"},
+                             {"data", data},
+                             {"model", model_.name},
                              {"usage", {{"prompt_tokens", total}, {"total_tokens", total}}}});
     }
     metrics_.Add("strata:http_requests_total",
-                 Labels({{"model_name", model_.name}, {"route", "/v1/embeddings"}, {"status", std::to_string(r.status)}}), 1);
+                 Labels({{"model_name", model_.name},
+                         {"route", "/v1/embeddings"},
+                         {"status", std::to_string(r.status)}}),
+                 1);
     out->Respond(std::move(r));
   };
-  Status s = embeddings_->Submit(std::move(inputs), engine::sched::Tier::kSilver, out, std::move(done));
+  Status s =
+      embeddings_->Submit(std::move(inputs), engine::sched::Tier::kSilver, out, std::move(done));
   if (!s.ok()) {
     HttpResponse r = FromStatus(s);
-    if (r.status == 429) r.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
+    if (r.status == 429)
+      r.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
     return r;
   }
   HttpResponse r;

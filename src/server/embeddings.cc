@@ -34,7 +34,8 @@ int EmbeddingJobs::live() const {
 }
 
 // Runs on the engine thread after the one event of an input's stream was pushed.
-void EmbeddingJobs::InputDone(const std::weak_ptr<State>& state, const std::weak_ptr<Job>& weak_job) {
+void EmbeddingJobs::InputDone(const std::weak_ptr<State>& state,
+                              const std::weak_ptr<Job>& weak_job) {
   std::shared_ptr<Job> job = weak_job.lock();
   if (!job || job->remaining.fetch_sub(1) != 1) return;
   std::shared_ptr<State> st = state.lock();
@@ -100,7 +101,8 @@ EmbeddingResult EmbeddingJobs::Collect(Job& job) {
   for (const auto& h : job.handles) {
     std::optional<engine::sched::TokenEvent> ev = h.stream->TryNext();
     if (!ev || ev->finish == FinishReason::kNone) {
-      result.status = Status::Internal("embedding request " + std::to_string(h.id) + " ended without a result");
+      result.status =
+          Status::Internal("embedding request " + std::to_string(h.id) + " ended without a result");
     } else if (ev->finish == FinishReason::kError) {
       result.status = ev->error.ok() ? Status::Internal("embedding failed") : ev->error;
     } else if (ev->finish == FinishReason::kCancelled) {

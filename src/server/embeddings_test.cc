@@ -31,7 +31,8 @@ class SlowRunner final : public engine::ModelRunner {
   explicit SlowRunner(engine::sched::FakeModelRunner* inner) : inner_(inner) {}
   int n_vocab() const override { return inner_->n_vocab(); }
   int hidden_dim() const override { return inner_->hidden_dim(); }
-  Status Run(std::span<const engine::BatchSeq> batch, std::vector<float>* logits, std::vector<float>* hidden) override {
+  Status Run(std::span<const engine::BatchSeq> batch, std::vector<float>* logits,
+             std::vector<float>* hidden) override {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     return inner_->Run(batch, logits, hidden);
   }
@@ -58,7 +59,8 @@ class EmbeddingsServerTest : public ::testing::Test {
     engine::sched::SchedulerConfig sc;
     sc.max_model_len = kMaxLen;
     sc.max_batched_tokens = max_batched_tokens;
-    engine::ModelRunner* runner = slow ? static_cast<engine::ModelRunner*>(slow_.get()) : runner_.get();
+    engine::ModelRunner* runner =
+        slow ? static_cast<engine::ModelRunner*>(slow_.get()) : runner_.get();
     auto e = engine::sched::Engine::Create(runner, kc, sc, &clock_);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(*e);
@@ -71,9 +73,10 @@ class EmbeddingsServerTest : public ::testing::Test {
     HttpServerOptions so;
     so.port = 0;
     so.io_threads = 2;
-    auto s = HttpServer::Start(so, [a = api_.get()](HttpRequest rq, std::shared_ptr<Responder> out) {
-      a->Handle(std::move(rq), std::move(out));
-    });
+    auto s =
+        HttpServer::Start(so, [a = api_.get()](HttpRequest rq, std::shared_ptr<Responder> out) {
+          a->Handle(std::move(rq), std::move(out));
+        });
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(*s);
     port_ = server_->port();
@@ -99,8 +102,9 @@ class EmbeddingsServerTest : public ::testing::Test {
     std::vector<double> sum(dim, 0.0);
     std::vector<float> row(dim);
     for (size_t p = 0; p < tokens.size(); ++p) {
-      runner_->Hidden(engine::sched::FakeModelRunner::Chain(std::span<const int32_t>(tokens.data(), p + 1)),
-                      static_cast<int>(p), row);
+      runner_->Hidden(
+          engine::sched::FakeModelRunner::Chain(std::span<const int32_t>(tokens.data(), p + 1)),
+          static_cast<int>(p), row);
       for (size_t i = 0; i < dim; ++i) sum[i] += row[i];
     }
     double norm = 0;
@@ -135,7 +139,8 @@ TEST_F(EmbeddingsServerTest, ConcurrentRequestsAreAcceptedAtOnceAndBatched) {
   for (int i = 0; i < kClients; ++i) {
     inputs.push_back(Tokens(10 + i, i));
     conns.push_back(std::make_unique<HttpConn>(port_));
-    ASSERT_TRUE(conns.back()->Send("POST", "/v1/embeddings", json{{"input", inputs.back()}}.dump()));
+    ASSERT_TRUE(
+        conns.back()->Send("POST", "/v1/embeddings", json{{"input", inputs.back()}}.dump()));
   }
   // One more with three inputs (a string, token ids, another string) and base64 output.
   conns.push_back(std::make_unique<HttpConn>(port_));
@@ -170,7 +175,8 @@ TEST_F(EmbeddingsServerTest, ConcurrentRequestsAreAcceptedAtOnceAndBatched) {
     std::memcpy(raw.data(), want.data(), raw.size());
     // Decode the base64 reply and compare the bytes.
     const std::string b64 = j["data"][k]["embedding"].get<std::string>();
-    static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    static const std::string kAlphabet =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     std::string bytes;
     uint32_t acc = 0;
     int bits = 0;
@@ -193,7 +199,8 @@ TEST_F(EmbeddingsServerTest, ConcurrentRequestsAreAcceptedAtOnceAndBatched) {
     for (const auto& s : batch) n += s.want_hidden ? 1 : 0;
     most = std::max(most, n);
   }
-  EXPECT_EQ(most, static_cast<size_t>(kClients + 3)) << "the 19 inputs were not computed in one batch";
+  EXPECT_EQ(most, static_cast<size_t>(kClients + 3))
+      << "the 19 inputs were not computed in one batch";
   EXPECT_EQ(engine_->Stats().embeddings, kClients + 3);
 }
 
@@ -212,7 +219,8 @@ TEST_F(EmbeddingsServerTest, DisconnectCancelsTheInputsAndFreesTheirBlocks) {
   ASSERT_TRUE(WaitFor([&] {
     s = engine_->Stats();
     return s.finished_requests == 2 && api_->live_jobs() == 0;
-  })) << s.finished_requests << " " << api_->live_jobs();
+  })) << s.finished_requests
+      << " " << api_->live_jobs();
   EXPECT_EQ(s.kv_used_blocks, 0);
   EXPECT_EQ(s.embeddings, 0) << "the disconnect came too late to cancel anything";
   EXPECT_LT(s.tokens_computed, 380);

@@ -2,10 +2,10 @@
 // (engine::SequenceRunner: the batched runner with one sequence and F32 KV, as `strata generate`).
 //
 // Rule (as vLLM's check_logprobs_close, and as the golden README suggests): the prompt tokens must
-// match exactly; walk the 32 generated positions while our token equals the golden one; at the first
-// difference pass only if the golden token is in our top-5 and our token is in the golden top-5 at
-// that position, then stop comparing that case. In addition, at every compared position our top-1
-// logit must be within a relative tolerance of llama.cpp's.
+// match exactly; walk the 32 generated positions while our token equals the golden one; at the
+// first difference pass only if the golden token is in our top-5 and our token is in the golden
+// top-5 at that position, then stop comparing that case. In addition, at every compared position
+// our top-1 logit must be within a relative tolerance of llama.cpp's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -68,7 +68,8 @@ TEST_P(GenerateGoldenTest, ReproducesLlamaCppGreedy) {
       std::vector<int32_t> got = (*tok)->Encode(c["prompt"]["text"].get<std::string>(), true, false);
       ASSERT_EQ(got, want_prompt) << "prompt tokenization differs from llama.cpp";
     }
-    auto seq = engine::SequenceRunner::Create(**model, static_cast<int>(want_prompt.size()) + 40, &pool);
+    auto seq =
+        engine::SequenceRunner::Create(**model, static_cast<int>(want_prompt.size()) + 40, &pool);
     ASSERT_TRUE(seq.ok()) << seq.status().ToString();
     auto logits = (*seq)->Eval(want_prompt);
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();

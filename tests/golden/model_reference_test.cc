@@ -58,7 +58,8 @@ double NormErr(std::span<const float> got, const std::vector<double>& want) {
   return num / std::max(den, 1e-30);
 }
 
-std::unique_ptr<engine::SequenceRunner> NewSequence(const model::Model& m, int n_ctx, ThreadPool* pool) {
+std::unique_ptr<engine::SequenceRunner> NewSequence(const model::Model& m, int n_ctx,
+                                                    ThreadPool* pool) {
   auto s = engine::SequenceRunner::Create(m, n_ctx, pool);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   return s.ok() ? std::move(s).value() : nullptr;
@@ -66,13 +67,15 @@ std::unique_ptr<engine::SequenceRunner> NewSequence(const model::Model& m, int n
 
 // Logits at each of `positions` (ascending) of `prompt`: the prompt is prefilled in chunks ending
 // there. Rows in the order of `positions`.
-Result<std::vector<std::vector<float>>> LogitsAt(engine::SequenceRunner& seq, const std::vector<int32_t>& prompt,
+Result<std::vector<std::vector<float>>> LogitsAt(engine::SequenceRunner& seq,
+                                                 const std::vector<int32_t>& prompt,
                                                  const std::vector<size_t>& positions) {
   std::vector<std::vector<float>> rows;
   size_t done = 0;
   for (size_t pos : positions) {
     if (pos + 1 > done) {
-      ASSIGN_OR_RETURN(auto l, seq.Eval(std::span<const int32_t>(prompt.data() + done, pos + 1 - done)));
+      ASSIGN_OR_RETURN(auto l,
+                       seq.Eval(std::span<const int32_t>(prompt.data() + done, pos + 1 - done)));
       rows.emplace_back(l.begin(), l.end());
       done = pos + 1;
     } else {

@@ -115,8 +115,10 @@ std::vector<std::vector<double>> ReferenceModel::Forward(const std::vector<int32
   return logits;
 }
 
-std::vector<std::vector<double>> ReferenceModel::FinalHidden(const std::vector<int32_t>& tokens) const {
-  const size_t n = tokens.size(), D = static_cast<size_t>(dim_), hd = static_cast<size_t>(head_dim_);
+std::vector<std::vector<double>> ReferenceModel::FinalHidden(
+    const std::vector<int32_t>& tokens) const {
+  const size_t n = tokens.size(), D = static_cast<size_t>(dim_),
+               hd = static_cast<size_t>(head_dim_);
   auto rmsnorm = [&](const std::vector<double>& x, const std::vector<double>& w) {
     double ss = 0;
     for (double v : x) ss += v * v;

@@ -13,10 +13,10 @@
 //   by orders of magnitude (a long prefill tile vs a short decode); which thread computes an item
 //   never changes its result.
 // - With F32 KV the math is the single-sequence path's (kernels::Attend over positions 0..pos of
-//   a contiguous f32 history, the path `strata generate` ran before it became a use of this runner),
-//   bit for bit: a table of consecutive blocks is read in place (ConsecutiveBlocks), any other is
-//   gathered into such a history first (same bits: Attend's arithmetic does not depend on the
-//   stride).
+//   a contiguous f32 history, the path `strata generate` ran before it became a use of this
+//   runner), bit for bit: a table of consecutive blocks is read in place (ConsecutiveBlocks), any
+//   other is gathered into such a history first (same bits: Attend's arithmetic does not depend on
+//   the stride).
 // - want_hidden rows (embeddings) go through the whole last layer and the final norm like a row
 //   that wants logits; only the output projection is skipped for them.
 #include "engine/runner/cpu_runner.h"
@@ -384,7 +384,8 @@ size_t CpuModelRunner::ForwardLayer(int l, std::span<const BatchSeq> batch, size
   };
   ForRows(n, [&](size_t r0, size_t r1, int) {
     for (size_t r = r0; r < r1; ++r)
-      kernels::RmsNorm(x_.data() + r * dim, L.attn_norm.data(), xn_.data() + r * dim, dim, cfg_.rms_eps);
+      kernels::RmsNorm(x_.data() + r * dim, L.attn_norm.data(), xn_.data() + r * dim, dim,
+                       cfg_.rms_eps);
   });
   const kernels::MatMulOut qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
   kernels::MatMulShared(qkv, xn_.data(), n, pool_);
@@ -425,7 +426,8 @@ size_t CpuModelRunner::ForwardLayer(int l, std::span<const BatchSeq> batch, size
   ForRows(n, [&](size_t r0, size_t r1, int) {
     for (size_t r = r0; r < r1; ++r) {
       kernels::Add(x_.data() + r * dim, xn_.data() + r * dim, dim);
-      kernels::RmsNorm(x_.data() + r * dim, L.ffn_norm.data(), xn_.data() + r * dim, dim, cfg_.rms_eps);
+      kernels::RmsNorm(x_.data() + r * dim, L.ffn_norm.data(), xn_.data() + r * dim, dim,
+                       cfg_.rms_eps);
     }
   });
   const kernels::MatMulOut gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
@@ -454,8 +456,9 @@ void CpuModelRunner::WriteOutputs(std::vector<float>* logits, std::vector<float>
     ForRows(hidden_dst_.size(), [&](size_t r0, size_t r1, int) {
       for (size_t w = r0; w < r1; ++w)
         if (hidden_dst_[w] >= 0)
-          kernels::RmsNorm(x_.data() + w * dim, norm, hidden->data() + static_cast<size_t>(hidden_dst_[w]) * dim,
-                           dim, cfg_.rms_eps);
+          kernels::RmsNorm(x_.data() + w * dim, norm,
+                           hidden->data() + static_cast<size_t>(hidden_dst_[w]) * dim, dim,
+                           cfg_.rms_eps);
     });
   }
   // Final norm + output projection only for the last token of each sequence that wants logits,
@@ -464,7 +467,8 @@ void CpuModelRunner::WriteOutputs(std::vector<float>* logits, std::vector<float>
   logits->resize(n_want * n_vocab);
   if (n_want == 0) return;
   for (size_t w = 0; w < n_want; ++w)
-    kernels::RmsNorm(x_.data() + logit_rows_[w] * dim, norm, xn_.data() + w * dim, dim, cfg_.rms_eps);
+    kernels::RmsNorm(x_.data() + logit_rows_[w] * dim, norm, xn_.data() + w * dim, dim,
+                     cfg_.rms_eps);
   kernels::MatMul(model_.output(), xn_.data(), n_want, logits->data(), pool_);
 }
 
@@ -474,7 +478,8 @@ Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* 
   if (logits == nullptr) return Status::InvalidArgument("logits output is null");
   for (size_t i = 0; i < batch.size(); ++i)
     if (batch[i].want_hidden && hidden == nullptr)
-      return Status::InvalidArgument(SeqName(i, batch[i]) + " wants hidden rows but the hidden output is null");
+      return Status::InvalidArgument(SeqName(i, batch[i]) +
+                                     " wants hidden rows but the hidden output is null");
   if (batch.empty()) {
     logits->clear();
     if (hidden != nullptr) hidden->clear();

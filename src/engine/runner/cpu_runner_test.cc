@@ -336,7 +336,8 @@ TEST_P(RunnerTest, ChunkedPrefillMatchesOneShotAndReference) {
     const auto want_rounded = ref->Forward(prompt, ends);
     RefCheck check{GetParam().cfg.file_type};
     for (size_t k = 0; k < ends.size(); ++k)
-      check.Add(prefix_logits[k].data(), want[k], want_rounded[k], "position " + std::to_string(ends[k]));
+      check.Add(prefix_logits[k].data(), want[k], want_rounded[k],
+                "position " + std::to_string(ends[k]));
     check.Finish();
   }
 
@@ -391,7 +392,8 @@ TEST_P(RunnerTest, DecodeMatchesOneShotPrefillExactly) {
     SCOPED_TRACE(std::string(kv::KvDTypeName(dtype)));
     auto storage = MakeStorage(model(), dtype, 4), ref_storage = MakeStorage(model(), dtype, 4);
     ThreadPool pool(2);
-    CpuModelRunner runner(model(), storage.get(), &pool), one_shot(model(), ref_storage.get(), nullptr);
+    CpuModelRunner runner(model(), storage.get(), &pool),
+        one_shot(model(), ref_storage.get(), nullptr);
     const std::vector<int32_t> blocks = {3, 1, 0, 2}, consecutive = {0, 1, 2, 3};
     std::vector<int32_t> seq = prompt;
     std::vector<float> logits, want;
@@ -402,7 +404,8 @@ TEST_P(RunnerTest, DecodeMatchesOneShotPrefillExactly) {
       ASSERT_TRUE(one_shot.Run(std::span<const BatchSeq>(&w, 1), &want).ok());
       ASSERT_TRUE(BitEqual(logits.data(), want.data(), n_vocab_)) << "step " << step;
       seq.push_back(Argmax(logits.data(), n_vocab_));
-      b = BatchSeq{0, std::span<const int32_t>(&seq.back(), 1), static_cast<int>(seq.size()) - 1, blocks, true};
+      b = BatchSeq{0, std::span<const int32_t>(&seq.back(), 1), static_cast<int>(seq.size()) - 1,
+                   blocks, true};
       ASSERT_TRUE(runner.Run(std::span<const BatchSeq>(&b, 1), &logits).ok());
     }
     if (dtype != KvDType::kF32) continue;
@@ -448,10 +451,12 @@ TEST_P(RunnerTest, HiddenRowsChunkAndBatchInvariant) {
     if (dtype == KvDType::kF32) {
       RefCheck check{GetParam().cfg.file_type};
       for (size_t p = 0; p < kLen; ++p)
-        check.Add(one_shot.data() + p * dim, ref_hidden[p], ref_hidden_rounded[p], "hidden row " + std::to_string(p));
+        check.Add(one_shot.data() + p * dim, ref_hidden[p], ref_hidden_rounded[p],
+                  "hidden row " + std::to_string(p));
       check.Finish();
     }
-    // Chunks of 1/7/16/21 tokens, each in a batch with a logits-only sequence (prefill, then decodes).
+    // Chunks of 1/7/16/21 tokens, each in a batch with a logits-only sequence (prefill, then
+    // decodes).
     auto storage = MakeStorage(model(), dtype, 8);
     CpuModelRunner runner(model(), storage.get(), &pool);
     const size_t kChunks[] = {1, 7, 16, 21};
@@ -460,10 +465,10 @@ TEST_P(RunnerTest, HiddenRowsChunkAndBatchInvariant) {
     for (size_t take : kChunks) {
       const size_t other_take = other_pos == 0 ? 15 : 1;
       const bool last = pos + take == kLen;
-      BatchSeq batch[2] = {
-          {2, std::span<const int32_t>(other.data() + other_pos, other_take), static_cast<int>(other_pos), other_blocks,
-           true, false},
-          {1, std::span<const int32_t>(prompt.data() + pos, take), static_cast<int>(pos), blocks, last, true}};
+      BatchSeq batch[2] = {{2, std::span<const int32_t>(other.data() + other_pos, other_take),
+                            static_cast<int>(other_pos), other_blocks, true, false},
+                           {1, std::span<const int32_t>(prompt.data() + pos, take),
+                            static_cast<int>(pos), blocks, last, true}};
       ASSERT_TRUE(runner.Run(batch, &logits, &hidden).ok());
       ASSERT_EQ(hidden.size(), take * dim);
       ASSERT_EQ(logits.size(), (last ? 2 : 1) * n_vocab_);

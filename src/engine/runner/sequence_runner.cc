@@ -6,7 +6,8 @@
 
 namespace strata::engine {
 
-Result<std::unique_ptr<SequenceRunner>> SequenceRunner::Create(const model::Model& model, int n_ctx, ThreadPool* pool,
+Result<std::unique_ptr<SequenceRunner>> SequenceRunner::Create(const model::Model& model, int n_ctx,
+                                                               ThreadPool* pool,
                                                                kv::KvDType kv_dtype) {
   const model::ModelConfig& cfg = model.config();
   n_ctx = n_ctx > 0 ? std::min(n_ctx, cfg.ctx_len) : std::min(cfg.ctx_len, 4096);
@@ -17,7 +18,8 @@ Result<std::unique_ptr<SequenceRunner>> SequenceRunner::Create(const model::Mode
   layout.num_blocks = std::max(1, (n_ctx + kBlockSize - 1) / kBlockSize);
   layout.dtype = kv_dtype;
   ASSIGN_OR_RETURN(auto storage, kv::KvStorage::Create(layout));
-  return std::unique_ptr<SequenceRunner>(new SequenceRunner(model, n_ctx, pool, std::move(storage)));
+  return std::unique_ptr<SequenceRunner>(
+      new SequenceRunner(model, n_ctx, pool, std::move(storage)));
 }
 
 SequenceRunner::SequenceRunner(const model::Model& model, int n_ctx, ThreadPool* pool,

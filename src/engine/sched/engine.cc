@@ -18,8 +18,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner, const kv::Kv
   return std::unique_ptr<Engine>(new Engine(runner, kv_config, sched_config, clock, std::move(copy_blocks)));
 }
 
-Engine::Engine(ModelRunner* runner, const kv::KvManagerConfig& kv_config, const SchedulerConfig& sched_config,
-               const Clock* clock, BlockCopyFn copy_blocks)
+Engine::Engine(ModelRunner* runner, const kv::KvManagerConfig& kv_config,
+               const SchedulerConfig& sched_config, const Clock* clock, BlockCopyFn copy_blocks)
     : runner_(runner),
       kv_cfg_(kv_config),
       clock_(clock),
@@ -61,7 +61,8 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   RETURN_IF_ERROR(req.Validate(n_vocab_, sc.max_model_len));
   const bool embed = req.kind == RequestKind::kEmbed;
   if (embed && hidden_dim_ == 0)
-    return Status::Unimplemented("kind: embeddings need a runner with hidden-state output, and this one has none");
+    return Status::Unimplemented(
+        "kind: embeddings need a runner with hidden-state output, and this one has none");
   if (req.n > sc.max_num_seqs) {
     return Status::InvalidArgument("n: " + std::to_string(req.n) + " completions exceed max_num_seqs (" +
                                    std::to_string(sc.max_num_seqs) + ")");
@@ -258,7 +259,8 @@ bool Engine::RefreshPrefetches() {
   if (!kv_cfg_.enable_prefix_cache) return false;
   bool started = false;
   for (RequestState* r : sched_.waiting()) {
-    if (!r->tier_hold && !r->is_embed()) started |= MaybePrefetch(r);  // embeddings use no cached blocks
+    // Embeddings use no cached blocks.
+    if (!r->tier_hold && !r->is_embed()) started |= MaybePrefetch(r);
   }
   return started;
 }
@@ -463,10 +465,11 @@ Status Engine::Step() {
       status = Status::Internal("runner returned " + std::to_string(logits_.size()) + " logits, expected " +
                                 std::to_string(static_cast<size_t>(rows) * v));
     }
-    const size_t hidden_floats = static_cast<size_t>(hidden_rows) * static_cast<size_t>(hidden_dim_);
+    const size_t hidden_floats =
+        static_cast<size_t>(hidden_rows) * static_cast<size_t>(hidden_dim_);
     if (status.ok() && hidden_.size() < hidden_floats) {
-      status = Status::Internal("runner returned " + std::to_string(hidden_.size()) + " hidden floats, expected " +
-                                std::to_string(hidden_floats));
+      status = Status::Internal("runner returned " + std::to_string(hidden_.size()) +
+                                " hidden floats, expected " + std::to_string(hidden_floats));
     }
     if (!status.ok()) {
       id_list_.clear();

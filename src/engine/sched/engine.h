@@ -26,9 +26,10 @@
 // computed); loaded blocks are adopted at admission and skip prefill. A request is prefetched again
 // only when its pool coverage dropped since its last prefetch (so misses are not retried). New
 // prefetches get up to 2 ms (kPrefetchSyncWait) to finish within the step that started them, so a
-// quick answer (a local miss or hit) admits the request in that step rather than the next. Cached blocks evicted from the pool are demoted to the tiers; newly computed
-// blocks are published (write-through) when the port wants them. FlushKvTier() demotes every
-// cached block (graceful shutdown, so a restarted server finds them on disk).
+// quick answer (a local miss or hit) admits the request in that step rather than the next. Cached
+// blocks evicted from the pool are demoted to the tiers; newly computed blocks are published
+// (write-through) when the port wants them. FlushKvTier() demotes every cached block (graceful
+// shutdown, so a restarted server finds them on disk).
 //
 // Ownership: the Engine does not own the runner, the clock or the block copier's target; they must
 // outlive it. Thread contract: Submit/Cancel/Stats are thread-safe. Either Start() the engine
@@ -108,7 +109,8 @@ class Engine : private kv::KvManager::Listener {
   void Cancel(RequestId id);
   // A consistent snapshot as of the end of the last step. Thread-safe.
   EngineStats Stats() const;
-  // Width of an embedding (the runner's hidden_dim); 0: embedding requests are refused. Thread-safe.
+  // Width of an embedding (the runner's hidden_dim); 0: embedding requests are refused.
+  // Thread-safe.
   int hidden_dim() const { return hidden_dim_; }
 
   // Starts / stops the engine thread.

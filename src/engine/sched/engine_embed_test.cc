@@ -41,8 +41,10 @@ SubmitRequest Gen(std::vector<int32_t> prompt, int max_tokens) {
 
 // The expected embedding, from the fake model directly: the hidden row of every position (a
 // function of the history up to it), summed in double in position order, L2-normalised.
-std::vector<float> ExpectedEmbedding(const FakeRunnerConfig& rcfg, const std::vector<int32_t>& prompt) {
-  FakeModelRunner model(FakeRunnerConfig{rcfg.n_vocab, 0, rcfg.block_size, rcfg.peak, rcfg.seed, true, rcfg.hidden_dim});
+std::vector<float> ExpectedEmbedding(const FakeRunnerConfig& rcfg,
+                                     const std::vector<int32_t>& prompt) {
+  FakeModelRunner model(FakeRunnerConfig{rcfg.n_vocab, 0, rcfg.block_size, rcfg.peak, rcfg.seed,
+                                         true, rcfg.hidden_dim});
   const size_t dim = static_cast<size_t>(rcfg.hidden_dim);
   std::vector<double> sum(dim, 0.0);
   std::vector<float> row(dim);
@@ -120,7 +122,8 @@ TEST(EngineEmbed, ChunkedPromptGivesTheSameBits) {
 // embedding has the bits it has alone, every generation its reference tokens.
 TEST(EngineEmbed, BatchedEqualsAloneBitForBit) {
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 16; ++i) prompts.push_back(MakePrompt(1 + 7 * i, 100 + static_cast<uint32_t>(i)));
+  for (int i = 0; i < 16; ++i)
+    prompts.push_back(MakePrompt(1 + 7 * i, 100 + static_cast<uint32_t>(i)));
   std::vector<std::vector<float>> alone;
   for (const auto& p : prompts) {
     Sim one(64, Cfg(64, 16));
@@ -165,7 +168,8 @@ TEST(EngineEmbed, BatchedEqualsAloneBitForBit) {
     EXPECT_TRUE(BitEqual(ev.embedding, ExpectedEmbedding(sim.rcfg, prompts[i])));
   }
   for (size_t i = 0; i < gen_ids.size(); ++i)
-    EXPECT_EQ(sim.results[gen_ids[i]][0].tokens, GreedyReference(sim.rcfg, gen_prompts[i], 12)) << "generation " << i;
+    EXPECT_EQ(sim.results[gen_ids[i]][0].tokens, GreedyReference(sim.rcfg, gen_prompts[i], 12))
+        << "generation " << i;
   EXPECT_EQ(sim.engine->Stats().embeddings, 16);
   EXPECT_EQ(sim.engine->Stats().finished_requests, 20);
 }
@@ -254,14 +258,17 @@ TEST(EngineEmbed, Validation) {
   r.logprobs = true;
   EXPECT_EQ(sim.engine->Submit(r).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(sim.engine->Submit(Embed({})).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(sim.engine->Submit(Embed({1, 64})).status().code(), StatusCode::kInvalidArgument);  // id out of range
+  EXPECT_EQ(sim.engine->Submit(Embed({1, 64})).status().code(),
+            StatusCode::kInvalidArgument);  // id out of range
   // max_tokens and the sampling fields do not apply: a prompt of max_model_len tokens is fine.
   SubmitRequest full = Embed(MakePrompt(sim.scfg.max_model_len, 3));
   EXPECT_TRUE(full.Validate(64, sim.scfg.max_model_len).ok());
-  EXPECT_EQ(Embed(MakePrompt(sim.scfg.max_model_len + 1, 3)).Validate(64, sim.scfg.max_model_len).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      Embed(MakePrompt(sim.scfg.max_model_len + 1, 3)).Validate(64, sim.scfg.max_model_len).code(),
+      StatusCode::kInvalidArgument);
   // Larger than the KV pool (8 blocks of 16): refused at Submit.
-  EXPECT_EQ(sim.engine->Submit(Embed(MakePrompt(200, 4))).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(sim.engine->Submit(Embed(MakePrompt(200, 4))).status().code(),
+            StatusCode::kInvalidArgument);
   // A runner without hidden-state output refuses embeddings.
   FakeRunnerConfig rc;
   rc.num_blocks = 8;

@@ -194,7 +194,8 @@ class TimedRunner final : public ModelRunner {
  public:
   TimedRunner(FakeModelRunner* inner, FakeClock* clock) : inner_(inner), clock_(clock) {}
   int n_vocab() const override { return inner_->n_vocab(); }
-  Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits, std::vector<float>* hidden) override {
+  Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits,
+             std::vector<float>* hidden) override {
     for (const BatchSeq& b : batch) clock_->Advance(std::chrono::milliseconds(b.tokens.size()));
     return inner_->Run(batch, logits, hidden);
   }

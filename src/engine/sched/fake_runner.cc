@@ -71,12 +71,14 @@ void FakeModelRunner::ImportBlock(int32_t block, const std::vector<uint8_t>& byt
   for (int s = 0; s < cfg_.block_size; ++s) std::memcpy(&At(block, s), bytes.data() + sizeof(Slot) * static_cast<size_t>(s), sizeof(Slot));
 }
 
-Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* logits, std::vector<float>* hidden) {
+Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* logits,
+                            std::vector<float>* hidden) {
   if (record_) {
     RecordedBatch rb;
     rb.reserve(batch.size());
     for (const BatchSeq& b : batch)
-      rb.push_back(RecordedSeq{b.seq_id, b.start_pos, static_cast<int>(b.tokens.size()), b.want_logits, b.want_hidden});
+      rb.push_back(RecordedSeq{b.seq_id, b.start_pos, static_cast<int>(b.tokens.size()),
+                               b.want_logits, b.want_hidden});
     batches_.push_back(std::move(rb));
   }
   const int bs = cfg_.block_size;
@@ -118,7 +120,8 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
     }
     rows += b.want_logits ? 1 : 0;
     if (b.want_hidden) {
-      if (hidden == nullptr || cfg_.hidden_dim <= 0) return Fail(who + ": wants hidden rows the runner cannot give");
+      if (hidden == nullptr || cfg_.hidden_dim <= 0)
+        return Fail(who + ": wants hidden rows the runner cannot give");
       hidden_rows += b.tokens.size();
     }
   }

@@ -83,12 +83,17 @@ Status SubmitRequest::ValidateEmbed(int n_vocab, int max_model_len) const {
   RETURN_IF_ERROR(CheckIds("prompt", prompt, n_vocab));
   if (static_cast<int64_t>(prompt.size()) > max_model_len) {
     return Status::InvalidArgument("prompt: " + std::to_string(prompt.size()) +
-                                   " tokens exceed max_model_len (" + std::to_string(max_model_len) + ")");
+                                   " tokens exceed max_model_len (" +
+                                   std::to_string(max_model_len) + ")");
   }
-  if (n != 1) return Status::InvalidArgument("n: an embedding request has one output, got n = " + std::to_string(n));
-  if (logprobs || top_logprobs != 0) return Status::InvalidArgument("logprobs: not available for an embedding request");
+  if (n != 1)
+    return Status::InvalidArgument("n: an embedding request has one output, got n = " +
+                                   std::to_string(n));
+  if (logprobs || top_logprobs != 0)
+    return Status::InvalidArgument("logprobs: not available for an embedding request");
   if (tenant.size() > kMaxTenantBytes)
-    return Status::InvalidArgument("tenant: longer than " + std::to_string(kMaxTenantBytes) + " bytes");
+    return Status::InvalidArgument("tenant: longer than " + std::to_string(kMaxTenantBytes) +
+                                   " bytes");
   if (static_cast<uint8_t>(tier) > static_cast<uint8_t>(Tier::kBronze))
     return Status::InvalidArgument("tier: invalid value " + std::to_string(static_cast<int>(tier)));
   return Status::Ok();

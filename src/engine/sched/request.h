@@ -73,8 +73,8 @@ struct SubmitRequest {
   std::function<void()> on_event;
 
   // Field checks against the model: n_vocab (token id range) and max_model_len (positions per
-  // sequence). Capacity checks (KV pool, max_num_seqs) are the engine's. kEmbed requests are checked
-  // by ValidateEmbed.
+  // sequence). Capacity checks (KV pool, max_num_seqs) are the engine's. kEmbed requests are
+  // checked by ValidateEmbed.
   Status Validate(int n_vocab, int max_model_len) const;
   // kEmbed: a prompt of 1..max_model_len valid ids, n == 1, no logprobs; the generation-only
   // fields are ignored.

@@ -12,9 +12,9 @@
 // Priority (a strict total order, recomputed every step):
 //   key = (level, deadline or +inf, arrival order), smaller first, where
 //   level = tier - floor(time since submission / aging_s)   (gold 0, silver 1, bronze 2)
-// so a request that has waited aging_s moves up one tier, and after (tier + 1) * aging_s it is ahead
-// of every newly arrived gold request: bronze never starves under a gold flood. Level may go below
-// gold. The same key orders waiting requests (admission) and running ones (who is preempted).
+// so a request that has waited aging_s moves up one tier, and after (tier + 1) * aging_s it is
+// ahead of every newly arrived gold request: bronze never starves under a gold flood. Level may go
+// below gold. The same key orders waiting requests (admission) and running ones (who is preempted).
 //
 // Step (Schedule): token budget max_batched_tokens, at most max_num_seqs admitted sequences.
 //   A. running decodes in priority order (1 token each);
@@ -40,8 +40,8 @@
 //
 // Preemption is by recompute: all blocks are freed, the request goes back to waiting, and on
 // readmission each sequence recomputes prompt + generated tokens (full blocks usually come back
-// from the prefix cache). Its Samplers are kept, so it resumes exactly where it was and produces the
-// same tokens. There is no separate swap space: on CPU the KV already lives in host memory. The
+// from the prefix cache). Its Samplers are kept, so it resumes exactly where it was and produces
+// the same tokens. There is no separate swap space: on CPU the KV already lives in host memory. The
 // preempted request's full blocks stay in the prefix cache, and with a RAM KV tier configured
 // (Engine::AttachKvTier) the ones the pool recycles meanwhile are demoted there and prefetched back
 // at readmission -- that is the "swap" path; only blocks lost from every tier and the last partial

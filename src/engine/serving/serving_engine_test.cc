@@ -163,7 +163,8 @@ TEST_P(ServingEngineTest, PreemptionAndPrefixCacheKeepTokens) {
 // Submits every prompt as an embedding request at once (plus `generations` generation requests of
 // 12 tokens) and returns the vectors.
 std::vector<std::vector<float>> EmbedAll(const Fixture& fx, const ServingConfig& cfg,
-                                         const std::vector<std::vector<int32_t>>& prompts, int generations = 0) {
+                                         const std::vector<std::vector<int32_t>>& prompts,
+                                         int generations = 0) {
   auto se = ServingEngine::Create(fx.model, cfg);
   if (!se.ok()) {
     ADD_FAILURE() << se.status().ToString();
@@ -205,7 +206,8 @@ std::vector<std::vector<float>> EmbedAll(const Fixture& fx, const ServingConfig&
 
 // The expected embedding from the independent fp64 reference: its final-normed hidden rows (with
 // activations rounded to the engine's formats when `rounded`) summed and L2-normalised in double.
-std::vector<double> ReferenceEmbedding(const Fixture& fx, const std::vector<int32_t>& tokens, bool rounded) {
+std::vector<double> ReferenceEmbedding(const Fixture& fx, const std::vector<int32_t>& tokens,
+                                       bool rounded) {
   auto f = gguf::GgufFile::Parse(fx.bytes);
   EXPECT_TRUE(f.ok());
   auto ref = ::strata::testing::ReferenceModel::Create(**f);
@@ -239,7 +241,8 @@ TEST_P(ServingEngineTest, EmbeddingsBatchedEqualAloneAndThePreviousPath) {
   Fixture fx = MakeModel(GetParam());
   const int n_vocab = fx.model->config().n_vocab;
   std::vector<std::vector<int32_t>> prompts;
-  for (uint32_t i = 0; i < 16; ++i) prompts.push_back(Prompt(1 + 9 * i, n_vocab, 40 + i));  // 1..136 tokens
+  for (uint32_t i = 0; i < 16; ++i)
+    prompts.push_back(Prompt(1 + 9 * i, n_vocab, 40 + i));  // 1..136 tokens
   for (engine::kv::KvDType dtype : {kv::KvDType::kF32, kv::KvDType::kF16}) {
     SCOPED_TRACE(std::string(kv::KvDTypeName(dtype)));
     ServingConfig alone;
@@ -258,7 +261,8 @@ TEST_P(ServingEngineTest, EmbeddingsBatchedEqualAloneAndThePreviousPath) {
     ASSERT_EQ(got.size(), prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) {
       ASSERT_EQ(got[i].size(), static_cast<size_t>(fx.model->config().dim));
-      EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0) << "request " << i;
+      EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
+          << "request " << i;
       if (i % 5 != 0) continue;  // the reference is slow: every fifth request
       // Plain reference: includes the activation-quantization error (as tests/golden); rounded:
       // only summation order, rounding flips and (F16) the KV rounding remain.
@@ -266,9 +270,9 @@ TEST_P(ServingEngineTest, EmbeddingsBatchedEqualAloneAndThePreviousPath) {
       const double rounded = NormErr(got[i], ReferenceEmbedding(fx, prompts[i], true));
       EXPECT_LT(plain, GetParam() == synth::FileType::kF16 ? 1e-2 : 0.15) << "request " << i;
       EXPECT_LT(rounded, 5e-2) << "request " << i;
-      std::cout << "[ info ] " << synth::FileTypeName(GetParam()) << " kv " << kv::KvDTypeName(dtype) << " request "
-                << i << " (" << prompts[i].size() << " tokens): error vs fp64 reference " << plain << ", rounded "
-                << rounded << "\n";
+      std::cout << "[ info ] " << synth::FileTypeName(GetParam()) << " kv "
+                << kv::KvDTypeName(dtype) << " request " << i << " (" << prompts[i].size()
+                << " tokens): error vs fp64 reference " << plain << ", rounded " << rounded << "\n";
     }
   }
 }
