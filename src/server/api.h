@@ -14,10 +14,10 @@
 // request in the engine at once (Responder::OnClose -> Engine::Cancel).
 //
 // Ownership: borrows the engine, tokenizer and template (they must outlive the Api). The HttpServer
-// calling Handle() must be Stop()ped before the Api is destroyed (disconnect callbacks call into
-// it), and destroyed after it (jobs hold Responders of its connections). Thread contract: Handle()
-// is called concurrently by the I/O threads; everything it touches is either immutable, thread-safe
-// (Engine, MetricsRegistry) or guarded by mu_.
+// calling Handle() must be Stop()ped before the Api is destroyed (disconnect callbacks call into it),
+// and destroyed after it (jobs hold Responders of its connections).
+// Thread contract: Handle() is called concurrently by the I/O threads; everything it touches is
+// either immutable, thread-safe (Engine, MetricsRegistry) or guarded by mu_.
 #pragma once
 
 #include <atomic>
