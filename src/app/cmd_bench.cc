@@ -1,4 +1,5 @@
-// `strata bench model`: llama-bench-style prefill (pp) and decode (tg) throughput of one sequence.
+// `strata bench model`: llama-bench-style prefill (pp) and decode (tg) throughput of one sequence
+// (engine::SequenceRunner: the batched runner with a batch of one, F32 KV as `strata generate`).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "base/memory_size.h"
 #include "base/thread_pool.h"
 #include "bench/metrics.h"
+#include "engine/runner/sequence_runner.h"
 #include "engine/serving/serving_engine.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -62,19 +64,19 @@ Status RunBenchModel(const BenchModelOptions& o) {
   int n_ctx = o.pp + o.tg;
   if (n_ctx > cfg.ctx_len) return Status::InvalidArgument(fmt::format("pp + tg = {} exceeds the model context {}", n_ctx, cfg.ctx_len));
   ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
-  model::Context ctx(*model, n_ctx, &pool);
+  ASSIGN_OR_RETURN(auto seq, engine::SequenceRunner::Create(*model, n_ctx, &pool));
   std::mt19937 rng(1234);
   std::vector<int32_t> prompt(static_cast<size_t>(o.pp));
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(cfg.n_vocab));
   std::vector<double> pp_tps, tg_tps;
   for (int r = -1; r < o.reps; ++r) {  // r = -1: warm-up
-    ctx.Reset();
+    seq->Reset();
     auto t0 = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(auto logits, ctx.Eval(prompt));
+    ASSIGN_OR_RETURN(auto logits, seq->Eval(prompt));
     auto t1 = std::chrono::steady_clock::now();
     int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     for (int i = 0; i < o.tg; ++i) {
-      ASSIGN_OR_RETURN(logits, ctx.Eval(std::span<const int32_t>(&next, 1)));
+      ASSIGN_OR_RETURN(logits, seq->Eval(std::span<const int32_t>(&next, 1)));
       next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     }
     auto t2 = std::chrono::steady_clock::now();

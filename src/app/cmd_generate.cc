@@ -1,4 +1,6 @@
-// `strata generate`: one prompt, one stream, on the single-sequence engine path.
+// `strata generate`: one prompt, one stream — a batch of one on the engine's forward pass
+// (engine::SequenceRunner: CpuModelRunner over paged F32 KV sized for prompt + max tokens, the
+// numerics llama.cpp's goldens were computed with), sampled with the engine's Sampler.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -10,6 +12,7 @@
 
 #include "app/commands.h"
 #include "base/thread_pool.h"
+#include "engine/runner/sequence_runner.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -95,7 +98,7 @@ Status RunGenerate(const GenerateOptions& o) {
   RETURN_IF_ERROR(sp.Validate());
 
   ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
-  model::Context ctx(*model, n_ctx, &pool);
+  ASSIGN_OR_RETURN(auto seq, engine::SequenceRunner::Create(*model, n_ctx, &pool));
   engine::Sampler sampler(sp, static_cast<size_t>(cfg.n_vocab));
   std::vector<int32_t> banned;
   if (o.ignore_eos) banned = tok->eog_ids();
@@ -106,7 +109,7 @@ Status RunGenerate(const GenerateOptions& o) {
   tokenizer::IncrementalDecoder decoder(*tok);
 
   auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(auto logits, ctx.Eval(prompt));
+  ASSIGN_OR_RETURN(auto logits, seq->Eval(prompt));
   auto t1 = std::chrono::steady_clock::now();
   auto t_gen_start = t1;
   for (int i = 0; i < o.max_tokens; ++i) {
@@ -121,8 +124,8 @@ Status RunGenerate(const GenerateOptions& o) {
       std::fflush(stdout);
     }
     if (i + 1 == o.max_tokens) break;
-    if (ctx.n_past() >= ctx.n_ctx()) break;
-    ASSIGN_OR_RETURN(logits, ctx.Eval(std::span<const int32_t>(&next, 1)));
+    if (seq->n_past() >= seq->n_ctx()) break;
+    ASSIGN_OR_RETURN(logits, seq->Eval(std::span<const int32_t>(&next, 1)));
   }
   std::string rest = decoder.Flush();
   text += rest;

@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -133,32 +132,6 @@ Status RunServe(const engine::ReplicaConfig& config) {
   ao.retry_after_s = o.retry_after_s;
   engine::ServingEngine* serving_ptr = serving.get();
   ao.tier_stats = [serving_ptr] { return serving_ptr->TierStats(); };
-  // Embeddings: a separate small path (the engine's runner exposes no hidden states): one
-  // model::Context, single-threaded, one input at a time; mean of the final-normed hidden states of
-  // every token, L2-normalised.
-  struct Embedder {
-    std::mutex mu;
-    std::unique_ptr<model::Context> ctx;
-  };
-  auto embedder = std::make_shared<Embedder>();
-  const model::Model* mp = shared_model.get();
-  ao.embed = [embedder, mp, max_len](std::span<const int32_t> tokens) -> Result<std::vector<float>> {
-    std::lock_guard<std::mutex> lock(embedder->mu);
-    if (!embedder->ctx) embedder->ctx = std::make_unique<model::Context>(*mp, max_len, nullptr);
-    embedder->ctx->Reset();
-    RETURN_IF_ERROR(embedder->ctx->Eval(tokens, /*all_logits=*/true).status());
-    auto h = embedder->ctx->last_hidden();
-    const size_t dim = static_cast<size_t>(mp->config().dim), rows = h.size() / dim;
-    std::vector<double> acc(dim, 0.0);
-    for (size_t r = 0; r < rows; ++r)
-      for (size_t i = 0; i < dim; ++i) acc[i] += h[r * dim + i];
-    double norm = 0;
-    for (double x : acc) norm += x * x;
-    norm = std::sqrt(norm);
-    std::vector<float> out(dim);
-    for (size_t i = 0; i < dim; ++i) out[i] = norm > 0 ? static_cast<float>(acc[i] / norm) : 0.0f;
-    return out;
-  };
   auto api = std::make_unique<server::Api>(info, eng, ao);
 
   api->SetReady(true);

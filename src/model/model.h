@@ -1,10 +1,12 @@
 // Model: a GGUF decoder-only transformer (llama family: Llama 2/3/3.x, Mistral, TinyLlama; qwen2)
-// loaded for CPU inference.
+// loaded for CPU inference. The forward pass over it is engine/runner's CpuModelRunner (the only
+// one); this module holds the weights and hyper-parameters.
 //
 // Ownership: Model owns the GgufFile (the mmap). Weights stay in their stored (possibly quantized)
 // form and are read in place; only small vectors (norm weights, biases, rope frequency factors)
 // are converted to f32 copies at load.
-// Thread-safety: a Model is immutable after Load() and may be shared by many Contexts.
+// Thread-safety: a Model is immutable after Load() and may be shared by any number of forward
+// passes (engine/runner) on any threads.
 // Errors: Load() returns InvalidArgument naming the key/tensor that is missing or malformed, or
 // Unimplemented for an architecture / tensor type we do not support (listing what is supported).
 #pragma once
@@ -92,46 +94,6 @@ class Model {
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
   uint64_t weight_bytes_ = 0;
-};
-
-// Context: the state of one sequence (a contiguous f32 KV cache) and the scratch buffers of the
-// forward pass. Single-threaded owner; uses the given pool for parallel work inside a step.
-// After warm-up, Eval() of one token performs no heap allocation.
-class Context {
- public:
-  // n_ctx <= 0 means the model's context length capped at 4096.
-  Context(const Model& model, int n_ctx, ThreadPool* pool);
-
-  // Appends `tokens` at position n_past() and runs the forward pass.
-  // Returns the logits of the last token ([n_vocab]) — or of every token ([n x n_vocab], row-major)
-  // when all_logits. The span stays valid until the next Eval/Reset.
-  // Errors: InvalidArgument for an empty batch or a token id out of range; OutOfRange when the
-  // sequence would exceed n_ctx (message has both numbers).
-  Result<std::span<const float>> Eval(std::span<const int32_t> tokens, bool all_logits = false);
-
-  int n_past() const { return n_past_; }
-  // Final-normed hidden states of the rows the last Eval returned logits for ([rows x dim]: every
-  // token with all_logits, else the last one). Valid until the next Eval/Reset. (Used for embeddings.)
-  std::span<const float> last_hidden() const { return {xn_.data(), hidden_rows_ * static_cast<size_t>(cfg_.dim)}; }
-  int n_ctx() const { return n_ctx_; }
-  void Reset() { n_past_ = 0; }
-
- private:
-  void EnsureScratch(size_t n_tokens, bool all_logits);
-  void Attention(int layer, size_t n_tokens);
-
-  const Model& model_;
-  const ModelConfig& cfg_;
-  ThreadPool* pool_;
-  int n_ctx_;
-  int n_past_ = 0;
-  std::vector<float> k_cache_, v_cache_;  // [layer][pos][kv_dim]
-  Rope rope_;
-  // Scratch: x [n x dim], xn [n x dim], q [n x q_dim], k,v [n x kv_dim], att [n x q_dim],
-  // gate/up [n x ffn], logits, per-thread score rows.
-  std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, logits_, scores_;
-  size_t scratch_tokens_ = 0;
-  size_t hidden_rows_ = 0;
 };
 
 }  // namespace strata::model

@@ -11,6 +11,10 @@
 // detokenizes incrementally, applies stop strings and hands SSE events (or, at the end, the whole
 // response) to the connection's Responder. Nothing polls: an idle server blocks. A client
 // disconnect cancels the request in the engine at once (Responder::OnClose -> Engine::Cancel).
+// Embeddings: each input is an engine embedding request (pooled final hidden state); the I/O thread
+// submits them and returns, and EmbeddingJobs (embeddings.h) answers when the engine has computed
+// them all, so concurrent requests are batched by the engine. 501 when the engine's runner has no
+// hidden-state output.
 //
 // Ownership: borrows the engine, tokenizer and template (they must outlive the Api). The HttpServer
 // calling Handle() must be Stop()ped before the Api is destroyed (disconnect callbacks and drains
@@ -34,16 +38,13 @@
 #include "http/chain.h"
 #include "http/prometheus.h"
 #include "http/server.h"
+#include "server/embeddings.h"
 #include "server/openai_request.h"
 
 namespace strata::server {
 
-// Computes a pooled, L2-normalised embedding for a token sequence (may be empty: no embeddings).
-using EmbedFn = std::function<Result<std::vector<float>>(std::span<const int32_t> tokens)>;
-
 struct ApiOptions {
   std::vector<std::string> api_keys;  // empty: no auth
-  EmbedFn embed;
   int retry_after_s = 1;  // Retry-After on 429
   // Statistics of the KV tiers below the engine's pool, for /metrics (empty function or nullopt:
   // no tiers configured).
@@ -61,6 +62,7 @@ class Api {
   void SetReady(bool ready) { readiness_.SetReady(ready); }
   // Drain: /ready -> 503 and new work -> 503; in-flight requests continue.
   void StartDraining() { readiness_.StartDraining(); }
+  // Requests in flight: generations and /v1/embeddings requests (the drain waits for both).
   int live_jobs() const;
   http::MetricsRegistry& metrics() { return metrics_; }
 
@@ -79,6 +81,8 @@ class Api {
   HttpResponse Detokenize(http::Exchange& ex);
   HttpResponse ApplyTemplate(http::Exchange& ex);
   HttpResponse Embeddings(http::Exchange& ex);
+  HttpResponse EmbeddingResponse(const std::vector<std::vector<float>>& vectors, bool base64,
+                                 int64_t total) const;
   HttpResponse Generate(Endpoint ep, http::Exchange& ex);
   // Generation (generate.cc).
   std::optional<HttpResponse> ApplyHeaders(const http::HttpRequest& req, GenRequest& g);
@@ -110,6 +114,8 @@ class Api {
 
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<Job>> jobs_;  // guarded by mu_: live generation jobs
+  // Last member: destroyed first, so its worker (which uses metrics_) stops before anything else.
+  std::unique_ptr<EmbeddingJobs> embeddings_;  // null: the runner has no hidden-state output
 };
 
 // The answer while the model is still loading: /health 200 {"status":"loading"}, anything else 503.

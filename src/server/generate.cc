@@ -140,6 +140,7 @@ HttpResponse FromEngineStatus(const Status& s) {
 }
 
 Api::~Api() {
+  embeddings_.reset();  // joins its worker; cancels embeddings in flight
   std::vector<std::shared_ptr<Job>> jobs;
   {
     std::lock_guard<std::mutex> lock(mu_);

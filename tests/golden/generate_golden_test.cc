@@ -1,10 +1,11 @@
-// Greedy continuations computed by llama.cpp (../shared/golden/generate/) reproduced by our engine.
+// Greedy continuations computed by llama.cpp (../shared/golden/generate/) reproduced by our engine
+// (engine::SequenceRunner: the batched runner with one sequence and F32 KV, as `strata generate`).
 //
 // Rule (as vLLM's check_logprobs_close, and as the golden README suggests): the prompt tokens must
-// match exactly; walk the 32 generated positions while our token equals the golden one; at the first
-// difference pass only if the golden token is in our top-5 and our token is in the golden top-5 at
-// that position, then stop comparing that case. In addition, at every compared position our top-1
-// logit must be within a relative tolerance of llama.cpp's.
+// match exactly; walk the 32 generated positions while our token equals the golden one; at the
+// first difference pass only if the golden token is in our top-5 and our token is in the golden
+// top-5 at that position, then stop comparing that case. In addition, at every compared position
+// our top-1 logit must be within a relative tolerance of llama.cpp's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/thread_pool.h"
+#include "engine/runner/sequence_runner.h"
 #include "model/model.h"
 #include "testing/shared_dir.h"
 #include "tokenizer/tokenizer.h"
@@ -66,8 +68,10 @@ TEST_P(GenerateGoldenTest, ReproducesLlamaCppGreedy) {
       std::vector<int32_t> got = (*tok)->Encode(c["prompt"]["text"].get<std::string>(), true, false);
       ASSERT_EQ(got, want_prompt) << "prompt tokenization differs from llama.cpp";
     }
-    model::Context ctx(**model, static_cast<int>(want_prompt.size()) + 40, &pool);
-    auto logits = ctx.Eval(want_prompt);
+    auto seq =
+        engine::SequenceRunner::Create(**model, static_cast<int>(want_prompt.size()) + 40, &pool);
+    ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+    auto logits = (*seq)->Eval(want_prompt);
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();
     const auto& steps = c["steps"];
     bool all_equal = true;
@@ -91,7 +95,7 @@ TEST_P(GenerateGoldenTest, ReproducesLlamaCppGreedy) {
       }
       if (pos + 1 == steps.size()) break;
       int32_t next = want;
-      logits = ctx.Eval(std::span<const int32_t>(&next, 1));
+      logits = (*seq)->Eval(std::span<const int32_t>(&next, 1));
       ASSERT_TRUE(logits.ok()) << logits.status().ToString();
     }
     exact_cases += all_equal ? 1 : 0;

@@ -1,4 +1,7 @@
-// The engine's logits against the independent fp64 reference forward pass (tests/reference).
+// The engine's logits against the independent fp64 reference forward pass (tests/reference). The
+// engine side is engine::SequenceRunner (the batched runner with one sequence, F32 KV), the path
+// of `strata generate`; the logits of several positions of one prompt come from prefilling it in
+// chunks that end at those positions (chunked prefill is bit-identical to one shot).
 //
 // The reference uses the same stored weights (dequantized) but never quantizes activations and
 // computes in double; the engine quantizes activations for the integer-dot types (as llama.cpp
@@ -11,6 +14,7 @@
 #include <iostream>
 
 #include "base/thread_pool.h"
+#include "engine/runner/sequence_runner.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "synth/synth.h"
@@ -52,6 +56,33 @@ double NormErr(std::span<const float> got, const std::vector<double>& want) {
     den = std::max(den, std::fabs(want[i]));
   }
   return num / std::max(den, 1e-30);
+}
+
+std::unique_ptr<engine::SequenceRunner> NewSequence(const model::Model& m, int n_ctx,
+                                                    ThreadPool* pool) {
+  auto s = engine::SequenceRunner::Create(m, n_ctx, pool);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+// Logits at each of `positions` (ascending) of `prompt`: the prompt is prefilled in chunks ending
+// there. Rows in the order of `positions`.
+Result<std::vector<std::vector<float>>> LogitsAt(engine::SequenceRunner& seq,
+                                                 const std::vector<int32_t>& prompt,
+                                                 const std::vector<size_t>& positions) {
+  std::vector<std::vector<float>> rows;
+  size_t done = 0;
+  for (size_t pos : positions) {
+    if (pos + 1 > done) {
+      ASSIGN_OR_RETURN(auto l,
+                       seq.Eval(std::span<const int32_t>(prompt.data() + done, pos + 1 - done)));
+      rows.emplace_back(l.begin(), l.end());
+      done = pos + 1;
+    } else {
+      rows.push_back(rows.back());  // the same position again
+    }
+  }
+  return rows;
 }
 
 struct Case {
@@ -151,11 +182,13 @@ TEST_P(ModelReferenceTest, LogitsMatchFp64Reference) {
     ref->set_round_activations(false);
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
-      model::Context ctx(*b.model, 512, &pool);
-      auto got = ctx.Eval(prompt, /*all_logits=*/true);
+      auto seq = NewSequence(*b.model, 512, &pool);
+      ASSERT_NE(seq, nullptr);
+      auto got = LogitsAt(*seq, prompt, pos);
       ASSERT_TRUE(got.ok()) << got.status().ToString();
       for (size_t i = 0; i < pos.size(); ++i) {
-        auto row = got->subspan(pos[i] * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab));
+        std::span<const float> row((*got)[i]);
+        ASSERT_EQ(row.size(), static_cast<size_t>(n_vocab));
         double err = NormErr(row, want[i]);
         EXPECT_LT(err, c.tol) << "threads " << threads << " position " << pos[i];
         double err_r = NormErr(row, want_rounded[i]);
@@ -185,8 +218,9 @@ TEST_P(ModelReferenceTest, OneAndTwoThreadsBitIdenticalAndDecodeMatchesPrefill) 
   std::vector<std::vector<float>> outs;
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
-    model::Context ctx(*b.model, 64, &pool);
-    auto l = ctx.Eval(prompt);
+    auto seq = NewSequence(*b.model, 64, &pool);
+    ASSERT_NE(seq, nullptr);
+    auto l = seq->Eval(prompt);
     ASSERT_TRUE(l.ok());
     outs.emplace_back(l->begin(), l->end());
   }
@@ -194,9 +228,10 @@ TEST_P(ModelReferenceTest, OneAndTwoThreadsBitIdenticalAndDecodeMatchesPrefill) 
   // Token-by-token decode reaches the same logits as one prefill (up to the activation
   // quantization of a different batch shape: compare by normalized error).
   ThreadPool pool(2);
-  model::Context ctx(*b.model, 64, &pool);
+  auto seq = NewSequence(*b.model, 64, &pool);
+  ASSERT_NE(seq, nullptr);
   Result<std::span<const float>> l = Status::Internal("unset");
-  for (int32_t t : prompt) l = ctx.Eval(std::span<const int32_t>(&t, 1));
+  for (int32_t t : prompt) l = seq->Eval(std::span<const int32_t>(&t, 1));
   ASSERT_TRUE(l.ok());
   std::vector<double> want(outs[0].begin(), outs[0].end());
   EXPECT_LT(NormErr(*l, want), 1e-4);
@@ -221,8 +256,9 @@ TEST(ModelReferenceIsaTest, EveryIsaMatchesReference) {
     if (static_cast<int>(isa) > static_cast<int>(detected)) continue;
     kernels::SetIsa(isa);
     ThreadPool pool(2);
-    model::Context ctx(*b.model, 64, &pool);
-    auto got = ctx.Eval(prompt);
+    auto seq = NewSequence(*b.model, 64, &pool);
+    ASSERT_NE(seq, nullptr);
+    auto got = seq->Eval(prompt);
     ASSERT_TRUE(got.ok());
     EXPECT_LT(NormErr(*got, want[0]), 0.15) << kernels::IsaName(isa);
     EXPECT_LT(NormErr(*got, want_rounded[0]), kRoundedExact) << kernels::IsaName(isa);
@@ -245,8 +281,9 @@ TEST_P(SharedModelReferenceTest, LastLogitsMatchReference) {
     auto prompt = Prompt(len, (*m)->config().n_vocab, 3);
     auto want = ref->Forward(prompt);
     ThreadPool pool(2);
-    model::Context ctx(**m, 64, &pool);
-    auto got = ctx.Eval(prompt);
+    auto seq = NewSequence(**m, 64, &pool);
+    ASSERT_NE(seq, nullptr);
+    auto got = seq->Eval(prompt);
     ASSERT_TRUE(got.ok());
     EXPECT_LT(NormErr(*got, want[0]), GetParam().second) << "prompt length " << len;
   }

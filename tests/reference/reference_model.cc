@@ -108,8 +108,17 @@ std::vector<double> ReferenceModel::MatVec(const std::string& name, const std::v
 
 std::vector<std::vector<double>> ReferenceModel::Forward(const std::vector<int32_t>& tokens,
                                                          std::vector<size_t> positions) const {
-  const size_t n = tokens.size(), D = static_cast<size_t>(dim_), hd = static_cast<size_t>(head_dim_);
-  if (positions.empty()) positions.push_back(n - 1);
+  if (positions.empty()) positions.push_back(tokens.size() - 1);
+  const auto hidden = FinalHidden(tokens);
+  std::vector<std::vector<double>> logits;
+  for (size_t pos : positions) logits.push_back(MatVec(output_name_, hidden[pos]));
+  return logits;
+}
+
+std::vector<std::vector<double>> ReferenceModel::FinalHidden(
+    const std::vector<int32_t>& tokens) const {
+  const size_t n = tokens.size(), D = static_cast<size_t>(dim_),
+               hd = static_cast<size_t>(head_dim_);
   auto rmsnorm = [&](const std::vector<double>& x, const std::vector<double>& w) {
     double ss = 0;
     for (double v : x) ss += v * v;
@@ -180,9 +189,8 @@ std::vector<std::vector<double>> ReferenceModel::Forward(const std::vector<int32
     }
   }
   auto out_norm = Vec("output_norm.weight");
-  std::vector<std::vector<double>> logits;
-  for (size_t pos : positions) logits.push_back(MatVec(output_name_, rmsnorm(x[pos], out_norm)));
-  return logits;
+  for (auto& row : x) row = rmsnorm(row, out_norm);
+  return x;
 }
 
 }  // namespace strata::testing

@@ -25,6 +25,9 @@ class ReferenceModel {
   std::vector<std::vector<double>> Forward(const std::vector<int32_t>& tokens,
                                            std::vector<size_t> positions = {}) const;
 
+  // The final-normed hidden state (the output projection's input, dim values) at every position.
+  std::vector<std::vector<double>> FinalHidden(const std::vector<int32_t>& tokens) const;
+
   int n_vocab() const { return n_vocab_; }
 
   // When on, the input of every matrix product is first rounded to the activation format the

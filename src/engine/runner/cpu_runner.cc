@@ -12,12 +12,18 @@
 //   of the tile. Items are handed out dynamically (an atomic counter) because their costs differ
 //   by orders of magnitude (a long prefill tile vs a short decode); which thread computes an item
 //   never changes its result.
-// - The math mirrors model::Context (same kernel: kernels::Attend over positions 0..pos), so with
-//   f32 KV the runner reproduces Context's logits exactly.
+// - With F32 KV the math is the single-sequence path's (kernels::Attend over positions 0..pos of
+//   a contiguous f32 history, the path `strata generate` ran before it became a use of this
+//   runner), bit for bit: a table of consecutive blocks is read in place (ConsecutiveBlocks), any
+//   other is gathered into such a history first (same bits: Attend's arithmetic does not depend on
+//   the stride).
+// - want_hidden rows (embeddings) go through the whole last layer and the final norm like a row
+//   that wants logits; only the output projection is skipped for them.
 #include "engine/runner/cpu_runner.h"
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -148,6 +154,7 @@ void CpuModelRunner::WriteKv(int layer, std::span<const BatchSeq> batch) {
 void CpuModelRunner::GatherHead(bool is_v, int layer, std::span<const int32_t> table, int kv_head, size_t len,
                                 float* dst, float* row_tmp) const {
   const kv::KvLayout& lay = storage_->layout();
+  assert(lay.dtype != kv::KvDType::kF16 && "F16 storage is read by GatherHeadF16 / in place");
   const size_t hd = static_cast<size_t>(cfg_.head_dim), kvd = static_cast<size_t>(lay.kv_dim);
   const size_t bs = static_cast<size_t>(lay.block_size);
   const size_t head_off = static_cast<size_t>(kv_head) * hd;  // in elements
@@ -156,26 +163,23 @@ void CpuModelRunner::GatherHead(bool is_v, int layer, std::span<const int32_t> t
     const int slot = static_cast<int>(p % bs);
     const uint8_t* row = is_v ? storage_->V(layer, block, slot) : storage_->K(layer, block, slot);
     float* out = dst + p * hd;
-    switch (lay.dtype) {
-      case kv::KvDType::kF32:
-        std::memcpy(out, row + head_off * sizeof(float), hd * sizeof(float));
-        break;
-      case kv::KvDType::kF16: {
-        // (AttendItem sends F16 storage through GatherHeadF16; kept so this decoder covers every dtype.)
-        const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + head_off;
-        for (size_t i = 0; i < hd; ++i) out[i] = F16ToF32(h[i]);
-        break;
-      }
-      case kv::KvDType::kQ8_0:
-        if (hd % kQK8_0 == 0) {  // the head is whole Q8_0 blocks: decode just those
-          kernels::DequantizeRow(DType::kQ8_0, row + (head_off / kQK8_0) * sizeof(BlockQ8_0), out, hd);
-        } else {
-          kernels::DequantizeRow(DType::kQ8_0, row, row_tmp, kvd);
-          std::memcpy(out, row_tmp + head_off, hd * sizeof(float));
-        }
-        break;
+    if (lay.dtype == kv::KvDType::kF32) {
+      std::memcpy(out, row + head_off * sizeof(float), hd * sizeof(float));
+    } else if (hd % kQK8_0 == 0) {  // Q8_0, the head is whole Q8_0 blocks: decode just those
+      kernels::DequantizeRow(DType::kQ8_0, row + (head_off / kQK8_0) * sizeof(BlockQ8_0), out, hd);
+    } else {
+      kernels::DequantizeRow(DType::kQ8_0, row, row_tmp, kvd);
+      std::memcpy(out, row_tmp + head_off, hd * sizeof(float));
     }
   }
+}
+
+bool CpuModelRunner::ConsecutiveBlocks(std::span<const int32_t> table, size_t len) const {
+  const size_t bs = static_cast<size_t>(storage_->layout().block_size);
+  const size_t blocks = (len + bs - 1) / bs;
+  for (size_t b = 1; b < blocks; ++b)
+    if (table[b] != table[0] + static_cast<int32_t>(b)) return false;
+  return true;
 }
 
 void CpuModelRunner::GatherHeadF16(bool is_v, int layer, std::span<const int32_t> table, int kv_head, size_t len,
@@ -229,9 +233,22 @@ void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin
   } else if (f16) {
     GatherHeadF16(false, layer, seq.block_table, item.kv_head, len, ts.k16.data());
     GatherHeadF16(true, layer, seq.block_table, item.kv_head, len, ts.v16.data());
-  } else {
+  }
+  // F32 storage with consecutive blocks: the head's rows are read in place (stride kv_dim).
+  const float* k32 = nullptr;
+  const float* v32 = nullptr;
+  size_t stride32 = hd;
+  if (storage_->layout().dtype == kv::KvDType::kF32 && ConsecutiveBlocks(seq.block_table, len)) {
+    const size_t head_off = static_cast<size_t>(item.kv_head) * hd;
+    const int32_t first = seq.block_table[0];
+    k32 = reinterpret_cast<const float*>(storage_->K(layer, first, 0)) + head_off;
+    v32 = reinterpret_cast<const float*>(storage_->V(layer, first, 0)) + head_off;
+    stride32 = static_cast<size_t>(cfg_.kv_dim());
+  } else if (!f16) {
     GatherHead(false, layer, seq.block_table, item.kv_head, len, ts.k.data(), ts.row.data());
     GatherHead(true, layer, seq.block_table, item.kv_head, len, ts.v.data(), ts.row.data());
+    k32 = ts.k.data();
+    v32 = ts.v.data();
   }
   float* scores = ts.scores.data();
   const size_t h0 = static_cast<size_t>(item.kv_head) * group;
@@ -251,7 +268,7 @@ void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin
       continue;
     }
     for (size_t h = 0; h < group; ++h)
-      kernels::Attend(qg + h * hd, ts.k.data(), ts.v.data(), hd, n, hd, scale, scores, outg + h * hd);
+      kernels::Attend(qg + h * hd, k32, v32, stride32, n, hd, scale, scores, outg + h * hd);
   }
 }
 
@@ -288,146 +305,196 @@ void CpuModelRunner::ForRows(size_t n, F&& fn) {
   }
 }
 
-Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* logits) {
-  RETURN_IF_ERROR(ValidateBatch(batch));
-  if (logits == nullptr) return Status::InvalidArgument("logits output is null");
-  const size_t dim = static_cast<size_t>(cfg_.dim), qd = static_cast<size_t>(cfg_.q_dim());
-  const size_t kvd = static_cast<size_t>(cfg_.kv_dim()), ffn = static_cast<size_t>(cfg_.ffn);
-  const size_t n_vocab = static_cast<size_t>(cfg_.n_vocab);
-  if (batch.empty()) {
-    logits->clear();
-    return Status::Ok();
-  }
-
+size_t CpuModelRunner::PlanStep(std::span<const BatchSeq> batch) {
   // Rows, context lengths and attention work items (shared by all layers).
   const size_t tile = static_cast<size_t>(kAttnTileTokens);
-  size_t n = 0, max_len = 0, n_items = 0, n_want = 0;
+  size_t n = 0, max_len = 0, n_items = 0;
   for (const BatchSeq& s : batch) {
     n += s.tokens.size();
     max_len = std::max(max_len, static_cast<size_t>(s.start_pos) + s.tokens.size());
     n_items += static_cast<size_t>(cfg_.n_kv_heads) * ((s.tokens.size() + tile - 1) / tile);
-    if (s.want_logits) ++n_want;
   }
   if (seq_row_begin_.capacity() < batch.size()) seq_row_begin_.reserve(batch.size());
   seq_row_begin_.clear();
   EnsureScratch(n, max_len, n_items);
   items_.clear();
-  for (size_t s = 0, row = 0; s < batch.size(); ++s) {
-    seq_row_begin_.push_back(row);
+  out_rows_.clear();
+  out_items_.clear();
+  logit_rows_.clear();
+  hidden_dst_.clear();
+  int64_t n_hidden = 0;
+  auto add_tiles = [&](std::vector<AttnItem>* items, size_t s) {
     const size_t ns = batch[s].tokens.size();
     for (size_t t0 = 0; t0 < ns; t0 += tile) {
       const size_t t1 = std::min(ns, t0 + tile);
       const int64_t len = static_cast<int64_t>(batch[s].start_pos) + static_cast<int64_t>(t1);
       for (int h = 0; h < cfg_.n_kv_heads; ++h)
-        items_.push_back(AttnItem{static_cast<int32_t>(s), h, static_cast<int32_t>(t0), static_cast<int32_t>(t1),
-                                  len * static_cast<int64_t>(t1 - t0)});
+        items->push_back(AttnItem{static_cast<int32_t>(s), h, static_cast<int32_t>(t0),
+                                  static_cast<int32_t>(t1), len * static_cast<int64_t>(t1 - t0)});
     }
+  };
+  for (size_t s = 0, row = 0; s < batch.size(); ++s) {
+    const BatchSeq& b = batch[s];
+    seq_row_begin_.push_back(row);
+    const size_t ns = b.tokens.size();
+    add_tiles(&items_, s);
+    // The rows the last layer computes: every row of a want_hidden sequence (with its tiles), or
+    // the last row of a want_logits one (one-token items).
+    if (b.want_hidden) {
+      for (size_t t = 0; t < ns; ++t) {
+        out_rows_.push_back(row + t);
+        hidden_dst_.push_back(n_hidden++);
+      }
+      add_tiles(&out_items_, s);
+    } else if (b.want_logits) {
+      out_rows_.push_back(row + ns - 1);
+      hidden_dst_.push_back(-1);
+      const int32_t last = static_cast<int32_t>(ns);
+      const int64_t len = static_cast<int64_t>(b.start_pos) + last;
+      for (int h = 0; h < cfg_.n_kv_heads; ++h)
+        out_items_.push_back(AttnItem{static_cast<int32_t>(s), h, last - 1, last, len});
+    }
+    if (b.want_logits) logit_rows_.push_back(out_rows_.size() - 1);
     row += ns;
   }
   // Most expensive first so the dynamic hand-out ends balanced (order never affects results).
-  std::sort(items_.begin(), items_.end(), [](const AttnItem& a, const AttnItem& b) {
+  auto by_cost = [](const AttnItem& a, const AttnItem& b) {
     if (a.cost != b.cost) return a.cost > b.cost;
     if (a.seq != b.seq) return a.seq < b.seq;
     if (a.t0 != b.t0) return a.t0 < b.t0;
     return a.kv_head < b.kv_head;
-  });
-
-  // The rows that need logits, and their attention items for the last layer (one token each).
-  out_rows_.clear();
-  out_items_.clear();
-  for (size_t s = 0; s < batch.size(); ++s) {
-    if (!batch[s].want_logits) continue;
-    const int32_t ns = static_cast<int32_t>(batch[s].tokens.size());
-    out_rows_.push_back(seq_row_begin_[s] + static_cast<size_t>(ns) - 1);
-    const int64_t len = static_cast<int64_t>(batch[s].start_pos) + ns;
-    for (int h = 0; h < cfg_.n_kv_heads; ++h)
-      out_items_.push_back(AttnItem{static_cast<int32_t>(s), h, ns - 1, ns, len});
-  }
-
-  // Row -> (sequence, position) for the per-row ops below.
+  };
+  std::sort(items_.begin(), items_.end(), by_cost);
+  std::sort(out_items_.begin(), out_items_.end(), by_cost);
+  // Row -> sequence, for the per-row ops.
   row_seq_.resize(n);
   for (size_t s = 0; s < batch.size(); ++s)
-    for (size_t t = 0; t < batch[s].tokens.size(); ++t) row_seq_[seq_row_begin_[s] + t] = static_cast<uint32_t>(s);
+    for (size_t t = 0; t < batch[s].tokens.size(); ++t)
+      row_seq_[seq_row_begin_[s] + t] = static_cast<uint32_t>(s);
+  return n;
+}
+
+size_t CpuModelRunner::ForwardLayer(int l, std::span<const BatchSeq> batch, size_t n) {
+  const size_t dim = static_cast<size_t>(cfg_.dim), qd = static_cast<size_t>(cfg_.q_dim());
+  const size_t kvd = static_cast<size_t>(cfg_.kv_dim()), ffn = static_cast<size_t>(cfg_.ffn);
+  const model::LayerWeights& L = model_.layers()[static_cast<size_t>(l)];
   auto pos_of = [&](size_t r) {
     const size_t s = row_seq_[r];
     return batch[s].start_pos + static_cast<int>(r - seq_row_begin_[s]);
   };
+  ForRows(n, [&](size_t r0, size_t r1, int) {
+    for (size_t r = r0; r < r1; ++r)
+      kernels::RmsNorm(x_.data() + r * dim, L.attn_norm.data(), xn_.data() + r * dim, dim,
+                       cfg_.rms_eps);
+  });
+  const kernels::MatMulOut qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
+  kernels::MatMulShared(qkv, xn_.data(), n, pool_);
+  ForRows(n, [&](size_t r0, size_t r1, int) {
+    for (size_t r = r0; r < r1; ++r) {
+      if (cfg_.qkv_bias) {
+        kernels::Add(q_.data() + r * qd, L.bq.data(), qd);
+        kernels::Add(k_.data() + r * kvd, L.bk.data(), kvd);
+        kernels::Add(v_.data() + r * kvd, L.bv.data(), kvd);
+      }
+      rope_.Apply(q_.data() + r * qd, cfg_.n_heads, pos_of(r));
+      rope_.Apply(k_.data() + r * kvd, cfg_.n_kv_heads, pos_of(r));
+    }
+  });
+  // All K/V of this layer are stored before any attention reads them, so a sequence's later
+  // tokens in the chunk see its earlier ones, and no row is read while being written.
+  WriteKv(l, batch);
+  // Last layer: its output feeds only the outputs, so past the K/V it runs for the output rows
+  // alone (llama.cpp does the same). They are moved to rows 0..n_out-1 of att_ and x_ (row w
+  // comes from row out_rows_[w] >= w, so an in-order copy never overwrites a row still to move).
+  // Every op below is per row, so the output rows get exactly the bits of a full pass.
+  const size_t n_out = out_rows_.size();
+  if (l + 1 == cfg_.n_layers && n_out < n) {
+    Attention(l, batch, out_items_);
+    for (size_t w = 0; w < n_out; ++w) {
+      const size_t r = out_rows_[w];
+      if (r == w) continue;
+      std::memcpy(att_.data() + w * qd, att_.data() + r * qd, qd * sizeof(float));
+      std::memcpy(x_.data() + w * dim, x_.data() + r * dim, dim * sizeof(float));
+      out_rows_[w] = w;
+    }
+    n = n_out;
+    if (n == 0) return 0;
+  } else {
+    Attention(l, batch, items_);
+  }
+  kernels::MatMul(L.wo, att_.data(), n, xn_.data(), pool_);
+  ForRows(n, [&](size_t r0, size_t r1, int) {
+    for (size_t r = r0; r < r1; ++r) {
+      kernels::Add(x_.data() + r * dim, xn_.data() + r * dim, dim);
+      kernels::RmsNorm(x_.data() + r * dim, L.ffn_norm.data(), xn_.data() + r * dim, dim,
+                       cfg_.rms_eps);
+    }
+  });
+  const kernels::MatMulOut gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
+  kernels::MatMulShared(gate_up, xn_.data(), n, pool_);
+  // Row by row: SiluMul's vector body and scalar tail round differently, so a call spanning
+  // several rows would make a row's result depend on where the batch's tail falls.
+  ForRows(n, [&](size_t r0, size_t r1, int) {
+    for (size_t r = r0; r < r1; ++r)
+      kernels::SiluMul(gate_.data() + r * ffn, up_.data() + r * ffn, gate_.data() + r * ffn, ffn);
+  });
+  kernels::MatMul(L.w_down, gate_.data(), n, xn_.data(), pool_);
+  ForRows(n, [&](size_t r0, size_t r1, int) {
+    kernels::Add(x_.data() + r0 * dim, xn_.data() + r0 * dim, (r1 - r0) * dim);
+  });
+  return n;
+}
+
+void CpuModelRunner::WriteOutputs(std::vector<float>* logits, std::vector<float>* hidden) {
+  // After the last layer, output row w (of out_rows_.size()) is row w of x_.
+  const size_t dim = static_cast<size_t>(cfg_.dim), n_vocab = static_cast<size_t>(cfg_.n_vocab);
+  const float* norm = model_.output_norm().data();
+  size_t n_hidden = 0;
+  for (int64_t d : hidden_dst_) n_hidden += d >= 0 ? 1 : 0;
+  if (hidden != nullptr) {
+    hidden->resize(n_hidden * dim);
+    ForRows(hidden_dst_.size(), [&](size_t r0, size_t r1, int) {
+      for (size_t w = r0; w < r1; ++w)
+        if (hidden_dst_[w] >= 0)
+          kernels::RmsNorm(x_.data() + w * dim, norm,
+                           hidden->data() + static_cast<size_t>(hidden_dst_[w]) * dim, dim,
+                           cfg_.rms_eps);
+    });
+  }
+  // Final norm + output projection only for the last token of each sequence that wants logits,
+  // gathered into consecutive rows of xn_ so the output matrix is read once.
+  const size_t n_want = logit_rows_.size();
+  logits->resize(n_want * n_vocab);
+  if (n_want == 0) return;
+  for (size_t w = 0; w < n_want; ++w)
+    kernels::RmsNorm(x_.data() + logit_rows_[w] * dim, norm, xn_.data() + w * dim, dim,
+                     cfg_.rms_eps);
+  kernels::MatMul(model_.output(), xn_.data(), n_want, logits->data(), pool_);
+}
+
+Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* logits,
+                           std::vector<float>* hidden) {
+  RETURN_IF_ERROR(ValidateBatch(batch));
+  if (logits == nullptr) return Status::InvalidArgument("logits output is null");
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (batch[i].want_hidden && hidden == nullptr)
+      return Status::InvalidArgument(SeqName(i, batch[i]) +
+                                     " wants hidden rows but the hidden output is null");
+  if (batch.empty()) {
+    logits->clear();
+    if (hidden != nullptr) hidden->clear();
+    return Status::Ok();
+  }
+  size_t n = PlanStep(batch);
+  const size_t dim = static_cast<size_t>(cfg_.dim);
   ForRows(n, [&](size_t r0, size_t r1, int) {
     for (size_t r = r0; r < r1; ++r) {
       const size_t s = row_seq_[r];
       model_.Embed(batch[s].tokens[r - seq_row_begin_[s]], x_.data() + r * dim);
     }
   });
-
-  for (int l = 0; l < cfg_.n_layers; ++l) {
-    const model::LayerWeights& L = model_.layers()[static_cast<size_t>(l)];
-    ForRows(n, [&](size_t r0, size_t r1, int) {
-      for (size_t r = r0; r < r1; ++r)
-        kernels::RmsNorm(x_.data() + r * dim, L.attn_norm.data(), xn_.data() + r * dim, dim, cfg_.rms_eps);
-    });
-    const kernels::MatMulOut qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
-    kernels::MatMulShared(qkv, xn_.data(), n, pool_);
-    ForRows(n, [&](size_t r0, size_t r1, int) {
-      for (size_t r = r0; r < r1; ++r) {
-        if (cfg_.qkv_bias) {
-          kernels::Add(q_.data() + r * qd, L.bq.data(), qd);
-          kernels::Add(k_.data() + r * kvd, L.bk.data(), kvd);
-          kernels::Add(v_.data() + r * kvd, L.bv.data(), kvd);
-        }
-        rope_.Apply(q_.data() + r * qd, cfg_.n_heads, pos_of(r));
-        rope_.Apply(k_.data() + r * kvd, cfg_.n_kv_heads, pos_of(r));
-      }
-    });
-    // All K/V of this layer are stored before any attention reads them, so a sequence's later
-    // tokens in the chunk see its earlier ones, and no row is read while being written.
-    WriteKv(l, batch);
-    // Last layer: its output feeds only the logits, so past the K/V it runs for the wanted rows
-    // alone (llama.cpp does the same). They are moved to rows 0..n_want-1 of att_ and x_ (row w
-    // comes from row out_rows_[w] >= w, so an in-order copy never overwrites a row still to move).
-    // Every op below is per row, so the wanted rows get exactly the bits of a full pass.
-    if (l + 1 == cfg_.n_layers && n_want < n) {
-      Attention(l, batch, out_items_);
-      for (size_t w = 0; w < n_want; ++w) {
-        const size_t r = out_rows_[w];
-        if (r == w) continue;
-        std::memcpy(att_.data() + w * qd, att_.data() + r * qd, qd * sizeof(float));
-        std::memcpy(x_.data() + w * dim, x_.data() + r * dim, dim * sizeof(float));
-        out_rows_[w] = w;
-      }
-      n = n_want;
-      if (n == 0) break;
-    } else {
-      Attention(l, batch, items_);
-    }
-    kernels::MatMul(L.wo, att_.data(), n, xn_.data(), pool_);
-    ForRows(n, [&](size_t r0, size_t r1, int) {
-      for (size_t r = r0; r < r1; ++r) {
-        kernels::Add(x_.data() + r * dim, xn_.data() + r * dim, dim);
-        kernels::RmsNorm(x_.data() + r * dim, L.ffn_norm.data(), xn_.data() + r * dim, dim, cfg_.rms_eps);
-      }
-    });
-    const kernels::MatMulOut gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
-    kernels::MatMulShared(gate_up, xn_.data(), n, pool_);
-    // Row by row: SiluMul's vector body and scalar tail round differently, so a call spanning
-    // several rows would make a row's result depend on where the batch's tail falls.
-    ForRows(n, [&](size_t r0, size_t r1, int) {
-      for (size_t r = r0; r < r1; ++r)
-        kernels::SiluMul(gate_.data() + r * ffn, up_.data() + r * ffn, gate_.data() + r * ffn, ffn);
-    });
-    kernels::MatMul(L.w_down, gate_.data(), n, xn_.data(), pool_);
-    ForRows(n, [&](size_t r0, size_t r1, int) {
-      kernels::Add(x_.data() + r0 * dim, xn_.data() + r0 * dim, (r1 - r0) * dim);
-    });
-  }
-
-  // Final norm + output projection only for the last token of each sequence that wants logits,
-  // gathered into consecutive rows of xn_ so the output matrix is read once.
-  logits->resize(n_want * n_vocab);
-  if (n_want == 0) return Status::Ok();
-  for (size_t w = 0; w < n_want; ++w)
-    kernels::RmsNorm(x_.data() + out_rows_[w] * dim, model_.output_norm().data(), xn_.data() + w * dim, dim,
-                     cfg_.rms_eps);
-  kernels::MatMul(model_.output(), xn_.data(), n_want, logits->data(), pool_);
+  for (int l = 0; l < cfg_.n_layers && n > 0; ++l) n = ForwardLayer(l, batch, n);
+  WriteOutputs(logits, hidden);
   return Status::Ok();
 }
 

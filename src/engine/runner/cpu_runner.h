@@ -8,8 +8,10 @@
 //   - attention per (sequence, kv head, tile of that sequence's tokens) on the pool: the keys and
 //     values of positions [0, last position of the tile] are decoded to f32 once per work item,
 //     then every (token, query head) pair of the tile is computed with the same ops as
-//     model::Context (DotF32 scores, Softmax, Axpy), so f32 KV reproduces Context bit-for-bit;
-//   - the final norm and output projection run only on the rows that want logits (one MatMul).
+//     the single-sequence reference path this runner replaced (DotF32 scores, Softmax, Axpy over
+//     a contiguous f32 history), so f32 KV gives that path's bits (kernels::Attend);
+//   - the final norm and output projection run only on the rows that want logits (one MatMul);
+//     rows of want_hidden sequences get the final norm and are copied out (embeddings).
 //
 // Ownership: borrows the model, the KV storage and the pool; all must outlive the runner.
 // Thread contract: Run() is called from one thread at a time (the engine thread); it uses the pool
@@ -42,7 +44,10 @@ class CpuModelRunner final : public ModelRunner {
   CpuModelRunner(const model::Model& model, kv::KvStorage* storage, ThreadPool* pool);
 
   int n_vocab() const override { return cfg_.n_vocab; }
-  Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits) override;
+  int hidden_dim() const override { return cfg_.dim; }
+  using ModelRunner::Run;
+  Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits,
+             std::vector<float>* hidden) override;
 
   // The checks Run() performs before computing anything (exposed for tests and the scheduler).
   Status ValidateBatch(std::span<const BatchSeq> batch) const;
@@ -67,6 +72,13 @@ class CpuModelRunner final : public ModelRunner {
   template <typename F>
   void ForRows(size_t n, F&& fn);
   void EnsureScratch(size_t n_tokens, size_t max_len, size_t n_items);
+  // Fills the per-step plan (rows, attention items, output rows); returns the number of rows.
+  size_t PlanStep(std::span<const BatchSeq> batch);
+  // One layer over rows [0, n); returns the rows still computed after it (the output rows after
+  // the last layer).
+  size_t ForwardLayer(int layer, std::span<const BatchSeq> batch, size_t n);
+  // Final norm of the output rows into hidden (want_hidden) and the output projection (logits).
+  void WriteOutputs(std::vector<float>* logits, std::vector<float>* hidden);
   void WriteKv(int layer, std::span<const BatchSeq> batch);
   // Runs the work items over the pool (items_ for every row, out_items_ for the last layer).
   void Attention(int layer, std::span<const BatchSeq> batch, const std::vector<AttnItem>& items);
@@ -75,7 +87,12 @@ class CpuModelRunner final : public ModelRunner {
   // (head_dim halves each), into dst [len x head_dim].
   void GatherHeadF16(bool is_v, int layer, std::span<const int32_t> table, int kv_head, size_t len,
                      uint16_t* dst) const;
-  // Decodes rows [0, len) of one kv head of one sequence (K or V) into f32 [len x head_dim].
+  // Whether the blocks holding positions [0, len) are consecutive block ids: then the rows of one
+  // layer are one array, row_bytes apart (kv_storage.h layout), and F32 attention reads them in
+  // place instead of gathering them.
+  bool ConsecutiveBlocks(std::span<const int32_t> table, size_t len) const;
+  // Decodes rows [0, len) of one kv head of one sequence (K or V, F32 or Q8_0 storage) into f32
+  // [len x head_dim].
   void GatherHead(bool is_v, int layer, std::span<const int32_t> table, int kv_head, size_t len,
                   float* dst, float* row_tmp) const;
 
@@ -91,10 +108,15 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<size_t> seq_row_begin_;  // [batch]: first row of each sequence
   std::vector<uint32_t> row_seq_;      // [n]: batch index of each row
   std::vector<AttnItem> items_;
-  // Rows whose logits are wanted (the last token of each want_logits sequence, in batch order) and
-  // their attention items: after its K/V are stored, the last layer runs only for these rows.
+  // Rows the last layer must compute (the last token of each want_logits sequence and every token
+  // of each want_hidden sequence, ascending) and their attention items: after its K/V are stored,
+  // the last layer runs only for these rows, moved to the front (row w <- out_rows_[w]).
   std::vector<size_t> out_rows_;
   std::vector<AttnItem> out_items_;
+  // Per want_logits sequence (batch order): its row among the moved rows. Per moved row: its row in
+  // the caller's hidden output, or -1.
+  std::vector<size_t> logit_rows_;
+  std::vector<int64_t> hidden_dst_;
   std::atomic<size_t> next_item_{0};
   // Per-thread attention scratch: keys/values of one head [max_len x head_dim], scores [max_len],
   // one decoded full row [kv_dim] (Q8_0 heads not aligned to 32).

@@ -5,9 +5,11 @@
 // at positions [start_pos, start_pos + tokens.size()), writes their K/V into the blocks named by
 // `block_table` (position p -> block_table[p / block_size], slot p % block_size), attends causally
 // over positions [0, start_pos + i] of that sequence (reading earlier K/V from its blocks — which
-// may be shared prefix-cache blocks), and, when `want_logits`, produces the logits of the LAST
-// token of the chunk.
-// Batch invariance: a sequence's logits must not depend on which other sequences share the batch
+// may be shared prefix-cache blocks), and produces
+//   - when `want_logits`: the logits of the LAST token of the chunk;
+//   - when `want_hidden`: the final-normed hidden state (the input of the output projection,
+//     hidden_dim() floats) of EVERY token of the chunk — what an embedding request pools.
+// Batch invariance: a sequence's outputs must not depend on which other sequences share the batch
 // (weights are multiplied with a kernel whose per-row results do not depend on the token count
 // or grouping; attention is computed per sequence).
 // Thread contract: called from the engine thread only; uses its pool internally.
@@ -27,15 +29,26 @@ struct BatchSeq {
   int start_pos = 0;                     // position of tokens[0]
   std::span<const int32_t> block_table;  // must cover start_pos + tokens.size() positions
   bool want_logits = false;
+  bool want_hidden = false;  // final-normed hidden rows of every token (needs hidden_dim() > 0)
 };
 
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
   virtual int n_vocab() const = 0;
-  // Fills logits: one row of n_vocab floats per BatchSeq with want_logits, in batch order.
-  // `logits` is resized as needed (the runner may keep capacity across calls).
-  virtual Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits) = 0;
+  // Width of the rows want_hidden produces (the model dimension); 0 when this runner has no
+  // hidden-state output (then a want_hidden entry is an error).
+  virtual int hidden_dim() const { return 0; }
+  // Fills logits: one row of n_vocab floats per BatchSeq with want_logits, in batch order; and,
+  // when `hidden` is not null, hidden: hidden_dim() floats per token of every want_hidden BatchSeq,
+  // in batch order (a want_hidden entry with a null `hidden` is an InvalidArgument error).
+  // Both vectors are resized as needed (the runner may keep capacity across calls).
+  virtual Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits,
+                     std::vector<float>* hidden) = 0;
+  // Logits only (no want_hidden entries).
+  Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits) {
+    return Run(batch, logits, nullptr);
+  }
 };
 
 }  // namespace strata::engine

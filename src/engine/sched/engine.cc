@@ -1,6 +1,7 @@
 #include "engine/sched/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 
@@ -19,15 +20,16 @@ Result<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner, const kv::Kv
   return std::unique_ptr<Engine>(new Engine(runner, kv_config, sched_config, clock, std::move(copy_blocks)));
 }
 
-Engine::Engine(ModelRunner* runner, const kv::KvManagerConfig& kv_config, const SchedulerConfig& sched_config,
-               const Clock* clock, BlockCopyFn copy_blocks)
+Engine::Engine(ModelRunner* runner, const kv::KvManagerConfig& kv_config,
+               const SchedulerConfig& sched_config, const Clock* clock, BlockCopyFn copy_blocks)
     : runner_(runner),
       kv_cfg_(kv_config),
       clock_(clock),
       copy_blocks_(std::move(copy_blocks)),
       kv_(kv_config),
       sched_(sched_config, &kv_, kv_config.block_size, clock),
-      n_vocab_(runner->n_vocab()) {
+      n_vocab_(runner->n_vocab()),
+      hidden_dim_(std::max(0, runner->hidden_dim())) {
   const size_t v = static_cast<size_t>(n_vocab_);
   batch_.reserve(static_cast<size_t>(sched_config.max_num_seqs));
   logits_.reserve(static_cast<size_t>(sched_config.max_num_seqs) * v);
@@ -59,6 +61,10 @@ Engine::~Engine() {
 Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   const SchedulerConfig& sc = sched_.config();
   RETURN_IF_ERROR(req.Validate(n_vocab_, sc.max_model_len));
+  const bool embed = req.kind == RequestKind::kEmbed;
+  if (embed && hidden_dim_ == 0)
+    return Status::Unimplemented(
+        "kind: embeddings need a runner with hidden-state output, and this one has none");
   if (req.n > sc.max_num_seqs) {
     return Status::InvalidArgument("n: " + std::to_string(req.n) + " completions exceed max_num_seqs (" +
                                    std::to_string(sc.max_num_seqs) + ")");
@@ -67,7 +73,7 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
     return Status::Unimplemented("n: n > 1 needs copy-on-write, and this engine has no block copier");
   // The request must fit the KV pool on its own (else it could never finish).
   const int64_t bs = kv_cfg_.block_size;
-  const int64_t total = static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
+  const int64_t total = req.MaxPositions();
   const int64_t blocks = (total + bs - 1) / bs + (req.n - 1) * ((req.max_tokens + bs - 1) / bs + 1);
   if (blocks > kv_cfg_.num_blocks) {
     return Status::InvalidArgument("max_tokens: prompt + max_tokens (x n) need up to " + std::to_string(blocks) +
@@ -76,12 +82,13 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   const int64_t prompt_tokens = static_cast<int64_t>(req.prompt.size());
   const int n = req.n;
   const SamplingParams sp = req.sampling;
-  // Build the state (its salt and samplers) outside the lock.
+  // Build the state (its salt, and its samplers or the embedding sum) outside the lock.
   std::vector<uint8_t> salt =
       cachekey::RequestSalt(model_salt_, {.adapter = req.adapter, .tenant = req.tenant});
   auto state = MakeRequestState(0, std::move(req), clock_->Now());
   state->salt = std::move(salt);
-  for (int i = 0; i < n; ++i) {
+  if (embed) state->embed_sum.assign(static_cast<size_t>(hidden_dim_), 0.0);
+  for (int i = 0; i < (embed ? 0 : n); ++i) {
     SamplingParams p = sp;
     p.seed = sp.seed + static_cast<uint64_t>(i);
     state->seqs[static_cast<size_t>(i)].sampler = std::make_unique<Sampler>(p, static_cast<size_t>(n_vocab_));
@@ -252,7 +259,9 @@ uint32_t Engine::TenantTag(const std::string& tenant) {
 bool Engine::RefreshPrefetches() {
   if (!kv_cfg_.enable_prefix_cache) return false;
   bool started = false;
-  for (RequestState* r : sched_.waiting()) started |= MaybePrefetch(r);
+  for (RequestState* r : sched_.waiting()) {
+    if (!r->is_embed()) started |= MaybePrefetch(r);  // embeddings use no cached blocks
+  }
   return started;
 }
 
@@ -355,6 +364,32 @@ void Engine::SampleAndCommit(const ScheduledSeq& e, std::span<const float> logit
   if (r->phase == RequestState::Phase::kFinished) finished_requests_ += 1;
 }
 
+void Engine::AccumulateEmbedding(const ScheduledSeq& e, const float* rows) {
+  RequestState* r = e.req;
+  std::vector<double>& acc = r->embed_sum;
+  if (e.start_pos == 0) std::fill(acc.begin(), acc.end(), 0.0);  // first chunk (or recompute)
+  const size_t dim = acc.size();
+  for (int t = 0; t < e.num_tokens; ++t)
+    for (size_t i = 0; i < dim; ++i) acc[i] += rows[static_cast<size_t>(t) * dim + i];
+  if (e.sample) FinishEmbedding(r);
+}
+
+void Engine::FinishEmbedding(RequestState* r) {
+  // Mean direction: the L2 norm of the sum (dividing by the token count would not change it).
+  double norm = 0;
+  for (double x : r->embed_sum) norm += x * x;
+  norm = std::sqrt(norm);
+  TokenEvent ev;
+  ev.finish = FinishReason::kStop;
+  ev.embedding.resize(r->embed_sum.size());
+  for (size_t i = 0; i < r->embed_sum.size(); ++i)
+    ev.embedding[i] = norm > 0 ? static_cast<float>(r->embed_sum[i] / norm) : 0.0f;
+  sched_.FinishEmbedding(r);
+  r->stream->Push(ev);
+  embeddings_ += 1;
+  finished_requests_ += 1;
+}
+
 Status Engine::Step() {
   Drain();
   const SchedulerOutput& out = sched_.Schedule();
@@ -374,6 +409,7 @@ Status Engine::Step() {
     }
     batch_.clear();
     int rows = 0;
+    int64_t hidden_rows = 0;
     bool decode_only = true;
     const TimePoint step_start = clock_->Now();
     for (const ScheduledSeq& e : out.seqs) {
@@ -385,16 +421,24 @@ Status Engine::Step() {
                                                             static_cast<size_t>(e.num_tokens));
       b.start_pos = e.start_pos;
       b.block_table = std::span<const int32_t>(kv_.BlockTable(e.kv_id));
-      b.want_logits = e.sample;
+      b.want_logits = e.sample && !e.req->is_embed();
+      b.want_hidden = e.req->is_embed();
       batch_.push_back(b);
-      rows += e.sample ? 1 : 0;
+      rows += b.want_logits ? 1 : 0;
+      hidden_rows += b.want_hidden ? e.num_tokens : 0;
       tokens_computed_ += e.num_tokens;
     }
-    if (status.ok()) status = runner_->Run(batch_, &logits_);
+    if (status.ok()) status = runner_->Run(batch_, &logits_, &hidden_);
     const size_t v = static_cast<size_t>(n_vocab_);
     if (status.ok() && logits_.size() < static_cast<size_t>(rows) * v) {
       status = Status::Internal("runner returned " + std::to_string(logits_.size()) + " logits, expected " +
                                 std::to_string(static_cast<size_t>(rows) * v));
+    }
+    const size_t hidden_floats =
+        static_cast<size_t>(hidden_rows) * static_cast<size_t>(hidden_dim_);
+    if (status.ok() && hidden_.size() < hidden_floats) {
+      status = Status::Internal("runner returned " + std::to_string(hidden_.size()) +
+                                " hidden floats, expected " + std::to_string(hidden_floats));
     }
     if (!status.ok()) {
       id_list_.clear();
@@ -404,9 +448,14 @@ Status Engine::Step() {
       ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
       for (RequestId id : ids) EndRequest(id, FinishReason::kError, status);
     } else {
-      size_t row = 0;
+      size_t row = 0, hidden_row = 0;
       for (const ScheduledSeq& e : out.seqs) {
         sched_.CommitComputed(e);
+        if (e.req->is_embed()) {
+          AccumulateEmbedding(e, hidden_.data() + hidden_row * static_cast<size_t>(hidden_dim_));
+          hidden_row += static_cast<size_t>(e.num_tokens);
+          continue;
+        }
         if (!e.sample) continue;
         SampleAndCommit(e, std::span<const float>(logits_).subspan(row * v, v));
         ++row;
@@ -451,6 +500,7 @@ void Engine::PublishStats() {
   stats_.decode_steps = decode_steps_;
   stats_.decode_tokens = decode_tokens_;
   stats_.decode_seconds = decode_seconds_;
+  stats_.embeddings = embeddings_;
   stats_.tier_hit_tokens = sched_.tier_hit_tokens();
   stats_.tier_prefetches = tier_prefetches_;
   stats_.tier_prefetch_timeouts = tier_timeouts_;

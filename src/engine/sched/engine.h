@@ -13,6 +13,12 @@
 // the caller-visible event buffer (amortised) — token vectors are reserved to prompt + max_tokens,
 // batch/logits/scratch vectors keep their capacity.
 //
+// Embedding requests (SubmitRequest::kind == kEmbed; the runner must have hidden-state output,
+// hidden_dim() > 0): their prompt chunks are batched like any other, with BatchSeq::want_hidden;
+// after each chunk the engine adds its rows to the request's running sum (double, position order),
+// and after the last one it pushes the one final event carrying the L2-normalised mean and frees
+// the request's blocks.
+//
 // Tiered KV (AttachKvTier): each step, a waiting request whose reusable blocks are not all in the
 // pool — a new request, one whose cached blocks were evicted while it waited, or a preempted one
 // (single completion) — has the missing blocks prefetched from the lower tiers (the scheduler holds
@@ -83,6 +89,7 @@ struct EngineStats {
   int64_t decode_steps = 0;
   int64_t decode_tokens = 0;
   double decode_seconds = 0.0;
+  int64_t embeddings = 0;  // embedding requests completed (also counted in finished_requests)
 };
 
 struct RequestHandle {
@@ -106,6 +113,9 @@ class Engine : private kv::KvManager::Listener {
   void Cancel(RequestId id);
   // A consistent snapshot as of the end of the last step. Thread-safe.
   EngineStats Stats() const;
+  // Width of an embedding (the runner's hidden_dim); 0: embedding requests are refused.
+  // Thread-safe.
+  int hidden_dim() const { return hidden_dim_; }
 
   // Starts / stops the engine thread.
   void Start();
@@ -138,6 +148,10 @@ class Engine : private kv::KvManager::Listener {
   void Loop();
   void Drain();
   void SampleAndCommit(const ScheduledSeq& e, std::span<const float> logits);
+  // Embedding requests: adds a chunk's hidden rows to the running sum; after the last chunk,
+  // pushes the pooled vector and finishes the request.
+  void AccumulateEmbedding(const ScheduledSeq& e, const float* rows);
+  void FinishEmbedding(RequestState* r);
   void Emit(RequestState* r, int index, int32_t token, FinishReason why, Sampler* sampler);
   void EndRequest(RequestId id, FinishReason why, const Status& error);
   void Dequeued(int64_t prompt_tokens);
@@ -156,6 +170,7 @@ class Engine : private kv::KvManager::Listener {
   kv::KvManager kv_;
   Scheduler sched_;
   const int n_vocab_;
+  const int hidden_dim_;
   const SchedulerOutput* last_out_ = nullptr;
   std::vector<uint8_t> model_salt_;  // set before any Submit; read-only afterwards
 
@@ -176,6 +191,7 @@ class Engine : private kv::KvManager::Listener {
   std::vector<RequestId> drained_cancels_;
   std::vector<BatchSeq> batch_;
   std::vector<float> logits_;
+  std::vector<float> hidden_;  // want_hidden rows of the step (embedding requests)
   std::vector<float> lp_scratch_;
   std::vector<int32_t> id_scratch_;
   std::vector<int32_t> first_tokens_;
@@ -196,6 +212,7 @@ class Engine : private kv::KvManager::Listener {
   int64_t steps_ = 0, tokens_computed_ = 0, generated_tokens_ = 0, finished_requests_ = 0;
   int64_t decode_steps_ = 0, decode_tokens_ = 0;
   double decode_seconds_ = 0.0;
+  int64_t embeddings_ = 0;
 };
 
 }  // namespace strata::engine::sched

@@ -195,9 +195,10 @@ class TimedRunner final : public ModelRunner {
  public:
   TimedRunner(FakeModelRunner* inner, FakeClock* clock) : inner_(inner), clock_(clock) {}
   int n_vocab() const override { return inner_->n_vocab(); }
-  Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits) override {
+  Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits,
+             std::vector<float>* hidden) override {
     for (const BatchSeq& b : batch) clock_->Advance(std::chrono::milliseconds(b.tokens.size()));
-    return inner_->Run(batch, logits);
+    return inner_->Run(batch, logits, hidden);
   }
 
  private:
@@ -591,7 +592,9 @@ TEST(EngineSim, SubmitRejectsRequestsThatCannotFit) {
 class FailingRunner final : public ModelRunner {
  public:
   int n_vocab() const override { return 64; }
-  Status Run(std::span<const BatchSeq>, std::vector<float>*) override { return Status::Internal("boom"); }
+  Status Run(std::span<const BatchSeq>, std::vector<float>*, std::vector<float>*) override {
+    return Status::Internal("boom");
+  }
 };
 
 TEST(EngineSim, RunnerErrorEndsTheBatchWithError) {

@@ -1,5 +1,6 @@
 #include "engine/sched/fake_runner.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <string>
@@ -41,6 +42,12 @@ void FakeModelRunner::Logits(uint64_t chain, int pos, std::span<float> out) cons
   out[Mix64(base) % v] += cfg_.peak * 0.5f;
 }
 
+void FakeModelRunner::Hidden(uint64_t chain, int pos, std::span<float> out) const {
+  const uint64_t base = Mix64(chain ^ Mix64(cfg_.seed + 1) ^ (static_cast<uint64_t>(pos) << 20));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<float>(Mix64(base + i) >> 40) / static_cast<float>(1 << 23) - 1.0f;
+}
+
 Status FakeModelRunner::Fail(std::string msg) {
   ++num_errors_;
   return Status::Internal("fake runner: " + msg);
@@ -64,18 +71,20 @@ void FakeModelRunner::ImportBlock(int32_t block, const std::vector<uint8_t>& byt
   for (int s = 0; s < cfg_.block_size; ++s) std::memcpy(&At(block, s), bytes.data() + sizeof(Slot) * static_cast<size_t>(s), sizeof(Slot));
 }
 
-Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* logits) {
+Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* logits,
+                            std::vector<float>* hidden) {
   if (record_) {
     RecordedBatch rb;
     rb.reserve(batch.size());
     for (const BatchSeq& b : batch)
-      rb.push_back(RecordedSeq{b.seq_id, b.start_pos, static_cast<int>(b.tokens.size()), b.want_logits});
+      rb.push_back(RecordedSeq{b.seq_id, b.start_pos, static_cast<int>(b.tokens.size()),
+                               b.want_logits, b.want_hidden});
     batches_.push_back(std::move(rb));
   }
   const int bs = cfg_.block_size;
   writer_.assign(static_cast<size_t>(cfg_.num_blocks), -1);
   mapper_.assign(static_cast<size_t>(cfg_.num_blocks), -1);
-  size_t rows = 0;
+  size_t rows = 0, hidden_rows = 0;
   // Validate everything before writing anything.
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchSeq& b = batch[i];
@@ -110,6 +119,11 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
       }
     }
     rows += b.want_logits ? 1 : 0;
+    if (b.want_hidden) {
+      if (hidden == nullptr || cfg_.hidden_dim <= 0)
+        return Fail(who + ": wants hidden rows the runner cannot give");
+      hidden_rows += b.tokens.size();
+    }
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchSeq& b = batch[i];
@@ -126,7 +140,9 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
     }
   }
   logits->resize(rows * static_cast<size_t>(cfg_.n_vocab));
-  size_t row = 0;
+  const size_t hd = static_cast<size_t>(std::max(cfg_.hidden_dim, 0));
+  if (hidden != nullptr) hidden->resize(hidden_rows * hd);
+  size_t row = 0, hidden_row = 0;
   for (const BatchSeq& b : batch) {
     uint64_t h = kChainInit;
     if (b.start_pos > 0) {
@@ -137,6 +153,7 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
     for (int32_t t : b.tokens) {
       h = Mix(h, t, p);
       At(b.block_table[static_cast<size_t>(p / bs)], p % bs) = Slot{p, t, h};
+      if (b.want_hidden) Hidden(h, p, std::span<float>(hidden->data() + hidden_row++ * hd, hd));
       ++p;
     }
     next_pos_[b.seq_id] = p;

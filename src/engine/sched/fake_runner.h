@@ -5,7 +5,8 @@
 // function of chain(last position) only — i.e. of the sequence's entire token history as READ BACK
 // FROM THE SIMULATED KV through the block table — so a wrong block table, a missed copy-on-write or
 // a bad prefix-cache hit changes the tokens and is caught by equivalence tests. The distribution is
-// peaked: one preferred token (from the hash) gets +peak, a second one +peak/2, the rest small noise.
+// peaked: one preferred token (from the hash) gets +peak, a second one +peak/2, the rest small
+// noise.
 //
 // Misuse is detected and returned as an Internal error (and counted): empty chunk, a position not
 // covered by the block table, block ids out of range, reading a slot that does not hold the
@@ -13,6 +14,9 @@
 // where its previous one ended (reused or skipped positions), the same sequence twice in one batch,
 // two sequences of one batch writing the same slot, or writing a block another sequence of the same
 // batch also maps (a missed copy-on-write).
+// Hidden-state output (want_hidden, for embedding requests): every token of such a chunk gets
+// hidden_dim values that are a function of chain(its position) — so they too depend on the whole
+// history read back through the block table — see Hidden().
 // Every batch is recorded so tests can check budgets.
 // Thread contract: single-threaded (the engine thread), like any ModelRunner.
 #pragma once
@@ -34,6 +38,7 @@ struct FakeRunnerConfig {
   float peak = 6.0f;
   uint64_t seed = 1;
   bool verify_history = true;  // check every earlier position of each chunk's sequence (O(length))
+  int hidden_dim = 8;          // width of the want_hidden rows (0: no hidden-state output)
 };
 
 class FakeModelRunner final : public ModelRunner {
@@ -43,18 +48,25 @@ class FakeModelRunner final : public ModelRunner {
     int start_pos;
     int num_tokens;
     bool want_logits;
+    bool want_hidden = false;
   };
   using RecordedBatch = std::vector<RecordedSeq>;
 
   explicit FakeModelRunner(const FakeRunnerConfig& config);
 
   int n_vocab() const override { return cfg_.n_vocab; }
-  Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits) override;
+  int hidden_dim() const override { return cfg_.hidden_dim; }
+  using ModelRunner::Run;
+  Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits,
+             std::vector<float>* hidden) override;
   // Copy-on-write in the simulated storage (pass as the engine's BlockCopyFn).
   void CopyBlocks(std::span<const BlockCopy> copies);
 
   // The logits row the fake model produces after a history whose chain hash is `chain` at `pos`.
   void Logits(uint64_t chain, int pos, std::span<float> out) const;
+  // The hidden row (hidden_dim values in [-1, 1)) of the token at `pos` whose history has chain
+  // hash `chain`.
+  void Hidden(uint64_t chain, int pos, std::span<float> out) const;
   // Chain hash of a whole token history (as the runner would compute it).
   static uint64_t Chain(std::span<const int32_t> tokens);
 

@@ -44,6 +44,9 @@ Status CheckIds(std::string_view field, std::span<const int32_t> ids, int n_voca
 }  // namespace
 
 Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
+  if (kind == RequestKind::kEmbed) return ValidateEmbed(n_vocab, max_model_len);
+  if (kind != RequestKind::kGenerate)
+    return Status::InvalidArgument("kind: invalid value " + std::to_string(static_cast<int>(kind)));
   if (prompt.empty()) return Status::InvalidArgument("prompt: must contain at least one token");
   RETURN_IF_ERROR(CheckIds("prompt", prompt, n_vocab));
   if (Status s = sampling.Validate(); !s.ok()) return s.WithContext("sampling");
@@ -72,6 +75,35 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
   if (adapter.size() > kMaxAdapterBytes)
     return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) + " bytes");
   return Status::Ok();
+}
+
+Status SubmitRequest::ValidateEmbed(int n_vocab, int max_model_len) const {
+  if (prompt.empty()) return Status::InvalidArgument("prompt: must contain at least one token");
+  RETURN_IF_ERROR(CheckIds("prompt", prompt, n_vocab));
+  if (static_cast<int64_t>(prompt.size()) > max_model_len) {
+    return Status::InvalidArgument("prompt: " + std::to_string(prompt.size()) +
+                                   " tokens exceed max_model_len (" +
+                                   std::to_string(max_model_len) + ")");
+  }
+  if (n != 1)
+    return Status::InvalidArgument("n: an embedding request has one output, got n = " +
+                                   std::to_string(n));
+  if (logprobs || top_logprobs != 0)
+    return Status::InvalidArgument("logprobs: not available for an embedding request");
+  if (tenant.size() > kMaxTenantBytes)
+    return Status::InvalidArgument("tenant: longer than " + std::to_string(kMaxTenantBytes) +
+                                   " bytes");
+  if (adapter.size() > kMaxAdapterBytes)
+    return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) + " bytes");
+  if (static_cast<uint8_t>(priority) > static_cast<uint8_t>(Priority::kBronze))
+    return Status::InvalidArgument("priority: invalid value " +
+                                   std::to_string(static_cast<int>(priority)));
+  return Status::Ok();
+}
+
+int64_t SubmitRequest::MaxPositions() const {
+  const int64_t p = static_cast<int64_t>(prompt.size());
+  return kind == RequestKind::kEmbed ? p : p + max_tokens;
 }
 
 void RequestStream::Push(const TokenEvent& ev) {

@@ -1,6 +1,15 @@
 // Request API types of the serving engine: what a caller submits (SubmitRequest), what it gets
 // back (a RequestStream of TokenEvents), and the SLA priorities.
 //
+// Two kinds of request (RequestKind): kGenerate samples tokens; kEmbed computes the prompt's
+// embedding — the mean over all prompt positions of the final-normed hidden state, L2-normalised
+// (summed in double, in position order) — delivered as ONE final event (finish kStop, token -1,
+// `embedding` = hidden_dim floats). An embedding request is scheduled like a prompt (chunked
+// prefill, batched with everything else, preemptible, cancellable, counted in EngineStats); it
+// never reads or fills the prefix cache (every position's hidden state is needed, so a hit could
+// not be used, and its blocks stay out of the cache generation requests share) and ignores the
+// sampling fields, max_tokens, stop/EOG ids and logprobs.
+//
 // Ownership: SubmitRequest is moved into the engine on Submit. A RequestStream is shared (via
 // shared_ptr) between the engine thread (producer) and the caller (consumer).
 // Thread contract: RequestStream is thread-safe (one producer, any number of consumers);
@@ -33,6 +42,8 @@ enum class Priority : uint8_t { kGold = 0, kSilver = 1, kBronze = 2 };
 std::string_view PriorityName(Priority p);
 Result<Priority> ParsePriority(std::string_view name);  // "gold", "silver", "bronze"
 
+enum class RequestKind : uint8_t { kGenerate = 0, kEmbed = 1 };
+
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
 std::string_view FinishReasonName(FinishReason r);  // "", "stop", "length", "cancelled", "error"
 
@@ -59,10 +70,17 @@ struct SubmitRequest {
   std::string tenant;   // isolates the prefix cache; owns the tiered-KV quota ("" = default tenant);
                         // <= kMaxTenantBytes
   std::string adapter;  // digest of the LoRA adapter applied ("" = the base model); <= kMaxAdapterBytes
+  RequestKind kind = RequestKind::kGenerate;
 
   // Field checks against the model: n_vocab (token id range) and max_model_len (positions per
-  // sequence). Capacity checks (KV pool, max_num_seqs) are the engine's.
+  // sequence). Capacity checks (KV pool, max_num_seqs) are the engine's. kEmbed requests are
+  // checked by ValidateEmbed.
   Status Validate(int n_vocab, int max_model_len) const;
+  // kEmbed: a prompt of 1..max_model_len valid ids, n == 1, no logprobs; the generation-only
+  // fields are ignored.
+  Status ValidateEmbed(int n_vocab, int max_model_len) const;
+  // Positions the request can reach: prompt + max_tokens (kGenerate) or the prompt (kEmbed).
+  int64_t MaxPositions() const;
 };
 
 struct TopLogprob {
@@ -81,6 +99,7 @@ struct TokenEvent {
   std::array<TopLogprob, kMaxTopLogprobs> top{};  // [0, num_top), most likely first
   FinishReason finish = FinishReason::kNone;
   Status error;
+  std::vector<float> embedding;  // kEmbed: the pooled vector, on the final (kStop) event only
 
   std::span<const TopLogprob> top_logprobs() const { return {top.data(), static_cast<size_t>(num_top)}; }
 };

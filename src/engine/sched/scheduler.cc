@@ -35,7 +35,7 @@ std::unique_ptr<RequestState> MakeRequestState(RequestId id, SubmitRequest req, 
   r->prompt_len = static_cast<int>(req.prompt.size());
   r->forked = req.n == 1;
   r->seqs.resize(static_cast<size_t>(req.n));
-  const size_t final_len = req.prompt.size() + static_cast<size_t>(req.max_tokens);
+  const size_t final_len = static_cast<size_t>(req.MaxPositions());
   for (int i = 0; i < req.n; ++i) {
     SequenceState& s = r->seqs[static_cast<size_t>(i)];
     s.index = i;
@@ -167,7 +167,7 @@ int Scheduler::Progress(const RequestState& r) {
 }
 
 void Scheduler::AddInflight(RequestState* r) {
-  if (!defer_enabled_) return;
+  if (!defer_enabled_ || r->is_embed()) return;  // an embedding registers no blocks
   EnsureHashes(r);
   r->inflight_hi = static_cast<int>(r->prompt_hashes.size());
   r->inflight_lo = std::min(r->inflight_hi, Progress(*r) / block_size_);
@@ -196,7 +196,7 @@ void Scheduler::DropInflight(RequestState* r) {
 }
 
 bool Scheduler::ShouldDefer(RequestState* r) {
-  if (!defer_enabled_ || inflight_.empty()) return false;
+  if (!defer_enabled_ || inflight_.empty() || r->is_embed()) return false;  // could not use a hit
   EnsureHashes(r);
   // Blocks a prefix hit could cover: MatchPrefix leaves at least one token to compute.
   size_t len = 0;
@@ -222,7 +222,7 @@ Status Scheduler::CheckInflight() const {
   for (const auto& [id, owned] : all_) {
     const RequestState& r = *owned;
     const bool running = r.phase == RequestState::Phase::kRunning;
-    if (!running || !defer_enabled_) {
+    if (!running || !defer_enabled_ || r.is_embed()) {
       if (r.inflight_lo != 0 || r.inflight_hi != 0)
         return Status::Internal("request " + std::to_string(id) + ": in-flight blocks while not running");
       continue;
@@ -313,10 +313,12 @@ bool Scheduler::PlanAdmission(RequestState* r, int budget) {
   staged_ = {};
   for (size_t i = 0; i < n; ++i) {
     SequenceState& s = r->seqs[i];
-    if (s.live()) hit_[i] = plan_.MatchPrefix(s.kv_id, s.tokens, salt, r->tenant_tag);
+    // An embedding computes every position: no prefix match (its table is created by Allocate).
+    if (s.live() && !r->is_embed())
+      hit_[i] = plan_.MatchPrefix(s.kv_id, s.tokens, salt, r->tenant_tag);
   }
   SequenceState& first = r->seqs[0];
-  if (r->tier != nullptr && fill_ && n == 1 && first.live() && hit_[0] % block_size_ == 0) {
+  if (r->tier != nullptr && !r->is_embed() && fill_ && n == 1 && first.live() && hit_[0] % block_size_ == 0) {
     const TierStaging::Staged staged =
         r->tier->StagedFrom(hit_[0] / block_size_, static_cast<int>(first.tokens.size()));
     const int adopted = plan_.Adopt(first.kv_id, staged.hashes);
@@ -451,6 +453,7 @@ const SchedulerOutput& Scheduler::Schedule() {
 void Scheduler::CommitComputed(const ScheduledSeq& e) {
   SequenceState& s = e.req->seqs[static_cast<size_t>(e.seq_index)];
   s.num_computed += e.num_tokens;
+  if (e.req->is_embed()) return;  // its blocks stay out of the prefix cache
   kv_->CommitComputed(s.kv_id, s.tokens, s.num_computed, std::span<const uint8_t>(e.req->salt));
   if (e.req->inflight_lo < e.req->inflight_hi) AdvanceInflight(e.req);
 }
@@ -496,6 +499,12 @@ FinishReason Scheduler::AppendToken(RequestState* r, int seq_index, int32_t toke
   for (const SequenceState& t : r->seqs) all_done = all_done && !t.live();
   if (all_done) FinishRequest(r);
   return why;
+}
+
+void Scheduler::FinishEmbedding(RequestState* r) {
+  SequenceState& s = r->seqs[0];
+  s.finish = FinishReason::kStop;
+  FinishRequest(r);
 }
 
 std::unique_ptr<RequestState> Scheduler::Abort(RequestId id, FinishReason reason) {

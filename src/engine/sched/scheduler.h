@@ -40,8 +40,8 @@
 //
 // Preemption is by recompute: all blocks are freed, the request goes back to waiting, and on
 // readmission each sequence recomputes prompt + generated tokens (full blocks usually come back
-// from the prefix cache). Its Samplers are kept, so it resumes exactly where it was and produces the
-// same tokens. There is no separate swap space: on CPU the KV already lives in host memory. The
+// from the prefix cache). Its Samplers are kept, so it resumes exactly where it was and produces
+// the same tokens. There is no separate swap space: on CPU the KV already lives in host memory. The
 // preempted request's full blocks stay in the prefix cache, and with a RAM KV tier configured
 // (Engine::AttachKvTier) the ones the pool recycles meanwhile are demoted there and prefetched back
 // at readmission -- that is the "swap" path; only blocks lost from every tier and the last partial
@@ -60,6 +60,11 @@
 // adoption, slots, copy-on-write) and applied only once it fits, preempting lower-priority
 // requests between plans; a request that cannot fit is left exactly as it was (no hit counted,
 // nothing to undo). The chunk sizes of an admission are fixed by the budget when it started.
+//
+// Embedding requests (RequestKind::kEmbed) are scheduled like a prompt with no decode: chunks of
+// the prompt, the last one marked `sample`, after which the engine calls FinishEmbedding. They
+// never touch the prefix cache: no MatchPrefix at admission (every position must be computed), no
+// registration of their blocks on commit, no in-flight hashes, no shared-prefix deferral.
 //
 // Admission bound: requests that have never started (never been admitted to running) are limited
 // by max_queued_requests and max_queued_prompt_tokens; preempted requests are not counted (they are
@@ -149,6 +154,11 @@ struct RequestState {
   uint32_t tenant_tag = 0;
   std::unique_ptr<TierStaging> tier;
 
+  // Embedding requests (set by the engine): the running sum, in double and position order, of the
+  // final-normed hidden rows computed so far (hidden_dim entries; restarted at position 0, so a
+  // preempted request recomputes it).
+  std::vector<double> embed_sum;
+
   // Scheduler-internal, valid during Schedule().
   int64_t key_level = 0;
   int64_t key_deadline = 0;
@@ -156,6 +166,7 @@ struct RequestState {
   int num_active() const { return forked ? static_cast<int>(seqs.size()) : 1; }
   int seats() const;  // sequence slots held while running
   bool tier_fetching() const { return tier != nullptr && tier->fetching(); }  // held by a prefetch
+  bool is_embed() const { return req.kind == RequestKind::kEmbed; }
 };
 
 // Builds a RequestState from a validated request (n sequences, tokens reserved to their final size).
@@ -211,6 +222,8 @@ class Scheduler {
   //   appends a sampled token; returns why the sequence finished (kNone: it continues). A finished
   //   sequence's blocks are freed at once; a request whose sequences all finished becomes kFinished.
   FinishReason AppendToken(RequestState* r, int seq_index, int32_t token);
+  //   an embedding request's last chunk is committed: it finishes (kStop), its blocks are freed.
+  void FinishEmbedding(RequestState* r);
 
   // Removes a request now, freeing its blocks; live sequences get `reason`. nullptr if unknown.
   std::unique_ptr<RequestState> Abort(RequestId id, FinishReason reason);

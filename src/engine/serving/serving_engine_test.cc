@@ -5,6 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <iostream>
+
+#include "reference/reference_model.h"
 #include "synth/synth.h"
 #include "tokenizer/tokenizer.h"
 
@@ -152,6 +157,123 @@ TEST_P(ServingEngineTest, PreemptionAndPrefixCacheKeepTokens) {
   auto got_tiny = RunAll(fx, tiny, prompts, 16, &preemptions);
   EXPECT_EQ(got_tiny, want);
   EXPECT_GT(preemptions, 0) << "the tiny pool should have forced preemptions";
+}
+
+// Submits every prompt as an embedding request at once (plus `generations` generation requests of
+// 12 tokens) and returns the vectors.
+std::vector<std::vector<float>> EmbedAll(const Fixture& fx, const ServingConfig& cfg,
+                                         const std::vector<std::vector<int32_t>>& prompts,
+                                         int generations = 0) {
+  auto se = ServingEngine::Create(fx.model, cfg);
+  if (!se.ok()) {
+    ADD_FAILURE() << se.status().ToString();
+    return {};
+  }
+  (*se)->Start();
+  std::vector<sched::RequestHandle> hs, gens;
+  for (int i = 0; i < generations; ++i) {
+    sched::SubmitRequest r;
+    r.prompt = Prompt(30, fx.model->config().n_vocab, 1000 + static_cast<uint32_t>(i));
+    r.sampling = SamplingParams::Greedy();
+    r.max_tokens = 12;
+    r.ignore_eos = true;
+    auto h = (*se)->engine().Submit(std::move(r));
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    if (h.ok()) gens.push_back(std::move(h).value());
+  }
+  for (const auto& p : prompts) {
+    sched::SubmitRequest r;
+    r.kind = sched::RequestKind::kEmbed;
+    r.prompt = p;
+    auto h = (*se)->engine().Submit(std::move(r));
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    if (h.ok()) hs.push_back(std::move(h).value());
+  }
+  std::vector<std::vector<float>> out;
+  for (auto& h : hs) {
+    auto events = h.stream->DrainAll();
+    EXPECT_EQ(events.size(), 1u);
+    if (events.empty()) continue;
+    EXPECT_EQ(events.back().finish, sched::FinishReason::kStop) << events.back().error.ToString();
+    out.push_back(events.back().embedding);
+  }
+  for (auto& g : gens) g.stream->DrainAll();
+  (*se)->Stop();  // the last step has published its stats
+  EXPECT_EQ((*se)->engine().Stats().embeddings, static_cast<int64_t>(prompts.size()));
+  return out;
+}
+
+// The expected embedding from the independent fp64 reference: its final-normed hidden rows (with
+// activations rounded to the engine's formats when `rounded`) summed and L2-normalised in double.
+std::vector<double> ReferenceEmbedding(const Fixture& fx, const std::vector<int32_t>& tokens,
+                                       bool rounded) {
+  auto f = gguf::GgufFile::Parse(fx.bytes);
+  EXPECT_TRUE(f.ok());
+  auto ref = ::strata::testing::ReferenceModel::Create(**f);
+  EXPECT_TRUE(ref.ok()) << ref.status().ToString();
+  ref->set_round_activations(rounded);
+  const auto rows = ref->FinalHidden(tokens);
+  std::vector<double> acc(rows[0].size(), 0.0);
+  for (const auto& r : rows)
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] += r[i];
+  double norm = 0;
+  for (double x : acc) norm += x * x;
+  for (double& x : acc) x /= std::sqrt(norm);
+  return acc;
+}
+
+// max |got - want| / max |want|
+double NormErr(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num = std::max(num, std::fabs(static_cast<double>(got[i]) - want[i]));
+    den = std::max(den, std::fabs(want[i]));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+// Embedding requests through the engine with the real runner: 16 at once, chunked and mixed with
+// generations on 2 threads, equal each one alone on 1 thread bit for bit, and agree with the fp64
+// reference's pooled hidden states. (With F32 KV they were also checked bit-identical to the former
+// model::Context path of /v1/embeddings before that path was deleted.)
+TEST_P(ServingEngineTest, EmbeddingsBatchedEqualAloneAndThePreviousPath) {
+  Fixture fx = MakeModel(GetParam());
+  const int n_vocab = fx.model->config().n_vocab;
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t i = 0; i < 16; ++i)
+    prompts.push_back(Prompt(1 + 9 * i, n_vocab, 40 + i));  // 1..136 tokens
+  for (engine::kv::KvDType dtype : {kv::KvDType::kF32, kv::KvDType::kF16}) {
+    SCOPED_TRACE(std::string(kv::KvDTypeName(dtype)));
+    ServingConfig alone;
+    alone.kv_cache.memory = "64MiB";
+    alone.kv_cache.dtype = dtype;
+    alone.scheduler.max_num_seqs = 1;
+    alone.threads = 1;
+    alone.max_model_len = 256;
+    std::vector<std::vector<float>> want;
+    for (const auto& p : prompts) want.push_back(EmbedAll(fx, alone, {p})[0]);
+    ServingConfig batched = alone;
+    batched.scheduler.max_num_seqs = 16;
+    batched.scheduler.max_batched_tokens = 40;
+    batched.threads = 2;
+    auto got = EmbedAll(fx, batched, prompts, /*generations=*/3);
+    ASSERT_EQ(got.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(got[i].size(), static_cast<size_t>(fx.model->config().dim));
+      EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
+          << "request " << i;
+      if (i % 5 != 0) continue;  // the reference is slow: every fifth request
+      // Plain reference: includes the activation-quantization error (as tests/golden); rounded:
+      // only summation order, rounding flips and (F16) the KV rounding remain.
+      const double plain = NormErr(got[i], ReferenceEmbedding(fx, prompts[i], false));
+      const double rounded = NormErr(got[i], ReferenceEmbedding(fx, prompts[i], true));
+      EXPECT_LT(plain, GetParam() == synth::FileType::kF16 ? 1e-2 : 0.15) << "request " << i;
+      EXPECT_LT(rounded, 5e-2) << "request " << i;
+      std::cout << "[ info ] " << synth::FileTypeName(GetParam()) << " kv "
+                << kv::KvDTypeName(dtype) << " request " << i << " (" << prompts[i].size()
+                << " tokens): error vs fp64 reference " << plain << ", rounded " << rounded << "\n";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, ServingEngineTest,

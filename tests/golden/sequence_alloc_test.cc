@@ -1,10 +1,11 @@
-// The single-sequence decode loop (model::Context::Eval of one token + sampling) performs no heap
-// allocation at steady state, with 1 and 2 threads.
+// The single-sequence decode loop of `strata generate` (engine::SequenceRunner::Eval of one token
+// + sampling) performs no heap allocation at steady state, with 1 and 2 threads.
 #include <gtest/gtest.h>
 
 #include <atomic>
 
 #include "base/thread_pool.h"
+#include "engine/runner/sequence_runner.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "synth/synth.h"
@@ -18,7 +19,7 @@ extern std::atomic<size_t> g_allocs;
 namespace strata {
 namespace {
 
-TEST(ContextAllocTest, DecodeStepDoesNotAllocate) {
+TEST(SequenceAllocTest, DecodeStepDoesNotAllocate) {
   for (auto ft : {synth::FileType::kQ8_0, synth::FileType::kQ4_K_M, synth::FileType::kF16}) {
     synth::SynthConfig c;
     c.dim = 256;
@@ -36,20 +37,22 @@ TEST(ContextAllocTest, DecodeStepDoesNotAllocate) {
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
-      model::Context ctx(**m, 64, &pool);
+      auto seq = engine::SequenceRunner::Create(**m, 64, &pool);
+      ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+      engine::SequenceRunner& runner = **seq;
       engine::SamplingParams sp;
       sp.seed = 1;
       engine::Sampler sampler(sp, static_cast<size_t>((*m)->config().n_vocab));
       std::vector<int32_t> history = {1, 2, 3, 4, 5};
       history.reserve(64);
-      auto logits = ctx.Eval(history);
+      auto logits = runner.Eval(history);
       ASSERT_TRUE(logits.ok());
       for (int step = 0; step < 20; ++step) {
         testing::g_allocs = 0;
         testing::g_count_allocs = true;
         int32_t next = sampler.Sample(*logits, history);
         history.push_back(next);
-        logits = ctx.Eval(std::span<const int32_t>(&history.back(), 1));
+        logits = runner.Eval(std::span<const int32_t>(&history.back(), 1));
         testing::g_count_allocs = false;
         ASSERT_TRUE(logits.ok());
         EXPECT_EQ(testing::g_allocs.load(), 0u) << "step " << step << " threads " << threads;
