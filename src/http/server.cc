@@ -146,6 +146,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   asio::any_io_executor executor() { return stream_.get_executor(); }
+  asio::io_context& io_context() { return impl_->ioc; }
   std::atomic<bool> closed_flag{false};
 
  private:
@@ -328,7 +329,7 @@ namespace {
 class SessionResponder final : public Responder {
  public:
   SessionResponder(std::shared_ptr<Session> s, uint64_t serial)
-      : s_(std::move(s)), serial_(serial) {}
+      : s_(std::move(s)), serial_(serial), work_(asio::make_strand(s_->io_context())) {}
   void Respond(HttpResponse r) override {
     asio::post(s_->executor(),
                [s = s_, n = serial_, r = std::move(r)]() mutable { s->Respond(n, std::move(r)); });
@@ -353,11 +354,14 @@ class SessionResponder final : public Responder {
     });
   }
   bool closed() const override { return s_->closed_flag.load(); }
-  void Post(std::function<void()> fn) override { asio::post(s_->executor(), std::move(fn)); }
+  void Post(std::function<void()> fn) override { asio::post(work_, std::move(fn)); }
 
  private:
   std::shared_ptr<Session> s_;
   uint64_t serial_;
+  // This response's own strand for Post(): work there is serialized, and never queued in front
+  // of the connection's socket I/O (a disconnect is noticed while a handler is busy).
+  asio::strand<asio::io_context::executor_type> work_;
 };
 
 }  // namespace

@@ -10,8 +10,9 @@
 // stream, used for SSE). The Responder may be used from any thread; calls are posted to the
 // connection's strand. If the client goes away before the response ended, the callback set with
 // OnClose() runs once (from an I/O thread) — that is how a disconnect becomes a cancellation.
-// Post() runs work on the connection's strand: a producer on another thread (the engine) wakes the
-// I/O side with it, and the work is serialized with everything else of that connection.
+// Post() runs work on an I/O thread, on the response's own strand: a producer on another thread
+// (the engine) wakes the I/O side with it; that work is serialized, but kept out of the
+// connection's strand so it never delays noticing a disconnect.
 //
 // Ownership: HttpServer owns its threads and sessions; the handler must outlive Stop().
 // Thread contract: Start/Stop/StopAccepting from one controlling thread; the handler is called
@@ -67,8 +68,10 @@ class Responder {
   virtual void OnClose(std::function<void()> cb) = 0;
   // Whether the client is known to be gone.
   virtual bool closed() const = 0;
-  // Runs `fn` on the connection's strand (an I/O thread), after the calls made before it from the
-  // same thread. Never inline; never after the server stopped.
+  // Runs `fn` on an I/O thread, on this response's own strand: Post()ed work runs one at a time,
+  // in order, but not in the connection's strand, so it never delays the connection's socket I/O
+  // (a disconnect is noticed, and OnClose runs, while posted work is busy). Responder calls made
+  // from it keep their order. Never inline; never after the server stopped.
   virtual void Post(std::function<void()> fn) = 0;
 };
 

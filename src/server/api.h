@@ -7,7 +7,8 @@
 // model -> the route's handler, which reads the parsed body from the http::Exchange.
 // Generation: the handler parses the body into a GenRequest (openai_request.h), submits it to the
 // Engine and installs a notification on the request's stream (RequestStream::SetNotify). The engine
-// thread's push posts one drain to the connection's strand per batch of events; the drain
+// thread's push posts one drain per batch of events to the response's work strand
+// (http::Responder::Post, an I/O thread, kept apart from the socket's strand); the drain
 // detokenizes incrementally, applies stop strings and hands SSE events (or, at the end, the whole
 // response) to the connection's Responder. Nothing polls: an idle server blocks. A client
 // disconnect cancels the request in the engine at once (Responder::OnClose -> Engine::Cancel).
@@ -18,11 +19,11 @@
 //
 // Ownership: borrows the engine, tokenizer and template (they must outlive the Api). The HttpServer
 // calling Handle() must be Stop()ped before the Api is destroyed (disconnect callbacks and drains
-// run on its strands and call into the Api), and destroyed after it (jobs hold Responders of its
-// connections).
+// run on its I/O threads and call into the Api), and destroyed after it (jobs hold Responders of
+// its connections).
 // Thread contract: Handle() is called concurrently by the I/O threads; everything it touches is
 // either immutable, thread-safe (Engine, MetricsRegistry, Readiness) or guarded by mu_. One job's
-// drains run on its connection's strand, so a job is never processed by two threads at once.
+// drains run on its response's work strand, so a job is never processed by two threads at once.
 #pragma once
 
 #include <atomic>
@@ -89,7 +90,7 @@ class Api {
   std::shared_ptr<Job> NewJob(Endpoint ep, GenRequest g, engine::sched::RequestHandle handle);
   void StartStream(Job& job);
   void Watch(const std::shared_ptr<Job>& job);
-  void Drain(const std::shared_ptr<Job>& job);  // on the job's strand
+  void Drain(const std::shared_ptr<Job>& job);  // on the response's work strand
   bool Process(Job& job);                       // returns true when the job is finished
   bool OnEvent(Job& job, const engine::sched::TokenEvent& ev);  // false: an error ended the job
   void StreamDelta(Job& job, int index, const std::string& delta, const nlohmann::json& lp_chunk);

@@ -1,5 +1,6 @@
 // Api, generation half: /v1/completions and /v1/chat/completions — submit, stream events back on
-// the connection's strand (pushed by RequestStream::SetNotify), build the OpenAI responses.
+// the response's work strand (Responder::Post, woken by RequestStream::SetNotify), build the OpenAI
+// responses.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -37,7 +38,7 @@ struct Api::Job {
   std::string id;
   std::string labels;  // model_name + tier (the priority label)
   std::atomic<bool> gone{false};
-  bool finished = false;  // on the strand: Process returned true, the job is forgotten
+  bool finished = false;  // on the work strand: Process returned true, the job is forgotten
   std::vector<Choice> choices;
   int prompt_tokens = 0;
   int completion_tokens = 0;
@@ -243,7 +244,7 @@ void Api::StartStream(Job& job) {
 }
 
 // Registers the job and wires its two wake-ups: the engine's push (a drain posted to the
-// connection's strand per batch of events) and the client's disconnect (cancel, then drain).
+// response's work strand per batch of events) and the client's disconnect (cancel, then drain).
 void Api::Watch(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -252,11 +253,11 @@ void Api::Watch(const std::shared_ptr<Job>& job) {
   std::weak_ptr<Job> weak = job;
   auto* engine = engine_;
   const auto rid = job->handle.id;
-  job->out->OnClose([weak, engine, rid, this] {  // runs on the strand
+  job->out->OnClose([weak, engine, rid, this] {  // runs on the connection's strand
     engine->Cancel(rid);
     if (auto j = weak.lock()) {
       j->gone.store(true);
-      Drain(j);
+      j->out->Post([this, j] { Drain(j); });
     }
   });
   job->handle.stream->SetNotify([weak, this] {  // runs on the engine thread: hand over only
