@@ -123,6 +123,10 @@ for t in dict.fromkeys(picked):
     print("^" + re.escape(t) + "$")
 EOF
   )
+  if [ ${#plan[@]} -eq 0 ]; then
+    echo "check-style: could not plan the clang-tidy run (python3 failed above)" >&2
+    exit 2
+  fi
   header_filter="${plan[0]}"
   units=("${plan[@]:1}")
   if [ ${#units[@]} -eq 0 ]; then

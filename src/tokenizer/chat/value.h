@@ -10,13 +10,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 
@@ -89,10 +88,29 @@ class Value {
     v.str_ = std::make_shared<const std::string>(std::move(hint));
     return v;
   }
-  static Value None() { Value v; v.kind_ = Kind::kNone; return v; }
-  static Value Bool(bool b) { Value v; v.kind_ = Kind::kBool; v.int_ = b ? 1 : 0; return v; }
-  static Value Int(int64_t i) { Value v; v.kind_ = Kind::kInt; v.int_ = i; return v; }
-  static Value Float(double f) { Value v; v.kind_ = Kind::kFloat; v.float_ = f; return v; }
+  static Value None() {
+    Value v;
+    v.kind_ = Kind::kNone;
+    return v;
+  }
+  static Value Bool(bool b) {
+    Value v;
+    v.kind_ = Kind::kBool;
+    v.int_ = b ? 1 : 0;
+    return v;
+  }
+  static Value Int(int64_t i) {
+    Value v;
+    v.kind_ = Kind::kInt;
+    v.int_ = i;
+    return v;
+  }
+  static Value Float(double f) {
+    Value v;
+    v.kind_ = Kind::kFloat;
+    v.float_ = f;
+    return v;
+  }
   static Value String(std::string s) {
     Value v;
     v.kind_ = Kind::kString;
@@ -108,7 +126,12 @@ class Value {
     v.list_ = std::make_shared<ValueList>(std::move(items));
     return v;
   }
-  static Value Dict() { Value v; v.kind_ = Kind::kDict; v.dict_ = std::make_shared<ValueDict>(); return v; }
+  static Value Dict() {
+    Value v;
+    v.kind_ = Kind::kDict;
+    v.dict_ = std::make_shared<ValueDict>();
+    return v;
+  }
   static Value Namespace() {
     Value v;
     v.kind_ = Kind::kNamespace;
@@ -132,7 +155,9 @@ class Value {
   bool is_bool() const { return kind_ == Kind::kBool; }
   bool is_int() const { return kind_ == Kind::kInt; }
   bool is_float() const { return kind_ == Kind::kFloat; }
-  bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
+  bool is_number() const {
+    return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool;
+  }
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_dict() const { return kind_ == Kind::kDict; }
