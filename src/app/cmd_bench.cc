@@ -55,14 +55,17 @@ Stats Summarize(std::vector<double> v) {
 }
 
 Status RunBenchModel(const BenchModelOptions& o) {
-  if (o.pp < 1 || o.tg < 0 || o.reps < 1) return Status::InvalidArgument("--pp must be >= 1, --tg >= 0, --reps >= 1");
+  if (o.pp < 1 || o.tg < 0 || o.reps < 1)
+    return Status::InvalidArgument("--pp must be >= 1, --tg >= 0, --reps >= 1");
   std::string path = o.model.empty() ? DefaultModelPath() : o.model;
   auto t_load0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(auto model, model::Model::Load(path));
   double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load0).count();
   const auto& cfg = model->config();
   int n_ctx = o.pp + o.tg;
-  if (n_ctx > cfg.ctx_len) return Status::InvalidArgument(fmt::format("pp + tg = {} exceeds the model context {}", n_ctx, cfg.ctx_len));
+  if (n_ctx > cfg.ctx_len)
+    return Status::InvalidArgument(
+        fmt::format("pp + tg = {} exceeds the model context {}", n_ctx, cfg.ctx_len));
   ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
   ASSIGN_OR_RETURN(auto seq, engine::SequenceRunner::Create(*model, n_ctx, &pool));
   std::mt19937 rng(1234);
@@ -74,7 +77,8 @@ Status RunBenchModel(const BenchModelOptions& o) {
     auto t0 = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(auto logits, seq->Eval(prompt));
     auto t1 = std::chrono::steady_clock::now();
-    int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    int32_t next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     for (int i = 0; i < o.tg; ++i) {
       ASSIGN_OR_RETURN(logits, seq->Eval(std::span<const int32_t>(&next, 1)));
       next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -87,20 +91,37 @@ Status RunBenchModel(const BenchModelOptions& o) {
   Stats pp = Summarize(pp_tps), tg = Summarize(tg_tps);
   double gb = static_cast<double>(model->weight_bytes()) / 1e9;
   if (o.json) {
-    nlohmann::json j = {{"model", path}, {"threads", pool.num_threads()}, {"isa", kernels::IsaName(kernels::ActiveIsa())},
-                        {"pp", o.pp}, {"tg", o.tg}, {"reps", o.reps}, {"load_s", load_s}, {"weight_gb", gb},
-                        {"pp_tps", pp.median}, {"pp_tps_min", pp.min}, {"pp_tps_max", pp.max}, {"pp_tps_stddev", pp.stddev},
-                        {"tg_tps", tg.median}, {"tg_tps_min", tg.min}, {"tg_tps_max", tg.max}, {"tg_tps_stddev", tg.stddev},
-                        {"pp_samples", pp_tps}, {"tg_samples", tg_tps}};
+    nlohmann::json j = {{"model", path},
+                        {"threads", pool.num_threads()},
+                        {"isa", kernels::IsaName(kernels::ActiveIsa())},
+                        {"pp", o.pp},
+                        {"tg", o.tg},
+                        {"reps", o.reps},
+                        {"load_s", load_s},
+                        {"weight_gb", gb},
+                        {"pp_tps", pp.median},
+                        {"pp_tps_min", pp.min},
+                        {"pp_tps_max", pp.max},
+                        {"pp_tps_stddev", pp.stddev},
+                        {"tg_tps", tg.median},
+                        {"tg_tps_min", tg.min},
+                        {"tg_tps_max", tg.max},
+                        {"tg_tps_stddev", tg.stddev},
+                        {"pp_samples", pp_tps},
+                        {"tg_samples", tg_tps}};
     std::cout << j.dump(2) << std::endl;
   } else {
-    std::cout << fmt::format("model {} ({:.3f} GB weights, load {:.2f} s), threads {}, isa {}\n", path, gb, load_s,
-                             pool.num_threads(), kernels::IsaName(kernels::ActiveIsa()));
-    std::cout << fmt::format("pp{:<5} {:10.2f} tok/s  (min {:.2f}, max {:.2f}, sd {:.2f}, {} reps)\n", o.pp, pp.median,
-                             pp.min, pp.max, pp.stddev, o.reps);
+    std::cout << fmt::format("model {} ({:.3f} GB weights, load {:.2f} s), threads {}, isa {}\n",
+                             path, gb, load_s, pool.num_threads(),
+                             kernels::IsaName(kernels::ActiveIsa()));
+    std::cout << fmt::format(
+        "pp{:<5} {:10.2f} tok/s  (min {:.2f}, max {:.2f}, sd {:.2f}, {} reps)\n", o.pp, pp.median,
+        pp.min, pp.max, pp.stddev, o.reps);
     if (o.tg > 0)
-      std::cout << fmt::format("tg{:<5} {:10.2f} tok/s  (min {:.2f}, max {:.2f}, sd {:.2f}, {} reps; {:.1f} GB/s of weights)\n",
-                               o.tg, tg.median, tg.min, tg.max, tg.stddev, o.reps, tg.median * gb);
+      std::cout << fmt::format(
+          "tg{:<5} {:10.2f} tok/s  (min {:.2f}, max {:.2f}, sd {:.2f}, {} reps; {:.1f} GB/s of "
+          "weights)\n",
+          o.tg, tg.median, tg.min, tg.max, tg.stddev, o.reps, tg.median * gb);
   }
   return Status::Ok();
 }
@@ -124,7 +145,10 @@ nlohmann::json PercentileJson(const std::vector<double>& v) {
   double mean = 0;
   for (double x : v) mean += x;
   mean = v.empty() ? 0 : mean / static_cast<double>(v.size());
-  return {{"mean", mean}, {"p50", Percentile(v, 50)}, {"p90", Percentile(v, 90)}, {"p99", Percentile(v, 99)}};
+  return {{"mean", mean},
+          {"p50", Percentile(v, 50)},
+          {"p90", Percentile(v, 90)},
+          {"p99", Percentile(v, 99)}};
 }
 
 struct OfflineRun {
@@ -134,11 +158,14 @@ struct OfflineRun {
   std::vector<double> ttft_ms, tpot_ms;
   int64_t prefix_hit_tokens = 0, prefix_query_tokens = 0, preemptions = 0;
   int64_t decode_steps = 0, decode_tokens = 0;  // decode-only engine steps (EngineStats)
-  int64_t tier_hit_tokens = 0;                   // prompt/recompute tokens restored from the RAM tier
+  int64_t tier_hit_tokens = 0;  // prompt/recompute tokens restored from the RAM tier
   double decode_seconds = 0;
-  double decode_tps() const { return decode_seconds > 0 ? static_cast<double>(decode_tokens) / decode_seconds : 0.0; }
+  double decode_tps() const {
+    return decode_seconds > 0 ? static_cast<double>(decode_tokens) / decode_seconds : 0.0;
+  }
   double decode_mean_batch() const {
-    return decode_steps > 0 ? static_cast<double>(decode_tokens) / static_cast<double>(decode_steps) : 0.0;
+    return decode_steps > 0 ? static_cast<double>(decode_tokens) / static_cast<double>(decode_steps)
+                            : 0.0;
   }
 };
 
@@ -178,7 +205,8 @@ Result<OfflineRun> RunOffline(engine::ServingEngine& se, const BenchOfflineOptio
           l.last = now;
           ++l.tokens;
         }
-        if (ev->finish == engine::sched::FinishReason::kError || ev->finish == engine::sched::FinishReason::kCancelled)
+        if (ev->finish == engine::sched::FinishReason::kError ||
+            ev->finish == engine::sched::FinishReason::kCancelled)
           l.failed = true;
       }
       if (l.h.stream->complete()) {
@@ -200,7 +228,8 @@ Result<OfflineRun> RunOffline(engine::ServingEngine& se, const BenchOfflineOptio
     run.output_tokens += l.tokens;
     run.ttft_ms.push_back(std::chrono::duration<double, std::milli>(l.first - l.submit).count());
     if (l.tokens > 1)
-      run.tpot_ms.push_back(std::chrono::duration<double, std::milli>(l.last - l.first).count() / (l.tokens - 1));
+      run.tpot_ms.push_back(std::chrono::duration<double, std::milli>(l.last - l.first).count() /
+                            (l.tokens - 1));
   }
   auto after = se.engine().Stats();
   run.prefix_hit_tokens = after.prefix_hit_tokens - before.prefix_hit_tokens;
@@ -214,9 +243,11 @@ Result<OfflineRun> RunOffline(engine::ServingEngine& se, const BenchOfflineOptio
 }
 
 Status RunBenchOffline(const BenchOfflineOptions& o) {
-  if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1 || o.shared_prefix < 0 || o.reps < 1 || o.warmup < 0)
+  if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1 || o.shared_prefix < 0 ||
+      o.reps < 1 || o.warmup < 0)
     return Status::InvalidArgument(
-        "--num-prompts, --input-len, --output-len and --reps must be >= 1; --shared-prefix and --warmup >= 0");
+        "--num-prompts, --input-len, --output-len and --reps must be >= 1; --shared-prefix and "
+        "--warmup >= 0");
   ASSIGN_OR_RETURN(engine::ReplicaConfig replica, o.replica.Resolve());
   engine::ServingConfig& serving = replica.engine;
   // The workload decides what the config leaves open: the context its prompts need, and a queue
@@ -255,10 +286,13 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
   // Report the median run by output tokens/s (all runs in JSON).
   std::vector<size_t> order(runs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  auto tps = [&](size_t i) { return static_cast<double>(runs[i].output_tokens) / runs[i].duration_s; };
+  auto tps = [&](size_t i) {
+    return static_cast<double>(runs[i].output_tokens) / runs[i].duration_s;
+  };
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tps(a) < tps(b); });
   const OfflineRun& m = runs[order[order.size() / 2]];
-  double req_s = m.completed / m.duration_s, out_tps = static_cast<double>(m.output_tokens) / m.duration_s;
+  double req_s = m.completed / m.duration_s,
+         out_tps = static_cast<double>(m.output_tokens) / m.duration_s;
   if (o.json) {
     nlohmann::json all = nlohmann::json::array();
     for (size_t i = 0; i < runs.size(); ++i) all.push_back(tps(i));
@@ -299,18 +333,23 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
         "model {}  prompts {} x ({} shared + {} in, {} out)  max-num-seqs {}  prefix cache {}\n",
         path, o.num_prompts, o.shared_prefix, o.input_len, o.output_len,
         serving.scheduler.max_num_seqs, serving.kv_cache.prefix_cache ? "on" : "off");
-    std::cout << fmt::format("completed {}  failed {}  duration {:.2f} s  requests/s {:.2f}  output tokens/s {:.2f}\n",
-                             m.completed, m.failed, m.duration_s, req_s, out_tps);
-    std::cout << fmt::format("TTFT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n", Percentile(m.ttft_ms, 50),
-                             Percentile(m.ttft_ms, 90), Percentile(m.ttft_ms, 99));
-    std::cout << fmt::format("TPOT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n", Percentile(m.tpot_ms, 50),
-                             Percentile(m.tpot_ms, 90), Percentile(m.tpot_ms, 99));
-    std::cout << fmt::format("prefix cache hits {} / {} tokens, preemptions {}, RAM-tier hits {} tokens\n",
-                             m.prefix_hit_tokens, m.prefix_query_tokens, m.preemptions, m.tier_hit_tokens);
-    std::cout << fmt::format("decode-only steps {}  mean batch {:.1f}  decode tokens/s {:.2f}\n", m.decode_steps,
-                             m.decode_mean_batch(), m.decode_tps());
+    std::cout << fmt::format(
+        "completed {}  failed {}  duration {:.2f} s  requests/s {:.2f}  output tokens/s {:.2f}\n",
+        m.completed, m.failed, m.duration_s, req_s, out_tps);
+    std::cout << fmt::format("TTFT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n",
+                             Percentile(m.ttft_ms, 50), Percentile(m.ttft_ms, 90),
+                             Percentile(m.ttft_ms, 99));
+    std::cout << fmt::format("TPOT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n",
+                             Percentile(m.tpot_ms, 50), Percentile(m.tpot_ms, 90),
+                             Percentile(m.tpot_ms, 99));
+    std::cout << fmt::format(
+        "prefix cache hits {} / {} tokens, preemptions {}, RAM-tier hits {} tokens\n",
+        m.prefix_hit_tokens, m.prefix_query_tokens, m.preemptions, m.tier_hit_tokens);
+    std::cout << fmt::format("decode-only steps {}  mean batch {:.1f}  decode tokens/s {:.2f}\n",
+                             m.decode_steps, m.decode_mean_batch(), m.decode_tps());
   }
-  return m.failed == 0 ? Status::Ok() : Status::Internal(std::to_string(m.failed) + " requests failed");
+  return m.failed == 0 ? Status::Ok()
+                       : Status::Internal(std::to_string(m.failed) + " requests failed");
 }
 
 }  // namespace
@@ -320,7 +359,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   bench->require_subcommand(1);
   RegisterBenchServe(bench, exit_code);
   auto o = std::make_shared<BenchModelOptions>();
-  CLI::App* cmd = bench->add_subcommand("model", "Single-sequence prefill (pp) and decode (tg) throughput, like llama-bench");
+  CLI::App* cmd = bench->add_subcommand(
+      "model", "Single-sequence prefill (pp) and decode (tg) throughput, like llama-bench");
   cmd->add_option("-m,--model", o->model, "GGUF model file (default: the bundled tiny model)");
   cmd->add_option("--pp", o->pp, "Prompt tokens per prefill test")->capture_default_str();
   cmd->add_option("--tg", o->tg, "Decode steps after the prefill")->capture_default_str();
@@ -339,14 +379,19 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   CLI::App* off = bench->add_subcommand(
       "offline", "Run N requests through the batching engine; throughput, TTFT, TPOT");
   off->add_option("--num-prompts", f->num_prompts, "Requests")->capture_default_str();
-  off->add_option("--input-len", f->input_len, "Prompt tokens per request (after the shared prefix)")->capture_default_str();
-  off->add_option("--output-len", f->output_len, "Generated tokens per request")->capture_default_str();
-  off->add_option("--shared-prefix", f->shared_prefix, "Tokens of a prefix common to every prompt")->capture_default_str();
+  off->add_option("--input-len", f->input_len,
+                  "Prompt tokens per request (after the shared prefix)")
+      ->capture_default_str();
+  off->add_option("--output-len", f->output_len, "Generated tokens per request")
+      ->capture_default_str();
+  off->add_option("--shared-prefix", f->shared_prefix, "Tokens of a prefix common to every prompt")
+      ->capture_default_str();
   // The engine flags of `strata serve` (same names, same defaults, plus --config); the context
   // length defaults to what the prompts need.
   f->replica.Register(off, ReplicaFlags::kModelPath | ReplicaFlags::kEngine);
   off->add_option("-r,--reps", f->reps, "Repetitions (median reported)")->capture_default_str();
-  off->add_option("--warmup", f->warmup, "Unreported runs first (e.g. to warm the prefix cache)")->capture_default_str();
+  off->add_option("--warmup", f->warmup, "Unreported runs first (e.g. to warm the prefix cache)")
+      ->capture_default_str();
   off->add_option("--seed", f->seed, "Prompt generator seed")->capture_default_str();
   off->add_flag("--json", f->json, "Print JSON");
   off->callback([f, exit_code] {

@@ -1,14 +1,14 @@
 // `strata generate`: one prompt, one stream — a batch of one on the engine's forward pass
 // (engine::SequenceRunner: CpuModelRunner over paged F32 KV sized for prompt + max tokens, the
 // numerics llama.cpp's goldens were computed with), sampled with the engine's Sampler.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "app/commands.h"
 #include "base/thread_pool.h"
@@ -70,15 +70,17 @@ Status RunGenerate(const GenerateOptions& o) {
   ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Create(std::move(vocab)));
   const auto& cfg = model->config();
   if (tok->n_vocab() > static_cast<size_t>(cfg.n_vocab))
-    return Status::InvalidArgument(fmt::format("vocabulary has {} tokens but the model only {} embedding rows",
-                                               tok->n_vocab(), cfg.n_vocab));
+    return Status::InvalidArgument(
+        fmt::format("vocabulary has {} tokens but the model only {} embedding rows", tok->n_vocab(),
+                    cfg.n_vocab));
   std::vector<int32_t> prompt;
   if (!o.prompt_tokens.empty()) {
     ASSIGN_OR_RETURN(prompt, ParseIdList(o.prompt_tokens));
   } else {
     prompt = tok->Encode(o.prompt, /*add_special=*/true, o.parse_special);
   }
-  if (prompt.empty()) return Status::InvalidArgument("the prompt is empty (and the model adds no BOS token)");
+  if (prompt.empty())
+    return Status::InvalidArgument("the prompt is empty (and the model adds no BOS token)");
   if (o.max_tokens < 0) return Status::InvalidArgument("--max-tokens must be >= 0");
   int64_t need = static_cast<int64_t>(prompt.size()) + o.max_tokens;
   int n_ctx = o.ctx > 0 ? o.ctx : static_cast<int>(std::min<int64_t>(need, cfg.ctx_len));
@@ -133,7 +135,8 @@ Status RunGenerate(const GenerateOptions& o) {
   double pp_s = Seconds(t0, t1), tg_s = Seconds(t_gen_start, t2);
   double prompt_tps = pp_s > 0 ? static_cast<double>(prompt.size()) / pp_s : 0.0;
   // Generation speed counts the decode steps (one per generated token after the first).
-  double gen_tps = (generated.size() > 1 && tg_s > 0) ? static_cast<double>(generated.size() - 1) / tg_s : 0.0;
+  double gen_tps =
+      (generated.size() > 1 && tg_s > 0) ? static_cast<double>(generated.size() - 1) / tg_s : 0.0;
   if (o.json) {
     nlohmann::json j;
     j["prompt_tokens"] = prompt;
@@ -145,7 +148,9 @@ Status RunGenerate(const GenerateOptions& o) {
     if (!rest.empty()) std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fputc('\n', stdout);
   }
-  std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tokens/s) | generation: %zu tokens in %.3f s (%.1f tokens/s) | threads %d, seed %llu\n",
+  std::fprintf(stderr,
+               "prompt: %zu tokens in %.3f s (%.1f tokens/s) | generation: %zu tokens in %.3f s "
+               "(%.1f tokens/s) | threads %d, seed %llu\n",
                prompt.size(), pp_s, prompt_tps, generated.size(), tg_s, gen_tps, pool.num_threads(),
                static_cast<unsigned long long>(sp.seed));
   return Status::Ok();
@@ -158,20 +163,27 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt with a GGUF model");
   cmd->add_option("-m,--model", o->model, "GGUF model file (default: the bundled tiny model)");
   auto* p = cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
-  auto* pt = cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt as comma-separated token ids (used verbatim)");
+  auto* pt = cmd->add_option("--prompt-tokens", o->prompt_tokens,
+                             "Prompt as comma-separated token ids (used verbatim)");
   p->excludes(pt);
-  cmd->add_option("-n,--max-tokens", o->max_tokens, "Maximum number of tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature,--temp", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "Maximum number of tokens to generate")
+      ->capture_default_str();
+  cmd->add_option("--temperature,--temp", o->temperature, "Sampling temperature (0 = greedy)")
+      ->capture_default_str();
   cmd->add_option("--top-k", o->top_k, "Top-k (<= 0: off)")->capture_default_str();
   cmd->add_option("--top-p", o->top_p, "Top-p (1: off)")->capture_default_str();
   cmd->add_option("--min-p", o->min_p, "Min-p (0: off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
-  cmd->add_option("--frequency-penalty", o->frequency_penalty, "Frequency penalty")->capture_default_str();
-  cmd->add_option("--presence-penalty", o->presence_penalty, "Presence penalty")->capture_default_str();
+  cmd->add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1: off)")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->frequency_penalty, "Frequency penalty")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", o->presence_penalty, "Presence penalty")
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed (-1: random)")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
   cmd->add_option("-c,--ctx-size", o->ctx, "Context size (default: prompt + max tokens)");
-  cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at end-of-generation tokens (they are never sampled)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos,
+                "Do not stop at end-of-generation tokens (they are never sampled)");
   cmd->add_flag("--parse-special", o->parse_special, "Recognise special-token text in the prompt");
   cmd->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
   cmd->callback([o, exit_code, p, pt] {

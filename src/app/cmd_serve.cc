@@ -1,6 +1,6 @@
 // `strata serve`: the OpenAI-compatible HTTP server (src/server) over the serving engine
-// (engine::ServingEngine: model + paged KV + CpuModelRunner + sched::Engine). Wiring only: load, build the engine, start HTTP, wait for
-// SIGINT/SIGTERM, drain, exit 0.
+// (engine::ServingEngine: model + paged KV + CpuModelRunner + sched::Engine). Wiring only: load,
+// build the engine, start HTTP, wait for SIGINT/SIGTERM, drain, exit 0.
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
@@ -17,9 +17,9 @@
 #include "app/commands.h"
 #include "app/replica_flags.h"
 #include "engine/serving/serving_engine.h"
+#include "http/server.h"
 #include "model/model.h"
 #include "server/api.h"
-#include "http/server.h"
 #include "tokenizer/chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,8 +30,10 @@ std::string DescribeTiers(const engine::kvtier::TieredKvConfig& c) {
   if (!c.enabled()) return "no KV tiers";
   std::string s = "KV tiers:";
   if (c.ram) s += fmt::format(" ram {} MiB", c.ram->limits.capacity_bytes >> 20);
-  if (c.disk) s += fmt::format(" disk {} ({} MiB)", c.disk->dir, c.disk->limits.capacity_bytes >> 20);
-  if (c.redis) s += fmt::format(" redis {}{}", c.redis->url, c.redis->write_through ? " (write-through)" : "");
+  if (c.disk)
+    s += fmt::format(" disk {} ({} MiB)", c.disk->dir, c.disk->limits.capacity_bytes >> 20);
+  if (c.redis)
+    s += fmt::format(" redis {}{}", c.redis->url, c.redis->write_through ? " (write-through)" : "");
   return s;
 }
 
@@ -43,10 +45,12 @@ Result<std::vector<std::string>> LoadKeys(const engine::ServerConfig& o) {
     if (!f) return Status::IoError("cannot read --api-key-file " + o.api_key_file);
     std::string line;
     while (std::getline(f, line)) {
-      while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+        line.pop_back();
       if (!line.empty() && line[0] != '#') keys.push_back(line);
     }
-    if (keys.empty()) return Status::InvalidArgument("--api-key-file " + o.api_key_file + " holds no key");
+    if (keys.empty())
+      return Status::InvalidArgument("--api-key-file " + o.api_key_file + " holds no key");
   }
   return keys;
 }
@@ -81,11 +85,13 @@ Status RunServe(const engine::ReplicaConfig& config) {
   // HTTP comes up first: while the model loads, /health is 200 and everything else 503 (loading).
   std::atomic<server::Api*> api_ptr{nullptr};
   const http::HttpServerOptions so = HttpOptions(o);
-  ASSIGN_OR_RETURN(auto server, http::HttpServer::Start(so, [&api_ptr](http::HttpRequest req,
-                                                                          std::shared_ptr<http::Responder> out) {
-    if (server::Api* a = api_ptr.load(std::memory_order_acquire)) return a->Handle(std::move(req), std::move(out));
-    out->Respond(server::LoadingResponse(req));
-  }));
+  ASSIGN_OR_RETURN(auto server,
+                   http::HttpServer::Start(
+                       so, [&api_ptr](http::HttpRequest req, std::shared_ptr<http::Responder> out) {
+                         if (server::Api* a = api_ptr.load(std::memory_order_acquire))
+                           return a->Handle(std::move(req), std::move(out));
+                         out->Respond(server::LoadingResponse(req));
+                       }));
   std::printf("listening on http://%s:%u\n", o.host.c_str(), static_cast<unsigned>(server->port()));
   std::fflush(stdout);
   std::string path = config.model.path.empty() ? DefaultModelPath() : config.model.path;
@@ -95,8 +101,9 @@ Status RunServe(const engine::ReplicaConfig& config) {
   ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Create(std::move(vocab)));
   const auto& cfg = model->config();
   if (tok->n_vocab() > static_cast<size_t>(cfg.n_vocab))
-    return Status::InvalidArgument(fmt::format("vocabulary has {} tokens but the model only {} embedding rows",
-                                               tok->n_vocab(), cfg.n_vocab));
+    return Status::InvalidArgument(
+        fmt::format("vocabulary has {} tokens but the model only {} embedding rows", tok->n_vocab(),
+                    cfg.n_vocab));
   if (!config.model.chat_template_file.empty()) {
     std::ifstream f(config.model.chat_template_file, std::ios::binary);
     if (!f)
@@ -106,7 +113,8 @@ Status RunServe(const engine::ReplicaConfig& config) {
   std::unique_ptr<chat::ChatTemplate> tmpl;
   if (!template_source.empty()) {
     auto t = chat::ChatTemplate::Parse(template_source);
-    if (!t.ok()) return Status::InvalidArgument("chat template: " + std::string(t.status().message()));
+    if (!t.ok())
+      return Status::InvalidArgument("chat template: " + std::string(t.status().message()));
     tmpl = std::move(*t);
   }
 
@@ -123,8 +131,10 @@ Status RunServe(const engine::ReplicaConfig& config) {
   info.tok = tok.get();
   info.chat_template = tmpl.get();
   const auto& v = tok->vocab();
-  if (tok->bos() >= 0 && static_cast<size_t>(tok->bos()) < v.tokens.size()) info.bos_token = v.tokens[static_cast<size_t>(tok->bos())];
-  if (tok->eos() >= 0 && static_cast<size_t>(tok->eos()) < v.tokens.size()) info.eos_token = v.tokens[static_cast<size_t>(tok->eos())];
+  if (tok->bos() >= 0 && static_cast<size_t>(tok->bos()) < v.tokens.size())
+    info.bos_token = v.tokens[static_cast<size_t>(tok->bos())];
+  if (tok->eos() >= 0 && static_cast<size_t>(tok->eos()) < v.tokens.size())
+    info.eos_token = v.tokens[static_cast<size_t>(tok->eos())];
   info.max_model_len = max_len;
   info.limits.max_tokens = o.max_tokens_cap;
   server::ApiOptions ao;
@@ -150,12 +160,13 @@ Status RunServe(const engine::ReplicaConfig& config) {
   api->StartDraining();
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
-  while (std::chrono::steady_clock::now() < deadline && (api->live_jobs() > 0 || server->active_responses() > 0))
+  while (std::chrono::steady_clock::now() < deadline &&
+         (api->live_jobs() > 0 || server->active_responses() > 0))
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   server->StopAccepting();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the last writes leave
-  server->Stop();   // joins the I/O threads: no handler or disconnect callback runs after this
-  api.reset();      // detaches the live jobs from their streams, cancels them
+  server->Stop();  // joins the I/O threads: no handler or disconnect callback runs after this
+  api.reset();     // detaches the live jobs from their streams, cancels them
   serving->Stop();
   server.reset();
   std::fprintf(stderr, "strata serve: stopped\n");
@@ -167,7 +178,8 @@ Status RunServe(const engine::ReplicaConfig& config) {
 void RegisterServe(CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<ReplicaFlags>();
   auto print_config = std::make_shared<bool>(false);
-  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)");
+  auto* cmd = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)");
   flags->Register(cmd, ReplicaFlags::kModel | ReplicaFlags::kServer | ReplicaFlags::kEngine);
   cmd->add_flag("--print-config", *print_config,
                 "print the effective config (YAML, loadable by --config) and exit");

@@ -1,10 +1,10 @@
 #include "bench/sweep.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/format.h>
 
 #include "http/client.h"
 
@@ -37,7 +37,8 @@ Result<std::vector<double>> ParseLevels(const std::string& s, const char* option
         return Status::InvalidArgument(fmt::format("{}: '{}' is not a number > 0", option, item));
     }
     out.push_back(v);
-    if (out.size() > 64) return Status::InvalidArgument(fmt::format("{}: at most 64 levels", option));
+    if (out.size() > 64)
+      return Status::InvalidArgument(fmt::format("{}: at most 64 levels", option));
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
@@ -51,15 +52,19 @@ std::string LevelText(double v) { return std::isinf(v) ? "inf" : fmt::format("{:
 
 std::string SweepTable(const std::vector<SweepRun>& runs, bool rate_mode) {
   std::string s = fmt::format(
-      "| endpoint | {} | ok | failed | req/s | out tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | ITL p99 ms | E2EL p50 ms | goodput req/s |\n",
+      "| endpoint | {} | ok | failed | req/s | out tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms "
+      "| TPOT p99 ms | ITL p99 ms | E2EL p50 ms | goodput req/s |\n",
       rate_mode ? "rate" : "concurrency");
   s += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& r : runs) {
     const Aggregate& a = r.report.agg;
-    s += fmt::format("| {} | {} | {} | {} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {} |\n", r.label,
-                     LevelText(r.level), a.completed, a.failed, a.request_throughput, a.output_throughput, a.ttft_ms.median,
-                     a.ttft_ms.p99, a.tpot_ms.median, a.tpot_ms.p99, a.itl_ms.p99, a.e2el_ms.median,
-                     a.goodput ? fmt::format("{:.2f}", *a.goodput) : std::string("-"));
+    s += fmt::format(
+        "| {} | {} | {} | {} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | "
+        "{:.1f} | {} |\n",
+        r.label, LevelText(r.level), a.completed, a.failed, a.request_throughput,
+        a.output_throughput, a.ttft_ms.median, a.ttft_ms.p99, a.tpot_ms.median, a.tpot_ms.p99,
+        a.itl_ms.p99, a.e2el_ms.median,
+        a.goodput ? fmt::format("{:.2f}", *a.goodput) : std::string("-"));
   }
   return s;
 }
@@ -83,9 +88,12 @@ std::string SweepSvg(const std::vector<SweepRun>& runs, bool rate_mode) {
   return RenderSvg({ttft, tpot});
 }
 
-Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const DatasetOptions& data, std::ostream& log) {
-  if (o.base_urls.empty()) return Status::InvalidArgument("bench sweep needs at least one --base-url");
-  if (o.rates.empty() == o.concurrency.empty()) return Status::InvalidArgument("give exactly one of --rates or --concurrency");
+Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const DatasetOptions& data,
+                                       std::ostream& log) {
+  if (o.base_urls.empty())
+    return Status::InvalidArgument("bench sweep needs at least one --base-url");
+  if (o.rates.empty() == o.concurrency.empty())
+    return Status::InvalidArgument("give exactly one of --rates or --concurrency");
   if (!o.labels.empty() && o.labels.size() != o.base_urls.size())
     return Status::InvalidArgument("--label must be given once per --base-url");
   if (o.out_dir.empty()) return Status::InvalidArgument("--out DIR is required");
@@ -115,7 +123,8 @@ Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const DatasetOptio
   }
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
-  if (ec) return Status::IoError(fmt::format("cannot create --out {}: {}", o.out_dir, ec.message()));
+  if (ec)
+    return Status::IoError(fmt::format("cannot create --out {}: {}", o.out_dir, ec.message()));
 
   std::vector<SweepRun> runs;
   for (size_t li = 0; li < levels.size(); ++li) {
@@ -125,25 +134,34 @@ Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const DatasetOptio
       LoadOptions lo = o.base;
       lo.seed = data.seed + li;
       lo.base_url = o.base_urls[e];
-      if (rate_mode) lo.request_rate = level;
-      else lo.max_concurrency = static_cast<int64_t>(level);
-      lo.progress_label = fmt::format("{} {}={} ", labels[e], rate_mode ? "rate" : "concurrency", LevelText(level));
+      if (rate_mode)
+        lo.request_rate = level;
+      else
+        lo.max_concurrency = static_cast<int64_t>(level);
+      lo.progress_label =
+          fmt::format("{} {}={} ", labels[e], rate_mode ? "rate" : "concurrency", LevelText(level));
       ASSIGN_OR_RETURN(LoadResult res, RunLoad(lo, d));
       SweepRun run{labels[e], level, MakeReport(lo, d, res, o.slo)};
       const Aggregate& a = run.report.agg;
-      log << fmt::format("{:<24} {}={:<6} ok {:>5} failed {:>4}  {:>8.2f} out tok/s  p99 TTFT {:>9.1f} ms  p99 TPOT {:>8.2f} ms\n",
-                         labels[e], rate_mode ? "rate" : "conc", LevelText(level), a.completed, a.failed, a.output_throughput,
-                         a.ttft_ms.p99, a.tpot_ms.p99);
+      log << fmt::format(
+          "{:<24} {}={:<6} ok {:>5} failed {:>4}  {:>8.2f} out tok/s  p99 TTFT {:>9.1f} ms  p99 "
+          "TPOT {:>8.2f} ms\n",
+          labels[e], rate_mode ? "rate" : "conc", LevelText(level), a.completed, a.failed,
+          a.output_throughput, a.ttft_ms.p99, a.tpot_ms.p99);
       if (!a.first_error.empty()) log << "  first error: " << a.first_error << "\n";
       log.flush();
       runs.push_back(std::move(run));
     }
   }
 
-  json j = {{"schema", "strata.bench.sweep/1"}, {"mode", rate_mode ? "rate" : "concurrency"}, {"levels", json::array()},
-            {"endpoints", json::array()}, {"runs", json::array()}};
+  json j = {{"schema", "strata.bench.sweep/1"},
+            {"mode", rate_mode ? "rate" : "concurrency"},
+            {"levels", json::array()},
+            {"endpoints", json::array()},
+            {"runs", json::array()}};
   for (double l : levels) j["levels"].push_back(std::isinf(l) ? json("inf") : json(l));
-  for (size_t e = 0; e < labels.size(); ++e) j["endpoints"].push_back({{"label", labels[e]}, {"base_url", o.base_urls[e]}});
+  for (size_t e = 0; e < labels.size(); ++e)
+    j["endpoints"].push_back({{"label", labels[e]}, {"base_url", o.base_urls[e]}});
   for (const auto& r : runs) {
     json rj = ReportToJson(r.report);
     rj["label"] = r.label;
@@ -158,7 +176,8 @@ Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const DatasetOptio
     if (!f) return Status::IoError("cannot write " + p.string());
     return Status::Ok();
   };
-  RETURN_IF_ERROR(write("sweep.json", j.dump(2, ' ', false, json::error_handler_t::replace) + "\n"));
+  RETURN_IF_ERROR(
+      write("sweep.json", j.dump(2, ' ', false, json::error_handler_t::replace) + "\n"));
   RETURN_IF_ERROR(write("sweep.md", SweepTable(runs, rate_mode)));
   RETURN_IF_ERROR(write("pareto.svg", SweepSvg(runs, rate_mode)));
   return runs;

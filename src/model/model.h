@@ -19,8 +19,8 @@
 
 #include "base/status.h"
 #include "base/thread_pool.h"
-#include "kernels/kernels.h"
 #include "gguf/gguf.h"
+#include "kernels/kernels.h"
 #include "model/rope.h"
 
 namespace strata::model {
@@ -45,9 +45,9 @@ struct ModelConfig {
   int ctx_len = 0;
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
-  int rope_dim = 0;                   // number of rotated dims per head (<= head_dim)
+  int rope_dim = 0;  // number of rotated dims per head (<= head_dim)
   RopeStyle rope_style = RopeStyle::kNorm;
-  float rope_linear_scale = 1.0f;     // positions are divided by this (rope.scaling.type = linear)
+  float rope_linear_scale = 1.0f;  // positions are divided by this (rope.scaling.type = linear)
   std::vector<float> rope_freq_factors;  // rope_freqs.weight: theta_i /= factor[i]; empty = none
   bool tied_embeddings = false;
   bool qkv_bias = false;
@@ -62,9 +62,9 @@ struct ModelConfig {
 Result<ModelConfig> ConfigFromGguf(const gguf::GgufFile& file);
 
 struct LayerWeights {
-  std::vector<float> attn_norm, ffn_norm;  // [dim]
-  std::vector<float> bq, bk, bv;           // qwen2 only: [q_dim], [kv_dim], [kv_dim]
-  kernels::WeightMatrix wq, wk, wv, wo;    // [q_dim x dim], [kv_dim x dim] x2, [dim x q_dim]
+  std::vector<float> attn_norm, ffn_norm;      // [dim]
+  std::vector<float> bq, bk, bv;               // qwen2 only: [q_dim], [kv_dim], [kv_dim]
+  kernels::WeightMatrix wq, wk, wv, wo;        // [q_dim x dim], [kv_dim x dim] x2, [dim x q_dim]
   kernels::WeightMatrix w_gate, w_up, w_down;  // [ffn x dim] x2, [dim x ffn]
 };
 

@@ -46,7 +46,7 @@ namespace strata::server {
 
 struct ApiOptions {
   std::vector<std::string> api_keys;  // empty: no auth
-  int retry_after_s = 1;  // Retry-After on 429
+  int retry_after_s = 1;              // Retry-After on 429
   // Statistics of the KV tiers below the engine's pool, for /metrics (empty function or nullopt:
   // no tiers configured).
   std::function<std::optional<engine::kvtier::TieredKvStats>()> tier_stats;

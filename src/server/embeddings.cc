@@ -52,7 +52,8 @@ void EmbeddingJobs::InputDone(const std::weak_ptr<State>& state,
   st->cv.notify_one();
 }
 
-Status EmbeddingJobs::Submit(std::vector<std::vector<int32_t>> inputs, engine::sched::Priority priority,
+Status EmbeddingJobs::Submit(std::vector<std::vector<int32_t>> inputs,
+                             engine::sched::Priority priority,
                              const std::shared_ptr<http::Responder>& out, EmbeddingDone done) {
   if (inputs.empty()) return Status::InvalidArgument("input: no inputs");
   auto job = std::make_shared<Job>();

@@ -4,11 +4,11 @@
 // (engine::sched::RequestKind::kEmbed), so the inputs of one request and of concurrent requests are
 // scheduled and batched by the engine like any prompt; the I/O thread that submits them returns at
 // once (nothing blocks on the engine). Every embedding request delivers exactly one event; its
-// stream's push wake-up (RequestStream::SetNotify, run on the engine thread) counts the inputs done (and
-// Submit counts itself once it has all the handles), and when the count reaches zero the job goes
-// to this object's worker thread, which collects
-// the vectors and calls the job's `done` (which renders and sends the HTTP response). A client
-// disconnect cancels the job's engine requests (Responder::OnClose -> Engine::Cancel).
+// stream's push wake-up (RequestStream::SetNotify, run on the engine thread) counts the inputs done
+// (and Submit counts itself once it has all the handles), and when the count reaches zero the job
+// goes to this object's worker thread, which collects the vectors and calls the job's `done` (which
+// renders and sends the HTTP response). A client disconnect cancels the job's engine requests
+// (Responder::OnClose -> Engine::Cancel).
 //
 // Ownership: borrows the engine, which must outlive this object. Owns the worker thread.
 // Thread contract: Submit from any thread; `done` runs on the worker thread, one job at a time. The

@@ -12,9 +12,9 @@
 
 #include "engine/sched/engine.h"
 #include "engine/sched/fake_runner.h"
+#include "http/server.h"
 #include "integration/http_test_client.h"
 #include "server/api.h"
-#include "http/server.h"
 
 namespace strata::server {
 namespace {
@@ -73,8 +73,8 @@ class EmbeddingsServerTest : public ::testing::Test {
     http::HttpServerOptions so;
     so.port = 0;
     so.io_threads = 2;
-    auto s =
-        http::HttpServer::Start(so, [a = api_.get()](http::HttpRequest rq, std::shared_ptr<http::Responder> out) {
+    auto s = http::HttpServer::Start(
+        so, [a = api_.get()](http::HttpRequest rq, std::shared_ptr<http::Responder> out) {
           a->Handle(std::move(rq), std::move(out));
         });
     ASSERT_TRUE(s.ok()) << s.status().ToString();

@@ -124,8 +124,8 @@ void FinishChoice(Api::Job::Choice& c, const TokenEvent& ev, std::string* delta)
 
 // Engine fields (SubmitRequest::Validate names them first) that are also the client's OpenAI
 // params.
-constexpr std::string_view kEngineFields[] = {"prompt",         "max_tokens", "n",   "top_logprobs",
-                                              "stop_token_ids", "tenant",     "priority"};
+constexpr std::string_view kEngineFields[] = {
+    "prompt", "max_tokens", "n", "top_logprobs", "stop_token_ids", "tenant", "priority"};
 
 }  // namespace
 

@@ -279,8 +279,8 @@ ApiError ParsePriorityAndDeadline(const FieldContext& f, GenRequest* g) {
 
 using FieldParser = ApiError (*)(const FieldContext&, GenRequest*);
 // In this order (the first error wins, as clients see it).
-constexpr FieldParser kFieldParsers[] = {ParseSampling,       ParseLengths,    ParseChoices,
-                                         ParseStopStrings,    ParseStopTokens, ParseStreaming,
+constexpr FieldParser kFieldParsers[] = {ParseSampling,           ParseLengths,    ParseChoices,
+                                         ParseStopStrings,        ParseStopTokens, ParseStreaming,
                                          ParsePriorityAndDeadline};
 
 }  // namespace

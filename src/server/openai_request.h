@@ -55,8 +55,8 @@ struct GenRequest {
   std::optional<int64_t> deadline_ms;  // relative deadline; the caller turns it into a TimePoint
 };
 
-// Parses a /v1/completions or /v1/chat/completions body. `priority_header` is the x-strata-tier header
-// (may be empty); the body's `priority` wins over it.
+// Parses a /v1/completions or /v1/chat/completions body. `priority_header` is the x-strata-tier
+// header (may be empty); the body's `priority` wins over it.
 http::ApiResult<GenRequest> ParseGenRequest(Endpoint endpoint, const nlohmann::json& body,
                                             const ModelInfo& model,
                                             std::string_view priority_header = {});

@@ -1,6 +1,6 @@
-// Unit tests of the server pieces (StopMatcher, the loading answer) plus in-process HTTP tests: a real HttpServer on 127.0.0.1:0,
-// the real Engine driven by FakeModelRunner, the builtin byte-level tokenizer, and a raw-socket
-// client (tests/integration/http_test_client.h).
+// Unit tests of the server pieces (StopMatcher, the loading answer) plus in-process HTTP tests: a
+// real HttpServer on 127.0.0.1:0, the real Engine driven by FakeModelRunner, the builtin byte-level
+// tokenizer, and a raw-socket client (tests/integration/http_test_client.h).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -9,10 +9,10 @@
 
 #include "engine/sched/engine.h"
 #include "engine/sched/fake_runner.h"
-#include "integration/http_test_client.h"
-#include "server/api.h"
 #include "http/prometheus.h"
 #include "http/server.h"
+#include "integration/http_test_client.h"
+#include "server/api.h"
 #include "server/openai_request.h"
 
 namespace strata::server {
@@ -34,7 +34,7 @@ TEST(StopMatcher, HoldsBackPartialMatchesAcrossPushes) {
   EXPECT_EQ(m.Push("Ox"), "STO");          // "STOx": no longer STOP, but "x" may start xyz
   EXPECT_FALSE(m.matched());
   EXPECT_EQ(m.Push("y"), "");
-  EXPECT_EQ(m.Push("z tail"), "");         // "xyz" -> stop; nothing before it was held
+  EXPECT_EQ(m.Push("z tail"), "");  // "xyz" -> stop; nothing before it was held
   EXPECT_TRUE(m.matched());
   EXPECT_EQ(m.Push("more"), "");
   EXPECT_EQ(m.Flush(), "");
@@ -90,8 +90,9 @@ class ServerTest : public ::testing::Test {
     engine::sched::SchedulerConfig sc;
     sc.max_model_len = kMaxLen;
     sc.max_queued_requests = max_queued;
-    auto e = engine::sched::Engine::Create(runner_.get(), kc, sc, &clock_,
-                                           [r = runner_.get()](std::span<const engine::sched::BlockCopy> c) { r->CopyBlocks(c); });
+    auto e = engine::sched::Engine::Create(
+        runner_.get(), kc, sc, &clock_,
+        [r = runner_.get()](std::span<const engine::sched::BlockCopy> c) { r->CopyBlocks(c); });
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(*e);
     ModelInfo info;
@@ -99,8 +100,10 @@ class ServerTest : public ::testing::Test {
     info.tok = tok_.get();
     info.max_model_len = kMaxLen;
     auto tmpl = chat::ChatTemplate::Parse(
-        "{% for m in messages %}{% if m.role == 'bad' %}{{ raise_exception('role bad is not allowed') }}{% endif %}"
-        "<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}");
+        "{% for m in messages %}{% if m.role == 'bad' %}{{ raise_exception('role bad is not "
+        "allowed') }}{% endif %}"
+        "<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% "
+        "endif %}");
     ASSERT_TRUE(tmpl.ok());
     tmpl_ = std::move(*tmpl);
     info.chat_template = tmpl_.get();
@@ -112,9 +115,10 @@ class ServerTest : public ::testing::Test {
     so.port = 0;
     so.max_body_bytes = 1 << 16;
     so.read_timeout = std::chrono::milliseconds(500);
-    auto s = HttpServer::Start(so, [a = api_.get()](HttpRequest rq, std::shared_ptr<Responder> out) {
-      a->Handle(std::move(rq), std::move(out));
-    });
+    auto s =
+        HttpServer::Start(so, [a = api_.get()](HttpRequest rq, std::shared_ptr<Responder> out) {
+          a->Handle(std::move(rq), std::move(out));
+        });
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(*s);
     port_ = server_->port();
@@ -155,7 +159,8 @@ TEST_F(ServerTest, HealthReadyModelsAnd404) {
   EXPECT_EQ(nf.status, 404);
   auto e = json::parse(nf.body);
   ASSERT_TRUE(e.contains("error"));
-  for (const char* k : {"message", "type", "param", "code"}) EXPECT_TRUE(e["error"].contains(k)) << k;
+  for (const char* k : {"message", "type", "param", "code"})
+    EXPECT_TRUE(e["error"].contains(k)) << k;
   EXPECT_EQ(HttpCall(port_, "GET", "/v1/models/other").status, 404);
   EXPECT_EQ(HttpCall(port_, "GET", "/v1/completions").status, 405);
   api_->StartDraining();
@@ -186,7 +191,10 @@ TEST_F(ServerTest, TokenizeDetokenizeRoundTripAndTemplate) {
 
 TEST_F(ServerTest, BadParametersNameTheParam) {
   StartEngine();
-  struct Case { json body; std::string param; };
+  struct Case {
+    json body;
+    std::string param;
+  };
   std::vector<Case> cases = {
       {{{"prompt", "x"}, {"temperature", "hot"}}, "temperature"},
       {{{"prompt", "x"}, {"max_tokens", 0}}, "max_tokens"},
@@ -208,7 +216,9 @@ TEST_F(ServerTest, BadParametersNameTheParam) {
   EXPECT_EQ(st, 400);
   std::string msg = r["error"]["message"];
   EXPECT_NE(msg.find(std::to_string(kMaxLen)), std::string::npos) << msg;
-  EXPECT_NE(msg.find(std::to_string(tok_->Encode(std::string(400, 'q'), true, true).size())), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(tok_->Encode(std::string(400, 'q'), true, true).size())),
+            std::string::npos)
+      << msg;
   // Extra fields are ignored; an unknown model is 404.
   Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}, {"some_future_field", {1, 2}}}, &st);
   EXPECT_EQ(st, 200);
@@ -232,8 +242,13 @@ std::vector<std::string> PieceBytes(const json& content) {
 TEST_F(ServerTest, CompletionNonStreamingMatchesEngineTokens) {
   StartEngine();
   int st = 0;
-  json r = Post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true},
-                                    {"logprobs", 2}}, &st);
+  json r = Post("/v1/completions",
+                {{"prompt", "hello"},
+                 {"max_tokens", 8},
+                 {"temperature", 0},
+                 {"ignore_eos", true},
+                 {"logprobs", 2}},
+                &st);
   ASSERT_EQ(st, 200) << r;
   EXPECT_EQ(r["object"], "text_completion");
   EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
@@ -242,8 +257,14 @@ TEST_F(ServerTest, CompletionNonStreamingMatchesEngineTokens) {
   EXPECT_EQ(r["choices"][0]["logprobs"]["tokens"].size(), 8u);
   EXPECT_EQ(r["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
   // Chat with logprobs: the content's bytes are the generated pieces' bytes, decoded.
-  json c = Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hello"}}}}, {"max_tokens", 8},
-                                         {"temperature", 0}, {"ignore_eos", true}, {"logprobs", true}, {"top_logprobs", 3}}, &st);
+  json c = Post("/v1/chat/completions",
+                {{"messages", {{{"role", "user"}, {"content", "hello"}}}},
+                 {"max_tokens", 8},
+                 {"temperature", 0},
+                 {"ignore_eos", true},
+                 {"logprobs", true},
+                 {"top_logprobs", 3}},
+                &st);
   ASSERT_EQ(st, 200) << c;
   auto pieces = PieceBytes(c["choices"][0]["logprobs"]["content"]);
   ASSERT_EQ(pieces.size(), 8u);
@@ -254,17 +275,23 @@ TEST_F(ServerTest, CompletionNonStreamingMatchesEngineTokens) {
     auto t = tok_->Encode(p, false, false);
     ids.insert(ids.end(), t.begin(), t.end());
   }
-  EXPECT_EQ(c["choices"][0]["message"]["content"], json::parse(json(tok_->Decode(ids)).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>());
+  EXPECT_EQ(
+      c["choices"][0]["message"]["content"],
+      json::parse(json(tok_->Decode(ids)).dump(-1, ' ', false, json::error_handler_t::replace))
+          .get<std::string>());
   EXPECT_EQ(c["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 3u);
   // Same request -> same text (temperature 0).
-  json r2 = Post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}}, &st);
+  json r2 =
+      Post("/v1/completions",
+           {{"prompt", "hello"}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}}, &st);
   EXPECT_EQ(r2["choices"][0]["text"], r["choices"][0]["text"]);
 }
 
 TEST_F(ServerTest, StreamingSseFramingAndUsage) {
   StartEngine();
-  json body = {{"prompt", "hello"}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}, {"stream", true},
-               {"stream_options", {{"include_usage", true}}}};
+  json body = {{"prompt", "hello"}, {"max_tokens", 6},
+               {"temperature", 0},  {"ignore_eos", true},
+               {"stream", true},    {"stream_options", {{"include_usage", true}}}};
   auto r = HttpCall(port_, "POST", "/v1/completions", body.dump());
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.headers["content-type"], "text/event-stream");
@@ -284,21 +311,26 @@ TEST_F(ServerTest, StreamingSseFramingAndUsage) {
   json usage = json::parse(events[events.size() - 2]);
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 6);
-  json ns = Post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}});
+  json ns =
+      Post("/v1/completions",
+           {{"prompt", "hello"}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}});
   EXPECT_EQ(text, ns["choices"][0]["text"]);
 }
 
 bool Ascii(const std::string& s) {
   if (s.empty()) return false;
   for (char ch : s)
-    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) return false;
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f)
+      return false;
   return true;
 }
 
 TEST_F(ServerTest, StopStringAcrossTokenBoundaries) {
   StartEngine();
   // What the fake model generates without stops, then a stop string spanning two of its tokens.
-  json base = {{"messages", {{{"role", "user"}, {"content", "abc"}}}}, {"max_tokens", 40}, {"temperature", 0},
+  json base = {{"messages", {{{"role", "user"}, {"content", "abc"}}}},
+               {"max_tokens", 40},
+               {"temperature", 0},
                {"ignore_eos", true}};
   json lp = base;
   lp["logprobs"] = true;
@@ -322,7 +354,8 @@ TEST_F(ServerTest, StopStringAcrossTokenBoundaries) {
       for (auto& e : SseData(resp.body)) {
         if (e == "[DONE]") continue;
         json c = json::parse(e);
-        if (c["choices"][0]["delta"].contains("content")) text += c["choices"][0]["delta"]["content"].get<std::string>();
+        if (c["choices"][0]["delta"].contains("content"))
+          text += c["choices"][0]["delta"]["content"].get<std::string>();
         if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
       }
     } else {
@@ -341,8 +374,11 @@ TEST_F(ServerTest, StopStringAcrossTokenBoundaries) {
 
 TEST_F(ServerTest, ChatCompletionStreamsRoleThenContent) {
   StartEngine();
-  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_completion_tokens", 4}, {"stream", true},
-               {"ignore_eos", true}, {"temperature", 0}};
+  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+               {"max_completion_tokens", 4},
+               {"stream", true},
+               {"ignore_eos", true},
+               {"temperature", 0}};
   auto r = HttpCall(port_, "POST", "/v1/chat/completions", body.dump());
   ASSERT_EQ(r.status, 200);
   auto events = SseData(r.body);
@@ -352,13 +388,18 @@ TEST_F(ServerTest, ChatCompletionStreamsRoleThenContent) {
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(events.back(), "[DONE]");
   int st = 0;
-  json ns = Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 4},
-                                          {"ignore_eos", true}, {"n", 2}}, &st);
+  json ns = Post("/v1/chat/completions",
+                 {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                  {"max_tokens", 4},
+                  {"ignore_eos", true},
+                  {"n", 2}},
+                 &st);
   ASSERT_EQ(st, 200) << ns;
   EXPECT_EQ(ns["choices"].size(), 2u);
   EXPECT_EQ(ns["choices"][1]["message"]["role"], "assistant");
   EXPECT_EQ(ns["usage"]["completion_tokens"], 8);
-  EXPECT_EQ(ns["usage"]["prompt_tokens"], tok_->Encode("<user>hi\n<assistant>", false, true).size());
+  EXPECT_EQ(ns["usage"]["prompt_tokens"],
+            tok_->Encode("<user>hi\n<assistant>", false, true).size());
 }
 
 TEST_F(ServerTest, BodyLimitIs413) {
@@ -370,9 +411,11 @@ TEST_F(ServerTest, BodyLimitIs413) {
 TEST_F(ServerTest, ExpectContinueGetsInterimResponse) {
   HttpConn c(port_);
   std::string body = R"({"content":"hi"})";
-  ASSERT_TRUE(c.SendRaw("POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: " +
-                        std::to_string(body.size()) + "\r\n\r\n"));
-  ASSERT_TRUE(c.ReadUntil([](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; }, 5));
+  ASSERT_TRUE(
+      c.SendRaw("POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n"));
+  ASSERT_TRUE(
+      c.ReadUntil([](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; }, 5));
   EXPECT_EQ(c.buffer().rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << c.buffer();
   c.buffer().clear();
   ASSERT_TRUE(c.SendRaw(body));
@@ -381,7 +424,8 @@ TEST_F(ServerTest, ExpectContinueGetsInterimResponse) {
 
 TEST_F(ServerTest, SlowClientTimesOut) {
   HttpConn c(port_);
-  ASSERT_TRUE(c.SendRaw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"));
+  ASSERT_TRUE(
+      c.SendRaw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"));
   // read_timeout is 500 ms in this fixture: the server answers 408 or closes.
   bool closed = c.ReadUntil([](const std::string&) { return false; }, 3.0);
   EXPECT_FALSE(closed);
@@ -403,7 +447,8 @@ TEST_F(ServerTest, DisconnectCancelsTheRequest) {
     HttpConn c(port_);
     json body = {{"prompt", "hello"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}};
     ASSERT_TRUE(c.Send("POST", "/v1/completions", body.dump()));
-    ASSERT_TRUE(c.ReadUntil([](const std::string& b) { return b.find("\"text\"") != std::string::npos; }));
+    ASSERT_TRUE(
+        c.ReadUntil([](const std::string& b) { return b.find("\"text\"") != std::string::npos; }));
   }  // closes the socket mid-stream
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   engine::sched::EngineStats s;
@@ -417,7 +462,9 @@ TEST_F(ServerTest, DisconnectCancelsTheRequest) {
   EXPECT_LT(s.generated_tokens, 200);
   EXPECT_EQ(api_->live_jobs(), 0);
   auto m = HttpCall(port_, "GET", "/metrics");
-  EXPECT_NE(m.body.find("strata:request_success_total{model_name=\"fake\",tier=\"silver\",finished_reason=\"abort\"} 1"), std::string::npos)
+  EXPECT_NE(m.body.find("strata:request_success_total{model_name=\"fake\",tier=\"silver\",finished_"
+                        "reason=\"abort\"} 1"),
+            std::string::npos)
       << m.body;
 }
 
@@ -429,7 +476,11 @@ TEST_F(ServerTest, ConcurrentStreams) {
   std::vector<int> statuses(kClients);
   for (int i = 0; i < kClients; ++i)
     threads.emplace_back([&, i] {
-      json body = {{"prompt", "abc"}, {"max_tokens", 16}, {"ignore_eos", true}, {"stream", true}, {"temperature", 0}};
+      json body = {{"prompt", "abc"},
+                   {"max_tokens", 16},
+                   {"ignore_eos", true},
+                   {"stream", true},
+                   {"temperature", 0}};
       auto r = HttpCall(port_, "POST", "/v1/completions", body.dump());
       statuses[i] = r.status;
       for (auto& e : SseData(r.body))
@@ -448,7 +499,8 @@ TEST_F(ServerTest, MetricsScrapeHasTheDocumentedFamilies) {
   Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 3}, {"ignore_eos", true}});
   // Per-request counters are recorded when the request's bookkeeping ends, which may be just after
   // the response reached the client: scrape until they show up (bounded).
-  const std::string want_gen = "strata:generation_tokens_total{model_name=\"fake\",tier=\"silver\"} 3";
+  const std::string want_gen =
+      "strata:generation_tokens_total{model_name=\"fake\",tier=\"silver\"} 3";
   auto m = HttpCall(port_, "GET", "/metrics");
   for (int i = 0; i < 500 && m.body.find(want_gen) == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -456,13 +508,17 @@ TEST_F(ServerTest, MetricsScrapeHasTheDocumentedFamilies) {
   }
   ASSERT_EQ(m.status, 200);
   EXPECT_EQ(m.headers["content-type"].rfind("text/plain", 0), 0u);
-  for (const char* name : {"time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
-                           "request_queue_time_seconds", "request_prompt_tokens", "request_generation_tokens",
-                           "num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prompt_tokens_total",
-                           "generation_tokens_total", "prefix_cache_queries_total", "prefix_cache_hits_total",
-                           "num_preemptions_total", "request_success_total", "http_requests_total"})
+  for (const char* name :
+       {"time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
+        "request_queue_time_seconds", "request_prompt_tokens", "request_generation_tokens",
+        "num_requests_running", "num_requests_waiting", "kv_cache_usage_perc",
+        "prompt_tokens_total", "generation_tokens_total", "prefix_cache_queries_total",
+        "prefix_cache_hits_total", "num_preemptions_total", "request_success_total",
+        "http_requests_total"})
     EXPECT_NE(m.body.find(std::string("# TYPE strata:") + name + " "), std::string::npos) << name;
-  EXPECT_NE(m.body.find("strata:generation_tokens_total{model_name=\"fake\",tier=\"silver\"} 3"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("strata:generation_tokens_total{model_name=\"fake\",tier=\"silver\"} 3"),
+            std::string::npos)
+      << m.body;
   // Every sample line parses as `name{labels} value`.
   size_t pos = 0;
   while (pos < m.body.size()) {
@@ -482,27 +538,41 @@ TEST_F(ServerTest, MetricsScrapeHasTheDocumentedFamilies) {
 
 TEST_F(ServerTest, TierFromBodyOrHeaderAndNChoicesStream) {
   StartEngine();
-  auto r = HttpCall(port_, "POST", "/v1/completions", json{{"prompt", "x"}, {"max_tokens", 2}, {"ignore_eos", true}}.dump(),
+  auto r = HttpCall(port_, "POST", "/v1/completions",
+                    json{{"prompt", "x"}, {"max_tokens", 2}, {"ignore_eos", true}}.dump(),
                     {"x-strata-tier: gold"});
   EXPECT_EQ(r.status, 200);
   int st = 0;
-  Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 3}, {"ignore_eos", true}, {"priority", "bronze"},
-                           {"deadline_ms", 5000}}, &st);
+  Post("/v1/completions",
+       {{"prompt", "x"},
+        {"max_tokens", 3},
+        {"ignore_eos", true},
+        {"priority", "bronze"},
+        {"deadline_ms", 5000}},
+       &st);
   EXPECT_EQ(st, 200);
-  auto bad = HttpCall(port_, "POST", "/v1/completions", json{{"prompt", "x"}}.dump(), {"x-strata-deadline-ms: soon"});
+  auto bad = HttpCall(port_, "POST", "/v1/completions", json{{"prompt", "x"}}.dump(),
+                      {"x-strata-deadline-ms: soon"});
   EXPECT_EQ(bad.status, 400);
   auto m = HttpCall(port_, "GET", "/metrics").body;
-  EXPECT_NE(m.find("strata:generation_tokens_total{model_name=\"fake\",tier=\"gold\"} 2"), std::string::npos) << m;
-  EXPECT_NE(m.find("strata:generation_tokens_total{model_name=\"fake\",tier=\"bronze\"} 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("strata:generation_tokens_total{model_name=\"fake\",tier=\"gold\"} 2"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("strata:generation_tokens_total{model_name=\"fake\",tier=\"bronze\"} 3"),
+            std::string::npos)
+      << m;
   // n = 3 streamed: every index gets its own finish_reason.
-  auto s = HttpCall(port_, "POST", "/v1/completions",
-                    json{{"prompt", "x"}, {"max_tokens", 4}, {"ignore_eos", true}, {"n", 3}, {"stream", true}}.dump());
+  auto s = HttpCall(
+      port_, "POST", "/v1/completions",
+      json{{"prompt", "x"}, {"max_tokens", 4}, {"ignore_eos", true}, {"n", 3}, {"stream", true}}
+          .dump());
   ASSERT_EQ(s.status, 200);
   std::set<int> finished;
   for (auto& e : SseData(s.body)) {
     if (e == "[DONE]") continue;
     json c = json::parse(e);
-    if (!c["choices"][0]["finish_reason"].is_null()) finished.insert(c["choices"][0]["index"].get<int>());
+    if (!c["choices"][0]["finish_reason"].is_null())
+      finished.insert(c["choices"][0]["index"].get<int>());
   }
   EXPECT_EQ(finished, (std::set<int>{0, 1, 2}));
 }
@@ -531,10 +601,13 @@ class TinyQueueTest : public ServerTest {
 TEST_F(TinyQueueTest, AdmissionBoundGives429WithRetryAfter) {
   // Engine not started: the first request stays queued, the second hits the bound.
   HttpConn first(port_);
-  ASSERT_TRUE(first.Send("POST", "/v1/completions", json{{"prompt", "x"}, {"max_tokens", 2}}.dump()));
-  for (int i = 0; i < 10000 && api_->live_jobs() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_TRUE(
+      first.Send("POST", "/v1/completions", json{{"prompt", "x"}, {"max_tokens", 2}}.dump()));
+  for (int i = 0; i < 10000 && api_->live_jobs() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ASSERT_EQ(api_->live_jobs(), 1);  // the first request is queued in the engine
-  testing::HttpReply r = HttpCall(port_, "POST", "/v1/completions", json{{"prompt", "y"}, {"max_tokens", 2}}.dump());
+  testing::HttpReply r =
+      HttpCall(port_, "POST", "/v1/completions", json{{"prompt", "y"}, {"max_tokens", 2}}.dump());
   EXPECT_EQ(r.status, 429);
   EXPECT_EQ(r.headers["retry-after"], "1");
   EXPECT_EQ(json::parse(r.body)["error"]["type"], "rate_limit_error");

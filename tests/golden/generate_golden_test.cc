@@ -28,15 +28,17 @@ struct GoldenParam {
   double logit_rel_tol;  // |ours - golden| / |golden top-1| at compared positions
 };
 
-std::vector<int32_t> TopK(std::span<const float> logits, size_t k, const std::vector<int32_t>& banned) {
+std::vector<int32_t> TopK(std::span<const float> logits, size_t k,
+                          const std::vector<int32_t>& banned) {
   std::vector<int32_t> idx(logits.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
   std::vector<float> v(logits.begin(), logits.end());
   for (int32_t b : banned) v[static_cast<size_t>(b)] = -INFINITY;
-  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
-    return v[static_cast<size_t>(a)] > v[static_cast<size_t>(b)] ||
-           (v[static_cast<size_t>(a)] == v[static_cast<size_t>(b)] && a < b);
-  });
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+                    [&](int32_t a, int32_t b) {
+                      return v[static_cast<size_t>(a)] > v[static_cast<size_t>(b)] ||
+                             (v[static_cast<size_t>(a)] == v[static_cast<size_t>(b)] && a < b);
+                    });
   idx.resize(k);
   return idx;
 }
@@ -65,7 +67,8 @@ TEST_P(GenerateGoldenTest, ReproducesLlamaCppGreedy) {
     SCOPED_TRACE("case " + c["id"].get<std::string>());
     std::vector<int32_t> want_prompt = c["prompt_tokens"].get<std::vector<int32_t>>();
     if (c["prompt"].contains("text")) {
-      std::vector<int32_t> got = (*tok)->Encode(c["prompt"]["text"].get<std::string>(), true, false);
+      std::vector<int32_t> got =
+          (*tok)->Encode(c["prompt"]["text"].get<std::string>(), true, false);
       ASSERT_EQ(got, want_prompt) << "prompt tokenization differs from llama.cpp";
     }
     auto seq =
@@ -104,16 +107,19 @@ TEST_P(GenerateGoldenTest, ReproducesLlamaCppGreedy) {
             << golden["cases"].size() << " cases identical for all 32 tokens\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, GenerateGoldenTest,
-    ::testing::Values(GoldenParam{"tiny-llama3-Q4_K_M", 1, 0.05}, GoldenParam{"tiny-llama3-Q4_K_M", 2, 0.05},
-                      GoldenParam{"tiny-qwen2-Q8_0", 1, 0.03}, GoldenParam{"tiny-qwen2-Q8_0", 2, 0.03},
-                      GoldenParam{"llama-2-tiny-random", 1, 0.01}, GoldenParam{"llama-2-tiny-random", 2, 0.01}),
-    [](const auto& info) {
-      std::string n = info.param.stem + "_t" + std::to_string(info.param.threads);
-      std::replace(n.begin(), n.end(), '-', '_');
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Models, GenerateGoldenTest,
+                         ::testing::Values(GoldenParam{"tiny-llama3-Q4_K_M", 1, 0.05},
+                                           GoldenParam{"tiny-llama3-Q4_K_M", 2, 0.05},
+                                           GoldenParam{"tiny-qwen2-Q8_0", 1, 0.03},
+                                           GoldenParam{"tiny-qwen2-Q8_0", 2, 0.03},
+                                           GoldenParam{"llama-2-tiny-random", 1, 0.01},
+                                           GoldenParam{"llama-2-tiny-random", 2, 0.01}),
+                         [](const auto& info) {
+                           std::string n =
+                               info.param.stem + "_t" + std::to_string(info.param.threads);
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace strata

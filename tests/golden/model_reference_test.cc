@@ -17,8 +17,8 @@
 #include "engine/runner/sequence_runner.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
-#include "synth/synth.h"
 #include "reference/reference_model.h"
+#include "synth/synth.h"
 #include "testing/shared_dir.h"
 #include "testing/synth_model.h"
 
@@ -192,20 +192,24 @@ TEST_P(ModelReferenceTest, LogitsMatchFp64Reference) {
         double err = NormErr(row, want[i]);
         EXPECT_LT(err, c.tol) << "threads " << threads << " position " << pos[i];
         double err_r = NormErr(row, want_rounded[i]);
-        EXPECT_LT(err_r, kRoundedMax) << "rounded-activation reference, threads " << threads << " position " << pos[i];
+        EXPECT_LT(err_r, kRoundedMax)
+            << "rounded-activation reference, threads " << threads << " position " << pos[i];
         ++compared;
         exact += err_r < kRoundedExact ? 1 : 0;
         if (std::getenv("STRATA_PRINT_ERR"))
-          std::cout << c.name << " len " << len << " pos " << pos[i] << " err " << err << " rounded " << err_r << "\n";
+          std::cout << c.name << " len " << len << " pos " << pos[i] << " err " << err
+                    << " rounded " << err_r << "\n";
       }
     }
   }
   // f16/bf16 rounding boundaries are ~1000x denser than Q8's, so flips are the rule there; those
   // types are held to the plain reference above (measured 3e-3 for f16, 1.6e-2 for bf16).
-  bool float16_types = c.cfg.file_type == synth::FileType::kF16 || c.cfg.file_type == synth::FileType::kBF16;
+  bool float16_types =
+      c.cfg.file_type == synth::FileType::kF16 || c.cfg.file_type == synth::FileType::kBF16;
   if (!float16_types) {
     EXPECT_GE(exact, kRoundedExactShare * compared)
-      << exact << " of " << compared << " positions match the rounded-activation reference to " << kRoundedExact;
+        << exact << " of " << compared << " positions match the rounded-activation reference to "
+        << kRoundedExact;
   }
 }
 
@@ -289,16 +293,17 @@ TEST_P(SharedModelReferenceTest, LastLogitsMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shared, SharedModelReferenceTest,
-                         ::testing::Values(std::make_pair(std::string("tiny-llama3-Q4_K_M.gguf"), 6e-2),
-                                           std::make_pair(std::string("tiny-qwen2-Q8_0.gguf"), 4e-2),
-                                           std::make_pair(std::string("llama-2-tiny-random.gguf"), 2e-2)),
-                         [](const auto& info) {
-                           std::string n = info.param.first.substr(0, info.param.first.size() - 5);
-                           for (char& ch : n)
-                             if (ch == '-' || ch == '.') ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shared, SharedModelReferenceTest,
+    ::testing::Values(std::make_pair(std::string("tiny-llama3-Q4_K_M.gguf"), 6e-2),
+                      std::make_pair(std::string("tiny-qwen2-Q8_0.gguf"), 4e-2),
+                      std::make_pair(std::string("llama-2-tiny-random.gguf"), 2e-2)),
+    [](const auto& info) {
+      std::string n = info.param.first.substr(0, info.param.first.size() - 5);
+      for (char& ch : n)
+        if (ch == '-' || ch == '.') ch = '_';
+      return n;
+    });
 
 }  // namespace
 }  // namespace strata

@@ -42,16 +42,22 @@ TEST(CliTest, GenerateStreamsTextAndTimingLine) {
 }
 
 TEST(CliTest, GenerateEverySharedModel) {
-  for (const char* m : {"tiny-llama3-Q4_K_M.gguf", "tiny-qwen2-Q8_0.gguf", "llama-2-tiny-random.gguf"}) {
+  for (const char* m :
+       {"tiny-llama3-Q4_K_M.gguf", "tiny-qwen2-Q8_0.gguf", "llama-2-tiny-random.gguf"}) {
     std::string path = ::strata::testing::SharedPath(std::string("models/") + m);
     if (path.empty()) GTEST_SKIP() << "shared models not found (set STRATA_SHARED_DIR)";
-    RunResult r = RunStrata("generate -m " + path + " -p 'The capital of France is' -n 16 --temperature 0 --ignore-eos --json");
+    RunResult r =
+        RunStrata("generate -m " + path +
+                  " -p 'The capital of France is' -n 16 --temperature 0 --ignore-eos --json");
     ASSERT_EQ(r.exit_code, 0) << m << ": " << r.err;
     auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["tokens"].size(), 16u) << m;
-    RunResult ids = RunStrata("generate -m " + path + " --prompt-tokens 1,100,200,300 -n 4 --temperature 0 --ignore-eos --json");
+    RunResult ids =
+        RunStrata("generate -m " + path +
+                  " --prompt-tokens 1,100,200,300 -n 4 --temperature 0 --ignore-eos --json");
     ASSERT_EQ(ids.exit_code, 0) << ids.err;
-    EXPECT_EQ(nlohmann::json::parse(ids.out)["prompt_tokens"], nlohmann::json::parse("[1,100,200,300]"));
+    EXPECT_EQ(nlohmann::json::parse(ids.out)["prompt_tokens"],
+              nlohmann::json::parse("[1,100,200,300]"));
   }
 }
 
@@ -100,18 +106,23 @@ TEST(CliTest, BenchOfflineReportsTheWorkload) {
   EXPECT_GE(j["decode_steps"].get<int>(), 4);
   EXPECT_LE(j["decode_tokens"].get<int>(), 4 * 4);
   EXPECT_GE(j["decode_tokens"].get<int>(), j["decode_steps"].get<int>());
-  EXPECT_NEAR(j["decode_mean_batch"].get<double>(), j["decode_tokens"].get<double>() / j["decode_steps"].get<double>(), 1e-9);
+  EXPECT_NEAR(j["decode_mean_batch"].get<double>(),
+              j["decode_tokens"].get<double>() / j["decode_steps"].get<double>(), 1e-9);
   EXPECT_GT(j["decode_tps"].get<double>(), 0.0);
   EXPECT_LE(j["ttft_ms"]["p50"].get<double>(), 1000.0 * duration);
 
   // A warm-up run caches the 32-token shared prefix (two 16-token blocks), so the reported run
   // hits it for every prompt.
-  r = RunStrata("bench offline --num-prompts 4 --input-len 8 --output-len 2 --shared-prefix 32 --warmup 1 -t 1 --json");
+  r = RunStrata(
+      "bench offline --num-prompts 4 --input-len 8 --output-len 2 --shared-prefix 32 --warmup 1 -t "
+      "1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["prefix_hit_tokens"], 4 * 32);
   EXPECT_EQ(j["prefix_query_tokens"], 4 * 40);
-  r = RunStrata("bench offline --num-prompts 4 --input-len 8 --output-len 2 --shared-prefix 32 -t 1 --no-prefix-cache --json");
+  r = RunStrata(
+      "bench offline --num-prompts 4 --input-len 8 --output-len 2 --shared-prefix 32 -t 1 "
+      "--no-prefix-cache --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["prefix_hit_tokens"], 0);
 
@@ -123,10 +134,13 @@ TEST(CliTest, BenchOfflineReportsTheWorkload) {
 // Engine flags are validated before the port is bound: the error names the flag and the server
 // never reports listening.
 TEST(CliTest, ServeRefusesBadEngineFlagsBeforeListening) {
-  for (const char* flag : {"--max-prefill-tokens-with-decodes -5", "--max-num-seqs 0", "--max-batched-tokens 0"}) {
+  for (const char* flag :
+       {"--max-prefill-tokens-with-decodes -5", "--max-num-seqs 0", "--max-batched-tokens 0"}) {
     RunResult r = RunStrata(std::string("serve --port 0 ") + flag);
     EXPECT_NE(r.exit_code, 0) << flag;
-    EXPECT_NE(r.err.find(std::string(flag).substr(0, std::string(flag).find(' '))), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(std::string(flag).substr(0, std::string(flag).find(' '))),
+              std::string::npos)
+        << r.err;
     EXPECT_EQ(r.out.find("listening"), std::string::npos) << flag << ": " << r.out;
   }
 }

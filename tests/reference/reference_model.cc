@@ -62,7 +62,8 @@ std::vector<double> ReferenceModel::Row(const std::string& name, size_t row) con
 
 std::vector<double> ReferenceModel::Vec(const std::string& name) const { return Row(name, 0); }
 
-std::vector<double> ReferenceModel::MatVec(const std::string& name, const std::vector<double>& x_in) const {
+std::vector<double> ReferenceModel::MatVec(const std::string& name,
+                                           const std::vector<double>& x_in) const {
   const auto* t = f_->FindTensor(name);
   std::vector<double> x = x_in;
   if (round_activations_) {
@@ -170,14 +171,16 @@ std::vector<std::vector<double>> ReferenceModel::FinalHidden(
         double mx = -1e300;
         for (size_t j = 0; j <= t; ++j) {
           double d = 0;
-          for (size_t i = 0; i < hd; ++i) d += q[t][static_cast<size_t>(h) * hd + i] * k[j][kvh * hd + i];
+          for (size_t i = 0; i < hd; ++i)
+            d += q[t][static_cast<size_t>(h) * hd + i] * k[j][kvh * hd + i];
           s[j] = d / std::sqrt(static_cast<double>(hd));
           mx = std::max(mx, s[j]);
         }
         double z = 0;
         for (auto& e : s) z += (e = std::exp(e - mx));
         for (size_t j = 0; j <= t; ++j)
-          for (size_t i = 0; i < hd; ++i) att[static_cast<size_t>(h) * hd + i] += s[j] / z * v[j][kvh * hd + i];
+          for (size_t i = 0; i < hd; ++i)
+            att[static_cast<size_t>(h) * hd + i] += s[j] / z * v[j][kvh * hd + i];
       }
       auto o = MatVec(p + "attn_output.weight", att);
       for (size_t i = 0; i < D; ++i) x[t][i] += o[i];

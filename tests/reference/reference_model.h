@@ -47,7 +47,8 @@ class ReferenceModel {
   const gguf::GgufFile* f_;
   bool neox_ = false;
   bool bias_ = false;
-  int n_layers_ = 0, dim_ = 0, n_heads_ = 0, n_kv_ = 0, head_dim_ = 0, ffn_ = 0, n_vocab_ = 0, rope_dim_ = 0;
+  int n_layers_ = 0, dim_ = 0, n_heads_ = 0, n_kv_ = 0, head_dim_ = 0, ffn_ = 0, n_vocab_ = 0,
+      rope_dim_ = 0;
   double eps_ = 1e-5, base_ = 10000.0, linear_scale_ = 1.0;
   std::vector<double> freq_factors_;
   std::string output_name_;

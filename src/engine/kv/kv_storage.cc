@@ -27,10 +27,12 @@ namespace {
 
 #ifdef STRATA_KV_X86
 // Hardware f32 -> f16 (round to nearest even, as F32ToF16; the two differ only in NaN payloads).
-__attribute__((target("avx2,f16c"))) void F32RowToF16F16c(const float* src, uint8_t* dst, size_t n) {
+__attribute__((target("avx2,f16c"))) void F32RowToF16F16c(const float* src, uint8_t* dst,
+                                                          size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i h =
+        _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), h);
   }
   for (; i < n; ++i) {
@@ -129,8 +131,8 @@ Status KvLayout::Validate() const {
                                    " (raise the KV cache memory budget)");
   }
   if (TotalBytes() == 0) {
-    return Status::InvalidArgument("KV layout: " + std::to_string(num_blocks) +
-                                   " blocks of " + std::to_string(BlockBytesChecked()) +
+    return Status::InvalidArgument("KV layout: " + std::to_string(num_blocks) + " blocks of " +
+                                   std::to_string(BlockBytesChecked()) +
                                    " bytes overflow the addressable size");
   }
   return Status::Ok();
@@ -189,11 +191,10 @@ Result<std::unique_ptr<KvStorage>> KvStorage::Create(const KvLayout& layout) {
   const uint64_t per_array = layout.TotalBytes() / 2;
   const uint64_t physical = PhysicalMemoryBytes();
   if (physical != 0 && layout.TotalBytes() > physical) {
-    return Status::ResourceExhausted("KV cache: " + std::to_string(layout.TotalBytes()) +
-                                     " bytes (" + std::to_string(layout.num_blocks) +
-                                     " blocks) exceed physical memory (" +
-                                     std::to_string(physical) +
-                                     " bytes); lower the KV cache memory budget");
+    return Status::ResourceExhausted(
+        "KV cache: " + std::to_string(layout.TotalBytes()) + " bytes (" +
+        std::to_string(layout.num_blocks) + " blocks) exceed physical memory (" +
+        std::to_string(physical) + " bytes); lower the KV cache memory budget");
   }
   Buffer k = Allocate(per_array);
   Buffer v = k ? Allocate(per_array) : Buffer();

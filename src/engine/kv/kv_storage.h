@@ -40,7 +40,9 @@ struct KvLayout {
   size_t RowBytes() const;  // bytes of one token's K (or V) vector for one layer (0 if kv_dim <= 0)
   // Bytes one block occupies across all layers, K and V. Only meaningful for a layout whose
   // per-block fields pass Validate (use BlockBytesChecked otherwise).
-  size_t BlockBytes() const { return RowBytes() * static_cast<size_t>(block_size) * 2 * static_cast<size_t>(n_layers); }
+  size_t BlockBytes() const {
+    return RowBytes() * static_cast<size_t>(block_size) * 2 * static_cast<size_t>(n_layers);
+  }
   // Positive n_layers/kv_dim/block_size/num_blocks, Q8_0 needs kv_dim % 32 == 0, and the total
   // size (K + V, all layers and blocks) must be representable (no overflow).
   Status Validate() const;
@@ -59,7 +61,8 @@ int NumBlocksForBudget(const KvLayout& per_block_layout, uint64_t bytes);
 class KvStorage {
  public:
   // Validates the layout and allocates; kInvalidArgument for a bad layout, kResourceExhausted
-  // when the total exceeds physical RAM or the memory cannot be allocated. Prefer this over the constructor.
+  // when the total exceeds physical RAM or the memory cannot be allocated. Prefer this over the
+  // constructor.
   static Result<std::unique_ptr<KvStorage>> Create(const KvLayout& layout);
   // Allocates layout.num_blocks blocks (zeroed). Validate() the layout first; aborts if the
   // layout is invalid or the allocation fails.
@@ -88,7 +91,8 @@ class KvStorage {
  private:
   // An anonymous mapping of `bytes`, unmapped on destruction.
   struct MapDeleter {
-    size_t bytes;  // (no default member initializer: it would make the nested type non-default-constructible here)
+    size_t bytes;  // (no default member initializer: it would make the nested type
+                   // non-default-constructible here)
     void operator()(uint8_t* p) const;
   };
   using Buffer = std::unique_ptr<uint8_t, MapDeleter>;

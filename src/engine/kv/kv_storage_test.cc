@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -125,9 +125,9 @@ TEST(KvStorageTest, CreateValidatesAndReportsAllocationFailure) {
   // Valid layout but 2 x 2^50 bytes: more than this machine's RAM (refused before allocating).
   KvLayout huge;
   huge.n_layers = 1;
-  huge.kv_dim = 1 << 20;                // 4 MiB rows (f32)
-  huge.block_size = 1 << 8;             // 1 GiB per block and array
-  huge.num_blocks = 1 << 20;            // 2^50 bytes per array
+  huge.kv_dim = 1 << 20;      // 4 MiB rows (f32)
+  huge.block_size = 1 << 8;   // 1 GiB per block and array
+  huge.num_blocks = 1 << 20;  // 2^50 bytes per array
   huge.dtype = KvDType::kF32;
   ASSERT_TRUE(huge.Validate().ok());
   auto h = KvStorage::Create(huge);
@@ -251,11 +251,13 @@ TEST(KvStorageTest, F16EncodingRoundsToNearestEven) {
   std::vector<float> src;
   for (int e = -30; e <= 17; ++e)
     for (int i = 0; i < 40; ++i) {
-      const float m = 1.0f + static_cast<float>(rng() % 4096) / 4096.0f + static_cast<float>(rng() % 3) * 0x1p-12f;
+      const float m = 1.0f + static_cast<float>(rng() % 4096) / 4096.0f +
+                      static_cast<float>(rng() % 3) * 0x1p-12f;
       src.push_back(std::ldexp(m, e) * (rng() % 2 ? 1.0f : -1.0f));
     }
-  for (float x : {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, 1e30f, -1e30f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f,
-                  1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, std::numeric_limits<float>::infinity()})
+  for (float x :
+       {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, 1e30f, -1e30f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f,
+        0x1p-26f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, std::numeric_limits<float>::infinity()})
     src.push_back(x);
   while (src.size() % 8 != 3) src.push_back(0.25f);  // a scalar tail after the vector part
   std::vector<uint8_t> dst(2 * src.size());
@@ -327,7 +329,9 @@ TEST(KvStorageTest, CopyBlockCopiesRequestedSlotsOfEveryLayer) {
             if (b == 3 && s < 3) {
               // index of (layer, block 1, slot s, is_v)
               const size_t src = ((static_cast<size_t>(layer) * l.num_blocks + 1) * l.block_size +
-                                  static_cast<size_t>(s)) * 2 + static_cast<size_t>(is_v);
+                                  static_cast<size_t>(s)) *
+                                     2 +
+                                 static_cast<size_t>(is_v);
               want = before[src];
             }
             EXPECT_EQ(snapshot(layer, b, s, is_v), want)

@@ -93,11 +93,11 @@ struct DiskTierConfig {
 struct RedisTierConfig {
   std::string url;  // redis://host:port[/db]   (host may be a name or IPv4 address)
   std::string key_prefix = "strata:kv:";
-  TierLimits limits;           // capacity is not enforced for Redis (its maxmemory policy is); TTL is
-                               // (PX); tenant quotas are, over the keys THIS replica wrote (least
-                               // recently written deleted first)
-  bool write_through = true;   // Publish() writes here
-  double timeout_s = 0.5;      // connect and per-command timeout
+  TierLimits limits;  // capacity is not enforced for Redis (its maxmemory policy is); TTL is
+                      // (PX); tenant quotas are, over the keys THIS replica wrote (least
+                      // recently written deleted first)
+  bool write_through = true;  // Publish() writes here
+  double timeout_s = 0.5;     // connect and per-command timeout
 };
 
 struct TieredKvConfig {
@@ -120,21 +120,21 @@ struct TierStats {
   int64_t hits = 0, misses = 0;
   int64_t bytes_in = 0, bytes_out = 0;  // stored bytes written into / read out of this tier
   int64_t entries = 0, bytes_used = 0;
-  int64_t evictions = 0;                // capacity/quota evictions (including demotions out of it)
-  int64_t expirations = 0;              // TTL
-  int64_t corrupt = 0;                  // entries rejected on read (and deleted)
-  int64_t errors = 0;                   // I/O or connection errors
+  int64_t evictions = 0;    // capacity/quota evictions (including demotions out of it)
+  int64_t expirations = 0;  // TTL
+  int64_t corrupt = 0;      // entries rejected on read (and deleted)
+  int64_t errors = 0;       // I/O or connection errors
   int64_t read_ops = 0;
-  double read_seconds_total = 0;        // time spent in lookups/reads (for mean latency)
+  double read_seconds_total = 0;  // time spent in lookups/reads (for mean latency)
   int64_t write_ops = 0;
   double write_seconds_total = 0;
 };
 
 struct TieredKvStats {
   TierStats ram, disk, redis;
-  int64_t queue_drops = 0;     // writes dropped because the queue was full
-  int64_t queued_writes = 0;   // currently waiting
-  int64_t prefetches = 0;      // Prefetch calls
+  int64_t queue_drops = 0;    // writes dropped because the queue was full
+  int64_t queued_writes = 0;  // currently waiting
+  int64_t prefetches = 0;     // Prefetch calls
   int64_t prefetched_blocks = 0;
 };
 
@@ -153,20 +153,23 @@ class PrefetchHandle {
 class TieredKvCache {
  public:
   // `block_bytes`: payload size of every entry (> 0). `format_id`: see the header comment.
-  static Result<std::unique_ptr<TieredKvCache>> Create(const TieredKvConfig& config, uint64_t block_bytes,
-                                                       std::string format_id);
+  static Result<std::unique_ptr<TieredKvCache>> Create(const TieredKvConfig& config,
+                                                       uint64_t block_bytes, std::string format_id);
   virtual ~TieredKvCache() = default;
 
   virtual uint64_t block_bytes() const = 0;
   virtual bool WantsPublish() const = 0;
 
   // Non-blocking. `payload` must be block_bytes long (else ignored and counted as an error).
-  virtual void Demote(const BlockKey& key, std::string_view tenant, std::vector<uint8_t> payload) = 0;
-  virtual void Publish(const BlockKey& key, std::string_view tenant, std::vector<uint8_t> payload) = 0;
+  virtual void Demote(const BlockKey& key, std::string_view tenant,
+                      std::vector<uint8_t> payload) = 0;
+  virtual void Publish(const BlockKey& key, std::string_view tenant,
+                       std::vector<uint8_t> payload) = 0;
 
   // Non-blocking: starts loading the longest available prefix of `keys` (at most 4096 keys).
   // `on_done` (may be empty) runs on a worker thread once the handle is ready.
-  virtual std::shared_ptr<PrefetchHandle> Prefetch(std::vector<BlockKey> keys, std::string_view tenant,
+  virtual std::shared_ptr<PrefetchHandle> Prefetch(std::vector<BlockKey> keys,
+                                                   std::string_view tenant,
                                                    std::function<void()> on_done) = 0;
 
   virtual TieredKvStats Stats() const = 0;

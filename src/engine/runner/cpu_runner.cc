@@ -49,13 +49,14 @@ Status CpuModelRunner::CheckLayout() const {
   if (storage_ == nullptr) return Status::InvalidArgument("runner has no KV storage");
   const kv::KvLayout& lay = storage_->layout();
   if (lay.n_layers != cfg_.n_layers || lay.kv_dim != cfg_.kv_dim())
-    return Status::InvalidArgument("KV storage layout (" + std::to_string(lay.n_layers) + " layers, kv_dim " +
-                                   std::to_string(lay.kv_dim) + ") does not fit the model (" +
-                                   std::to_string(cfg_.n_layers) + " layers, kv_dim " +
-                                   std::to_string(cfg_.kv_dim()) + ")");
+    return Status::InvalidArgument("KV storage layout (" + std::to_string(lay.n_layers) +
+                                   " layers, kv_dim " + std::to_string(lay.kv_dim) +
+                                   ") does not fit the model (" + std::to_string(cfg_.n_layers) +
+                                   " layers, kv_dim " + std::to_string(cfg_.kv_dim()) + ")");
   if (lay.block_size <= 0 || lay.num_blocks < 0)
-    return Status::InvalidArgument("KV storage layout has block_size " + std::to_string(lay.block_size) +
-                                   " and " + std::to_string(lay.num_blocks) + " blocks");
+    return Status::InvalidArgument("KV storage layout has block_size " +
+                                   std::to_string(lay.block_size) + " and " +
+                                   std::to_string(lay.num_blocks) + " blocks");
   return Status::Ok();
 }
 
@@ -63,27 +64,31 @@ Status CpuModelRunner::ValidateBatch(std::span<const BatchSeq> batch) const {
   RETURN_IF_ERROR(CheckLayout());
   const kv::KvLayout& lay = storage_->layout();
   const int64_t bs = lay.block_size;
-  const int64_t capacity = bs * static_cast<int64_t>(lay.num_blocks);  // positions one sequence can hold
+  const int64_t capacity =
+      bs * static_cast<int64_t>(lay.num_blocks);  // positions one sequence can hold
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchSeq& s = batch[i];
     if (s.tokens.empty()) return Status::InvalidArgument(SeqName(i, s) + " has no tokens");
     if (s.start_pos < 0)
-      return Status::InvalidArgument(SeqName(i, s) + " has negative start_pos " + std::to_string(s.start_pos));
+      return Status::InvalidArgument(SeqName(i, s) + " has negative start_pos " +
+                                     std::to_string(s.start_pos));
     const int64_t end = static_cast<int64_t>(s.start_pos) + static_cast<int64_t>(s.tokens.size());
     if (end > capacity)
       return Status::InvalidArgument(SeqName(i, s) + " reaches position " + std::to_string(end) +
-                                     ", beyond the KV storage capacity of " + std::to_string(capacity) +
-                                     " tokens");
+                                     ", beyond the KV storage capacity of " +
+                                     std::to_string(capacity) + " tokens");
     const int64_t blocks_needed = (end + bs - 1) / bs;
     if (static_cast<int64_t>(s.block_table.size()) < blocks_needed)
       return Status::InvalidArgument(SeqName(i, s) + " needs " + std::to_string(blocks_needed) +
                                      " blocks for positions [0, " + std::to_string(end) +
-                                     ") but its block table has " + std::to_string(s.block_table.size()));
+                                     ") but its block table has " +
+                                     std::to_string(s.block_table.size()));
     for (int64_t b = 0; b < blocks_needed; ++b) {
       const int32_t id = s.block_table[static_cast<size_t>(b)];
       if (id < 0 || id >= lay.num_blocks)
-        return Status::InvalidArgument(SeqName(i, s) + " block table entry " + std::to_string(b) + " is block " +
-                                       std::to_string(id) + ", outside [0, " + std::to_string(lay.num_blocks) + ")");
+        return Status::InvalidArgument(SeqName(i, s) + " block table entry " + std::to_string(b) +
+                                       " is block " + std::to_string(id) + ", outside [0, " +
+                                       std::to_string(lay.num_blocks) + ")");
     }
     for (int32_t id : s.tokens)
       if (id < 0 || id >= cfg_.n_vocab)
@@ -127,7 +132,8 @@ void CpuModelRunner::EnsureScratch(size_t n, size_t max_len, size_t n_items) {
         ts.k.resize(max_len * hd);
         ts.v.resize(max_len * hd);
       }
-      ts.scores.resize(max_len * group);  // F16 attention: one row of scores per query head of a group
+      ts.scores.resize(max_len *
+                       group);  // F16 attention: one row of scores per query head of a group
       const size_t bs = static_cast<size_t>(storage_->layout().block_size);
       ts.k_blocks.resize(max_len / bs + 1);
       ts.v_blocks.resize(max_len / bs + 1);
@@ -145,14 +151,14 @@ void CpuModelRunner::WriteKv(int layer, std::span<const BatchSeq> batch) {
     for (size_t t = 0; t < seq.tokens.size(); ++t) {
       const int pos = seq.start_pos + static_cast<int>(t);
       const size_t row = seq_row_begin_[s] + t;
-      storage_->Write(layer, seq.block_table[static_cast<size_t>(pos / bs)], pos % bs, k_.data() + row * kvd,
-                      v_.data() + row * kvd);
+      storage_->Write(layer, seq.block_table[static_cast<size_t>(pos / bs)], pos % bs,
+                      k_.data() + row * kvd, v_.data() + row * kvd);
     }
   }
 }
 
-void CpuModelRunner::GatherHead(bool is_v, int layer, std::span<const int32_t> table, int kv_head, size_t len,
-                                float* dst, float* row_tmp) const {
+void CpuModelRunner::GatherHead(bool is_v, int layer, std::span<const int32_t> table, int kv_head,
+                                size_t len, float* dst, float* row_tmp) const {
   const kv::KvLayout& lay = storage_->layout();
   assert(lay.dtype != kv::KvDType::kF16 && "F16 storage is read by GatherHeadF16 / in place");
   const size_t hd = static_cast<size_t>(cfg_.head_dim), kvd = static_cast<size_t>(lay.kv_dim);
@@ -182,18 +188,19 @@ bool CpuModelRunner::ConsecutiveBlocks(std::span<const int32_t> table, size_t le
   return true;
 }
 
-void CpuModelRunner::GatherHeadF16(bool is_v, int layer, std::span<const int32_t> table, int kv_head, size_t len,
-                                   uint16_t* dst) const {
+void CpuModelRunner::GatherHeadF16(bool is_v, int layer, std::span<const int32_t> table,
+                                   int kv_head, size_t len, uint16_t* dst) const {
   const size_t hd = static_cast<size_t>(cfg_.head_dim);
   const size_t bs = static_cast<size_t>(storage_->layout().block_size);
   const size_t head_off = static_cast<size_t>(kv_head) * hd * sizeof(uint16_t);  // in bytes
   const size_t bytes = hd * sizeof(uint16_t);
   const size_t row_bytes = storage_->layout().RowBytes();
-  // Block by block: rows of a block are row_bytes apart (kv_storage.h), so the address arithmetic is
-  // once per block and the copies are a plain strided walk.
+  // Block by block: rows of a block are row_bytes apart (kv_storage.h), so the address arithmetic
+  // is once per block and the copies are a plain strided walk.
   for (size_t p0 = 0; p0 < len; p0 += bs) {
     const int32_t block = table[p0 / bs];
-    const uint8_t* base = (is_v ? storage_->V(layer, block, 0) : storage_->K(layer, block, 0)) + head_off;
+    const uint8_t* base =
+        (is_v ? storage_->V(layer, block, 0) : storage_->K(layer, block, 0)) + head_off;
     const size_t n = std::min(bs, len - p0);
     uint16_t* out = dst + p0 * hd;
     if (bytes == 128) {  // head_dim 64: a constant-size copy the compiler inlines
@@ -204,13 +211,14 @@ void CpuModelRunner::GatherHeadF16(bool is_v, int layer, std::span<const int32_t
   }
 }
 
-void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin, const AttnItem& item,
-                                int thread) {
+void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin,
+                                const AttnItem& item, int thread) {
   const size_t hd = static_cast<size_t>(cfg_.head_dim), qd = static_cast<size_t>(cfg_.q_dim());
   const size_t group = static_cast<size_t>(cfg_.n_heads / cfg_.n_kv_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
   ThreadScratch& ts = thread_scratch_[static_cast<size_t>(thread)];
-  const size_t len = static_cast<size_t>(seq.start_pos) + static_cast<size_t>(item.t1);  // last pos + 1
+  const size_t len =
+      static_cast<size_t>(seq.start_pos) + static_cast<size_t>(item.t1);  // last pos + 1
   // F16 KV (the default): the head's rows are copied as halves and widened inside the attention
   // kernel (same bits as widening here; half the bytes written and re-read per query head).
   const bool f16 = storage_->layout().dtype == kv::KvDType::kF16;
@@ -254,13 +262,14 @@ void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin
   const size_t h0 = static_cast<size_t>(item.kv_head) * group;
   for (int32_t t = item.t0; t < item.t1; ++t) {
     const size_t row = row_begin + static_cast<size_t>(t);
-    const size_t n = static_cast<size_t>(seq.start_pos) + static_cast<size_t>(t) + 1;  // causal: 0..pos
+    const size_t n =
+        static_cast<size_t>(seq.start_pos) + static_cast<size_t>(t) + 1;  // causal: 0..pos
     // F16: the group's query heads together, so each K/V row is read once for all of them.
     const float* qg = q_.data() + row * qd + h0 * hd;
     float* outg = att_.data() + row * qd + h0 * hd;
     if (paged) {
-      kernels::AttendF16Paged(qg, group, ts.k_blocks.data(), ts.v_blocks.data(), shift, row_stride, n, hd, scale,
-                              scores, outg);
+      kernels::AttendF16Paged(qg, group, ts.k_blocks.data(), ts.v_blocks.data(), shift, row_stride,
+                              n, hd, scale, scores, outg);
       continue;
     }
     if (f16) {
@@ -272,7 +281,8 @@ void CpuModelRunner::AttendItem(int layer, const BatchSeq& seq, size_t row_begin
   }
 }
 
-void CpuModelRunner::Attention(int layer, std::span<const BatchSeq> batch, const std::vector<AttnItem>& items) {
+void CpuModelRunner::Attention(int layer, std::span<const BatchSeq> batch,
+                               const std::vector<AttnItem>& items) {
   cur_layer_ = layer;
   cur_batch_ = batch;
   cur_items_ = &items;

@@ -58,7 +58,7 @@ class CpuModelRunner final : public ModelRunner {
 
  private:
   struct AttnItem {
-    int32_t seq;     // index into the batch
+    int32_t seq;  // index into the batch
     int32_t kv_head;
     int32_t t0, t1;  // token range within the sequence's chunk
     int64_t cost;    // approximate work, for ordering
@@ -82,7 +82,8 @@ class CpuModelRunner final : public ModelRunner {
   void WriteKv(int layer, std::span<const BatchSeq> batch);
   // Runs the work items over the pool (items_ for every row, out_items_ for the last layer).
   void Attention(int layer, std::span<const BatchSeq> batch, const std::vector<AttnItem>& items);
-  void AttendItem(int layer, const BatchSeq& seq, size_t row_begin, const AttnItem& item, int thread);
+  void AttendItem(int layer, const BatchSeq& seq, size_t row_begin, const AttnItem& item,
+                  int thread);
   // F16 storage only: rows [0, len) of one kv head of one sequence (K or V), as stored
   // (head_dim halves each), into dst [len x head_dim].
   void GatherHeadF16(bool is_v, int layer, std::span<const int32_t> table, int kv_head, size_t len,
@@ -123,7 +124,8 @@ class CpuModelRunner final : public ModelRunner {
   struct ThreadScratch {
     std::vector<float> k, v, scores, row;
     std::vector<uint16_t> k16, v16;  // F16 KV: the head's rows copied as they are stored
-    std::vector<const uint16_t*> k_blocks, v_blocks;  // F16 KV, paged: the head's rows in each block
+    std::vector<const uint16_t*> k_blocks,
+        v_blocks;  // F16 KV, paged: the head's rows in each block
   };
   std::vector<ThreadScratch> thread_scratch_;
   size_t scratch_tokens_ = 0, scratch_len_ = 0;

@@ -8,6 +8,7 @@
 #include "engine/runner/cpu_runner.h"
 
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,7 +18,6 @@
 #include <cstring>
 #include <iostream>
 #include <new>
-#include <time.h>
 
 #include "base/thread_pool.h"
 #include "engine/kv/kv_storage.h"
@@ -59,7 +59,9 @@ int32_t Argmax(const float* x, size_t n) {
   return static_cast<int32_t>(std::max_element(x, x + n) - x);
 }
 
-bool BitEqual(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+bool BitEqual(const float* a, const float* b, size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
 
 // max |a - b| / max |b|
 double NormErr(const float* a, const float* b, size_t n) {
@@ -71,7 +73,8 @@ double NormErr(const float* a, const float* b, size_t n) {
   return num / std::max(den, 1e-30);
 }
 
-std::unique_ptr<KvStorage> MakeStorage(const model::Model& m, KvDType dtype, int num_blocks, int block_size = 16) {
+std::unique_ptr<KvStorage> MakeStorage(const model::Model& m, KvDType dtype, int num_blocks,
+                                       int block_size = 16) {
   KvLayout lay;
   lay.n_layers = m.config().n_layers;
   lay.kv_dim = m.config().kv_dim();
@@ -131,7 +134,8 @@ struct SeqRun {
   std::vector<int32_t> tokens;  // prompt, then generated
   size_t prompt_len = 0;
   std::vector<int32_t> blocks;
-  std::vector<std::vector<float>> logits;  // one row per produced token (prompt end, then each decode)
+  std::vector<std::vector<float>>
+      logits;  // one row per produced token (prompt end, then each decode)
 };
 
 class RunnerTest : public ::testing::TestWithParam<ModelCase> {
@@ -185,14 +189,16 @@ TEST_P(RunnerTest, BatchInvariance) {
     SCOPED_TRACE(std::string(kv::KvDTypeName(dtype)));
     std::vector<SeqRun> alone(16), batched(16);
     for (size_t i = 0; i < 16; ++i) {
-      alone[i].tokens = Prompt(kPromptLens[i], static_cast<int>(n_vocab_), static_cast<uint32_t>(i));
+      alone[i].tokens =
+          Prompt(kPromptLens[i], static_cast<int>(n_vocab_), static_cast<uint32_t>(i));
       alone[i].prompt_len = kPromptLens[i];
       batched[i].tokens = alone[i].tokens;
       batched[i].prompt_len = kPromptLens[i];
       for (int b = 0; b < blocks_per_seq; ++b) {
         alone[i].blocks.push_back(static_cast<int32_t>(i) * blocks_per_seq + b);
         // batched: interleaved, reversed block ids
-        batched[i].blocks.push_back(static_cast<int32_t>(16 * blocks_per_seq - 1 - (b * 16 + static_cast<int>(i))));
+        batched[i].blocks.push_back(
+            static_cast<int32_t>(16 * blocks_per_seq - 1 - (b * 16 + static_cast<int>(i))));
       }
     }
     {
@@ -265,7 +271,8 @@ TEST_P(RunnerTest, BatchInvariance) {
       EXPECT_EQ(batched[i].tokens, alone[i].tokens);
       ASSERT_EQ(batched[i].logits.size(), alone[i].logits.size());
       for (size_t r = 0; r < alone[i].logits.size(); ++r)
-        EXPECT_TRUE(BitEqual(batched[i].logits[r].data(), alone[i].logits[r].data(), n_vocab_)) << "logits row " << r;
+        EXPECT_TRUE(BitEqual(batched[i].logits[r].data(), alone[i].logits[r].data(), n_vocab_))
+            << "logits row " << r;
     }
   }
 }
@@ -357,7 +364,8 @@ TEST_P(RunnerTest, ChunkedPrefillMatchesOneShotAndReference) {
     double worst = 0;
     for (size_t pos = 0, c = 0; pos < kLen; ++c) {
       const size_t take = std::min(kChunks[c % 7], kLen - pos);
-      BatchSeq b{1, std::span<const int32_t>(prompt.data() + pos, take), static_cast<int>(pos), blocks, true};
+      BatchSeq b{1, std::span<const int32_t>(prompt.data() + pos, take), static_cast<int>(pos),
+                 blocks, true};
       ASSERT_TRUE(runner.Run(std::span<const BatchSeq>(&b, 1), &logits).ok());
       pos += take;
       const float* want = prefix_logits[c].data();
@@ -506,13 +514,15 @@ INSTANTIATE_TEST_SUITE_P(Models, RunnerTest, ::testing::ValuesIn(ModelCases()),
 // The kernel property batch invariance rests on: MatMul's per-token results do not depend on how
 // many tokens share the call (tiles of 4, remainders) or on the thread count.
 TEST(MatMulGrouping, PerTokenResultsIndependentOfBatch) {
-  for (synth::FileType ft : {synth::FileType::kQ8_0, synth::FileType::kQ4_K_M, synth::FileType::kF16,
-                             synth::FileType::kQ4_0, synth::FileType::kQ6_K, synth::FileType::kF32}) {
+  for (synth::FileType ft :
+       {synth::FileType::kQ8_0, synth::FileType::kQ4_K_M, synth::FileType::kF16,
+        synth::FileType::kQ4_0, synth::FileType::kQ6_K, synth::FileType::kF32}) {
     Built b = Build(SmallConfig(ft));
     ASSERT_NE(b.model, nullptr);
     const auto& L = b.model->layers()[0];
     for (const kernels::WeightMatrix* w : {&L.wq, &L.wk, &L.w_down, &b.model->output()}) {
-      SCOPED_TRACE(std::string(synth::FileTypeName(ft)) + " type " + std::to_string(static_cast<int>(w->type)));
+      SCOPED_TRACE(std::string(synth::FileTypeName(ft)) + " type " +
+                   std::to_string(static_cast<int>(w->type)));
       const size_t n = 13;
       std::vector<float> x(n * w->cols);
       uint32_t s = 3;
@@ -548,7 +558,9 @@ class RunnerErrors : public ::testing::Test {
     ASSERT_NE(storage_, nullptr);
     runner_ = std::make_unique<CpuModelRunner>(*built_.model, storage_.get(), nullptr);
   }
-  Status RunOne(const BatchSeq& b) { return runner_->Run(std::span<const BatchSeq>(&b, 1), &logits_); }
+  Status RunOne(const BatchSeq& b) {
+    return runner_->Run(std::span<const BatchSeq>(&b, 1), &logits_);
+  }
 
   Built built_;
   std::unique_ptr<KvStorage> storage_;
@@ -629,7 +641,8 @@ TEST(RunnerMemory, NoAllocationAtSteadyState) {
   for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kQ8_0}) {
     auto storage = MakeStorage(*b.model, dtype, 8);
     CpuModelRunner runner(*b.model, storage.get(), nullptr);
-    const auto p0 = Prompt(20, b.model->config().n_vocab, 1), p1 = Prompt(30, b.model->config().n_vocab, 2);
+    const auto p0 = Prompt(20, b.model->config().n_vocab, 1),
+               p1 = Prompt(30, b.model->config().n_vocab, 2);
     const std::vector<int32_t> bl0 = {0, 1, 2, 3}, bl1 = {4, 5, 6, 7};
     std::vector<float> logits;
     BatchSeq batch[2] = {{0, p0, 0, bl0, true}, {1, p1, 0, bl1, true}};
@@ -644,7 +657,8 @@ TEST(RunnerMemory, NoAllocationAtSteadyState) {
       ::strata::testing::g_count_allocs = false;
       ASSERT_TRUE(s.ok());
       if (step == 0) continue;  // the first decode step may still grow scratch (context grew)
-      EXPECT_EQ(::strata::testing::g_allocs.load(), 0u) << "kv " << kv::KvDTypeName(dtype) << " step " << step;
+      EXPECT_EQ(::strata::testing::g_allocs.load(), 0u)
+          << "kv " << kv::KvDTypeName(dtype) << " step " << step;
     }
   }
 }
@@ -652,13 +666,16 @@ TEST(RunnerMemory, NoAllocationAtSteadyState) {
 // Measurement, not a check: a decode step of 16 sequences vs 1 on a 135M-shaped model. Runs only
 // with STRATA_RUNNER_BENCH=1 (it synthesizes ~90 M parameters).
 TEST(RunnerBench, DecodeStep16vs1) {
-  if (std::getenv("STRATA_RUNNER_BENCH") == nullptr) GTEST_SKIP() << "set STRATA_RUNNER_BENCH=1 to measure";
+  if (std::getenv("STRATA_RUNNER_BENCH") == nullptr)
+    GTEST_SKIP() << "set STRATA_RUNNER_BENCH=1 to measure";
   auto cfg = synth::Preset("135m");
   ASSERT_TRUE(cfg.ok());
   cfg->file_type = synth::FileType::kQ8_0;
   Built b = Build(*cfg);
   ASSERT_NE(b.model, nullptr);
-  const int threads = std::getenv("STRATA_RUNNER_BENCH_THREADS") ? std::atoi(std::getenv("STRATA_RUNNER_BENCH_THREADS")) : 2;
+  const int threads = std::getenv("STRATA_RUNNER_BENCH_THREADS")
+                          ? std::atoi(std::getenv("STRATA_RUNNER_BENCH_THREADS"))
+                          : 2;
   ThreadPool pool(threads);
   const int kCtx = 128;  // each sequence has 128 tokens of context
   const int kSeqs = 16;
@@ -670,17 +687,20 @@ TEST(RunnerBench, DecodeStep16vs1) {
     std::vector<float> logits;
     for (int i = 0; i < kSeqs; ++i) {
       for (int k = 0; k < bps; ++k) tables[static_cast<size_t>(i)].push_back(i * bps + k);
-      prompts[static_cast<size_t>(i)] = Prompt(kCtx, b.model->config().n_vocab, static_cast<uint32_t>(i));
+      prompts[static_cast<size_t>(i)] =
+          Prompt(kCtx, b.model->config().n_vocab, static_cast<uint32_t>(i));
     }
     std::vector<BatchSeq> prefill;
     for (int i = 0; i < kSeqs; ++i)
-      prefill.push_back(BatchSeq{i, prompts[static_cast<size_t>(i)], 0, tables[static_cast<size_t>(i)], false});
+      prefill.push_back(
+          BatchSeq{i, prompts[static_cast<size_t>(i)], 0, tables[static_cast<size_t>(i)], false});
     ASSERT_TRUE(runner.Run(prefill, &logits).ok());
     const int32_t tok = 42;
     auto make_batch = [&](int n_seqs) {
       std::vector<BatchSeq> batch;
       for (int i = 0; i < n_seqs; ++i)
-        batch.push_back(BatchSeq{i, std::span<const int32_t>(&tok, 1), kCtx, tables[static_cast<size_t>(i)], true});
+        batch.push_back(BatchSeq{i, std::span<const int32_t>(&tok, 1), kCtx,
+                                 tables[static_cast<size_t>(i)], true});
       return batch;
     };
     const auto b1 = make_batch(1), b16 = make_batch(kSeqs);
@@ -691,9 +711,11 @@ TEST(RunnerBench, DecodeStep16vs1) {
       clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
       auto t0 = std::chrono::steady_clock::now();
       EXPECT_TRUE(runner.Run(batch, &logits).ok());
-      const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double wall =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-      const double cpu = (static_cast<double>(c1.tv_sec - c0.tv_sec) * 1e3 + static_cast<double>(c1.tv_nsec - c0.tv_nsec) / 1e6);
+      const double cpu = (static_cast<double>(c1.tv_sec - c0.tv_sec) * 1e3 +
+                          static_cast<double>(c1.tv_nsec - c0.tv_nsec) / 1e6);
       return threads == 1 ? cpu : wall;
     };
     time_run(b1);
@@ -704,9 +726,11 @@ TEST(RunnerBench, DecodeStep16vs1) {
       one = std::min(one, time_run(b1));
       sixteen = std::min(sixteen, time_run(b16));
     }
-    std::cout << "[ bench ] 135m q8_0, kv " << kv::KvDTypeName(dtype) << ", " << threads << (threads == 1 ? " thread (CPU time)" : " threads (wall)") << ", ctx " << kCtx
-              << ": 1 decode token " << one << " ms/step; 16 decode tokens " << sixteen << " ms/step ("
-              << sixteen / 16 << " ms/token, " << (16 * one) / sixteen << "x tokens/s of single)\n";
+    std::cout << "[ bench ] 135m q8_0, kv " << kv::KvDTypeName(dtype) << ", " << threads
+              << (threads == 1 ? " thread (CPU time)" : " threads (wall)") << ", ctx " << kCtx
+              << ": 1 decode token " << one << " ms/step; 16 decode tokens " << sixteen
+              << " ms/step (" << sixteen / 16 << " ms/token, " << (16 * one) / sixteen
+              << "x tokens/s of single)\n";
   }
 }
 

@@ -9,15 +9,17 @@
 
 namespace strata::engine::sched {
 
-Result<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner, const kv::KvManagerConfig& kv_config,
-                                               const SchedulerConfig& sched_config, const Clock* clock,
-                                               BlockCopyFn copy_blocks) {
+Result<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner,
+                                               const kv::KvManagerConfig& kv_config,
+                                               const SchedulerConfig& sched_config,
+                                               const Clock* clock, BlockCopyFn copy_blocks) {
   if (runner == nullptr) return Status::InvalidArgument("runner: must not be null");
   if (clock == nullptr) return Status::InvalidArgument("clock: must not be null");
   if (runner->n_vocab() < 1) return Status::InvalidArgument("runner: n_vocab must be >= 1");
   if (Status s = kv_config.Validate(); !s.ok()) return s.WithContext("kv config");
   if (Status s = sched_config.Validate(); !s.ok()) return s.WithContext("scheduler config");
-  return std::unique_ptr<Engine>(new Engine(runner, kv_config, sched_config, clock, std::move(copy_blocks)));
+  return std::unique_ptr<Engine>(
+      new Engine(runner, kv_config, sched_config, clock, std::move(copy_blocks)));
 }
 
 Engine::Engine(ModelRunner* runner, const kv::KvManagerConfig& kv_config,
@@ -66,18 +68,21 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
     return Status::Unimplemented(
         "kind: embeddings need a runner with hidden-state output, and this one has none");
   if (req.n > sc.max_num_seqs) {
-    return Status::InvalidArgument("n: " + std::to_string(req.n) + " completions exceed max_num_seqs (" +
+    return Status::InvalidArgument("n: " + std::to_string(req.n) +
+                                   " completions exceed max_num_seqs (" +
                                    std::to_string(sc.max_num_seqs) + ")");
   }
   if (req.n > 1 && !copy_blocks_)
-    return Status::Unimplemented("n: n > 1 needs copy-on-write, and this engine has no block copier");
+    return Status::Unimplemented(
+        "n: n > 1 needs copy-on-write, and this engine has no block copier");
   // The request must fit the KV pool on its own (else it could never finish).
   const int64_t bs = kv_cfg_.block_size;
   const int64_t total = req.MaxPositions();
   const int64_t blocks = (total + bs - 1) / bs + (req.n - 1) * ((req.max_tokens + bs - 1) / bs + 1);
   if (blocks > kv_cfg_.num_blocks) {
-    return Status::InvalidArgument("max_tokens: prompt + max_tokens (x n) need up to " + std::to_string(blocks) +
-                                   " KV blocks, the pool has " + std::to_string(kv_cfg_.num_blocks));
+    return Status::InvalidArgument("max_tokens: prompt + max_tokens (x n) need up to " +
+                                   std::to_string(blocks) + " KV blocks, the pool has " +
+                                   std::to_string(kv_cfg_.num_blocks));
   }
   const int64_t prompt_tokens = static_cast<int64_t>(req.prompt.size());
   const int n = req.n;
@@ -91,7 +96,8 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   for (int i = 0; i < (embed ? 0 : n); ++i) {
     SamplingParams p = sp;
     p.seed = sp.seed + static_cast<uint64_t>(i);
-    state->seqs[static_cast<size_t>(i)].sampler = std::make_unique<Sampler>(p, static_cast<size_t>(n_vocab_));
+    state->seqs[static_cast<size_t>(i)].sampler =
+        std::make_unique<Sampler>(p, static_cast<size_t>(n_vocab_));
   }
   RequestHandle h;
   {
@@ -147,7 +153,8 @@ void Engine::Loop() {
   for (;;) {
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || has_work_.load(); });
+      cv_.wait(lk,
+               [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || has_work_.load(); });
       if (stop_) return;
     }
     (void)Step();  // a runner error has already ended the affected requests
@@ -223,7 +230,8 @@ void Engine::Drain() {
     auto all_ready = [&] {
       for (RequestId id : fetching_) {
         const RequestState* r = sched_.Find(id);
-        if (r != nullptr && r->tier != nullptr && r->tier->fetching() && !r->tier->ready()) return false;
+        if (r != nullptr && r->tier != nullptr && r->tier->fetching() && !r->tier->ready())
+          return false;
       }
       return true;
     };
@@ -242,7 +250,8 @@ void Engine::AttachKvTier(TierPort* port, double prefetch_timeout_s) {
   prefetch_timeout_s_ = prefetch_timeout_s;
   kv_.SetListener(port ? this : nullptr);
   if (port) {
-    sched_.SetBlockFill([port](int32_t block, const std::vector<uint8_t>& payload) { port->Fill(block, payload); });
+    sched_.SetBlockFill(
+        [port](int32_t block, const std::vector<uint8_t>& payload) { port->Fill(block, payload); });
   } else {
     sched_.SetBlockFill(nullptr);
   }
@@ -310,7 +319,8 @@ void Engine::OnRegister(int32_t block, const kv::BlockHash& hash, uint32_t tag) 
 
 void Engine::FlushKvTier() {
   if (tier_ == nullptr) return;
-  kv_.ForEachCached([&](int32_t block, const kv::BlockHash& hash, uint32_t tag) { OnEvict(block, hash, tag); });
+  kv_.ForEachCached(
+      [&](int32_t block, const kv::BlockHash& hash, uint32_t tag) { OnEvict(block, hash, tag); });
 }
 
 void Engine::Emit(RequestState* r, int index, int32_t token, FinishReason why, Sampler* sampler) {
@@ -322,12 +332,15 @@ void Engine::Emit(RequestState* r, int index, int32_t token, FinishReason why, S
     ev.logprob = sampler->LastLogprob(token);
     const int k = std::min(r->req.top_logprobs, n_vocab_);
     if (k > 0) {
-      for (int i = 0; i < n_vocab_; ++i) lp_scratch_[static_cast<size_t>(i)] = sampler->LastLogprob(i);
+      for (int i = 0; i < n_vocab_; ++i)
+        lp_scratch_[static_cast<size_t>(i)] = sampler->LastLogprob(i);
       std::iota(id_scratch_.begin(), id_scratch_.end(), 0);
-      std::partial_sort(id_scratch_.begin(), id_scratch_.begin() + k, id_scratch_.end(), [&](int32_t a, int32_t b) {
-        const float la = lp_scratch_[static_cast<size_t>(a)], lb = lp_scratch_[static_cast<size_t>(b)];
-        return la != lb ? la > lb : a < b;
-      });
+      std::partial_sort(id_scratch_.begin(), id_scratch_.begin() + k, id_scratch_.end(),
+                        [&](int32_t a, int32_t b) {
+                          const float la = lp_scratch_[static_cast<size_t>(a)],
+                                      lb = lp_scratch_[static_cast<size_t>(b)];
+                          return la != lb ? la > lb : a < b;
+                        });
       ev.num_top = k;
       for (int i = 0; i < k; ++i) {
         const int32_t id = id_scratch_[static_cast<size_t>(i)];
@@ -340,13 +353,15 @@ void Engine::Emit(RequestState* r, int index, int32_t token, FinishReason why, S
 
 void Engine::SampleAndCommit(const ScheduledSeq& e, std::span<const float> logits) {
   RequestState* r = e.req;
-  const std::span<const int32_t> banned =
-      r->req.ignore_eos ? std::span<const int32_t>(r->req.eog_ids) : std::span<const int32_t>(no_ban_);
+  const std::span<const int32_t> banned = r->req.ignore_eos
+                                              ? std::span<const int32_t>(r->req.eog_ids)
+                                              : std::span<const int32_t>(no_ban_);
   if (!r->forked) {
     // n > 1: all first tokens come from the prompt's logits, then the completions are forked.
     first_tokens_.clear();
     const std::span<const int32_t> prompt(r->seqs[0].tokens);
-    for (SequenceState& s : r->seqs) first_tokens_.push_back(s.sampler->Sample(logits, prompt, banned));
+    for (SequenceState& s : r->seqs)
+      first_tokens_.push_back(s.sampler->Sample(logits, prompt, banned));
     sched_.Fork(r);
     for (size_t i = 0; i < r->seqs.size(); ++i) {
       const FinishReason why = sched_.AppendToken(r, static_cast<int>(i), first_tokens_[i]);
@@ -413,7 +428,8 @@ Status Engine::Step() {
     bool decode_only = true;
     const TimePoint step_start = clock_->Now();
     for (const ScheduledSeq& e : out.seqs) {
-      decode_only = decode_only && e.num_tokens == 1 && e.sample && e.start_pos >= e.req->prompt_len;
+      decode_only =
+          decode_only && e.num_tokens == 1 && e.sample && e.start_pos >= e.req->prompt_len;
       const SequenceState& s = e.req->seqs[static_cast<size_t>(e.seq_index)];
       BatchSeq b;
       b.seq_id = e.kv_id;
@@ -431,8 +447,9 @@ Status Engine::Step() {
     if (status.ok()) status = runner_->Run(batch_, &logits_, &hidden_);
     const size_t v = static_cast<size_t>(n_vocab_);
     if (status.ok() && logits_.size() < static_cast<size_t>(rows) * v) {
-      status = Status::Internal("runner returned " + std::to_string(logits_.size()) + " logits, expected " +
-                                std::to_string(static_cast<size_t>(rows) * v));
+      status =
+          Status::Internal("runner returned " + std::to_string(logits_.size()) +
+                           " logits, expected " + std::to_string(static_cast<size_t>(rows) * v));
     }
     const size_t hidden_floats =
         static_cast<size_t>(hidden_rows) * static_cast<size_t>(hidden_dim_);
@@ -443,7 +460,8 @@ Status Engine::Step() {
     if (!status.ok()) {
       id_list_.clear();
       for (const ScheduledSeq& e : out.seqs) id_list_.push_back(e.req->id);
-      std::vector<RequestId> ids(id_list_.begin(), id_list_.end());  // error path: allocation is fine
+      std::vector<RequestId> ids(id_list_.begin(),
+                                 id_list_.end());  // error path: allocation is fine
       std::sort(ids.begin(), ids.end());
       ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
       for (RequestId id : ids) EndRequest(id, FinishReason::kError, status);

@@ -55,9 +55,9 @@
 #include "engine/kv/kv_manager.h"
 #include "engine/runner/model_runner.h"
 #include "engine/sched/clock.h"
-#include "engine/sched/tier_port.h"
 #include "engine/sched/request.h"
 #include "engine/sched/scheduler.h"
+#include "engine/sched/tier_port.h"
 
 namespace strata::engine::sched {
 
@@ -67,8 +67,8 @@ using BlockCopyFn = std::function<void(std::span<const BlockCopy>)>;
 struct EngineStats {
   int running_requests = 0;
   int running_seqs = 0;
-  int waiting_requests = 0;   // in the scheduler's queue, including preempted ones
-  int queued_requests = 0;    // accepted, never started (the admission bound counts these)
+  int waiting_requests = 0;  // in the scheduler's queue, including preempted ones
+  int queued_requests = 0;   // accepted, never started (the admission bound counts these)
   int kv_num_blocks = 0;
   int kv_used_blocks = 0;
   int kv_cached_blocks = 0;
@@ -77,12 +77,12 @@ struct EngineStats {
   int64_t prefix_hit_tokens = 0;
   int64_t preemptions = 0;
   int64_t steps = 0;
-  int64_t tokens_computed = 0;   // tokens fed to the runner (prefill, recompute, decode)
+  int64_t tokens_computed = 0;  // tokens fed to the runner (prefill, recompute, decode)
   int64_t generated_tokens = 0;
   int64_t finished_requests = 0;
-  int64_t tier_hit_tokens = 0;          // prompt tokens served from lower KV tiers
-  int64_t tier_prefetches = 0;          // prefetches started
-  int64_t tier_prefetch_timeouts = 0;   // prefetches given up after prefetch_timeout_s
+  int64_t tier_hit_tokens = 0;         // prompt tokens served from lower KV tiers
+  int64_t tier_prefetches = 0;         // prefetches started
+  int64_t tier_prefetch_timeouts = 0;  // prefetches given up after prefetch_timeout_s
   // Decode-only steps: every scheduled sequence computed one generated token and sampled the next
   // (no prompt chunk in the step). Their wall time (engine clock) covers the forward pass and
   // sampling, so decode_tokens / decode_seconds is the steady-state generation rate.
@@ -101,9 +101,10 @@ class Engine : private kv::KvManager::Listener {
  public:
   // Validates the configs. `copy_blocks` is needed for n > 1 (copy-on-write); without it Submit
   // rejects n > 1.
-  static Result<std::unique_ptr<Engine>> Create(ModelRunner* runner, const kv::KvManagerConfig& kv_config,
-                                                const SchedulerConfig& sched_config, const Clock* clock,
-                                                BlockCopyFn copy_blocks = {});
+  static Result<std::unique_ptr<Engine>> Create(ModelRunner* runner,
+                                                const kv::KvManagerConfig& kv_config,
+                                                const SchedulerConfig& sched_config,
+                                                const Clock* clock, BlockCopyFn copy_blocks = {});
   ~Engine();  // Stop()s; requests still in flight end with finish_reason cancelled.
 
   // Validates and queues a request. Thread-safe.
@@ -143,8 +144,8 @@ class Engine : private kv::KvManager::Listener {
   const SchedulerOutput& last_schedule() const { return *last_out_; }
 
  private:
-  Engine(ModelRunner* runner, const kv::KvManagerConfig& kv_config, const SchedulerConfig& sched_config,
-         const Clock* clock, BlockCopyFn copy_blocks);
+  Engine(ModelRunner* runner, const kv::KvManagerConfig& kv_config,
+         const SchedulerConfig& sched_config, const Clock* clock, BlockCopyFn copy_blocks);
   void Loop();
   void Drain();
   void SampleAndCommit(const ScheduledSeq& e, std::span<const float> logits);
@@ -179,7 +180,7 @@ class Engine : private kv::KvManager::Listener {
   std::condition_variable cv_;
   std::vector<std::unique_ptr<RequestState>> inbox_;
   std::vector<RequestId> cancels_;
-  int queued_requests_ = 0;             // accepted, never started (inbox + scheduler)
+  int queued_requests_ = 0;  // accepted, never started (inbox + scheduler)
   int64_t queued_prompt_tokens_ = 0;
   RequestId next_id_ = 1;
   bool stop_ = false;
@@ -203,7 +204,7 @@ class Engine : private kv::KvManager::Listener {
   TierPort* tier_ = nullptr;
   double prefetch_timeout_s_ = 0.05;
   static constexpr std::chrono::microseconds kPrefetchSyncWait{2000};
-  std::vector<RequestId> fetching_;  // waiting requests whose TierStaging has a fetch in flight
+  std::vector<RequestId> fetching_;   // waiting requests whose TierStaging has a fetch in flight
   std::vector<std::string> tenants_;  // tag -> tenant ("" is tag 0)
   int64_t tier_prefetches_ = 0, tier_timeouts_ = 0;
 

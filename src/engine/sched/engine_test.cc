@@ -19,7 +19,8 @@ using testing::GreedyReference;
 using testing::MakePrompt;
 using testing::Sim;
 
-SubmitRequest Req(std::vector<int32_t> prompt, int max_tokens, Priority priority = Priority::kSilver) {
+SubmitRequest Req(std::vector<int32_t> prompt, int max_tokens,
+                  Priority priority = Priority::kSilver) {
   SubmitRequest r;
   r.prompt = std::move(prompt);
   r.max_tokens = max_tokens;
@@ -40,8 +41,8 @@ std::vector<SubmitRequest> Workload(int count, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<SubmitRequest> w;
   for (int i = 0; i < count; ++i) {
-    SubmitRequest r = Req(MakePrompt(1 + static_cast<int>(rng() % 90), rng()), 1 + static_cast<int>(rng() % 40),
-                          static_cast<Priority>(rng() % 3));
+    SubmitRequest r = Req(MakePrompt(1 + static_cast<int>(rng() % 90), rng()),
+                          1 + static_cast<int>(rng() % 40), static_cast<Priority>(rng() % 3));
     if (rng() % 2) {
       r.sampling = SamplingParams();
       r.sampling.temperature = 1.0f;
@@ -55,8 +56,10 @@ std::vector<SubmitRequest> Workload(int count, uint32_t seed) {
   return w;
 }
 
-std::map<RequestId, std::map<int, Completion>> RunWorkload(int num_blocks, const std::vector<SubmitRequest>& w,
-                                                           int64_t* preemptions, SchedulerConfig sc = Cfg(256, 8)) {
+std::map<RequestId, std::map<int, Completion>> RunWorkload(int num_blocks,
+                                                           const std::vector<SubmitRequest>& w,
+                                                           int64_t* preemptions,
+                                                           SchedulerConfig sc = Cfg(256, 8)) {
   Sim sim(num_blocks, sc);
   for (const SubmitRequest& r : w) {
     auto id = sim.Submit(r);
@@ -176,7 +179,8 @@ TEST(EngineSim, PrefillCapBoundsPromptTokensInStepsWithDecodes) {
     }
     if (batch.size() == 2 && batch[1].num_tokens > 1) b_chunks.push_back(batch[1].num_tokens);
   }
-  EXPECT_EQ(b_chunks, (std::vector<int>{8, 8, 8, 8, 8}));  // while a decodes (a needs 11 more steps)
+  EXPECT_EQ(b_chunks,
+            (std::vector<int>{8, 8, 8, 8, 8}));  // while a decodes (a needs 11 more steps)
   EXPECT_EQ(sim.results[*a][0].tokens, GreedyReference(sim.rcfg, MakePrompt(10, 1), 12));
   EXPECT_EQ(sim.results[*b][0].tokens, GreedyReference(sim.rcfg, MakePrompt(40, 2), 3));
 
@@ -245,7 +249,8 @@ TEST(EngineSim, PrefixCacheSkipsCachedBlocks) {
   const auto before = sim.engine->Stats();
   sim.RunToCompletion();
   const auto after = sim.engine->Stats();
-  EXPECT_EQ(after.prefix_hit_tokens - before.prefix_hit_tokens, 48);  // 3 full blocks of the shared prefix
+  EXPECT_EQ(after.prefix_hit_tokens - before.prefix_hit_tokens,
+            48);  // 3 full blocks of the shared prefix
   // The first chunk of the second request started at position 48.
   bool found = false;
   for (const auto& batch : sim.runner->batches())
@@ -279,7 +284,8 @@ std::vector<std::vector<int32_t>> SharedPrefixPrompts(int count, int prefix_len,
     std::vector<int32_t> p = prefix;
     const std::vector<int32_t> suffix = MakePrompt(suffix_len, 1000 + static_cast<uint32_t>(i));
     p.insert(p.end(), suffix.begin(), suffix.end());
-    p[static_cast<size_t>(prefix_len)] = static_cast<int32_t>(i);  // suffixes surely differ in their first token
+    p[static_cast<size_t>(prefix_len)] =
+        static_cast<int32_t>(i);  // suffixes surely differ in their first token
     prompts.push_back(std::move(p));
   }
   return prompts;
@@ -301,7 +307,8 @@ TEST(EngineSim, SimultaneousSharedPrefixIsComputedOnce) {
     }
     int i = 0;
     for (auto& [id, comps] : sim.results)
-      EXPECT_EQ(comps[0].tokens, GreedyReference(sim.rcfg, prompts[static_cast<size_t>(i++)], 8)) << id;
+      EXPECT_EQ(comps[0].tokens, GreedyReference(sim.rcfg, prompts[static_cast<size_t>(i++)], 8))
+          << id;
   }
   EXPECT_EQ(prefill[0], 8 * 1056);
   EXPECT_EQ(prefill[1], 1024 + 8 * 32);  // the prefix once (64 full blocks), then each suffix
@@ -329,7 +336,8 @@ TEST(EngineSim, DeferredRequestIsAdmittedWhenItsProviderIsCancelled) {
   sim.RunToCompletion();
   EXPECT_EQ(sim.results[*a][0].finish, FinishReason::kCancelled);
   EXPECT_EQ(sim.results[*b][0].tokens, GreedyReference(sim.rcfg, prompts[1], 4));
-  EXPECT_EQ(sim.engine->Stats().prefix_hit_tokens, 192);  // the three chunks a committed (12 blocks)
+  EXPECT_EQ(sim.engine->Stats().prefix_hit_tokens,
+            192);  // the three chunks a committed (12 blocks)
 }
 
 TEST(EngineSim, DifferentSaltIsNotDeferred) {
@@ -357,7 +365,8 @@ TEST(EngineSim, CancellationFreesBlocksWithinOneStep) {
   sim.engine->Cancel(*a);
   sim.Step();
   const int used_after = sim.engine->kv().Stats().used_blocks;
-  EXPECT_EQ(used_before - used_after, 3);  // a held ceil(45 / 16) = 3 blocks (b grew by none: 35 -> 36)
+  EXPECT_EQ(used_before - used_after,
+            3);  // a held ceil(45 / 16) = 3 blocks (b grew by none: 35 -> 36)
   EXPECT_EQ(sim.results[*a][0].finish, FinishReason::kCancelled);
   EXPECT_TRUE(sim.streams[*a]->complete());
   // Cancelling a waiting request works too, and unknown ids are ignored.
@@ -391,7 +400,8 @@ TEST(EngineSim, AdmissionBoundIsResourceExhausted) {
 TEST(EngineSim, GoldArrivingAtFullEngineGetsFirstTokenBeforeBronzeDecodes) {
   Sim sim(256, Cfg(2048, 4));
   std::vector<RequestId> bronze;
-  for (int i = 0; i < 4; ++i) bronze.push_back(*sim.Submit(Req(MakePrompt(20, i), 200, Priority::kBronze)));
+  for (int i = 0; i < 4; ++i)
+    bronze.push_back(*sim.Submit(Req(MakePrompt(20, i), 200, Priority::kBronze)));
   for (int i = 0; i < 3; ++i) sim.Step();
   for (RequestId id : bronze) ASSERT_EQ(sim.results[id][0].tokens.size(), 3u);
   auto silver = sim.Submit(Req(MakePrompt(20, 50), 5, Priority::kSilver));
@@ -406,7 +416,8 @@ TEST(EngineSim, GoldArrivingAtFullEngineGetsFirstTokenBeforeBronzeDecodes) {
   sim.RunToCompletion();
   // Preempted bronze requests still finish with the reference tokens.
   for (int i = 0; i < 4; ++i)
-    EXPECT_EQ(sim.results[bronze[static_cast<size_t>(i)]][0].tokens, GreedyReference(sim.rcfg, MakePrompt(20, i), 200));
+    EXPECT_EQ(sim.results[bronze[static_cast<size_t>(i)]][0].tokens,
+              GreedyReference(sim.rcfg, MakePrompt(20, i), 200));
 }
 
 // Sustained gold flood: a gold request arrives every step, more than the engine can serve. A bronze
@@ -420,7 +431,8 @@ int BronzeFinishStep(double aging_s, int max_steps) {
   sim.step_time = std::chrono::milliseconds(100);
   auto bronze = sim.Submit(Req(MakePrompt(8, 7), 10, Priority::kBronze));
   for (int s = 0; s < max_steps; ++s) {
-    for (int k = 0; k < 2; ++k) EXPECT_TRUE(sim.Submit(Req(MakePrompt(8, 1000 + 2 * s + k), 4, Priority::kGold)).ok());
+    for (int k = 0; k < 2; ++k)
+      EXPECT_TRUE(sim.Submit(Req(MakePrompt(8, 1000 + 2 * s + k), 4, Priority::kGold)).ok());
     sim.Step();
     if (sim.results[*bronze][0].finish != FinishReason::kNone) return s;
   }
@@ -428,9 +440,9 @@ int BronzeFinishStep(double aging_s, int max_steps) {
 }
 
 TEST(EngineSim, NoStarvationUnderGoldFlood) {
-  // Golds age too, so bronze ranks like a gold that arrived priority * aging_s = 2 s after it: it waits
-  // for at most the golds that arrived in its first 2 s (40, served ~2 per 4 steps) and then needs
-  // its 10 tokens — a bound set by aging_s, not by how long the flood lasts.
+  // Golds age too, so bronze ranks like a gold that arrived priority * aging_s = 2 s after it: it
+  // waits for at most the golds that arrived in its first 2 s (40, served ~2 per 4 steps) and then
+  // needs its 10 tokens — a bound set by aging_s, not by how long the flood lasts.
   const int step = BronzeFinishStep(1.0, 400);
   EXPECT_GE(step, 0);
   EXPECT_LE(step, 100);
@@ -438,7 +450,8 @@ TEST(EngineSim, NoStarvationUnderGoldFlood) {
 }
 
 TEST(EngineSim, NCompletionsSharePromptBlocksAndMatchSeededSingles) {
-  const std::vector<int32_t> prompt = MakePrompt(40, 77);  // 40 % 16 = 8: the last prompt block is shared
+  const std::vector<int32_t> prompt =
+      MakePrompt(40, 77);  // 40 % 16 = 8: the last prompt block is shared
   SubmitRequest r = Req(prompt, 12);
   r.sampling = SamplingParams();
   r.sampling.temperature = 1.0f;
@@ -473,7 +486,9 @@ TEST(EngineSim, StopIdsMaxTokensAndIgnoreEos) {
   const auto ref = GreedyReference(sim.rcfg, prompt, 30);
   // Pick a token whose first occurrence is at index k >= 2.
   size_t k = 2;
-  while (std::find(ref.begin(), ref.begin() + static_cast<std::ptrdiff_t>(k), ref[k]) != ref.begin() + static_cast<std::ptrdiff_t>(k)) ++k;
+  while (std::find(ref.begin(), ref.begin() + static_cast<std::ptrdiff_t>(k), ref[k]) !=
+         ref.begin() + static_cast<std::ptrdiff_t>(k))
+    ++k;
   SubmitRequest stop = Req(prompt, 30);
   stop.stop_token_ids = {ref[k]};
   SubmitRequest eog = Req(prompt, 30);
@@ -491,9 +506,11 @@ TEST(EngineSim, StopIdsMaxTokensAndIgnoreEos) {
   const auto& ig = sim.results[*c][0];
   EXPECT_EQ(ig.finish, FinishReason::kLength);
   EXPECT_EQ(ig.tokens.size(), 30u);
-  EXPECT_EQ(std::count(ig.tokens.begin(), ig.tokens.end(), ref[k]), 0) << "EOG is banned with ignore_eos";
-  EXPECT_EQ(std::vector<int32_t>(ig.tokens.begin(), ig.tokens.begin() + static_cast<std::ptrdiff_t>(k)),
-            std::vector<int32_t>(ref.begin(), ref.begin() + static_cast<std::ptrdiff_t>(k)));
+  EXPECT_EQ(std::count(ig.tokens.begin(), ig.tokens.end(), ref[k]), 0)
+      << "EOG is banned with ignore_eos";
+  EXPECT_EQ(
+      std::vector<int32_t>(ig.tokens.begin(), ig.tokens.begin() + static_cast<std::ptrdiff_t>(k)),
+      std::vector<int32_t>(ref.begin(), ref.begin() + static_cast<std::ptrdiff_t>(k)));
   EXPECT_EQ(sim.results[*d][0].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + 5));
   EXPECT_EQ(sim.results[*d][0].finish, FinishReason::kLength);
 }
@@ -537,9 +554,11 @@ TEST(EngineSim, LogprobsMatchLogSoftmaxOfTheModel) {
     ASSERT_EQ(ev.num_top, 5);
     EXPECT_EQ(ev.top[0].id, ev.token);  // greedy picks the most likely token
     for (int i = 0; i < 5; ++i) {
-      EXPECT_NEAR(ev.top[static_cast<size_t>(i)].logprob, row[static_cast<size_t>(ev.top[static_cast<size_t>(i)].id)] - lse, 1e-4);
+      EXPECT_NEAR(ev.top[static_cast<size_t>(i)].logprob,
+                  row[static_cast<size_t>(ev.top[static_cast<size_t>(i)].id)] - lse, 1e-4);
       if (i > 0) {
-        EXPECT_GE(ev.top[static_cast<size_t>(i - 1)].logprob, ev.top[static_cast<size_t>(i)].logprob);
+        EXPECT_GE(ev.top[static_cast<size_t>(i - 1)].logprob,
+                  ev.top[static_cast<size_t>(i)].logprob);
       }
     }
     hist.push_back(ev.token);
@@ -552,13 +571,15 @@ TEST(EngineSim, TheEngineComposesThePrefixSaltFromTheModelAndTheRequestsFacts) {
   sim.engine->SetModelSalt(model);
   const std::vector<int32_t> prompt = MakePrompt(40, 7);  // 2 full blocks + 8 tokens
   auto keys = [&](std::string_view adapter, std::string_view tenant) {
-    return cachekey::ComputeBlockHashes(prompt, 16, cachekey::RequestSalt(model, {adapter, tenant}));
+    return cachekey::ComputeBlockHashes(prompt, 16,
+                                        cachekey::RequestSalt(model, {adapter, tenant}));
   };
   SubmitRequest a = Req(prompt, 2);
   a.tenant = "acme";
   ASSERT_TRUE(sim.Submit(a).ok());
   sim.RunToCompletion();
-  // The pool holds exactly the keys cachekey computes from the same facts (what a gateway computes).
+  // The pool holds exactly the keys cachekey computes from the same facts (what a gateway
+  // computes).
   EXPECT_EQ(sim.engine->kv().ProbeHashes(keys("", "acme")), 2);
   EXPECT_EQ(sim.engine->kv().ProbeHashes(keys("", "")), 0);
   // Another adapter for the same tenant and prompt: other keys, no hit.
@@ -642,7 +663,8 @@ TEST(EngineThread, SubmitFromSeveralThreads) {
           got.push_back(ev.token);
           fin = ev.finish;
         }
-        if (got != GreedyReference(rc, prompt, 10 + i) || fin != FinishReason::kLength) ++mismatches[static_cast<size_t>(t)];
+        if (got != GreedyReference(rc, prompt, 10 + i) || fin != FinishReason::kLength)
+          ++mismatches[static_cast<size_t>(t)];
         ++done[static_cast<size_t>(t)];
       }
     });

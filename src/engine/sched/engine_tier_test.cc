@@ -8,8 +8,8 @@
 #include <map>
 
 #include "engine/sched/engine.h"
-#include "engine/sched/tier_port.h"
 #include "engine/sched/sim_testing.h"
+#include "engine/sched/tier_port.h"
 
 namespace strata::engine::sched {
 namespace {
@@ -194,7 +194,7 @@ TEST(EngineTierSim, BlocksEvictedWhileWaitingArePrefetchedAgain) {
   const auto p = MakePrompt(50, 31);  // 3 full blocks
   ASSERT_TRUE(sim.Submit(Greedy(p, 2)).ok());
   sim.RunToCompletion();
-  EXPECT_EQ(tier.prefetches_, 1);  // a miss on the empty tier
+  EXPECT_EQ(tier.prefetches_, 1);                          // a miss on the empty tier
   auto big = sim.Submit(Greedy(MakePrompt(100, 32), 20));  // needs all 8 blocks
   std::vector<int32_t> again = p;
   for (int i = 0; i < 10; ++i) again.push_back(static_cast<int32_t>(i));

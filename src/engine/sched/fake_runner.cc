@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-
 #include <string>
 
 namespace strata::engine::sched {
@@ -23,7 +22,8 @@ FakeModelRunner::FakeModelRunner(const FakeRunnerConfig& config) : cfg_(config) 
 }
 
 uint64_t FakeModelRunner::Mix(uint64_t h, int32_t token, int32_t pos) {
-  return Mix64(h ^ Mix64((static_cast<uint64_t>(static_cast<uint32_t>(token)) << 32) | static_cast<uint32_t>(pos)));
+  return Mix64(h ^ Mix64((static_cast<uint64_t>(static_cast<uint32_t>(token)) << 32) |
+                         static_cast<uint32_t>(pos)));
 }
 
 uint64_t FakeModelRunner::Chain(std::span<const int32_t> tokens) {
@@ -62,13 +62,15 @@ void FakeModelRunner::CopyBlocks(std::span<const BlockCopy> copies) {
 
 std::vector<uint8_t> FakeModelRunner::ExportBlock(int32_t block) const {
   std::vector<uint8_t> out(sizeof(Slot) * static_cast<size_t>(cfg_.block_size));
-  for (int s = 0; s < cfg_.block_size; ++s) std::memcpy(out.data() + sizeof(Slot) * static_cast<size_t>(s), &At(block, s), sizeof(Slot));
+  for (int s = 0; s < cfg_.block_size; ++s)
+    std::memcpy(out.data() + sizeof(Slot) * static_cast<size_t>(s), &At(block, s), sizeof(Slot));
   return out;
 }
 
 void FakeModelRunner::ImportBlock(int32_t block, const std::vector<uint8_t>& bytes) {
   if (bytes.size() != sizeof(Slot) * static_cast<size_t>(cfg_.block_size)) return;
-  for (int s = 0; s < cfg_.block_size; ++s) std::memcpy(&At(block, s), bytes.data() + sizeof(Slot) * static_cast<size_t>(s), sizeof(Slot));
+  for (int s = 0; s < cfg_.block_size; ++s)
+    std::memcpy(&At(block, s), bytes.data() + sizeof(Slot) * static_cast<size_t>(s), sizeof(Slot));
 }
 
 Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* logits,
@@ -93,29 +95,34 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
     for (size_t j = 0; j < i; ++j)
       if (batch[j].seq_id == b.seq_id) return Fail(who + ": appears twice in one batch");
     for (int32_t t : b.tokens)
-      if (t < 0 || t >= cfg_.n_vocab) return Fail(who + ": token " + std::to_string(t) + " out of range");
+      if (t < 0 || t >= cfg_.n_vocab)
+        return Fail(who + ": token " + std::to_string(t) + " out of range");
     const int end = b.start_pos + static_cast<int>(b.tokens.size());
     if (b.start_pos < 0) return Fail(who + ": negative start_pos");
     if (static_cast<size_t>((end - 1) / bs) >= b.block_table.size()) {
-      return Fail(who + ": position " + std::to_string(end - 1) + " not covered by its block table (" +
-                  std::to_string(b.block_table.size()) + " blocks)");
+      return Fail(who + ": position " + std::to_string(end - 1) +
+                  " not covered by its block table (" + std::to_string(b.block_table.size()) +
+                  " blocks)");
     }
     for (int32_t blk : b.block_table) {
-      if (blk < 0 || blk >= cfg_.num_blocks) return Fail(who + ": block id " + std::to_string(blk) + " out of range");
+      if (blk < 0 || blk >= cfg_.num_blocks)
+        return Fail(who + ": block id " + std::to_string(blk) + " out of range");
       int32_t& m = mapper_[static_cast<size_t>(blk)];
-      if (m == static_cast<int32_t>(i)) return Fail(who + ": maps block " + std::to_string(blk) + " twice");
+      if (m == static_cast<int32_t>(i))
+        return Fail(who + ": maps block " + std::to_string(blk) + " twice");
       m = m == -1 ? static_cast<int32_t>(i) : -2;
     }
     if (auto it = next_pos_.find(b.seq_id); it != next_pos_.end() && it->second != b.start_pos) {
-      return Fail(who + ": chunk starts at " + std::to_string(b.start_pos) + " but its KV ends at " +
-                  std::to_string(it->second) + " (reused or skipped positions)");
+      return Fail(who + ": chunk starts at " + std::to_string(b.start_pos) +
+                  " but its KV ends at " + std::to_string(it->second) +
+                  " (reused or skipped positions)");
     }
     const int first_check = cfg_.verify_history ? 0 : std::max(0, b.start_pos - 1);
     for (int q = first_check; q < b.start_pos; ++q) {
       const Slot& s = At(b.block_table[static_cast<size_t>(q / bs)], q % bs);
       if (s.pos != q) {
-        return Fail(who + ": reads position " + std::to_string(q) + " but its slot holds position " +
-                    std::to_string(s.pos));
+        return Fail(who + ": reads position " + std::to_string(q) +
+                    " but its slot holds position " + std::to_string(s.pos));
       }
     }
     rows += b.want_logits ? 1 : 0;
@@ -135,7 +142,8 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
                     " that another sequence of the batch maps (missing copy-on-write)");
       int32_t& w = writer_[static_cast<size_t>(blk)];
       if (w != -1 && w != static_cast<int32_t>(i))
-        return Fail("seq " + std::to_string(b.seq_id) + ": writes block " + std::to_string(blk) + " written by another");
+        return Fail("seq " + std::to_string(b.seq_id) + ": writes block " + std::to_string(blk) +
+                    " written by another");
       w = static_cast<int32_t>(i);
     }
   }
@@ -158,8 +166,9 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
     }
     next_pos_[b.seq_id] = p;
     if (b.want_logits) {
-      Logits(h, p - 1, std::span<float>(logits->data() + row * static_cast<size_t>(cfg_.n_vocab),
-                                        static_cast<size_t>(cfg_.n_vocab)));
+      Logits(h, p - 1,
+             std::span<float>(logits->data() + row * static_cast<size_t>(cfg_.n_vocab),
+                              static_cast<size_t>(cfg_.n_vocab)));
       ++row;
     }
   }

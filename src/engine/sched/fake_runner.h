@@ -72,7 +72,8 @@ class FakeModelRunner final : public ModelRunner {
 
   // Tiered-KV tests: one block's simulated KV (block_size slots) as bytes, and back.
   std::vector<uint8_t> ExportBlock(int32_t block) const;
-  void ImportBlock(int32_t block, const std::vector<uint8_t>& bytes);  // ignored unless the exact size
+  void ImportBlock(int32_t block,
+                   const std::vector<uint8_t>& bytes);  // ignored unless the exact size
 
   const std::vector<RecordedBatch>& batches() const { return batches_; }
   int64_t num_copies() const { return num_copies_; }
@@ -87,15 +88,22 @@ class FakeModelRunner final : public ModelRunner {
   };
   static uint64_t Mix(uint64_t h, int32_t token, int32_t pos);
   Status Fail(std::string msg);
-  const Slot& At(int32_t block, int slot) const { return slots_[static_cast<size_t>(block) * static_cast<size_t>(cfg_.block_size) + static_cast<size_t>(slot)]; }
-  Slot& At(int32_t block, int slot) { return slots_[static_cast<size_t>(block) * static_cast<size_t>(cfg_.block_size) + static_cast<size_t>(slot)]; }
+  const Slot& At(int32_t block, int slot) const {
+    return slots_[static_cast<size_t>(block) * static_cast<size_t>(cfg_.block_size) +
+                  static_cast<size_t>(slot)];
+  }
+  Slot& At(int32_t block, int slot) {
+    return slots_[static_cast<size_t>(block) * static_cast<size_t>(cfg_.block_size) +
+                  static_cast<size_t>(slot)];
+  }
 
   FakeRunnerConfig cfg_;
   std::vector<Slot> slots_;
   std::unordered_map<int64_t, int> next_pos_;  // seq id -> end of its last chunk
   std::vector<RecordedBatch> batches_;
   std::vector<int32_t> writer_;  // per block: index in batch of the seq writing it this batch (-1)
-  std::vector<int32_t> mapper_;  // per block: index in batch of a seq mapping it (-1), -2 if several
+  std::vector<int32_t>
+      mapper_;  // per block: index in batch of a seq mapping it (-1), -2 if several
   int64_t num_copies_ = 0;
   int64_t num_errors_ = 0;
   bool record_ = true;

@@ -6,9 +6,12 @@ namespace strata::engine::sched {
 
 std::string_view PriorityName(Priority p) {
   switch (p) {
-    case Priority::kGold: return "gold";
-    case Priority::kSilver: return "silver";
-    case Priority::kBronze: return "bronze";
+    case Priority::kGold:
+      return "gold";
+    case Priority::kSilver:
+      return "silver";
+    case Priority::kBronze:
+      return "bronze";
   }
   return "?";
 }
@@ -17,16 +20,22 @@ Result<Priority> ParsePriority(std::string_view name) {
   if (name == "gold") return Priority::kGold;
   if (name == "silver") return Priority::kSilver;
   if (name == "bronze") return Priority::kBronze;
-  return Status::InvalidArgument("priority: unknown priority '" + std::string(name) + "' (gold, silver, bronze)");
+  return Status::InvalidArgument("priority: unknown priority '" + std::string(name) +
+                                 "' (gold, silver, bronze)");
 }
 
 std::string_view FinishReasonName(FinishReason r) {
   switch (r) {
-    case FinishReason::kNone: return "";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
+    case FinishReason::kNone:
+      return "";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "?";
 }
@@ -36,7 +45,8 @@ Status CheckIds(std::string_view field, std::span<const int32_t> ids, int n_voca
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= n_vocab) {
       return Status::InvalidArgument(std::string(field) + "[" + std::to_string(i) + "]: token id " +
-                                     std::to_string(ids[i]) + " out of range [0, " + std::to_string(n_vocab) + ")");
+                                     std::to_string(ids[i]) + " out of range [0, " +
+                                     std::to_string(n_vocab) + ")");
     }
   }
   return Status::Ok();
@@ -50,30 +60,40 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
   if (prompt.empty()) return Status::InvalidArgument("prompt: must contain at least one token");
   RETURN_IF_ERROR(CheckIds("prompt", prompt, n_vocab));
   if (Status s = sampling.Validate(); !s.ok()) return s.WithContext("sampling");
-  if (max_tokens < 1) return Status::InvalidArgument("max_tokens: must be >= 1, got " + std::to_string(max_tokens));
+  if (max_tokens < 1)
+    return Status::InvalidArgument("max_tokens: must be >= 1, got " + std::to_string(max_tokens));
   if (static_cast<int64_t>(prompt.size()) + max_tokens > max_model_len) {
-    return Status::InvalidArgument("max_tokens: prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
-                                   std::to_string(max_tokens) + ") exceeds max_model_len (" +
-                                   std::to_string(max_model_len) + ")");
+    return Status::InvalidArgument("max_tokens: prompt (" + std::to_string(prompt.size()) +
+                                   " tokens) + max_tokens (" + std::to_string(max_tokens) +
+                                   ") exceeds max_model_len (" + std::to_string(max_model_len) +
+                                   ")");
   }
   if (stop_token_ids.size() > kMaxStopTokenIds)
-    return Status::InvalidArgument("stop_token_ids: more than " + std::to_string(kMaxStopTokenIds) + " ids");
+    return Status::InvalidArgument("stop_token_ids: more than " + std::to_string(kMaxStopTokenIds) +
+                                   " ids");
   RETURN_IF_ERROR(CheckIds("stop_token_ids", stop_token_ids, n_vocab));
   if (tenant.size() > kMaxTenantBytes)
-    return Status::InvalidArgument("tenant: longer than " + std::to_string(kMaxTenantBytes) + " bytes");
+    return Status::InvalidArgument("tenant: longer than " + std::to_string(kMaxTenantBytes) +
+                                   " bytes");
   if (eog_ids.size() > kMaxStopTokenIds)
-    return Status::InvalidArgument("eog_ids: more than " + std::to_string(kMaxStopTokenIds) + " ids");
+    return Status::InvalidArgument("eog_ids: more than " + std::to_string(kMaxStopTokenIds) +
+                                   " ids");
   RETURN_IF_ERROR(CheckIds("eog_ids", eog_ids, n_vocab));
   if (static_cast<uint8_t>(priority) > static_cast<uint8_t>(Priority::kBronze))
-    return Status::InvalidArgument("priority: invalid value " + std::to_string(static_cast<int>(priority)));
+    return Status::InvalidArgument("priority: invalid value " +
+                                   std::to_string(static_cast<int>(priority)));
   if (n < 1 || n > kMaxN)
-    return Status::InvalidArgument("n: must be in [1, " + std::to_string(kMaxN) + "], got " + std::to_string(n));
+    return Status::InvalidArgument("n: must be in [1, " + std::to_string(kMaxN) + "], got " +
+                                   std::to_string(n));
   if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs)
-    return Status::InvalidArgument("top_logprobs: must be in [0, " + std::to_string(kMaxTopLogprobs) + "], got " +
+    return Status::InvalidArgument("top_logprobs: must be in [0, " +
+                                   std::to_string(kMaxTopLogprobs) + "], got " +
                                    std::to_string(top_logprobs));
-  if (top_logprobs > 0 && !logprobs) return Status::InvalidArgument("top_logprobs: requires logprobs = true");
+  if (top_logprobs > 0 && !logprobs)
+    return Status::InvalidArgument("top_logprobs: requires logprobs = true");
   if (adapter.size() > kMaxAdapterBytes)
-    return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) + " bytes");
+    return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) +
+                                   " bytes");
   return Status::Ok();
 }
 
@@ -94,7 +114,8 @@ Status SubmitRequest::ValidateEmbed(int n_vocab, int max_model_len) const {
     return Status::InvalidArgument("tenant: longer than " + std::to_string(kMaxTenantBytes) +
                                    " bytes");
   if (adapter.size() > kMaxAdapterBytes)
-    return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) + " bytes");
+    return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) +
+                                   " bytes");
   if (static_cast<uint8_t>(priority) > static_cast<uint8_t>(Priority::kBronze))
     return Status::InvalidArgument("priority: invalid value " +
                                    std::to_string(static_cast<int>(priority)));

@@ -24,8 +24,8 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -61,15 +61,17 @@ struct SubmitRequest {
   bool ignore_eos = false;              // EOG ids are never sampled (banned) and do not stop
   std::vector<int32_t> eog_ids;         // end-of-generation ids, from Tokenizer::eog_ids()
   Priority priority = Priority::kSilver;
-  std::optional<TimePoint> deadline;  // orders requests within a priority (earliest first); no expiry
-  int n = 1;                          // completions; they share the prompt's KV blocks
-  bool logprobs = false;              // report the sampled token's logprob
-  int top_logprobs = 0;               // 0..20 most likely tokens with their logprobs (needs logprobs)
+  std::optional<TimePoint>
+      deadline;           // orders requests within a priority (earliest first); no expiry
+  int n = 1;              // completions; they share the prompt's KV blocks
+  bool logprobs = false;  // report the sampled token's logprob
+  int top_logprobs = 0;   // 0..20 most likely tokens with their logprobs (needs logprobs)
   // Facts the engine binds into the request's prefix-cache salt (with the model's: see
   // Engine::SetModelSalt), so requests that differ in them never share KV blocks:
-  std::string tenant;   // isolates the prefix cache; owns the tiered-KV quota ("" = default tenant);
-                        // <= kMaxTenantBytes
-  std::string adapter;  // digest of the LoRA adapter applied ("" = the base model); <= kMaxAdapterBytes
+  std::string tenant;  // isolates the prefix cache; owns the tiered-KV quota ("" = default tenant);
+                       // <= kMaxTenantBytes
+  std::string
+      adapter;  // digest of the LoRA adapter applied ("" = the base model); <= kMaxAdapterBytes
   RequestKind kind = RequestKind::kGenerate;
 
   // Field checks against the model: n_vocab (token id range) and max_model_len (positions per
@@ -101,7 +103,9 @@ struct TokenEvent {
   Status error;
   std::vector<float> embedding;  // kEmbed: the pooled vector, on the final (kStop) event only
 
-  std::span<const TopLogprob> top_logprobs() const { return {top.data(), static_cast<size_t>(num_top)}; }
+  std::span<const TopLogprob> top_logprobs() const {
+    return {top.data(), static_cast<size_t>(num_top)};
+  }
 };
 
 // A request's event stream. The engine pushes; callers pop. The stream is complete once every one
@@ -141,11 +145,12 @@ class RequestStream {
   const int n_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<TokenEvent> buf_;  // [head_, size) not yet popped; reset when drained (keeps capacity)
+  std::vector<TokenEvent>
+      buf_;  // [head_, size) not yet popped; reset when drained (keeps capacity)
   size_t head_ = 0;
   int finished_ = 0;
-  std::mutex notify_mu_;           // lock order: notify_mu_, then mu_ (Push never holds both)
-  std::function<void()> notify_;   // guarded by notify_mu_
+  std::mutex notify_mu_;          // lock order: notify_mu_, then mu_ (Push never holds both)
+  std::function<void()> notify_;  // guarded by notify_mu_
 };
 
 }  // namespace strata::engine::sched

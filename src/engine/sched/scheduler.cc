@@ -15,9 +15,11 @@ Status SchedulerConfig::Validate() const {
   if (max_prefill_tokens_with_decodes < 0)
     return Status::InvalidArgument("max_prefill_tokens_with_decodes: must be >= 0");
   if (max_queued_requests < 1) return Status::InvalidArgument("max_queued_requests: must be >= 1");
-  if (max_queued_prompt_tokens < 1) return Status::InvalidArgument("max_queued_prompt_tokens: must be >= 1");
+  if (max_queued_prompt_tokens < 1)
+    return Status::InvalidArgument("max_queued_prompt_tokens: must be >= 1");
   if (max_model_len < 2) return Status::InvalidArgument("max_model_len: must be >= 2");
-  if (!std::isfinite(aging_s) || aging_s < 0) return Status::InvalidArgument("aging_s: must be finite and >= 0");
+  if (!std::isfinite(aging_s) || aging_s < 0)
+    return Status::InvalidArgument("aging_s: must be finite and >= 0");
   return Status::Ok();
 }
 
@@ -46,8 +48,12 @@ std::unique_ptr<RequestState> MakeRequestState(RequestId id, SubmitRequest req, 
   return r;
 }
 
-Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager* kv, int block_size, const Clock* clock)
-    : cfg_(config), kv_(kv), block_size_(block_size), clock_(clock),
+Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager* kv, int block_size,
+                     const Clock* clock)
+    : cfg_(config),
+      kv_(kv),
+      block_size_(block_size),
+      clock_(clock),
       defer_enabled_(kv->config().enable_prefix_cache) {
   out_.seqs.reserve(static_cast<size_t>(cfg_.max_num_seqs));
   out_.copies.reserve(static_cast<size_t>(cfg_.max_num_seqs));
@@ -72,7 +78,8 @@ Status CheckQueueBound(const SchedulerConfig& cfg, int queued_requests,
 Status Scheduler::Add(std::unique_ptr<RequestState> r) {
   if (r == nullptr || r->phase != RequestState::Phase::kWaiting || r->started)
     return Status::InvalidArgument("request: must be a new waiting request");
-  if (all_.count(r->id)) return Status::InvalidArgument("request id " + std::to_string(r->id) + " already queued");
+  if (all_.count(r->id))
+    return Status::InvalidArgument("request id " + std::to_string(r->id) + " already queued");
   r->arrival_seq = next_arrival_++;
   queued_requests_ += 1;
   queued_prompt_tokens_ += r->prompt_len;
@@ -153,7 +160,8 @@ size_t Scheduler::HashKey::operator()(const kv::BlockHash& h) const {
 
 void Scheduler::EnsureHashes(RequestState* r) {
   if (r->hashes_ready) return;
-  r->prompt_hashes = cachekey::ComputeBlockHashes(r->req.prompt, block_size_, std::span<const uint8_t>(r->salt));
+  r->prompt_hashes =
+      cachekey::ComputeBlockHashes(r->req.prompt, block_size_, std::span<const uint8_t>(r->salt));
   r->hashes_ready = true;
 }
 
@@ -204,7 +212,9 @@ bool Scheduler::ShouldDefer(RequestState* r) {
     const SequenceState& s = r->seqs[static_cast<size_t>(i)];
     if (s.live()) len = std::max(len, s.tokens.size());
   }
-  const size_t usable = len == 0 ? 0 : std::min(r->prompt_hashes.size(), (len - 1) / static_cast<size_t>(block_size_));
+  const size_t usable =
+      len == 0 ? 0
+               : std::min(r->prompt_hashes.size(), (len - 1) / static_cast<size_t>(block_size_));
   // The first in-flight block is the first one not cached: every block before an in-flight one is
   // held, registered, by the request computing it.
   for (size_t j = 0; j < usable; ++j) {
@@ -224,23 +234,26 @@ Status Scheduler::CheckInflight() const {
     const bool running = r.phase == RequestState::Phase::kRunning;
     if (!running || !defer_enabled_ || r.is_embed()) {
       if (r.inflight_lo != 0 || r.inflight_hi != 0)
-        return Status::Internal("request " + std::to_string(id) + ": in-flight blocks while not running");
+        return Status::Internal("request " + std::to_string(id) +
+                                ": in-flight blocks while not running");
       continue;
     }
     const int hi = static_cast<int>(r.prompt_hashes.size());
     // lo only grows (a finishing completion may lower Progress after its blocks were registered).
     if (!r.hashes_ready || r.inflight_hi != hi || r.inflight_lo > hi ||
         r.inflight_lo < std::min(hi, Progress(r) / block_size_))
-      return Status::Internal("request " + std::to_string(id) + ": in-flight range [" + std::to_string(r.inflight_lo) +
-                              ", " + std::to_string(r.inflight_hi) + ") disagrees with its progress");
+      return Status::Internal("request " + std::to_string(id) + ": in-flight range [" +
+                              std::to_string(r.inflight_lo) + ", " + std::to_string(r.inflight_hi) +
+                              ") disagrees with its progress");
     for (int i = r.inflight_lo; i < r.inflight_hi; ++i) {
       expect[r.prompt_hashes[static_cast<size_t>(i)]] += 1;
       count += 1;
     }
   }
   if (count != inflight_count_ || expect != inflight_)
-    return Status::Internal("in-flight block set disagrees with the running requests (" + std::to_string(count) +
-                            " expected, " + std::to_string(inflight_count_) + " held)");
+    return Status::Internal("in-flight block set disagrees with the running requests (" +
+                            std::to_string(count) + " expected, " +
+                            std::to_string(inflight_count_) + " held)");
   return Status::Ok();
 }
 
@@ -318,7 +331,8 @@ bool Scheduler::PlanAdmission(RequestState* r, int budget) {
       hit_[i] = plan_.MatchPrefix(s.kv_id, s.tokens, salt, r->tenant_tag);
   }
   SequenceState& first = r->seqs[0];
-  if (r->tier != nullptr && !r->is_embed() && fill_ && n == 1 && first.live() && hit_[0] % block_size_ == 0) {
+  if (r->tier != nullptr && !r->is_embed() && fill_ && n == 1 && first.live() &&
+      hit_[0] % block_size_ == 0) {
     const TierStaging::Staged staged =
         r->tier->StagedFrom(hit_[0] / block_size_, static_cast<int>(first.tokens.size()));
     const int adopted = plan_.Adopt(first.kv_id, staged.hashes);
@@ -423,7 +437,8 @@ const SchedulerOutput& Scheduler::Schedule() {
     }
   }
   // B. Prefill chunks of running sequences and admissions, in priority order. With decodes in the
-  // step, the prefill cap holds back the rest of the budget (returned below; nothing else reads it).
+  // step, the prefill cap holds back the rest of the budget (returned below; nothing else reads
+  // it).
   int held_back = 0;
   if (cfg_.max_prefill_tokens_with_decodes > 0 && !out_.seqs.empty() &&
       budget_ > cfg_.max_prefill_tokens_with_decodes) {
@@ -440,9 +455,10 @@ const SchedulerOutput& Scheduler::Schedule() {
         if (!TrySchedule(r, s, std::min(s.pending(), budget_))) break;
         if (r->phase != RequestState::Phase::kRunning) break;
       }
-    } else if (r->phase == RequestState::Phase::kWaiting && admission_open && r->preempted_in_step != step_) {
+    } else if (r->phase == RequestState::Phase::kWaiting && admission_open &&
+               r->preempted_in_step != step_) {
       if (r->tier_fetching()) continue;  // prefetching from lower tiers; keeps its place
-      if (ShouldDefer(r)) continue;  // keeps its place; lower-priority requests may go
+      if (ShouldDefer(r)) continue;      // keeps its place; lower-priority requests may go
       if (!Admit(r)) admission_open = false;
     }
   }
@@ -485,10 +501,13 @@ FinishReason Scheduler::AppendToken(RequestState* r, int seq_index, int32_t toke
   s.num_generated += 1;
   const SubmitRequest& q = r->req;
   FinishReason why = FinishReason::kNone;
-  auto has = [token](const std::vector<int32_t>& v) { return std::find(v.begin(), v.end(), token) != v.end(); };
+  auto has = [token](const std::vector<int32_t>& v) {
+    return std::find(v.begin(), v.end(), token) != v.end();
+  };
   if (has(q.stop_token_ids) || (!q.ignore_eos && has(q.eog_ids))) {
     why = FinishReason::kStop;
-  } else if (s.num_generated >= q.max_tokens || static_cast<int>(s.tokens.size()) >= cfg_.max_model_len) {
+  } else if (s.num_generated >= q.max_tokens ||
+             static_cast<int>(s.tokens.size()) >= cfg_.max_model_len) {
     why = FinishReason::kLength;
   }
   if (why == FinishReason::kNone) return why;

@@ -137,7 +137,7 @@ struct RequestState {
   bool started = false;  // admitted to running at least once
   bool forked = false;   // n > 1 completions created (always true for n == 1)
   int num_preemptions = 0;
-  std::vector<SequenceState> seqs;  // n entries; before the fork only seqs[0] is active
+  std::vector<SequenceState> seqs;        // n entries; before the fork only seqs[0] is active
   std::shared_ptr<RequestStream> stream;  // the engine's; unused by the scheduler
 
   // Scheduler-internal: prompt full-block hashes (computed once, when first needed) and the range
@@ -169,11 +169,12 @@ struct RequestState {
   bool is_embed() const { return req.kind == RequestKind::kEmbed; }
 };
 
-// Builds a RequestState from a validated request (n sequences, tokens reserved to their final size).
+// Builds a RequestState from a validated request (n sequences, tokens reserved to their final
+// size).
 std::unique_ptr<RequestState> MakeRequestState(RequestId id, SubmitRequest req, TimePoint arrival);
 
-// Copy-on-write: before a sequence writes into a shared block, rows [0, num_slots) of src are copied
-// into dst (all layers). `seq` is the KV sequence that will write.
+// Copy-on-write: before a sequence writes into a shared block, rows [0, num_slots) of src are
+// copied into dst (all layers). `seq` is the KV sequence that will write.
 struct BlockCopy {
   int32_t src = -1;
   int32_t dst = -1;
@@ -185,17 +186,17 @@ struct ScheduledSeq {
   RequestState* req = nullptr;
   int seq_index = 0;
   kv::SeqId kv_id = -1;
-  int start_pos = 0;   // == the sequence's num_computed
-  int num_tokens = 0;  // tokens[start_pos, start_pos + num_tokens) are fed
-  bool sample = false; // the chunk reaches the end of tokens: sample the next token
+  int start_pos = 0;    // == the sequence's num_computed
+  int num_tokens = 0;   // tokens[start_pos, start_pos + num_tokens) are fed
+  bool sample = false;  // the chunk reaches the end of tokens: sample the next token
 };
 
 struct SchedulerOutput {
-  std::vector<ScheduledSeq> seqs;     // the batch, in priority order
-  std::vector<BlockCopy> copies;      // to perform before the forward pass
-  std::vector<RequestId> started;     // admitted for the first time in this step
+  std::vector<ScheduledSeq> seqs;  // the batch, in priority order
+  std::vector<BlockCopy> copies;   // to perform before the forward pass
+  std::vector<RequestId> started;  // admitted for the first time in this step
   int num_tokens = 0;
-  int num_preempted = 0;              // preemptions in this step
+  int num_preempted = 0;  // preemptions in this step
 };
 
 // Writes a block's KV content loaded from a lower tier into the pool's storage (engine thread).
@@ -220,7 +221,8 @@ class Scheduler {
   //   n > 1, first sample of the prompt: creates completions 1..n-1 sharing seqs[0]'s blocks.
   void Fork(RequestState* r);
   //   appends a sampled token; returns why the sequence finished (kNone: it continues). A finished
-  //   sequence's blocks are freed at once; a request whose sequences all finished becomes kFinished.
+  //   sequence's blocks are freed at once; a request whose sequences all finished becomes
+  //   kFinished.
   FinishReason AppendToken(RequestState* r, int seq_index, int32_t token);
   //   an embedding request's last chunk is committed: it finishes (kStop), its blocks are freed.
   void FinishEmbedding(RequestState* r);
@@ -293,7 +295,7 @@ class Scheduler {
   struct HashKey {
     size_t operator()(const kv::BlockHash& h) const;
   };
-  bool defer_enabled_ = false;  // the KvManager's prefix cache is on
+  bool defer_enabled_ = false;                                // the KvManager's prefix cache is on
   std::unordered_map<kv::BlockHash, int, HashKey> inflight_;  // hash -> providers computing it
   int inflight_count_ = 0;
   int64_t deferrals_ = 0;

@@ -13,7 +13,8 @@ struct Fixture {
   RequestId next = 1;
   explicit Fixture(SchedulerConfig sc, int num_blocks = 64)
       : kv(kv::KvManagerConfig{num_blocks, 16, true}), sched(sc, &kv, 16, &clock) {}
-  RequestId Add(Priority priority, int prompt_len = 8, std::optional<TimePoint> deadline = std::nullopt) {
+  RequestId Add(Priority priority, int prompt_len = 8,
+                std::optional<TimePoint> deadline = std::nullopt) {
     SubmitRequest r;
     r.prompt.assign(static_cast<size_t>(prompt_len), 3);
     r.prompt[0] = static_cast<int32_t>(next);  // distinct prefixes
@@ -80,7 +81,8 @@ TEST(Scheduler, AdmissionBoundCountsNeverStartedRequests) {
   f.Add(Priority::kSilver, 10);
   f.Add(Priority::kSilver, 10);
   auto check = [&](int64_t prompt_tokens) {
-    return CheckQueueBound(sc, f.sched.num_queued_never_started(), f.sched.queued_prompt_tokens(), prompt_tokens);
+    return CheckQueueBound(sc, f.sched.num_queued_never_started(), f.sched.queued_prompt_tokens(),
+                           prompt_tokens);
   };
   Status s = check(1);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
@@ -125,7 +127,8 @@ TEST(Scheduler, PreemptsLowestPriorityLatestWhenBlocksRunOut) {
   const RequestId b1 = f.Add(Priority::kBronze, 16);  // 1 block + 1 on its first decode
   (void)f.sched.Schedule();
   EXPECT_EQ(f.kv.Stats().used_blocks, 3);
-  const RequestId g = f.Add(Priority::kGold, 20);  // needs 2 blocks: only 1 free -> bronze preempted
+  const RequestId g =
+      f.Add(Priority::kGold, 20);  // needs 2 blocks: only 1 free -> bronze preempted
   const SchedulerOutput& out = f.sched.Schedule();
   EXPECT_EQ(out.num_preempted, 1);
   EXPECT_EQ(f.sched.Find(b1)->phase, RequestState::Phase::kWaiting);
@@ -141,7 +144,8 @@ TEST(Scheduler, ARequestThatDoesNotFitYetIsNeitherChangedNorCountedAsAQuery) {
   (void)f.sched.Schedule();
   ASSERT_EQ(f.sched.Find(g)->phase, RequestState::Phase::kRunning);
   EXPECT_EQ(f.kv.Stats().prefix_query_tokens, 40);
-  const RequestId b = f.Add(Priority::kBronze, 30);  // 2 blocks, 1 free, nothing below it to preempt
+  const RequestId b =
+      f.Add(Priority::kBronze, 30);  // 2 blocks, 1 free, nothing below it to preempt
   for (int i = 0; i < 3; ++i) {
     const SchedulerOutput& out = f.sched.Schedule();
     EXPECT_EQ(out.num_preempted, 0);
@@ -165,7 +169,8 @@ std::vector<int32_t> SharedPrompt(int32_t suffix) {
   return p;
 }
 
-RequestId AddPrompt(Fixture& f, std::vector<int32_t> prompt, Priority priority, std::vector<uint8_t> salt = {}) {
+RequestId AddPrompt(Fixture& f, std::vector<int32_t> prompt, Priority priority,
+                    std::vector<uint8_t> salt = {}) {
   SubmitRequest r;
   r.prompt = std::move(prompt);
   r.max_tokens = 4;

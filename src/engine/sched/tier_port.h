@@ -38,8 +38,8 @@ class TierPort {
   // A block was just computed and registered: write it through to the shared tiers.
   virtual void Publish(int32_t block, const kv::BlockHash& hash, std::string_view tenant) = 0;
   // Starts loading the longest available prefix of `hashes`; `wake` runs when the Fetch is ready.
-  virtual std::shared_ptr<Fetch> Prefetch(std::vector<kv::BlockHash> hashes, std::string_view tenant,
-                                          std::function<void()> wake) = 0;
+  virtual std::shared_ptr<Fetch> Prefetch(std::vector<kv::BlockHash> hashes,
+                                          std::string_view tenant, std::function<void()> wake) = 0;
   // Writes a loaded payload into pool block `block`.
   virtual void Fill(int32_t block, const std::vector<uint8_t>& payload) = 0;
 };

@@ -35,8 +35,8 @@ std::optional<kvtier::TieredKvStats> ServingEngine::TierStats() const {
   return tiers_->Stats();
 }
 
-Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<const model::Model> model,
-                                                             const ServingConfig& config) {
+Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(
+    std::shared_ptr<const model::Model> model, const ServingConfig& config) {
   RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<ServingEngine> s(new ServingEngine());
   s->model_ = std::move(model);
@@ -63,7 +63,8 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<con
         "); raise it or lower engine.max_model_len (--max-model-len)");
   s->layout_ = layout;
   ASSIGN_OR_RETURN(s->storage_, kv::KvStorage::Create(layout));
-  s->pool_ = std::make_unique<ThreadPool>(config.threads > 0 ? config.threads : DefaultThreadCount());
+  s->pool_ =
+      std::make_unique<ThreadPool>(config.threads > 0 ? config.threads : DefaultThreadCount());
   s->runner_ = std::make_unique<CpuModelRunner>(*s->model_, s->storage_.get(), s->pool_.get());
 
   kv::KvManagerConfig kc;
@@ -82,8 +83,8 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(std::shared_ptr<con
   // rope settings and every other metadata key) by content hash, the KV dtype and the block size.
   const auto& f = s->model_->gguf();
   s->fingerprint_ = Fingerprint(f.bytes());
-  s->engine_->SetModelSalt(
-      cachekey::ModelSalt({s->fingerprint_, kv::KvDTypeName(config.kv_cache.dtype), config.kv_cache.block_size}));
+  s->engine_->SetModelSalt(cachekey::ModelSalt(
+      {s->fingerprint_, kv::KvDTypeName(config.kv_cache.dtype), config.kv_cache.block_size}));
   if (config.kv_tiers.enabled()) {
     ASSIGN_OR_RETURN(s->tiers_, kvtier::TieredKvCache::Create(config.kv_tiers, layout.BlockBytes(),
                                                               FormatId(s->fingerprint_, layout)));

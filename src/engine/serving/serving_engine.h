@@ -21,11 +21,11 @@
 #include "engine/kv/kv_manager.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/kvtier/tiered_cache.h"
-#include "engine/serving/tiered_cache_port.h"
 #include "engine/runner/cpu_runner.h"
 #include "engine/sched/clock.h"
 #include "engine/sched/engine.h"
 #include "engine/serving/replica_config.h"
+#include "engine/serving/tiered_cache_port.h"
 #include "model/model.h"
 
 namespace strata::engine {

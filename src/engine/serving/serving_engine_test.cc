@@ -55,9 +55,9 @@ std::vector<int32_t> Prompt(size_t n, int n_vocab, uint32_t salt) {
 
 // Runs the prompts through a fresh engine (all submitted at once) and returns each one's tokens.
 std::vector<std::vector<int32_t>> RunAll(const Fixture& fx, const ServingConfig& cfg,
-                                         const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
-                                         int64_t* preemptions = nullptr, int64_t* prefix_hits = nullptr,
-                                         bool first_alone = false) {
+                                         const std::vector<std::vector<int32_t>>& prompts,
+                                         int max_tokens, int64_t* preemptions = nullptr,
+                                         int64_t* prefix_hits = nullptr, bool first_alone = false) {
   auto se = ServingEngine::Create(fx.model, cfg);
   if (!se.ok()) {
     ADD_FAILURE() << se.status().ToString();
@@ -103,7 +103,8 @@ TEST_P(ServingEngineTest, GreedyTokensIdenticalAloneAndInBatchOf16) {
   Fixture fx = MakeModel(GetParam());
   const int n_vocab = fx.model->config().n_vocab;
   std::vector<std::vector<int32_t>> prompts;
-  for (uint32_t i = 0; i < 16; ++i) prompts.push_back(Prompt(3 + 11 * i, n_vocab, i));  // 3..168 tokens
+  for (uint32_t i = 0; i < 16; ++i)
+    prompts.push_back(Prompt(3 + 11 * i, n_vocab, i));  // 3..168 tokens
   ServingConfig alone;
   alone.kv_cache.memory = "64MiB";
   alone.scheduler.max_num_seqs = 1;
@@ -151,7 +152,8 @@ TEST_P(ServingEngineTest, PreemptionAndPrefixCacheKeepTokens) {
   // A pool of 16 blocks of 16 tokens: 8 sequences of ~90 tokens cannot all fit -> preemption.
   ServingConfig tiny = big;
   const auto& mc = fx.model->config();
-  uint64_t block_bytes = static_cast<uint64_t>(mc.n_layers) * 2 * 16 * static_cast<uint64_t>(mc.kv_dim()) * 2;
+  uint64_t block_bytes =
+      static_cast<uint64_t>(mc.n_layers) * 2 * 16 * static_cast<uint64_t>(mc.kv_dim()) * 2;
   tiny.kv_cache.memory = std::to_string(block_bytes * 16 / 1024) + "KiB";
   int64_t preemptions = 0;
   auto got_tiny = RunAll(fx, tiny, prompts, 16, &preemptions);
@@ -277,8 +279,11 @@ TEST_P(ServingEngineTest, EmbeddingsBatchedEqualAloneAndThePreviousPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, ServingEngineTest,
-                         ::testing::Values(synth::FileType::kQ8_0, synth::FileType::kQ4_K_M, synth::FileType::kF16),
-                         [](const auto& info) { return std::string(synth::FileTypeName(info.param)); });
+                         ::testing::Values(synth::FileType::kQ8_0, synth::FileType::kQ4_K_M,
+                                           synth::FileType::kF16),
+                         [](const auto& info) {
+                           return std::string(synth::FileTypeName(info.param));
+                         });
 
 TEST(ServingConfigTest, RefusesBudgetTooSmallForOneSequence) {
   Fixture fx = MakeModel(synth::FileType::kQ8_0);
@@ -286,7 +291,8 @@ TEST(ServingConfigTest, RefusesBudgetTooSmallForOneSequence) {
   c.kv_cache.memory = "1KiB";
   auto se = ServingEngine::Create(fx.model, c);
   ASSERT_FALSE(se.ok());
-  EXPECT_NE(se.status().message().find("--kv-cache-memory"), std::string::npos) << se.status().message();
+  EXPECT_NE(se.status().message().find("--kv-cache-memory"), std::string::npos)
+      << se.status().message();
 }
 
 TEST(ServingConfigTest, NamesTheBadSchedulingFlag) {
@@ -294,7 +300,8 @@ TEST(ServingConfigTest, NamesTheBadSchedulingFlag) {
   c.scheduler.max_prefill_tokens_with_decodes = -1;
   Status st = c.Validate();
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("--max-prefill-tokens-with-decodes"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("--max-prefill-tokens-with-decodes"), std::string::npos)
+      << st.message();
   c.scheduler.max_prefill_tokens_with_decodes = 128;
   EXPECT_TRUE(c.Validate().ok());
 }

@@ -8,12 +8,14 @@
 namespace strata::engine {
 
 std::string FormatId(const std::string& model_fingerprint, const kv::KvLayout& layout) {
-  return "strata-kv/1;model=" + model_fingerprint + ";dtype=" + std::string(kv::KvDTypeName(layout.dtype)) +
-         ";block=" + std::to_string(layout.block_size) + ";layers=" + std::to_string(layout.n_layers) +
-         ";kv_dim=" + std::to_string(layout.kv_dim);
+  return "strata-kv/1;model=" + model_fingerprint +
+         ";dtype=" + std::string(kv::KvDTypeName(layout.dtype)) +
+         ";block=" + std::to_string(layout.block_size) +
+         ";layers=" + std::to_string(layout.n_layers) + ";kv_dim=" + std::to_string(layout.kv_dim);
 }
 
-TieredCachePort::TieredCachePort(kvtier::TieredKvCache* cache, kv::KvStorage* storage, size_t max_queued_writes)
+TieredCachePort::TieredCachePort(kvtier::TieredKvCache* cache, kv::KvStorage* storage,
+                                 size_t max_queued_writes)
     : cache_(cache), storage_(storage), max_queue_(max_queued_writes) {
   const kv::KvLayout& l = storage_->layout();
   slab_bytes_ = l.RowBytes() * static_cast<size_t>(l.block_size);
@@ -33,7 +35,8 @@ std::vector<uint8_t> TieredCachePort::ReadBlock(int32_t block) const {
 }
 
 void TieredCachePort::WriteBlock(int32_t block, const std::vector<uint8_t>& payload) {
-  if (payload.size() != block_bytes_) return;  // the cache verified the length; never write a short block
+  if (payload.size() != block_bytes_)
+    return;  // the cache verified the length; never write a short block
   const uint8_t* p = payload.data();
   for (int layer = 0; layer < storage_->layout().n_layers; ++layer) {
     std::memcpy(storage_->MutableK(layer, block, 0), p, slab_bytes_);
@@ -71,11 +74,14 @@ class FetchAdapter final : public sched::TierPort::Fetch {
 }  // namespace
 
 std::shared_ptr<sched::TierPort::Fetch> TieredCachePort::Prefetch(std::vector<kv::BlockHash> hashes,
-                                                                    std::string_view tenant,
-                                                                    std::function<void()> wake) {
-  return std::make_shared<FetchAdapter>(cache_->Prefetch(std::move(hashes), tenant, std::move(wake)));
+                                                                  std::string_view tenant,
+                                                                  std::function<void()> wake) {
+  return std::make_shared<FetchAdapter>(
+      cache_->Prefetch(std::move(hashes), tenant, std::move(wake)));
 }
 
-void TieredCachePort::Fill(int32_t block, const std::vector<uint8_t>& payload) { WriteBlock(block, payload); }
+void TieredCachePort::Fill(int32_t block, const std::vector<uint8_t>& payload) {
+  WriteBlock(block, payload);
+}
 
 }  // namespace strata::engine

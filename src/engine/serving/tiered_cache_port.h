@@ -1,6 +1,7 @@
 // TieredCachePort: the engine's TierPort over a kvtier::TieredKvCache and the pool's KvStorage.
 //
-// Block payload format (what the tiers store for one pool block, block_bytes = KvLayout::BlockBytes):
+// Block payload format (what the tiers store for one pool block, block_bytes =
+// KvLayout::BlockBytes):
 //   for layer 0 .. n_layers-1:  K rows of the block (block_size × RowBytes, slot order), then
 //                               V rows of the block (same size)
 // i.e. exactly the bytes of the block in KvStorage, in the pool's KV dtype. The format_id given

@@ -26,8 +26,8 @@ Value Arg(const CallArgs& a, size_t i, std::string_view name) {
 
 bool IsPyWhitespace(uint32_t c) {
   return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202f || c == 0x205f || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
+         c == 0x205f || c == 0x3000;
 }
 
 std::vector<uint32_t> Decode(std::string_view s) {
@@ -174,7 +174,8 @@ Value GetPath(const Value& v, const std::string& path) {
   size_t start = 0;
   while (start <= path.size()) {
     size_t dot = path.find('.', start);
-    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     Value next;
     if (cur.is_dict() || cur.is_namespace()) {
       const Value* f = cur.dict().Find(part);
@@ -198,8 +199,10 @@ Value GetPath(const Value& v, const std::string& path) {
 // Python %-formatting (subset: %s %r %d %i %f %x %o %e %g %c %% with flags/width/precision).
 Result<std::string> PyPercentFormat(Interpreter& in, const std::string& fmt, const Value& args) {
   ValueList list;
-  if (args.is_list()) list = args.list();
-  else list.push_back(args);
+  if (args.is_list())
+    list = args.list();
+  else
+    list.push_back(args);
   std::string out;
   size_t ai = 0;
   for (size_t i = 0; i < fmt.size(); ++i) {
@@ -238,18 +241,34 @@ Result<std::string> PyPercentFormat(Interpreter& in, const std::string& fmt, con
     }
     char buf[512];
     switch (conv) {
-      case 's': out += ToPyStr(arg); break;
-      case 'r': out += ToPyRepr(arg); break;
-      case 'd': case 'i': case 'x': case 'X': case 'o': case 'c': {
-        if (!arg.is_number()) return Err("%" + std::string(1, conv) + " format: a number is required");
+      case 's':
+        out += ToPyStr(arg);
+        break;
+      case 'r':
+        out += ToPyRepr(arg);
+        break;
+      case 'd':
+      case 'i':
+      case 'x':
+      case 'X':
+      case 'o':
+      case 'c': {
+        if (!arg.is_number())
+          return Err("%" + std::string(1, conv) + " format: a number is required");
         long long v = arg.is_float() ? static_cast<long long>(arg.as_float()) : arg.as_int();
         std::string f = spec + "ll" + (conv == 'i' ? 'd' : conv);
         std::snprintf(buf, sizeof(buf), f.c_str(), v);
         out += buf;
         break;
       }
-      case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': {
-        if (!arg.is_number()) return Err("%" + std::string(1, conv) + " format: a number is required");
+      case 'f':
+      case 'F':
+      case 'e':
+      case 'E':
+      case 'g':
+      case 'G': {
+        if (!arg.is_number())
+          return Err("%" + std::string(1, conv) + " format: a number is required");
         std::string f = spec + conv;
         std::snprintf(buf, sizeof(buf), f.c_str(), arg.as_float());
         out += buf;
@@ -270,9 +289,20 @@ Result<std::string> PyStrFormat(Interpreter& in, const std::string& fmt, const C
   size_t auto_idx = 0;
   for (size_t i = 0; i < fmt.size(); ++i) {
     char c = fmt[i];
-    if (c == '{' && i + 1 < fmt.size() && fmt[i + 1] == '{') { out.push_back('{'); ++i; continue; }
-    if (c == '}' && i + 1 < fmt.size() && fmt[i + 1] == '}') { out.push_back('}'); ++i; continue; }
-    if (c != '{') { out.push_back(c); continue; }
+    if (c == '{' && i + 1 < fmt.size() && fmt[i + 1] == '{') {
+      out.push_back('{');
+      ++i;
+      continue;
+    }
+    if (c == '}' && i + 1 < fmt.size() && fmt[i + 1] == '}') {
+      out.push_back('}');
+      ++i;
+      continue;
+    }
+    if (c != '{') {
+      out.push_back(c);
+      continue;
+    }
     size_t close = fmt.find('}', i);
     if (close == std::string::npos) return Err("single '{' encountered in format string");
     std::string field = fmt.substr(i + 1, close - i - 1);
@@ -280,7 +310,8 @@ Result<std::string> PyStrFormat(Interpreter& in, const std::string& fmt, const C
     if (field.empty()) {
       if (auto_idx >= args.positional.size()) return Err("format: not enough arguments");
       v = args.positional[auto_idx++];
-    } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+    } else if (std::all_of(field.begin(), field.end(),
+                           [](char d) { return d >= '0' && d <= '9'; })) {
       size_t idx = std::strtoull(field.c_str(), nullptr, 10);
       if (idx >= args.positional.size()) return Err("format: index out of range");
       v = args.positional[idx];
@@ -356,7 +387,8 @@ Result<Value> ToFloat(const Value& v, const Value& def) {
 }
 
 // Sort helper: Python-like ordering, case-insensitive strings unless asked otherwise.
-Result<ValueList> Sorted(ValueList items, bool reverse, bool case_sensitive, const Value& attribute) {
+Result<ValueList> Sorted(ValueList items, bool reverse, bool case_sensitive,
+                         const Value& attribute) {
   Status err;
   auto key = [&](const Value& v) {
     Value k = attribute.is_string() ? GetPath(v, attribute.str()) : v;
@@ -379,8 +411,8 @@ Result<ValueList> Sorted(ValueList items, bool reverse, bool case_sensitive, con
   return out;
 }
 
-Result<std::string> Indent(Interpreter& in, const std::string& s0, const Value& width,
-                           bool first, bool blank) {
+Result<std::string> Indent(Interpreter& in, const std::string& s0, const Value& width, bool first,
+                           bool blank) {
   std::string ind;
   if (width.is_string()) {
     ind = width.str();
@@ -413,10 +445,12 @@ Result<std::string> Indent(Interpreter& in, const std::string& s0, const Value& 
 
 const std::set<std::string_view>& TestNames() {
   static const std::set<std::string_view> k = {
-      "defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number",
-      "integer", "float", "boolean", "true", "false", "callable", "odd", "even", "divisibleby",
-      "lower", "upper", "sameas", "in", "eq", "equalto", "ne", "lt", "lessthan", "le", "gt",
-      "greaterthan", "ge", "escaped", "filter", "test", "==", "!=", "<", "<=", ">", ">="};
+      "defined",     "undefined", "none",        "string",  "mapping",  "iterable", "sequence",
+      "number",      "integer",   "float",       "boolean", "true",     "false",    "callable",
+      "odd",         "even",      "divisibleby", "lower",   "upper",    "sameas",   "in",
+      "eq",          "equalto",   "ne",          "lt",      "lessthan", "le",       "gt",
+      "greaterthan", "ge",        "escaped",     "filter",  "test",     "==",       "!=",
+      "<",           "<=",        ">",           ">="};
   return k;
 }
 
@@ -1195,8 +1229,7 @@ Result<Value> ApplyFilter(Interpreter& in, std::string_view name, const Value& v
   return it->second(in, name, value, args);
 }
 
-Result<bool> ApplyTest(Interpreter& in, std::string_view name, const Value& value,
-                       CallArgs& args) {
+Result<bool> ApplyTest(Interpreter& in, std::string_view name, const Value& value, CallArgs& args) {
   RETURN_IF_ERROR(in.Charge(1));
   const Value other = Arg(args, 0, "value");
   if (name == "defined") return !value.is_undefined();
@@ -1266,9 +1299,9 @@ Result<Value> CallMethod(Interpreter& in, const Value& self, std::string_view na
     *found = false;  // a stored callable (e.g. loop.cycle) handled by the caller
     return Value();
   }
-  static const std::set<std::string_view> kMutating = {
-      "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update",
-      "setdefault", "popitem"};
+  static const std::set<std::string_view> kMutating = {"append", "extend",     "insert", "pop",
+                                                       "remove", "clear",      "sort",   "reverse",
+                                                       "update", "setdefault", "popitem"};
   if (kMutating.count(name) != 0) {
     return Err("'" + std::string(self.TypeName()) + "." + std::string(name) +
                "()' is not allowed: templates cannot modify values");
@@ -1279,10 +1312,11 @@ Result<Value> CallMethod(Interpreter& in, const Value& self, std::string_view na
 
 Value MakeGlobal(std::string_view name) {
   if (name == "raise_exception") {
-    return Value::Function(Native("raise_exception", [](Interpreter&, CallArgs& a) -> Result<Value> {
-      std::string msg = a.positional.empty() ? "" : ToPyStr(a.positional[0]);
-      return Status::InvalidArgument(std::move(msg));
-    }));
+    return Value::Function(
+        Native("raise_exception", [](Interpreter&, CallArgs& a) -> Result<Value> {
+          std::string msg = a.positional.empty() ? "" : ToPyStr(a.positional[0]);
+          return Status::InvalidArgument(std::move(msg));
+        }));
   }
   if (name == "range") {
     return Value::Function(Native("range", [](Interpreter& in, CallArgs& a) -> Result<Value> {
@@ -1307,22 +1341,25 @@ Value MakeGlobal(std::string_view name) {
       RETURN_IF_ERROR(in.Charge(static_cast<uint64_t>(count)));
       ValueList items;
       items.reserve(static_cast<size_t>(count));
-      for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) items.push_back(Value::Int(start + i * step));
+      for (int64_t i = 0; i < static_cast<int64_t>(count); ++i)
+        items.push_back(Value::Int(start + i * step));
       return Value::List(std::move(items));
     }));
   }
   if (name == "namespace" || name == "dict") {
     bool ns = name == "namespace";
-    return Value::Function(Native(std::string(name), [ns](Interpreter& in, CallArgs& a) -> Result<Value> {
-      Value v = ns ? Value::Namespace() : Value::Dict();
-      if (ns) in.TrackNamespace(v);
-      for (const Value& p : a.positional) {
-        if (!p.is_dict()) return Err("namespace()/dict() positional argument must be a mapping");
-        for (const auto& [k, e] : p.dict().entries()) v.dict().Set(k, e);
-      }
-      for (const auto& [k, e] : a.keyword) v.dict().Set(k, e);
-      return v;
-    }));
+    return Value::Function(
+        Native(std::string(name), [ns](Interpreter& in, CallArgs& a) -> Result<Value> {
+          Value v = ns ? Value::Namespace() : Value::Dict();
+          if (ns) in.TrackNamespace(v);
+          for (const Value& p : a.positional) {
+            if (!p.is_dict())
+              return Err("namespace()/dict() positional argument must be a mapping");
+            for (const auto& [k, e] : p.dict().entries()) v.dict().Set(k, e);
+          }
+          for (const auto& [k, e] : a.keyword) v.dict().Set(k, e);
+          return v;
+        }));
   }
   return Value();
 }

@@ -1,5 +1,5 @@
-// Fuzz target: bytes of one HTTP request -> http::ParseHttpRequest with the server's default limits,
-// then the route/auth-relevant accessors. Must never crash or hang; errors are fine.
+// Fuzz target: bytes of one HTTP request -> http::ParseHttpRequest with the server's default
+// limits, then the route/auth-relevant accessors. Must never crash or hang; errors are fine.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -10,7 +10,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   strata::http::HttpServerOptions opt;
   opt.max_body_bytes = 1 << 16;
   opt.max_header_bytes = 8 << 10;
-  auto r = strata::http::ParseHttpRequest(std::string_view(reinterpret_cast<const char*>(data), size), opt);
+  auto r = strata::http::ParseHttpRequest(
+      std::string_view(reinterpret_cast<const char*>(data), size), opt);
   if (r.ok()) {
     volatile size_t sink = r->path.size() + r->body.size() + r->Header("authorization").size() +
                            r->Header("x-strata-tier").size();
