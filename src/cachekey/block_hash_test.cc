@@ -76,6 +76,7 @@ constexpr std::string_view kFingerprint = "0123456789abcdef0123456789abcdef";
 
 std::vector<int32_t> PinnedTokens() {
   std::vector<int32_t> t;
+  t.reserve(48);
   for (int i = 0; i < 48; ++i) t.push_back(i * 7 - 5);
   return t;
 }

@@ -31,8 +31,9 @@ inline constexpr int kDeferred = 0;
 
 struct Route;
 
-// One request on its way through the chain.
-struct Exchange {
+// One request on its way through the chain. (bugprone-exception-escape: the implicit constructor
+// of nlohmann::json, which does not throw for a null value.)
+struct Exchange {  // NOLINT(bugprone-exception-escape)
   HttpRequest request;
   std::shared_ptr<Responder> out;
   const Route* route = nullptr;  // set once matched (also for a 405)

@@ -258,7 +258,7 @@ TEST(HttpServer, PostFromAnotherThreadStreamsInOrder) {
   std::mutex mu;
   HttpServerOptions so;
   so.port = 0;
-  auto s = HttpServer::Start(so, [&](HttpRequest, std::shared_ptr<Responder> out) {
+  auto s = HttpServer::Start(so, [&](const HttpRequest&, std::shared_ptr<Responder> out) {
     out->Begin("text/plain", {});
     std::lock_guard lk(mu);
     producers.emplace_back([out] {
@@ -280,8 +280,8 @@ TEST(HttpServer, TransportErrorsUseTheOpenAiBody) {
   HttpServerOptions so;
   so.port = 0;
   so.max_body_bytes = 8;
-  auto s =
-      HttpServer::Start(so, [](HttpRequest, std::shared_ptr<Responder> out) { out->Respond({}); });
+  auto s = HttpServer::Start(
+      so, [](const HttpRequest&, std::shared_ptr<Responder> out) { out->Respond({}); });
   ASSERT_TRUE(s.ok());
   auto r = testing::HttpCall((*s)->port(), "POST", "/x", std::string(100, 'a'));
   EXPECT_EQ(r.status, 413);

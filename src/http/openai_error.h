@@ -81,10 +81,13 @@ class [[nodiscard]] ApiResult {
     if (!strata_api_error_.ok()) return strata_api_error_; \
   } while (0)
 
-// ASSIGN_OR_RETURN for ApiResult.
+// ASSIGN_OR_RETURN for ApiResult. `lhs` is a declaration or an lvalue, so it cannot be
+// parenthesized (as status.h's ASSIGN_OR_RETURN).
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define ASSIGN_OR_RETURN_API(lhs, expr) \
   ASSIGN_OR_RETURN_API_IMPL_(STRATA_CONCAT_(strata_api_result_, __LINE__), lhs, expr)
 #define ASSIGN_OR_RETURN_API_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                               \
   if (!tmp.ok()) return tmp.error();               \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)

@@ -107,7 +107,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // --- Responder entry points (already on the strand) ---
-  void Respond(uint64_t serial, HttpResponse r) {
+  void Respond(uint64_t serial, const HttpResponse& r) {
     if (serial != serial_ || started_ || closed_) return;
     started_ = true;
     std::string head = Head(r.status, r.content_type, r.headers);
@@ -116,15 +116,15 @@ class Session : public std::enable_shared_from_this<Session> {
     ended_ = true;
     Enqueue(std::move(head));
   }
-  void Begin(uint64_t serial, std::string content_type,
-             std::vector<std::pair<std::string, std::string>> headers) {
+  void Begin(uint64_t serial, const std::string& content_type,
+             const std::vector<std::pair<std::string, std::string>>& headers) {
     if (serial != serial_ || started_ || closed_) return;
     started_ = true;
     std::string head = Head(200, content_type, headers);
     head += "Transfer-Encoding: chunked\r\n\r\n";
     Enqueue(std::move(head));
   }
-  void Write(uint64_t serial, std::string chunk) {
+  void Write(uint64_t serial, const std::string& chunk) {
     if (serial != serial_ || !started_ || ended_ || closed_ || chunk.empty()) return;
     std::string framed = fmt::format("{:x}\r\n", chunk.size());
     framed += chunk;

@@ -333,7 +333,7 @@ HttpResponse Api::Embeddings(Exchange& ex) {
   }
   // Answered by EmbeddingJobs' worker once the engine has computed every input.
   std::shared_ptr<http::Responder> out = ex.out;
-  auto done = [this, out, base64, total](EmbeddingResult result) {
+  auto done = [this, out, base64, total](const EmbeddingResult& result) {
     HttpResponse r = result.status.ok() ? EmbeddingResponse(result.vectors, base64, total)
                                         : FromEngineStatus(result.status);
     metrics_.Add("strata:http_requests_total",

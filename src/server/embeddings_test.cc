@@ -116,6 +116,7 @@ class EmbeddingsServerTest : public ::testing::Test {
 
   static std::vector<int32_t> Tokens(int n, int seed) {
     std::vector<int32_t> t;
+    t.reserve(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) t.push_back(1 + (seed * 37 + i * 11) % 250);
     return t;
   }

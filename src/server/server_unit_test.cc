@@ -472,6 +472,7 @@ TEST_F(ServerTest, ConcurrentStreams) {
   StartEngine();
   constexpr int kClients = 8;
   std::vector<std::thread> threads;
+  threads.reserve(kClients);
   std::vector<std::string> texts(kClients);
   std::vector<int> statuses(kClients);
   for (int i = 0; i < kClients; ++i)

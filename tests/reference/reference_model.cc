@@ -112,6 +112,7 @@ std::vector<std::vector<double>> ReferenceModel::Forward(const std::vector<int32
   if (positions.empty()) positions.push_back(tokens.size() - 1);
   const auto hidden = FinalHidden(tokens);
   std::vector<std::vector<double>> logits;
+  logits.reserve(positions.size());
   for (size_t pos : positions) logits.push_back(MatVec(output_name_, hidden[pos]));
   return logits;
 }

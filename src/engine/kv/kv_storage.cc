@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define STRATA_KV_X86 1
 #endif
@@ -41,9 +42,15 @@ __attribute__((target("avx2,f16c"))) void F32RowToF16F16c(const float* src, uint
   }
 }
 
+// AVX2 and F16C (CPUID leaf 1, ECX bit 29; read directly because clang's __builtin_cpu_supports
+// does not know "f16c").
 bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return has;
+  static const bool kHas = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    return f16c && __builtin_cpu_supports("avx2");
+  }();
+  return kHas;
 }
 #endif
 

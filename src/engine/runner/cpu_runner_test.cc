@@ -181,8 +181,8 @@ void RunAlone(CpuModelRunner* runner, SeqRun* s, int n_decode, size_t n_vocab) {
 // 16 sequences: each alone vs all together in steps that mix chunked prefill and decode, with
 // different block ids, a different thread count and a different KV storage instance.
 TEST_P(RunnerTest, BatchInvariance) {
-  const size_t kPromptLens[16] = {1, 3, 5, 8, 13, 16, 17, 20, 31, 33, 40, 47, 50, 63, 64, 70};
-  const int kDecode = 6;
+  constexpr size_t kPromptLens[16] = {1, 3, 5, 8, 13, 16, 17, 20, 31, 33, 40, 47, 50, 63, 64, 70};
+  constexpr int kDecode = 6;
   const int max_len = 70 + kDecode + 1;
   const int blocks_per_seq = (max_len + 15) / 16;
   for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kQ8_0}) {
@@ -212,8 +212,8 @@ TEST_P(RunnerTest, BatchInvariance) {
     ASSERT_NE(storage, nullptr);
     ThreadPool pool(2);
     CpuModelRunner runner(model(), storage.get(), &pool);
-    const size_t kChunks[] = {1, 7, 16, 5, 32, 3, 11};
-    const size_t kBudget = 48;
+    constexpr size_t kChunks[] = {1, 7, 16, 5, 32, 3, 11};
+    constexpr size_t kBudget = 48;
     std::vector<size_t> done(16, 0);  // tokens already in the KV cache
     std::vector<size_t> chunk_idx(16, 0);
     std::vector<float> logits;
@@ -677,8 +677,8 @@ TEST(RunnerBench, DecodeStep16vs1) {
                           ? std::atoi(std::getenv("STRATA_RUNNER_BENCH_THREADS"))
                           : 2;
   ThreadPool pool(threads);
-  const int kCtx = 128;  // each sequence has 128 tokens of context
-  const int kSeqs = 16;
+  constexpr int kCtx = 128;  // each sequence has 128 tokens of context
+  constexpr int kSeqs = 16;
   const int bps = (kCtx + 64) / 16;
   for (KvDType dtype : {KvDType::kF16, KvDType::kQ8_0, KvDType::kF32}) {
     auto storage = MakeStorage(*b.model, dtype, kSeqs * bps);
@@ -691,6 +691,7 @@ TEST(RunnerBench, DecodeStep16vs1) {
           Prompt(kCtx, b.model->config().n_vocab, static_cast<uint32_t>(i));
     }
     std::vector<BatchSeq> prefill;
+    prefill.reserve(kSeqs);
     for (int i = 0; i < kSeqs; ++i)
       prefill.push_back(
           BatchSeq{i, prompts[static_cast<size_t>(i)], 0, tables[static_cast<size_t>(i)], false});
@@ -698,6 +699,7 @@ TEST(RunnerBench, DecodeStep16vs1) {
     const int32_t tok = 42;
     auto make_batch = [&](int n_seqs) {
       std::vector<BatchSeq> batch;
+      batch.reserve(static_cast<size_t>(n_seqs));
       for (int i = 0; i < n_seqs; ++i)
         batch.push_back(BatchSeq{i, std::span<const int32_t>(&tok, 1), kCtx,
                                  tables[static_cast<size_t>(i)], true});

@@ -121,6 +121,7 @@ TEST(EngineEmbed, ChunkedPromptGivesTheSameBits) {
 // embedding has the bits it has alone, every generation its reference tokens.
 TEST(EngineEmbed, BatchedEqualsAloneBitForBit) {
   std::vector<std::vector<int32_t>> prompts;
+  prompts.reserve(16);
   for (int i = 0; i < 16; ++i)
     prompts.push_back(MakePrompt(1 + 7 * i, 100 + static_cast<uint32_t>(i)));
   std::vector<std::vector<float>> alone;

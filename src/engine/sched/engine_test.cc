@@ -111,6 +111,7 @@ TEST(EngineSim, PreemptedRequestsProduceTheSameTokens) {
 TEST(EngineSim, GreedyTokensMatchIndependentReferenceAloneAndBatched) {
   Sim sim(512, Cfg(64, 16));
   std::vector<std::vector<int32_t>> prompts;
+  prompts.reserve(16);
   for (int i = 0; i < 16; ++i) prompts.push_back(MakePrompt(5 + 11 * i, 100 + i));
   for (auto& p : prompts) ASSERT_TRUE(sim.Submit(Req(p, 20)).ok());
   sim.RunToCompletion();
@@ -400,6 +401,7 @@ TEST(EngineSim, AdmissionBoundIsResourceExhausted) {
 TEST(EngineSim, GoldArrivingAtFullEngineGetsFirstTokenBeforeBronzeDecodes) {
   Sim sim(256, Cfg(2048, 4));
   std::vector<RequestId> bronze;
+  bronze.reserve(4);
   for (int i = 0; i < 4; ++i)
     bronze.push_back(*sim.Submit(Req(MakePrompt(20, i), 200, Priority::kBronze)));
   for (int i = 0; i < 3; ++i) sim.Step();
@@ -651,6 +653,7 @@ TEST(EngineThread, SubmitFromSeveralThreads) {
   constexpr int kThreads = 4, kPerThread = 8;
   std::vector<int> mismatches(kThreads, 0), done(kThreads, 0);
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {

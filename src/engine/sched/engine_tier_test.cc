@@ -21,54 +21,54 @@ using testing::Sim;
 // An in-memory tier: a map from hash to the fake runner's exported block.
 class MapTier final : public TierPort {
  public:
-  explicit MapTier(FakeModelRunner* runner) : runner_(runner) {}
+  explicit MapTier(FakeModelRunner* runner) : runner(runner) {}
 
   class MapFetch final : public Fetch {
    public:
-    bool ready() const override { return ready_; }
-    std::vector<std::vector<uint8_t>> Take() override { return std::move(payloads_); }
-    void Cancel() override { cancelled_ = true; }
-    bool ready_ = false;
-    bool cancelled_ = false;
-    std::vector<std::vector<uint8_t>> payloads_;
+    bool ready() const override { return is_ready; }
+    std::vector<std::vector<uint8_t>> Take() override { return std::move(payloads); }
+    void Cancel() override { was_cancelled = true; }
+    bool is_ready = false;
+    bool was_cancelled = false;
+    std::vector<std::vector<uint8_t>> payloads;
   };
 
   void Demote(int32_t block, const kv::BlockHash& hash, std::string_view tenant) override {
-    store_[hash] = runner_->ExportBlock(block);
-    ++demoted_;
-    tenants_.insert(std::string(tenant));
+    store[hash] = runner->ExportBlock(block);
+    ++demoted;
+    tenants.insert(std::string(tenant));
   }
-  bool WantsPublish() const override { return publish_; }
+  bool WantsPublish() const override { return publish; }
   void Publish(int32_t block, const kv::BlockHash& hash, std::string_view) override {
-    store_[hash] = runner_->ExportBlock(block);
-    ++published_;
+    store[hash] = runner->ExportBlock(block);
+    ++published;
   }
   std::shared_ptr<Fetch> Prefetch(std::vector<kv::BlockHash> hashes, std::string_view,
                                   std::function<void()> wake) override {
     auto f = std::make_shared<MapFetch>();
     for (const auto& h : hashes) {
-      auto it = store_.find(h);
-      if (it == store_.end()) break;
-      f->payloads_.push_back(it->second);
+      auto it = store.find(h);
+      if (it == store.end()) break;
+      f->payloads.push_back(it->second);
     }
-    f->ready_ = !stall_;
-    last_ = f;
-    ++prefetches_;
+    f->is_ready = !stall;
+    last = f;
+    ++prefetches;
     if (wake) wake();
     return f;
   }
   void Fill(int32_t block, const std::vector<uint8_t>& payload) override {
-    runner_->ImportBlock(block, payload);
-    ++filled_;
+    runner->ImportBlock(block, payload);
+    ++filled;
   }
 
-  FakeModelRunner* runner_;
-  std::map<kv::BlockHash, std::vector<uint8_t>> store_;
-  std::set<std::string> tenants_;
-  bool publish_ = false;
-  bool stall_ = false;  // fetches never become ready
-  std::shared_ptr<MapFetch> last_;
-  int demoted_ = 0, published_ = 0, prefetches_ = 0, filled_ = 0;
+  FakeModelRunner* runner;
+  std::map<kv::BlockHash, std::vector<uint8_t>> store;
+  std::set<std::string> tenants;
+  bool publish = false;
+  bool stall = false;  // fetches never become ready
+  std::shared_ptr<MapFetch> last;
+  int demoted = 0, published = 0, prefetches = 0, filled = 0;
 };
 
 SubmitRequest Greedy(std::vector<int32_t> prompt, int max_tokens, std::string tenant = "") {
@@ -99,8 +99,8 @@ TEST(EngineTierSim, EvictedBlocksReturnFromTheTierAndSkipPrefillWithSameTokens) 
   auto id2 = sim.Submit(Greedy(MakePrompt(110, 2), 8));
   ASSERT_TRUE(id2.ok());
   sim.RunToCompletion();
-  EXPECT_GE(tier.demoted_, 4);
-  EXPECT_TRUE(tier.tenants_.count("acme"));
+  EXPECT_GE(tier.demoted, 4);
+  EXPECT_TRUE(tier.tenants.count("acme"));
   const int64_t computed_before = sim.engine->Stats().tokens_computed;
   // A again: its first four blocks are not in the pool any more; the tier brings them back.
   auto id3 = sim.Submit(Greedy(a, 8, "acme"));
@@ -108,7 +108,7 @@ TEST(EngineTierSim, EvictedBlocksReturnFromTheTierAndSkipPrefillWithSameTokens) 
   sim.RunToCompletion();
   const EngineStats st = sim.engine->Stats();
   EXPECT_EQ(st.tier_hit_tokens, 64);
-  EXPECT_EQ(tier.filled_, 4);
+  EXPECT_EQ(tier.filled, 4);
   EXPECT_EQ(st.tier_prefetch_timeouts, 0);
   // Only the 6-token tail and the decodes were computed.
   EXPECT_EQ(st.tokens_computed - computed_before, 6 + 7);
@@ -120,15 +120,15 @@ TEST(EngineTierSim, EvictedBlocksReturnFromTheTierAndSkipPrefillWithSameTokens) 
 TEST(EngineTierSim, PublishWritesComputedBlocksThrough) {
   Sim sim(16, Cfg(), 16);
   MapTier tier(sim.runner.get());
-  tier.publish_ = true;
+  tier.publish = true;
   sim.engine->AttachKvTier(&tier, 0.05);
   ASSERT_TRUE(sim.Submit(Greedy(MakePrompt(50, 3), 4)).ok());  // 3 full prompt blocks
   sim.RunToCompletion();
-  EXPECT_EQ(tier.published_, 3);
+  EXPECT_EQ(tier.published, 3);
   // A second engine ("another replica") with an empty pool finds them in the shared tier.
   Sim other(16, Cfg(), 16);
   MapTier shared(other.runner.get());
-  shared.store_ = tier.store_;
+  shared.store = tier.store;
   other.engine->AttachKvTier(&shared, 0.05);
   auto id = other.Submit(Greedy(MakePrompt(50, 3), 4));
   ASSERT_TRUE(id.ok());
@@ -140,14 +140,14 @@ TEST(EngineTierSim, PublishWritesComputedBlocksThrough) {
 TEST(EngineTierSim, StalledTierCostsAtMostThePrefetchTimeout) {
   Sim sim(8, Cfg(), 16);  // each step advances the fake clock by 10 ms
   MapTier tier(sim.runner.get());
-  tier.stall_ = true;
+  tier.stall = true;
   sim.engine->AttachKvTier(&tier, 0.05);
   const auto a = MakePrompt(40, 4);
   auto id = sim.Submit(Greedy(a, 5));
   ASSERT_TRUE(id.ok());
   sim.RunToCompletion();
-  EXPECT_EQ(tier.prefetches_, 1);
-  EXPECT_TRUE(tier.last_->cancelled_);
+  EXPECT_EQ(tier.prefetches, 1);
+  EXPECT_TRUE(tier.last->was_cancelled);
   EXPECT_EQ(sim.engine->Stats().tier_prefetch_timeouts, 1);
   EXPECT_EQ(sim.engine->Stats().tier_hit_tokens, 0);
   EXPECT_LE(sim.steps, 6 + 5 + 2);  // ~5 held steps (50 ms), then the prompt and decodes
@@ -157,7 +157,7 @@ TEST(EngineTierSim, StalledTierCostsAtMostThePrefetchTimeout) {
 TEST(EngineTierSim, CancelWhilePrefetchingFreesEverything) {
   Sim sim(8, Cfg(), 16);
   MapTier tier(sim.runner.get());
-  tier.stall_ = true;
+  tier.stall = true;
   sim.engine->AttachKvTier(&tier, 10.0);
   auto id = sim.Submit(Greedy(MakePrompt(40, 5), 5));
   ASSERT_TRUE(id.ok());
@@ -166,7 +166,7 @@ TEST(EngineTierSim, CancelWhilePrefetchingFreesEverything) {
   EXPECT_EQ(sim.engine->Stats().running_requests, 0);  // held while prefetching
   sim.engine->Cancel(*id);
   sim.RunToCompletion();
-  EXPECT_TRUE(tier.last_->cancelled_);
+  EXPECT_TRUE(tier.last->was_cancelled);
   EXPECT_EQ(sim.results[*id][0].finish, FinishReason::kCancelled);
 }
 
@@ -176,13 +176,13 @@ TEST(EngineTierSim, ShortPromptsAndPoolHitsDoNotPrefetch) {
   sim.engine->AttachKvTier(&tier, 0.05);
   ASSERT_TRUE(sim.Submit(Greedy(MakePrompt(16, 6), 3)).ok());  // (16-1)/16 = 0 reusable blocks
   sim.RunToCompletion();
-  EXPECT_EQ(tier.prefetches_, 0);
+  EXPECT_EQ(tier.prefetches, 0);
   ASSERT_TRUE(sim.Submit(Greedy(MakePrompt(40, 7), 3)).ok());
   sim.RunToCompletion();
-  EXPECT_EQ(tier.prefetches_, 1);  // nothing in the pool yet
+  EXPECT_EQ(tier.prefetches, 1);  // nothing in the pool yet
   ASSERT_TRUE(sim.Submit(Greedy(MakePrompt(40, 7), 3)).ok());
   sim.RunToCompletion();
-  EXPECT_EQ(tier.prefetches_, 1);  // the pool has both reusable blocks: no prefetch
+  EXPECT_EQ(tier.prefetches, 1);  // the pool has both reusable blocks: no prefetch
 }
 
 TEST(EngineTierSim, BlocksEvictedWhileWaitingArePrefetchedAgain) {
@@ -194,7 +194,7 @@ TEST(EngineTierSim, BlocksEvictedWhileWaitingArePrefetchedAgain) {
   const auto p = MakePrompt(50, 31);  // 3 full blocks
   ASSERT_TRUE(sim.Submit(Greedy(p, 2)).ok());
   sim.RunToCompletion();
-  EXPECT_EQ(tier.prefetches_, 1);                          // a miss on the empty tier
+  EXPECT_EQ(tier.prefetches, 1);                           // a miss on the empty tier
   auto big = sim.Submit(Greedy(MakePrompt(100, 32), 20));  // needs all 8 blocks
   std::vector<int32_t> again = p;
   for (int i = 0; i < 10; ++i) again.push_back(static_cast<int32_t>(i));
@@ -205,7 +205,7 @@ TEST(EngineTierSim, BlocksEvictedWhileWaitingArePrefetchedAgain) {
   // The big request's own arrival prefetch misses. At arrival the third request's 3 blocks were in
   // the pool (no prefetch); the big request's chunks evicted them (demoted), so the engine fetched
   // them back while the request waited (again after each further eviction).
-  EXPECT_GE(tier.prefetches_, 3);
+  EXPECT_GE(tier.prefetches, 3);
   EXPECT_EQ(sim.engine->Stats().tier_hit_tokens, 48);
   EXPECT_EQ(sim.results[*id][0].tokens, GreedyReference(sim.rcfg, again, 4));
 }
@@ -242,7 +242,7 @@ TEST(EngineTierSim, QuickPrefetchAdmitsInTheSameStep) {
   sim.engine->AttachKvTier(&tier, 1.0);
   ASSERT_TRUE(sim.Submit(Greedy(MakePrompt(40, 51), 3)).ok());
   sim.Step();
-  EXPECT_EQ(tier.prefetches_, 1);
+  EXPECT_EQ(tier.prefetches, 1);
   EXPECT_EQ(sim.engine->Stats().running_requests, 1);
   EXPECT_EQ(sim.runner->batches().size(), 1u);  // its prompt ran in the first step
   sim.RunToCompletion();

@@ -48,7 +48,7 @@ void FakeModelRunner::Hidden(uint64_t chain, int pos, std::span<float> out) cons
     out[i] = static_cast<float>(Mix64(base + i) >> 40) / static_cast<float>(1 << 23) - 1.0f;
 }
 
-Status FakeModelRunner::Fail(std::string msg) {
+Status FakeModelRunner::Fail(const std::string& msg) {
   ++num_errors_;
   return Status::Internal("fake runner: " + msg);
 }

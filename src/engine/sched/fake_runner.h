@@ -87,7 +87,7 @@ class FakeModelRunner final : public ModelRunner {
     uint64_t chain = 0;
   };
   static uint64_t Mix(uint64_t h, int32_t token, int32_t pos);
-  Status Fail(std::string msg);
+  Status Fail(const std::string& msg);
   const Slot& At(int32_t block, int slot) const {
     return slots_[static_cast<size_t>(block) * static_cast<size_t>(cfg_.block_size) +
                   static_cast<size_t>(slot)];

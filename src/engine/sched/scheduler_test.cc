@@ -164,6 +164,7 @@ TEST(Scheduler, ARequestThatDoesNotFitYetIsNeitherChangedNorCountedAsAQuery) {
 // Shared-prefix deferral. Prompts: a 64-token common prefix (4 blocks) + an 8-token suffix.
 std::vector<int32_t> SharedPrompt(int32_t suffix) {
   std::vector<int32_t> p;
+  p.reserve(72);
   for (int i = 0; i < 64; ++i) p.push_back(i % 50);
   for (int i = 0; i < 8; ++i) p.push_back(suffix);
   return p;

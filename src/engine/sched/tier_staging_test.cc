@@ -10,12 +10,12 @@ namespace {
 
 class FakeFetch final : public TierPort::Fetch {
  public:
-  bool ready() const override { return ready_; }
-  std::vector<std::vector<uint8_t>> Take() override { return std::move(payloads_); }
-  void Cancel() override { ++cancels_; }
-  bool ready_ = false;
-  int cancels_ = 0;
-  std::vector<std::vector<uint8_t>> payloads_;
+  bool ready() const override { return is_ready; }
+  std::vector<std::vector<uint8_t>> Take() override { return std::move(payloads); }
+  void Cancel() override { ++cancels; }
+  bool is_ready = false;
+  int cancels = 0;
+  std::vector<std::vector<uint8_t>> payloads;
 };
 
 class FakePort final : public TierPort {
@@ -25,21 +25,22 @@ class FakePort final : public TierPort {
   void Publish(int32_t, const kv::BlockHash&, std::string_view) override {}
   std::shared_ptr<Fetch> Prefetch(std::vector<kv::BlockHash> hashes, std::string_view tenant,
                                   std::function<void()>) override {
-    asked_ = std::move(hashes);
-    tenant_ = std::string(tenant);
-    last_ = std::make_shared<FakeFetch>();
-    return last_;
+    asked = std::move(hashes);
+    asked_tenant = std::string(tenant);
+    last = std::make_shared<FakeFetch>();
+    return last;
   }
   void Fill(int32_t, const std::vector<uint8_t>&) override {}
-  std::vector<kv::BlockHash> asked_;
-  std::string tenant_;
-  std::shared_ptr<FakeFetch> last_;
+  std::vector<kv::BlockHash> asked;
+  std::string asked_tenant;
+  std::shared_ptr<FakeFetch> last;
 };
 
 constexpr int kBs = 4;
 
 std::vector<int32_t> Tokens(int n) {
   std::vector<int32_t> t;
+  t.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) t.push_back(i + 1);
   return t;
 }
@@ -58,13 +59,13 @@ TEST(TierStaging, AsksForTheMissingBlocksStagesThemAndDoesNotRetryAMiss) {
   const auto hashes = cachekey::ComputeBlockHashes(tokens, kBs, f.salt);
   ASSERT_TRUE(f.staging.WantsPrefetch(tokens, /*started=*/false, hashes, f.salt, f.kv));
   f.staging.Start(&f.port, "acme", nullptr, f.clock.Now() + std::chrono::seconds(1));
-  EXPECT_EQ(f.port.asked_, hashes);
-  EXPECT_EQ(f.port.tenant_, "acme");
+  EXPECT_EQ(f.port.asked, hashes);
+  EXPECT_EQ(f.port.asked_tenant, "acme");
   EXPECT_TRUE(f.staging.fetching());
   EXPECT_FALSE(f.staging.WantsPrefetch(tokens, false, hashes, f.salt, f.kv));  // in flight
   EXPECT_EQ(f.staging.Poll(f.clock.Now()), TierStaging::PollResult::kPending);
-  f.port.last_->payloads_ = {{7}, {8}};  // the tiers hold the first two blocks
-  f.port.last_->ready_ = true;
+  f.port.last->payloads = {{7}, {8}};  // the tiers hold the first two blocks
+  f.port.last->is_ready = true;
   EXPECT_EQ(f.staging.Poll(f.clock.Now()), TierStaging::PollResult::kLoaded);
   EXPECT_FALSE(f.staging.fetching());
   TierStaging::Staged staged = f.staging.StagedFrom(0, 13);
@@ -99,7 +100,7 @@ TEST(TierStaging, APreemptedRequestIsAskedAgainOnlyForBlocksThePoolLost) {
   ASSERT_TRUE(f.kv.Apply(plan));
   ASSERT_TRUE(f.staging.WantsPrefetch(tokens, true, {}, f.salt, f.kv));
   f.staging.Start(&f.port, "", nullptr, f.clock.Now());
-  EXPECT_EQ(f.port.asked_, cachekey::ComputeBlockHashes(tokens, kBs, f.salt));
+  EXPECT_EQ(f.port.asked, cachekey::ComputeBlockHashes(tokens, kBs, f.salt));
 }
 
 TEST(TierStaging, ASlowFetchTimesOutAndACancelledOneIsCancelledOnce) {
@@ -108,12 +109,12 @@ TEST(TierStaging, ASlowFetchTimesOutAndACancelledOneIsCancelledOnce) {
   const auto hashes = cachekey::ComputeBlockHashes(tokens, kBs, f.salt);
   ASSERT_TRUE(f.staging.WantsPrefetch(tokens, false, hashes, f.salt, f.kv));
   f.staging.Start(&f.port, "", nullptr, f.clock.Now() + std::chrono::milliseconds(50));
-  std::shared_ptr<FakeFetch> fetch = f.port.last_;
+  std::shared_ptr<FakeFetch> fetch = f.port.last;
   f.clock.Advance(std::chrono::milliseconds(49));
   EXPECT_EQ(f.staging.Poll(f.clock.Now()), TierStaging::PollResult::kPending);
   f.clock.Advance(std::chrono::milliseconds(1));
   EXPECT_EQ(f.staging.Poll(f.clock.Now()), TierStaging::PollResult::kTimedOut);
-  EXPECT_EQ(fetch->cancels_, 1);
+  EXPECT_EQ(fetch->cancels, 1);
   EXPECT_FALSE(f.staging.fetching());
   EXPECT_TRUE(f.staging.StagedFrom(0, 9).hashes.empty());  // computed instead
   // A fetch in flight is cancelled when its staging goes away (the request ended).
@@ -122,9 +123,9 @@ TEST(TierStaging, ASlowFetchTimesOutAndACancelledOneIsCancelledOnce) {
     TierStaging other(kBs);
     ASSERT_TRUE(other.WantsPrefetch(tokens, false, hashes, f.salt, f.kv));
     other.Start(&f.port, "", nullptr, f.clock.Now() + std::chrono::seconds(1));
-    second = f.port.last_;
+    second = f.port.last;
   }
-  EXPECT_EQ(second->cancels_, 1);
+  EXPECT_EQ(second->cancels, 1);
 }
 
 }  // namespace

@@ -386,17 +386,17 @@ constexpr double kMaxSeconds = 1e6;
 
 const Section<ModelFileConfig>& ModelKeys() {
   using M = ModelFileConfig;
-  static const Section<M> keys = {
+  static const Section<M> kKeys = {
       Leaf<M>("path", "--model", &M::path, kString),
       Leaf<M>("served_model_name", "--served-model-name", &M::served_model_name, kString),
       Leaf<M>("chat_template_file", "--chat-template-file", &M::chat_template_file, kString),
   };
-  return keys;
+  return kKeys;
 }
 
 const Section<ServerConfig>& ServerKeys() {
   using S = ServerConfig;
-  static const Section<S> keys = {
+  static const Section<S> kKeys = {
       Leaf<S>("host", "--host", &S::host, kString),
       Leaf<S>("port", "--port", &S::port, kInt<int>, InRange(0, 65535)),
       Leaf<S>("api_keys", "--api-key", &S::api_keys, kStringList),
@@ -417,23 +417,23 @@ const Section<ServerConfig>& ServerKeys() {
               InRange(1, 1 << 24)),
       Leaf<S>("retry_after_s", "", &S::retry_after_s, kInt<int>, InRange(0, 3600)),
   };
-  return keys;
+  return kKeys;
 }
 
 const Section<KvCacheConfig>& KvCacheKeys() {
   using K = KvCacheConfig;
-  static const Section<K> keys = {
+  static const Section<K> kKeys = {
       Leaf<K>("memory", "--kv-cache-memory", &K::memory, kString, MemorySize()),
       Leaf<K>("dtype", "--kv-dtype", &K::dtype, kKvDType),
       Leaf<K>("block_size", "--block-size", &K::block_size, kInt<int>, InRange(1, 1024)),
       Leaf<K>("prefix_cache", "--no-prefix-cache", &K::prefix_cache, kBool),
   };
-  return keys;
+  return kKeys;
 }
 
 const Section<sched::SchedulerConfig>& SchedulerKeys() {
   using C = sched::SchedulerConfig;
-  static const Section<C> keys = {
+  static const Section<C> kKeys = {
       Leaf<C>("max_num_seqs", "--max-num-seqs", &C::max_num_seqs, kInt<int>, InRange(1, 1024)),
       Leaf<C>("max_batched_tokens", "--max-batched-tokens", &C::max_batched_tokens, kInt<int>,
               InRange(1, 1 << 20)),
@@ -445,58 +445,58 @@ const Section<sched::SchedulerConfig>& SchedulerKeys() {
               InRange<int64_t>(1, int64_t{1} << 40)),
       Leaf<C>("aging_s", "", &C::aging_s, kDouble, InRange(0.0, kMaxSeconds)),
   };
-  return keys;
+  return kKeys;
 }
 
 const Section<kvtier::TierLimits>& LimitKeys() {
   using L = kvtier::TierLimits;
-  static const Section<L> keys = {
+  static const Section<L> kKeys = {
       Leaf<L>("capacity", "", &L::capacity_bytes, kSize),
       Leaf<L>("ttl_s", "", &L::ttl_s, kDouble, InRange(0.0, 1e9)),
       Leaf<L>("tenant_quota", "", &L::tenant_quota_bytes, kQuotas),
       Leaf<L>("default_tenant_quota", "", &L::default_tenant_quota_bytes, kSize),
   };
-  return keys;
+  return kKeys;
 }
 
 const Section<kvtier::RamTierConfig>& RamKeys() {
   using R = kvtier::RamTierConfig;
-  static const Section<R> keys = Inline(&R::limits, LimitKeys());
-  return keys;
+  static const Section<R> kKeys = Inline(&R::limits, LimitKeys());
+  return kKeys;
 }
 
 const Section<kvtier::DiskTierConfig>& DiskKeys() {
   using D = kvtier::DiskTierConfig;
-  static const Section<D> keys =
+  static const Section<D> kKeys =
       Concat<D>(Concat<D>({Leaf<D>("dir", "--kv-tier-disk", &D::dir, kString)},
                           Inline(&D::limits, LimitKeys())),
                 {Leaf<D>("write_through", "", &D::write_through, kBool),
                  Leaf<D>("fsync", "", &D::fsync, kBool)});
-  return keys;
+  return kKeys;
 }
 
 const Section<kvtier::RedisTierConfig>& RedisKeys() {
   using R = kvtier::RedisTierConfig;
   // No capacity: Redis's own maxmemory policy bounds it.
-  static const Section<R> limits = [] {
+  static const Section<R> kLimits = [] {
     Section<R> out;
     for (Key<R>& k : Inline(&R::limits, LimitKeys())) {
       if (k.name != "capacity") out.push_back(std::move(k));
     }
     return out;
   }();
-  static const Section<R> keys = Concat<R>(
+  static const Section<R> kKeys = Concat<R>(
       Concat<R>({Leaf<R>("url", "--kv-tier-redis", &R::url, kString),
                  Leaf<R>("key_prefix", "", &R::key_prefix, kString)},
-                limits),
+                kLimits),
       {Leaf<R>("write_through", "--kv-tier-redis-write-through", &R::write_through, kBool),
        Leaf<R>("timeout_s", "", &R::timeout_s, kDouble, InRange(0.0, 60.0))});
-  return keys;
+  return kKeys;
 }
 
 const Section<kvtier::TieredKvConfig>& TierKeys() {
   using T = kvtier::TieredKvConfig;
-  static const Section<T> keys = {
+  static const Section<T> kKeys = {
       OptionalSub<T>("ram", &T::ram, RamKeys()),
       OptionalSub<T>("disk", &T::disk, DiskKeys()),
       OptionalSub<T>("redis", &T::redis, RedisKeys()),
@@ -505,12 +505,12 @@ const Section<kvtier::TieredKvConfig>& TierKeys() {
               InRange<size_t>(1, size_t{1} << 20)),
       Leaf<T>("io_threads", "", &T::io_threads, kInt<int>, InRange(1, 64)),
   };
-  return keys;
+  return kKeys;
 }
 
 const Section<ServingConfig>& EngineKeys() {
   using E = ServingConfig;
-  static const Section<E> keys = {
+  static const Section<E> kKeys = {
       Leaf<E>("threads", "--threads", &E::threads, kInt<int>, InRange(0, 1024)),
       Leaf<E>("max_model_len", "--max-model-len", &E::max_model_len, kInt<int>,
               InRange(0, 1 << 24)),
@@ -520,17 +520,17 @@ const Section<ServingConfig>& EngineKeys() {
       Sub<E>("scheduler", &E::scheduler, SchedulerKeys()),
       Sub<E>("kv_tiers", &E::kv_tiers, TierKeys()),
   };
-  return keys;
+  return kKeys;
 }
 
 const Section<ReplicaConfig>& ReplicaKeys() {
   using R = ReplicaConfig;
-  static const Section<R> keys = {
+  static const Section<R> kKeys = {
       Sub<R>("model", &R::model, ModelKeys()),
       Sub<R>("server", &R::server, ServerKeys()),
       Sub<R>("engine", &R::engine, EngineKeys()),
   };
-  return keys;
+  return kKeys;
 }
 
 // Validates the tier section on its own (its messages name keys relative to it).

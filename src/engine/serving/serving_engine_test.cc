@@ -111,6 +111,7 @@ TEST_P(ServingEngineTest, GreedyTokensIdenticalAloneAndInBatchOf16) {
   alone.threads = 1;
   alone.max_model_len = 256;
   std::vector<std::vector<int32_t>> want;
+  want.reserve(prompts.size());
   for (const auto& p : prompts) want.push_back(RunAll(fx, alone, {p}, 12)[0]);
 
   ServingConfig batched = alone;
@@ -253,6 +254,7 @@ TEST_P(ServingEngineTest, EmbeddingsBatchedEqualAloneAndThePreviousPath) {
     alone.threads = 1;
     alone.max_model_len = 256;
     std::vector<std::vector<float>> want;
+    want.reserve(prompts.size());
     for (const auto& p : prompts) want.push_back(EmbedAll(fx, alone, {p})[0]);
     ServingConfig batched = alone;
     batched.scheduler.max_num_seqs = 16;

@@ -444,14 +444,14 @@ Result<std::string> Indent(Interpreter& in, const std::string& s0, const Value& 
 }
 
 const std::set<std::string_view>& TestNames() {
-  static const std::set<std::string_view> k = {
+  static const std::set<std::string_view> kTable = {
       "defined",     "undefined", "none",        "string",  "mapping",  "iterable", "sequence",
       "number",      "integer",   "float",       "boolean", "true",     "false",    "callable",
       "odd",         "even",      "divisibleby", "lower",   "upper",    "sameas",   "in",
       "eq",          "equalto",   "ne",          "lt",      "lessthan", "le",       "gt",
       "greaterthan", "ge",        "escaped",     "filter",  "test",     "==",       "!=",
       "<",           "<=",        ">",           ">="};
-  return k;
+  return kTable;
 }
 
 std::shared_ptr<Callable> Native(std::string name,
@@ -853,7 +853,7 @@ Result<Value> FilterEscape(Interpreter& in, std::string_view, const Value& value
 }
 
 const std::unordered_map<std::string_view, FilterFn>& FilterTable() {
-  static const std::unordered_map<std::string_view, FilterFn> k = {
+  static const std::unordered_map<std::string_view, FilterFn> kTable = {
       {"abs", FilterAbs},
       {"attr", FilterAttr},
       {"capitalize", FilterCapitalize},
@@ -898,7 +898,7 @@ const std::unordered_map<std::string_view, FilterFn>& FilterTable() {
       {"lstrip", FilterStrip},
       {"rstrip", FilterStrip},
   };
-  return k;
+  return kTable;
 }
 
 // ---- methods of str, dict and list: one small function each, found by receiver type and name ----
@@ -1108,7 +1108,7 @@ Result<Value> ListFind(Interpreter&, const Value& self, std::string_view name, C
 }
 
 const MethodTable& StrMethods() {
-  static const MethodTable k = {
+  static const MethodTable kTable = {
       {"strip", StrStrip},
       {"lstrip", StrStrip},
       {"rstrip", StrStrip},
@@ -1137,20 +1137,20 @@ const MethodTable& StrMethods() {
       {"islower", StrIs},
       {"isupper", StrIs},
   };
-  return k;
+  return kTable;
 }
 
 const MethodTable& DictMethods() {
-  static const MethodTable k = {
+  static const MethodTable kTable = {
       {"items", DictView}, {"keys", DictView}, {"values", DictView},
       {"get", DictGet},    {"copy", DictCopy},
   };
-  return k;
+  return kTable;
 }
 
 const MethodTable& ListMethods() {
-  static const MethodTable k = {{"index", ListFind}, {"count", ListFind}};
-  return k;
+  static const MethodTable kTable = {{"index", ListFind}, {"count", ListFind}};
+  return kTable;
 }
 
 const MethodTable* MethodsOf(const Value& self) {
