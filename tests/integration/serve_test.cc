@@ -158,8 +158,15 @@ TEST(Serve, DisconnectFreesKvBlocksVisibleInMetrics) {
     json body = {{"prompt", "Tell me a long story"}, {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}};
     ASSERT_TRUE(c.Send("POST", "/v1/completions", body.dump()));
     ASSERT_TRUE(c.ReadUntil([](const std::string& b) { return b.find("\"text\"") != std::string::npos; }));
+    // Engine stats are a snapshot as of the end of the last step, and the first token can reach
+    // the client (pushed mid-step) before that step has published it: poll briefly.
+    const std::string running = "strata:num_requests_running{model_name=\"strata-tiny\"} 1";
     auto m = HttpCall(port, "GET", "/metrics");
-    EXPECT_NE(m.body.find("strata:num_requests_running{model_name=\"strata-tiny\"} 1"), std::string::npos) << m.body;
+    for (int i = 0; i < 100 && m.body.find(running) == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      m = HttpCall(port, "GET", "/metrics");
+    }
+    EXPECT_NE(m.body.find(running), std::string::npos) << m.body;
   }
   // The engine frees the blocks (within one step) and the HTTP side counts the abort when it sees
   // the request end; the two land in /metrics in either order, so wait for both.
