@@ -332,18 +332,15 @@ class SessionResponder final : public Responder {
       : s_(std::move(s)), serial_(serial), work_(asio::make_strand(s_->io_context())) {}
   void Respond(HttpResponse r) override {
     asio::post(s_->executor(),
-               [s = s_, n = serial_, r = std::move(r)]() mutable { s->Respond(n, std::move(r)); });
+               [s = s_, n = serial_, r = std::move(r)]() mutable { s->Respond(n, r); });
   }
   void Begin(std::string ct, std::vector<std::pair<std::string, std::string>> h) override {
-    asio::post(s_->executor(),
-               [s = s_, n = serial_, ct = std::move(ct), h = std::move(h)]() mutable {
-                 s->Begin(n, std::move(ct), std::move(h));
-               });
+    asio::post(s_->executor(), [s = s_, n = serial_, ct = std::move(ct),
+                                h = std::move(h)]() mutable { s->Begin(n, ct, h); });
   }
   void Write(std::string chunk) override {
-    asio::post(s_->executor(), [s = s_, n = serial_, c = std::move(chunk)]() mutable {
-      s->Write(n, std::move(c));
-    });
+    asio::post(s_->executor(),
+               [s = s_, n = serial_, c = std::move(chunk)]() mutable { s->Write(n, c); });
   }
   void End() override {
     asio::post(s_->executor(), [s = s_, n = serial_] { s->End(n); });

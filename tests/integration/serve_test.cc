@@ -2,6 +2,7 @@
 // model, driven over real sockets (http_test_client.h), plus the official OpenAI Node SDK when node
 // and tests/integration/openai_client/node_modules are present.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,11 +10,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "integration/http_test_client.h"
 #include "integration/serve_process.h"
@@ -32,7 +31,8 @@ constexpr const char* kTemplate =
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 std::string TemplateFile() {
-  auto p = std::filesystem::temp_directory_path() / ("strata_serve_test_tmpl_" + std::to_string(getpid()) + ".jinja");
+  auto p = std::filesystem::temp_directory_path() /
+           ("strata_serve_test_tmpl_" + std::to_string(getpid()) + ".jinja");
   std::ofstream(p) << kTemplate;
   return p.string();
 }
@@ -82,11 +82,15 @@ TEST(Serve, EveryEndpointOnTheBundledModel) {
   // The bundled model's vocab adds BOS; detokenize renders text only.
   EXPECT_NE(dt["content"].get<std::string>().find("Hello world"), std::string::npos) << dt;
 
-  json at = Post(port, "/apply-template", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}}, &st);
+  json at =
+      Post(port, "/apply-template", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}}, &st);
   EXPECT_EQ(st, 200);
   EXPECT_EQ(at["prompt"], "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 
-  json body = {{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0.9}, {"seed", 7},
+  json body = {{"prompt", "Once upon a time"},
+               {"max_tokens", 12},
+               {"temperature", 0.9},
+               {"seed", 7},
                {"ignore_eos", true}};
   json c = Post(port, "/v1/completions", body, &st);
   ASSERT_EQ(st, 200) << c;
@@ -102,7 +106,10 @@ TEST(Serve, EveryEndpointOnTheBundledModel) {
   EXPECT_EQ(finish, "length");
 
   json chat = Post(port, "/v1/chat/completions",
-                   {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 5}, {"ignore_eos", true}}, &st);
+                   {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                    {"max_tokens", 5},
+                    {"ignore_eos", true}},
+                   &st);
   ASSERT_EQ(st, 200) << chat;
   EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(chat["usage"]["prompt_tokens"],
@@ -118,9 +125,12 @@ TEST(Serve, EveryEndpointOnTheBundledModel) {
 
   auto metrics = HttpCall(port, "GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);
-  EXPECT_NE(metrics.body.find("strata:request_success_total{model_name=\"tiny\",tier=\"silver\",finished_reason=\"length\"} 3"),
-            std::string::npos) << metrics.body;
-  EXPECT_NE(metrics.body.find("strata:http_requests_total{model_name=\"tiny\",route=\"/v1/completions\",status=\"200\"} 2"),
+  EXPECT_NE(metrics.body.find("strata:request_success_total{model_name=\"tiny\",tier=\"silver\","
+                              "finished_reason=\"length\"} 3"),
+            std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("strata:http_requests_total{model_name=\"tiny\",route=\"/v1/"
+                              "completions\",status=\"200\"} 2"),
             std::string::npos);
   std::filesystem::remove(tmpl);
 }
@@ -136,7 +146,8 @@ TEST(Serve, ErrorStatuses) {
   EXPECT_EQ(HttpCall(port, "GET", "/v1/models", "", auth).status, 200);
   EXPECT_EQ(HttpCall(port, "POST", "/v1/completions", std::string(5000, ' '), auth).status, 413);
   int st = 0;
-  json e = Post(port, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}}}, &st, auth);
+  json e = Post(port, "/v1/chat/completions",
+                {{"messages", {{{"role", "user"}, {"content", "x"}}}}}, &st, auth);
   EXPECT_EQ(st, 400);  // no chat template
   EXPECT_NE(e["error"]["message"].get<std::string>().find("no chat template"), std::string::npos);
   e = Post(port, "/v1/completions", {{"prompt", "x"}, {"temperature", -1}}, &st, auth);
@@ -155,9 +166,13 @@ TEST(Serve, DisconnectFreesKvBlocksVisibleInMetrics) {
   const int port = s.port();
   {
     HttpConn c(port);
-    json body = {{"prompt", "Tell me a long story"}, {"max_tokens", 1500}, {"ignore_eos", true}, {"stream", true}};
+    json body = {{"prompt", "Tell me a long story"},
+                 {"max_tokens", 1500},
+                 {"ignore_eos", true},
+                 {"stream", true}};
     ASSERT_TRUE(c.Send("POST", "/v1/completions", body.dump()));
-    ASSERT_TRUE(c.ReadUntil([](const std::string& b) { return b.find("\"text\"") != std::string::npos; }));
+    ASSERT_TRUE(
+        c.ReadUntil([](const std::string& b) { return b.find("\"text\"") != std::string::npos; }));
     // Engine stats are a snapshot as of the end of the last step, and the first token can reach
     // the client (pushed mid-step) before that step has published it: poll briefly.
     const std::string running = "strata:num_requests_running{model_name=\"strata-tiny\"} 1";
@@ -174,8 +189,10 @@ TEST(Serve, DisconnectFreesKvBlocksVisibleInMetrics) {
   bool freed = false, counted = false;
   for (int i = 0; i < 200 && !(freed && counted); ++i) {
     body = HttpCall(port, "GET", "/metrics").body;
-    freed = body.find("strata:kv_cache_usage_perc{model_name=\"strata-tiny\"} 0\n") != std::string::npos &&
-            body.find("strata:num_requests_running{model_name=\"strata-tiny\"} 0\n") != std::string::npos;
+    freed = body.find("strata:kv_cache_usage_perc{model_name=\"strata-tiny\"} 0\n") !=
+                std::string::npos &&
+            body.find("strata:num_requests_running{model_name=\"strata-tiny\"} 0\n") !=
+                std::string::npos;
     counted = body.find("finished_reason=\"abort\"} 1") != std::string::npos;
     if (!(freed && counted)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -193,7 +210,8 @@ TEST(Serve, SigtermDrainsLiveStreamsThenExitsZero) {
     conns.push_back(std::make_unique<HttpConn>(port));
     json body = {{"prompt", "Count"}, {"max_tokens", 60}, {"ignore_eos", true}, {"stream", true}};
     ASSERT_TRUE(conns.back()->Send("POST", "/v1/completions", body.dump()));
-    ASSERT_TRUE(conns.back()->ReadUntil([](const std::string& b) { return b.find("\"text\"") != std::string::npos; }));
+    ASSERT_TRUE(conns.back()->ReadUntil(
+        [](const std::string& b) { return b.find("\"text\"") != std::string::npos; }));
   }
   s.Signal(SIGTERM);
   // Draining: readiness is 503 and new work is refused with 503, while the streams continue.
@@ -219,11 +237,14 @@ TEST(Serve, OfficialOpenAINodeClient) {
   const std::string dir = STRATA_SOURCE_DIR "/tests/integration/openai_client";
   if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
   if (!std::filesystem::exists(dir + "/node_modules/openai/package.json"))
-    GTEST_SKIP() << "openai npm package not installed: run `npm ci` in " << dir << " (.ci/run does)";
+    GTEST_SKIP() << "openai npm package not installed: run `npm ci` in " << dir
+                 << " (.ci/run does)";
   std::string tmpl = TemplateFile();
-  ServeProcess s({"--chat-template-file", tmpl, "--api-key", "sk-test", "--served-model-name", "strata-tiny"});
+  ServeProcess s(
+      {"--chat-template-file", tmpl, "--api-key", "sk-test", "--served-model-name", "strata-tiny"});
   ASSERT_GT(s.port(), 0);
-  std::string cmd = "node " + dir + "/client_test.mjs http://127.0.0.1:" + std::to_string(s.port()) +
+  std::string cmd = "node " + dir +
+                    "/client_test.mjs http://127.0.0.1:" + std::to_string(s.port()) +
                     "/v1 sk-test strata-tiny 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);

@@ -313,9 +313,9 @@ struct RefCheck {
 // every chunk end equals a one-shot prefill of the prompt up to there with F32 KV (exactly for F32
 // KV; F16/Q8_0 KV within a tolerance, measured values printed) and the fp64 reference.
 TEST_P(RunnerTest, ChunkedPrefillMatchesOneShotAndReference) {
-  const size_t kLen = 90;
+  constexpr size_t kLen = 90;
   const auto prompt = Prompt(kLen, static_cast<int>(n_vocab_), 99);
-  const size_t kChunks[] = {1, 7, 16, 2, 31, 9, 24};
+  constexpr size_t kChunks[] = {1, 7, 16, 2, 31, 9, 24};
   std::vector<size_t> ends;  // last position of each chunk
   for (size_t pos = 0, c = 0; pos < kLen; ++c) {
     pos += std::min(kChunks[c % 7], kLen - pos);
@@ -432,7 +432,7 @@ TEST_P(RunnerTest, DecodeMatchesOneShotPrefillExactly) {
 // one shot bit for bit for every KV dtype, also mixed into batches with logits-only sequences and
 // with logits asked on the same entry; with F32 KV close to the fp64 reference's hidden rows.
 TEST_P(RunnerTest, HiddenRowsChunkAndBatchInvariant) {
-  const size_t kLen = 45;
+  constexpr size_t kLen = 45;
   const size_t dim = static_cast<size_t>(model().config().dim);
   const auto prompt = Prompt(kLen, static_cast<int>(n_vocab_), 31);
   const auto other = Prompt(20, static_cast<int>(n_vocab_), 32);
@@ -467,7 +467,7 @@ TEST_P(RunnerTest, HiddenRowsChunkAndBatchInvariant) {
     // decodes).
     auto storage = MakeStorage(model(), dtype, 8);
     CpuModelRunner runner(model(), storage.get(), &pool);
-    const size_t kChunks[] = {1, 7, 16, 21};
+    constexpr size_t kChunks[] = {1, 7, 16, 21};
     std::vector<float> logits, hidden, collected;
     size_t pos = 0, other_pos = 0;
     for (size_t take : kChunks) {
