@@ -9,7 +9,7 @@
 
 #include "tokenizer/chat/value.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 struct Expr;
 struct Stmt;
@@ -88,4 +88,4 @@ struct Stmt {
   std::unique_ptr<MacroNode> macro;
 };
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

@@ -6,7 +6,7 @@
 #include "base/status.h"
 #include "tokenizer/chat/value.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 bool IsKnownFilter(std::string_view name);
 bool IsKnownTest(std::string_view name);
@@ -28,4 +28,4 @@ Result<bool> Contains(const Value& container, const Value& x);
 // Python str.split(sep) / str.split() when sep is empty-optional.
 Value SplitString(const std::string& s, const Value& sep, int64_t maxsplit);
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

@@ -9,7 +9,7 @@
 
 #include "tokenizer/chat/chat_template.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 namespace {
 
 Result<std::string> RenderWith(std::string_view src, const ChatTemplateLimits& limits = {},
@@ -268,4 +268,4 @@ TEST(ChatRenderTest, ConcurrentRendersShareNothing) {
 }
 
 }  // namespace
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

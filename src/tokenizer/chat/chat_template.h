@@ -36,7 +36,7 @@
 
 #include "base/status.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 
 struct ChatTemplateLimits {
@@ -114,4 +114,4 @@ struct ChatInputs {
 // an object.
 Result<nlohmann::ordered_json> BuildChatContext(const ChatInputs& inputs);
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

@@ -8,7 +8,7 @@
 
 #include "tokenizer/chat/chat_template.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 namespace {
 
 constexpr const char* kContext = R"({"msgs": [{"role": "system", "content": "  sys  "}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "d": {"b": 1, "a": [1, 2.5, null, true], "c": "é\"\n"}, "s": "Hello World", "n": 7, "f": 2.5, "e": "", "none_v": null})";
@@ -149,4 +149,4 @@ TEST_P(ChatFeatureTest, MatchesReferenceJinja) {
 INSTANTIATE_TEST_SUITE_P(Features, ChatFeatureTest, ::testing::ValuesIn(kCases));
 
 }  // namespace
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

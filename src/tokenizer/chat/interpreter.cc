@@ -5,7 +5,7 @@
 
 #include "tokenizer/chat/builtins.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 namespace {
 
@@ -777,4 +777,4 @@ Result<Value> Interpreter::CallMacro(const MacroNode& m, CallArgs& args,
   return Value::String(std::move(out));
 }
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

@@ -13,7 +13,7 @@
 #include "tokenizer/chat/lexer.h"
 #include "tokenizer/chat/value.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 class Interpreter {
  public:
@@ -80,4 +80,4 @@ class Interpreter {
   std::vector<Value> namespaces_;
 };
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

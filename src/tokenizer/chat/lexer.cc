@@ -6,7 +6,7 @@
 
 #include "tokenizer/chat/value.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 namespace {
 
@@ -384,4 +384,4 @@ Result<std::vector<Token>> Lex(const SourceMap& src, size_t max_tokens) {
   return Lexer(src, max_tokens).Run();
 }
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

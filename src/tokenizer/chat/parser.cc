@@ -5,7 +5,7 @@
 
 #include "tokenizer/chat/builtins.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 namespace {
 
@@ -842,4 +842,4 @@ Result<Body> ParseTemplate(const SourceMap& src, const std::vector<Token>& token
   return Parser(src, tokens, max_nesting).Run();
 }
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

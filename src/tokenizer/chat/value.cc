@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <limits>
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 const Value* ValueDict::Find(std::string_view key) const {
   auto it = index_.find(std::string(key));
@@ -514,4 +514,4 @@ size_t CodePointCount(std::string_view s) {
   return n;
 }
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

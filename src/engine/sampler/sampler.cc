@@ -1,10 +1,10 @@
-#include "engine/sampler.h"
+#include "engine/sampler/sampler.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-namespace strata::engine {
+namespace strata::engine::sampler {
 
 SamplingParams SamplingParams::Greedy() {
   SamplingParams p;
@@ -144,4 +144,4 @@ float Sampler::LastLogprob(int32_t id) const {
   return work_[static_cast<size_t>(id)] - last_lse_;
 }
 
-}  // namespace strata::engine
+}  // namespace strata::engine::sampler

@@ -16,7 +16,7 @@
 
 #include "base/status.h"
 
-namespace strata::engine {
+namespace strata::engine::sampler {
 
 struct SamplingParams {
   float temperature = 0.8f;   // 0 = greedy
@@ -64,4 +64,4 @@ class Sampler {
   size_t last_n_ = 0;                 // logits given to the last call
 };
 
-}  // namespace strata::engine
+}  // namespace strata::engine::sampler
