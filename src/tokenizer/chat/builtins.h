@@ -15,8 +15,7 @@ bool IsKnownTest(std::string_view name);
 Result<Value> ApplyFilter(Interpreter& in, std::string_view name, const Value& value,
                           CallArgs& args);
 // Evaluates test `name` on `value`.
-Result<bool> ApplyTest(Interpreter& in, std::string_view name, const Value& value,
-                       CallArgs& args);
+Result<bool> ApplyTest(Interpreter& in, std::string_view name, const Value& value, CallArgs& args);
 // Calls method `name` on a str/list/dict receiver. Sets *found=false when no such method exists.
 Result<Value> CallMethod(Interpreter& in, const Value& self, std::string_view name, CallArgs& args,
                          bool* found);

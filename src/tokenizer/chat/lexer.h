@@ -19,10 +19,10 @@ enum class TokenType : uint8_t {
   kBlockBegin,  // {%
   kBlockEnd,    // %}
   kName,
-  kString,      // text holds the decoded literal
+  kString,  // text holds the decoded literal
   kInt,
   kFloat,
-  kOp,          // text holds the operator
+  kOp,  // text holds the operator
   kEof,
 };
 

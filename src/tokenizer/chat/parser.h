@@ -11,7 +11,6 @@
 
 namespace strata::tokenizer::chat {
 
-Result<Body> ParseTemplate(const SourceMap& src, const std::vector<Token>& tokens,
-                           int max_nesting);
+Result<Body> ParseTemplate(const SourceMap& src, const std::vector<Token>& tokens, int max_nesting);
 
 }  // namespace strata::tokenizer::chat
