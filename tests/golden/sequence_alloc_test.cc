@@ -1,6 +1,5 @@
 // The single-sequence decode loop of `strata generate` (engine::runner::SequenceRunner::Eval of one
-// token
-// + sampling) performs no heap allocation at steady state, with 1 and 2 threads.
+// token + sampling) performs no heap allocation at steady state, with 1 and 2 threads.
 #include <gtest/gtest.h>
 
 #include <atomic>
