@@ -1,5 +1,6 @@
 // `strata bench model`: llama-bench-style prefill (pp) and decode (tg) throughput of one sequence
-// (engine::SequenceRunner: the batched runner with a batch of one, F32 KV as `strata generate`).
+// (engine::runner::SequenceRunner: the batched runner with a batch of one, F32 KV as `strata
+// generate`).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -67,7 +68,7 @@ Status RunBenchModel(const BenchModelOptions& o) {
     return Status::InvalidArgument(
         fmt::format("pp + tg = {} exceeds the model context {}", n_ctx, cfg.ctx_len));
   ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
-  ASSIGN_OR_RETURN(auto seq, engine::SequenceRunner::Create(*model, n_ctx, &pool));
+  ASSIGN_OR_RETURN(auto seq, engine::runner::SequenceRunner::Create(*model, n_ctx, &pool));
   std::mt19937 rng(1234);
   std::vector<int32_t> prompt(static_cast<size_t>(o.pp));
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(cfg.n_vocab));
@@ -169,7 +170,7 @@ struct OfflineRun {
   }
 };
 
-Result<OfflineRun> RunOffline(engine::ServingEngine& se, const BenchOfflineOptions& o,
+Result<OfflineRun> RunOffline(engine::serving::ServingEngine& se, const BenchOfflineOptions& o,
                               const std::vector<std::vector<int32_t>>& prompts) {
   using Clock = std::chrono::steady_clock;
   struct Live {
@@ -184,7 +185,7 @@ Result<OfflineRun> RunOffline(engine::ServingEngine& se, const BenchOfflineOptio
   for (size_t i = 0; i < prompts.size(); ++i) {
     engine::sched::SubmitRequest r;
     r.prompt = prompts[i];
-    r.sampling = engine::SamplingParams::Greedy();
+    r.sampling = engine::sampler::SamplingParams::Greedy();
     r.max_tokens = o.output_len;
     r.ignore_eos = true;
     live[i].submit = Clock::now();
@@ -248,8 +249,8 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
     return Status::InvalidArgument(
         "--num-prompts, --input-len, --output-len and --reps must be >= 1; --shared-prefix and "
         "--warmup >= 0");
-  ASSIGN_OR_RETURN(engine::ReplicaConfig replica, o.replica.Resolve());
-  engine::ServingConfig& serving = replica.engine;
+  ASSIGN_OR_RETURN(engine::serving::ReplicaConfig replica, o.replica.Resolve());
+  engine::serving::ServingConfig& serving = replica.engine;
   // The workload decides what the config leaves open: the context its prompts need, and a queue
   // bound that admits every prompt (they are all submitted at once).
   if (serving.max_model_len == 0)
@@ -260,7 +261,7 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
   std::string path = replica.model.path.empty() ? DefaultModelPath() : replica.model.path;
   ASSIGN_OR_RETURN(auto loaded, model::Model::Load(path));
   std::shared_ptr<const model::Model> model = std::move(loaded);
-  ASSIGN_OR_RETURN(auto se, engine::ServingEngine::Create(model, serving));
+  ASSIGN_OR_RETURN(auto se, engine::serving::ServingEngine::Create(model, serving));
   se->Start();
   const int n_vocab = model->config().n_vocab;
   std::mt19937_64 rng(o.seed);

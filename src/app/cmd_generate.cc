@@ -1,6 +1,6 @@
 // `strata generate`: one prompt, one stream — a batch of one on the engine's forward pass
-// (engine::SequenceRunner: CpuModelRunner over paged F32 KV sized for prompt + max tokens, the
-// numerics llama.cpp's goldens were computed with), sampled with the engine's Sampler.
+// (engine::runner::SequenceRunner: CpuModelRunner over paged F32 KV sized for prompt + max tokens,
+// the numerics llama.cpp's goldens were computed with), sampled with the engine's Sampler.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -13,7 +13,7 @@
 #include "app/commands.h"
 #include "base/thread_pool.h"
 #include "engine/runner/sequence_runner.h"
-#include "engine/sampler.h"
+#include "engine/sampler/sampler.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -88,7 +88,7 @@ Status RunGenerate(const GenerateOptions& o) {
     return Status::OutOfRange(fmt::format("prompt has {} tokens, more than the context size of {}",
                                           prompt.size(), std::min(n_ctx, cfg.ctx_len)));
 
-  engine::SamplingParams sp;
+  engine::sampler::SamplingParams sp;
   sp.temperature = o.temperature;
   sp.top_k = o.top_k;
   sp.top_p = o.top_p;
@@ -100,8 +100,8 @@ Status RunGenerate(const GenerateOptions& o) {
   RETURN_IF_ERROR(sp.Validate());
 
   ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
-  ASSIGN_OR_RETURN(auto seq, engine::SequenceRunner::Create(*model, n_ctx, &pool));
-  engine::Sampler sampler(sp, static_cast<size_t>(cfg.n_vocab));
+  ASSIGN_OR_RETURN(auto seq, engine::runner::SequenceRunner::Create(*model, n_ctx, &pool));
+  engine::sampler::Sampler sampler(sp, static_cast<size_t>(cfg.n_vocab));
   std::vector<int32_t> banned;
   if (o.ignore_eos) banned = tok->eog_ids();
   std::vector<int32_t> history = prompt;

@@ -1,6 +1,6 @@
 // `strata serve`: the OpenAI-compatible HTTP server (src/server) over the serving engine
-// (engine::ServingEngine: model + paged KV + CpuModelRunner + sched::Engine). Wiring only: load,
-// build the engine, start HTTP, wait for SIGINT/SIGTERM, drain, exit 0.
+// (engine::serving::ServingEngine: model + paged KV + CpuModelRunner + sched::Engine). Wiring only:
+// load, build the engine, start HTTP, wait for SIGINT/SIGTERM, drain, exit 0.
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
@@ -38,7 +38,7 @@ std::string DescribeTiers(const engine::kvtier::TieredKvConfig& c) {
 }
 
 // The configured keys plus those of server.api_key_file.
-Result<std::vector<std::string>> LoadKeys(const engine::ServerConfig& o) {
+Result<std::vector<std::string>> LoadKeys(const engine::serving::ServerConfig& o) {
   std::vector<std::string> keys = o.api_keys;
   if (!o.api_key_file.empty()) {
     std::ifstream f(o.api_key_file);
@@ -55,7 +55,7 @@ Result<std::vector<std::string>> LoadKeys(const engine::ServerConfig& o) {
   return keys;
 }
 
-http::HttpServerOptions HttpOptions(const engine::ServerConfig& o) {
+http::HttpServerOptions HttpOptions(const engine::serving::ServerConfig& o) {
   http::HttpServerOptions so;
   so.host = o.host;
   so.port = static_cast<uint16_t>(o.port);  // validated: [0, 65535]
@@ -70,8 +70,8 @@ http::HttpServerOptions HttpOptions(const engine::ServerConfig& o) {
 
 // `config` is validated (ReplicaFlags::Resolve): a bad key or flag is refused before the port is
 // bound, without ever printing "listening".
-Status RunServe(const engine::ReplicaConfig& config) {
-  const engine::ServerConfig& o = config.server;
+Status RunServe(const engine::serving::ReplicaConfig& config) {
+  const engine::serving::ServerConfig& o = config.server;
   // Block the shutdown signals in every thread; the main thread waits for them with sigwait.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -80,7 +80,7 @@ Status RunServe(const engine::ReplicaConfig& config) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   ASSIGN_OR_RETURN(auto keys, LoadKeys(o));
-  const engine::ServingConfig& sc = config.engine;
+  const engine::serving::ServingConfig& sc = config.engine;
 
   // HTTP comes up first: while the model loads, /health is 200 and everything else 503 (loading).
   std::atomic<server::Api*> api_ptr{nullptr};
@@ -110,16 +110,16 @@ Status RunServe(const engine::ReplicaConfig& config) {
       return Status::IoError("cannot read --chat-template-file " + config.model.chat_template_file);
     template_source.assign(std::istreambuf_iterator<char>(f), {});
   }
-  std::unique_ptr<chat::ChatTemplate> tmpl;
+  std::unique_ptr<tokenizer::chat::ChatTemplate> tmpl;
   if (!template_source.empty()) {
-    auto t = chat::ChatTemplate::Parse(template_source);
+    auto t = tokenizer::chat::ChatTemplate::Parse(template_source);
     if (!t.ok())
       return Status::InvalidArgument("chat template: " + std::string(t.status().message()));
     tmpl = std::move(*t);
   }
 
   std::shared_ptr<const model::Model> shared_model = std::move(model);
-  ASSIGN_OR_RETURN(auto serving, engine::ServingEngine::Create(shared_model, sc));
+  ASSIGN_OR_RETURN(auto serving, engine::serving::ServingEngine::Create(shared_model, sc));
   const int max_len = serving->max_model_len();
   const int blocks = serving->num_blocks();
   auto* eng = &serving->engine();
@@ -140,7 +140,7 @@ Status RunServe(const engine::ReplicaConfig& config) {
   server::ApiOptions ao;
   ao.api_keys = std::move(keys);
   ao.retry_after_s = o.retry_after_s;
-  engine::ServingEngine* serving_ptr = serving.get();
+  engine::serving::ServingEngine* serving_ptr = serving.get();
   ao.tier_stats = [serving_ptr] { return serving_ptr->TierStats(); };
   auto api = std::make_unique<server::Api>(info, eng, ao);
 
@@ -187,7 +187,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
     auto config = flags->Resolve();
     Status s = config.status();
     if (s.ok() && *print_config) {
-      std::fputs(engine::ReplicaConfigToYaml(*config).c_str(), stdout);
+      std::fputs(engine::serving::ReplicaConfigToYaml(*config).c_str(), stdout);
       return;
     }
     if (s.ok()) s = RunServe(*config);

@@ -5,8 +5,8 @@
 namespace strata::app {
 namespace {
 
-using engine::ReplicaConfig;
 using engine::kvtier::Compression;
+using engine::serving::ReplicaConfig;
 
 Status FlagError(std::string_view flag, std::string_view what) {
   return Status::InvalidArgument(std::string(flag) + ": " + std::string(what));
@@ -236,12 +236,12 @@ void ReplicaFlags::AddTiers(CLI::App* cmd) {
 Result<ReplicaConfig> ReplicaFlags::Resolve() const {
   ReplicaConfig c;
   if (!config_file_.empty()) {
-    auto loaded = engine::LoadReplicaConfigFile(config_file_);
+    auto loaded = engine::serving::LoadReplicaConfigFile(config_file_);
     if (!loaded.ok()) return loaded.status().WithContext("--config");
     c = std::move(loaded).value();
   }
   if (!kv_tier_config_file_.empty()) {
-    ASSIGN_OR_RETURN(c.engine.kv_tiers, engine::LoadKvTiersFile(kv_tier_config_file_));
+    ASSIGN_OR_RETURN(c.engine.kv_tiers, engine::serving::LoadKvTiersFile(kv_tier_config_file_));
   }
   for (const Row& row : rows_) {
     if (row.option->count() > 0) RETURN_IF_ERROR(row.apply(&c));

@@ -1,5 +1,5 @@
-// ReplicaFlags: the command-line face of engine::ReplicaConfig, shared by `strata serve` and
-// `strata bench offline`. Each flag is one row: a CLI11 option bound to a staging copy of the
+// ReplicaFlags: the command-line face of engine::serving::ReplicaConfig, shared by `strata serve`
+// and `strata bench offline`. Each flag is one row: a CLI11 option bound to a staging copy of the
 // config, and a small function that copies the value onto the real config.
 //
 // Resolve() builds the effective config: defaults, then `--config FILE` (the whole tree, YAML),
@@ -35,31 +35,31 @@ class ReplicaFlags {
   // Adds --config and the flags of `scopes` to `cmd`.
   void Register(CLI::App* cmd, unsigned scopes);
   // The effective config (see the header comment).
-  Result<engine::ReplicaConfig> Resolve() const;
+  Result<engine::serving::ReplicaConfig> Resolve() const;
   // Whether the user passed the flag (any of its names, e.g. "--max-queued-requests").
   bool Passed(std::string_view flag) const;
 
  private:
   struct Row {
     CLI::Option* option = nullptr;
-    std::function<Status(engine::ReplicaConfig*)> apply;
+    std::function<Status(engine::serving::ReplicaConfig*)> apply;
   };
   // A flag bound to the staged value `get(staged_)`; passed, it is copied to `get(config)`.
   template <typename V, typename Get>
   void Bind(CLI::App* cmd, const std::string& names, const std::string& help, Get get);
   // A flag whose text `parse` applies to the config (sizes, enums, tier shortcuts).
   void Text(CLI::App* cmd, const std::string& names, const std::string& help,
-            std::function<Status(const std::string&, engine::ReplicaConfig*)> parse);
+            std::function<Status(const std::string&, engine::serving::ReplicaConfig*)> parse);
   // A TTL flag of one KV tier: seconds, applied when that tier exists (as the tier flags always
   // did).
   void Ttl(CLI::App* cmd, const std::string& names, const std::string& help,
-           engine::kvtier::TierLimits* (*limits)(engine::ReplicaConfig*));
+           engine::kvtier::TierLimits* (*limits)(engine::serving::ReplicaConfig*));
   void AddModel(CLI::App* cmd, unsigned scopes);
   void AddServer(CLI::App* cmd);
   void AddEngine(CLI::App* cmd);
   void AddTiers(CLI::App* cmd);
 
-  engine::ReplicaConfig staged_;
+  engine::serving::ReplicaConfig staged_;
   std::deque<std::string> texts_;  // values of Text flags (a deque: options point into it)
   std::deque<double> seconds_;     // values of Ttl flags
   std::string config_file_;

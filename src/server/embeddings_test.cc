@@ -26,12 +26,12 @@ using testing::HttpConn;
 constexpr int kBlocks = 128, kBlockSize = 16, kMaxLen = 256;
 
 // The fake model, 2 ms of wall time per step (so a test can act while the engine is busy).
-class SlowRunner final : public engine::ModelRunner {
+class SlowRunner final : public engine::runner::ModelRunner {
  public:
   explicit SlowRunner(engine::sched::FakeModelRunner* inner) : inner_(inner) {}
   int n_vocab() const override { return inner_->n_vocab(); }
   int hidden_dim() const override { return inner_->hidden_dim(); }
-  Status Run(std::span<const engine::BatchSeq> batch, std::vector<float>* logits,
+  Status Run(std::span<const engine::runner::BatchSeq> batch, std::vector<float>* logits,
              std::vector<float>* hidden) override {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     return inner_->Run(batch, logits, hidden);
@@ -59,8 +59,8 @@ class EmbeddingsServerTest : public ::testing::Test {
     engine::sched::SchedulerConfig sc;
     sc.max_model_len = kMaxLen;
     sc.max_batched_tokens = max_batched_tokens;
-    engine::ModelRunner* runner =
-        slow ? static_cast<engine::ModelRunner*>(slow_.get()) : runner_.get();
+    engine::runner::ModelRunner* runner =
+        slow ? static_cast<engine::runner::ModelRunner*>(slow_.get()) : runner_.get();
     auto e = engine::sched::Engine::Create(runner, kc, sc, &clock_);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(*e);

@@ -296,7 +296,7 @@ ApiResult<std::string> ApplyChatTemplate(const json& messages, bool add_generati
   if (messages.empty()) return Bad("messages", "must contain at least one message");
   if (messages.size() > static_cast<size_t>(model.limits.max_messages))
     return Bad("messages", fmt::format("more than {} messages", model.limits.max_messages));
-  chat::ChatInputs in;
+  tokenizer::chat::ChatInputs in;
   for (size_t i = 0; i < messages.size(); ++i) {
     ASSIGN_OR_RETURN_API(auto om, TemplateMessage(messages[i], i));
     in.messages.push_back(std::move(om));
@@ -305,7 +305,7 @@ ApiResult<std::string> ApplyChatTemplate(const json& messages, bool add_generati
   in.bos_token = model.bos_token;
   in.eos_token = model.eos_token;
   if (extra_vars.is_object()) in.variables = nlohmann::ordered_json::parse(extra_vars.dump());
-  auto ctx = chat::BuildChatContext(in);
+  auto ctx = tokenizer::chat::BuildChatContext(in);
   if (!ctx.ok()) return ctx.status();
   auto r = model.chat_template->Render(*ctx);
   if (!r.ok()) {

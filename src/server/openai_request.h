@@ -40,8 +40,9 @@ struct ApiLimits {
 struct ModelInfo {
   std::string name;
   const tokenizer::Tokenizer* tok = nullptr;
-  const chat::ChatTemplate* chat_template = nullptr;  // null: the model has none (chat -> 400)
-  std::string bos_token, eos_token;                   // passed to the template
+  // null: the model has none (chat -> 400)
+  const tokenizer::chat::ChatTemplate* chat_template = nullptr;
+  std::string bos_token, eos_token;  // passed to the template
   int max_model_len = 0;
   ApiLimits limits;
 };

@@ -99,7 +99,7 @@ class ServerTest : public ::testing::Test {
     info.name = "fake";
     info.tok = tok_.get();
     info.max_model_len = kMaxLen;
-    auto tmpl = chat::ChatTemplate::Parse(
+    auto tmpl = tokenizer::chat::ChatTemplate::Parse(
         "{% for m in messages %}{% if m.role == 'bad' %}{{ raise_exception('role bad is not "
         "allowed') }}{% endif %}"
         "<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% "
@@ -140,7 +140,7 @@ class ServerTest : public ::testing::Test {
 
   engine::sched::SteadyClock clock_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
-  std::unique_ptr<chat::ChatTemplate> tmpl_;
+  std::unique_ptr<tokenizer::chat::ChatTemplate> tmpl_;
   std::unique_ptr<engine::sched::FakeModelRunner> runner_;
   std::unique_ptr<engine::sched::Engine> engine_;
   std::unique_ptr<Api> api_;

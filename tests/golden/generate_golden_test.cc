@@ -1,5 +1,6 @@
 // Greedy continuations computed by llama.cpp (../shared/golden/generate/) reproduced by our engine
-// (engine::SequenceRunner: the batched runner with one sequence and F32 KV, as `strata generate`).
+// (engine::runner::SequenceRunner: the batched runner with one sequence and F32 KV, as `strata
+// generate`).
 //
 // Rule (as vLLM's check_logprobs_close, and as the golden README suggests): the prompt tokens must
 // match exactly; walk the 32 generated positions while our token equals the golden one; at the
@@ -71,8 +72,8 @@ TEST_P(GenerateGoldenTest, ReproducesLlamaCppGreedy) {
           (*tok)->Encode(c["prompt"]["text"].get<std::string>(), true, false);
       ASSERT_EQ(got, want_prompt) << "prompt tokenization differs from llama.cpp";
     }
-    auto seq =
-        engine::SequenceRunner::Create(**model, static_cast<int>(want_prompt.size()) + 40, &pool);
+    auto seq = engine::runner::SequenceRunner::Create(
+        **model, static_cast<int>(want_prompt.size()) + 40, &pool);
     ASSERT_TRUE(seq.ok()) << seq.status().ToString();
     auto logits = (*seq)->Eval(want_prompt);
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();

@@ -1,7 +1,7 @@
 // The engine's logits against the independent fp64 reference forward pass (tests/reference). The
-// engine side is engine::SequenceRunner (the batched runner with one sequence, F32 KV), the path
-// of `strata generate`; the logits of several positions of one prompt come from prefilling it in
-// chunks that end at those positions (chunked prefill is bit-identical to one shot).
+// engine side is engine::runner::SequenceRunner (the batched runner with one sequence, F32 KV), the
+// path of `strata generate`; the logits of several positions of one prompt come from prefilling it
+// in chunks that end at those positions (chunked prefill is bit-identical to one shot).
 //
 // The reference uses the same stored weights (dequantized) but never quantizes activations and
 // computes in double; the engine quantizes activations for the integer-dot types (as llama.cpp
@@ -58,16 +58,16 @@ double NormErr(std::span<const float> got, const std::vector<double>& want) {
   return num / std::max(den, 1e-30);
 }
 
-std::unique_ptr<engine::SequenceRunner> NewSequence(const model::Model& m, int n_ctx,
-                                                    ThreadPool* pool) {
-  auto s = engine::SequenceRunner::Create(m, n_ctx, pool);
+std::unique_ptr<engine::runner::SequenceRunner> NewSequence(const model::Model& m, int n_ctx,
+                                                            ThreadPool* pool) {
+  auto s = engine::runner::SequenceRunner::Create(m, n_ctx, pool);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   return s.ok() ? std::move(s).value() : nullptr;
 }
 
 // Logits at each of `positions` (ascending) of `prompt`: the prompt is prefilled in chunks ending
 // there. Rows in the order of `positions`.
-Result<std::vector<std::vector<float>>> LogitsAt(engine::SequenceRunner& seq,
+Result<std::vector<std::vector<float>>> LogitsAt(engine::runner::SequenceRunner& seq,
                                                  const std::vector<int32_t>& prompt,
                                                  const std::vector<size_t>& positions) {
   std::vector<std::vector<float>> rows;

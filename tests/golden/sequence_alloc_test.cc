@@ -1,12 +1,12 @@
-// The single-sequence decode loop of `strata generate` (engine::SequenceRunner::Eval of one token
-// + sampling) performs no heap allocation at steady state, with 1 and 2 threads.
+// The single-sequence decode loop of `strata generate` (engine::runner::SequenceRunner::Eval of one
+// token + sampling) performs no heap allocation at steady state, with 1 and 2 threads.
 #include <gtest/gtest.h>
 
 #include <atomic>
 
 #include "base/thread_pool.h"
 #include "engine/runner/sequence_runner.h"
-#include "engine/sampler.h"
+#include "engine/sampler/sampler.h"
 #include "model/model.h"
 #include "synth/synth.h"
 #include "tokenizer/tokenizer.h"
@@ -37,12 +37,12 @@ TEST(SequenceAllocTest, DecodeStepDoesNotAllocate) {
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
-      auto seq = engine::SequenceRunner::Create(**m, 64, &pool);
+      auto seq = engine::runner::SequenceRunner::Create(**m, 64, &pool);
       ASSERT_TRUE(seq.ok()) << seq.status().ToString();
-      engine::SequenceRunner& runner = **seq;
-      engine::SamplingParams sp;
+      engine::runner::SequenceRunner& runner = **seq;
+      engine::sampler::SamplingParams sp;
       sp.seed = 1;
-      engine::Sampler sampler(sp, static_cast<size_t>((*m)->config().n_vocab));
+      engine::sampler::Sampler sampler(sp, static_cast<size_t>((*m)->config().n_vocab));
       std::vector<int32_t> history = {1, 2, 3, 4, 5};
       history.reserve(64);
       auto logits = runner.Eval(history);

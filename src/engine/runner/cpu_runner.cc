@@ -33,7 +33,7 @@
 #include "tensor/dtype.h"
 #include "tensor/fp16.h"
 
-namespace strata::engine {
+namespace strata::engine::runner {
 namespace {
 
 std::string SeqName(size_t index, const BatchSeq& s) {
@@ -508,4 +508,4 @@ Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* 
   return Status::Ok();
 }
 
-}  // namespace strata::engine
+}  // namespace strata::engine::runner

@@ -36,7 +36,7 @@
 #include "model/model.h"
 #include "model/rope.h"
 
-namespace strata::engine {
+namespace strata::engine::runner {
 
 class CpuModelRunner final : public ModelRunner {
  public:
@@ -135,4 +135,4 @@ class CpuModelRunner final : public ModelRunner {
   const std::vector<AttnItem>* cur_items_ = nullptr;
 };
 
-}  // namespace strata::engine
+}  // namespace strata::engine::runner

@@ -34,7 +34,7 @@ extern std::atomic<bool> g_count_allocs;
 extern std::atomic<size_t> g_allocs;
 }  // namespace strata::testing
 
-namespace strata::engine {
+namespace strata::engine::runner {
 namespace {
 
 using kv::KvDType;
@@ -737,4 +737,4 @@ TEST(RunnerBench, DecodeStep16vs1) {
 }
 
 }  // namespace
-}  // namespace strata::engine
+}  // namespace strata::engine::runner

@@ -21,7 +21,7 @@
 
 #include "base/status.h"
 
-namespace strata::engine {
+namespace strata::engine::runner {
 
 struct BatchSeq {
   int64_t seq_id = 0;
@@ -51,4 +51,4 @@ class ModelRunner {
   }
 };
 
-}  // namespace strata::engine
+}  // namespace strata::engine::runner

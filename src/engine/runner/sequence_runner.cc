@@ -4,7 +4,7 @@
 #include <numeric>
 #include <string>
 
-namespace strata::engine {
+namespace strata::engine::runner {
 
 Result<std::unique_ptr<SequenceRunner>> SequenceRunner::Create(const model::Model& model, int n_ctx,
                                                                ThreadPool* pool,
@@ -42,4 +42,4 @@ Result<std::span<const float>> SequenceRunner::Eval(std::span<const int32_t> tok
   return std::span<const float>(logits_);
 }
 
-}  // namespace strata::engine
+}  // namespace strata::engine::runner

@@ -24,7 +24,7 @@
 #include "engine/runner/cpu_runner.h"
 #include "model/model.h"
 
-namespace strata::engine {
+namespace strata::engine::runner {
 
 class SequenceRunner {
  public:
@@ -56,4 +56,4 @@ class SequenceRunner {
   std::vector<float> logits_;
 };
 
-}  // namespace strata::engine
+}  // namespace strata::engine::runner

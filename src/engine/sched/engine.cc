@@ -9,6 +9,11 @@
 
 namespace strata::engine::sched {
 
+using runner::BatchSeq;
+using runner::ModelRunner;
+using sampler::Sampler;
+using sampler::SamplingParams;
+
 Result<std::unique_ptr<Engine>> Engine::Create(ModelRunner* runner,
                                                const kv::KvManagerConfig& kv_config,
                                                const SchedulerConfig& sched_config,

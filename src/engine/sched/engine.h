@@ -101,7 +101,7 @@ class Engine : private kv::KvManager::Listener {
  public:
   // Validates the configs. `copy_blocks` is needed for n > 1 (copy-on-write); without it Submit
   // rejects n > 1.
-  static Result<std::unique_ptr<Engine>> Create(ModelRunner* runner,
+  static Result<std::unique_ptr<Engine>> Create(runner::ModelRunner* runner,
                                                 const kv::KvManagerConfig& kv_config,
                                                 const SchedulerConfig& sched_config,
                                                 const Clock* clock, BlockCopyFn copy_blocks = {});
@@ -144,7 +144,7 @@ class Engine : private kv::KvManager::Listener {
   const SchedulerOutput& last_schedule() const { return *last_out_; }
 
  private:
-  Engine(ModelRunner* runner, const kv::KvManagerConfig& kv_config,
+  Engine(runner::ModelRunner* runner, const kv::KvManagerConfig& kv_config,
          const SchedulerConfig& sched_config, const Clock* clock, BlockCopyFn copy_blocks);
   void Loop();
   void Drain();
@@ -153,7 +153,7 @@ class Engine : private kv::KvManager::Listener {
   // pushes the pooled vector and finishes the request.
   void AccumulateEmbedding(const ScheduledSeq& e, const float* rows);
   void FinishEmbedding(RequestState* r);
-  void Emit(RequestState* r, int index, int32_t token, FinishReason why, Sampler* sampler);
+  void Emit(RequestState* r, int index, int32_t token, FinishReason why, sampler::Sampler* sampler);
   void EndRequest(RequestId id, FinishReason why, const Status& error);
   void Dequeued(int64_t prompt_tokens);
   void PublishStats();
@@ -164,7 +164,7 @@ class Engine : private kv::KvManager::Listener {
   void OnEvict(int32_t block, const kv::BlockHash& hash, uint32_t tag) override;
   void OnRegister(int32_t block, const kv::BlockHash& hash, uint32_t tag) override;
 
-  ModelRunner* runner_;
+  runner::ModelRunner* runner_;
   kv::KvManagerConfig kv_cfg_;
   const Clock* clock_;
   BlockCopyFn copy_blocks_;
@@ -190,7 +190,7 @@ class Engine : private kv::KvManager::Listener {
   // Engine-thread state.
   std::vector<std::unique_ptr<RequestState>> drained_, finished_;
   std::vector<RequestId> drained_cancels_;
-  std::vector<BatchSeq> batch_;
+  std::vector<runner::BatchSeq> batch_;
   std::vector<float> logits_;
   std::vector<float> hidden_;  // want_hidden rows of the step (embedding requests)
   std::vector<float> lp_scratch_;

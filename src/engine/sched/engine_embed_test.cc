@@ -13,6 +13,7 @@
 namespace strata::engine::sched {
 namespace {
 
+using sampler::SamplingParams;
 using testing::GreedyReference;
 using testing::MakePrompt;
 using testing::Sim;

@@ -14,6 +14,9 @@
 namespace strata::engine::sched {
 namespace {
 
+using runner::BatchSeq;
+using runner::ModelRunner;
+using sampler::SamplingParams;
 using testing::Completion;
 using testing::GreedyReference;
 using testing::MakePrompt;

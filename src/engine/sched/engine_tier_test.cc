@@ -14,6 +14,7 @@
 namespace strata::engine::sched {
 namespace {
 
+using sampler::SamplingParams;
 using testing::GreedyReference;
 using testing::MakePrompt;
 using testing::Sim;

@@ -6,6 +6,8 @@
 
 namespace strata::engine::sched {
 
+using runner::BatchSeq;
+
 namespace {
 constexpr uint64_t kChainInit = 0x9E3779B97F4A7C15ull;
 

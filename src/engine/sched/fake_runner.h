@@ -41,7 +41,7 @@ struct FakeRunnerConfig {
   int hidden_dim = 8;          // width of the want_hidden rows (0: no hidden-state output)
 };
 
-class FakeModelRunner final : public ModelRunner {
+class FakeModelRunner final : public runner::ModelRunner {
  public:
   struct RecordedSeq {
     int64_t seq_id;
@@ -56,8 +56,8 @@ class FakeModelRunner final : public ModelRunner {
 
   int n_vocab() const override { return cfg_.n_vocab; }
   int hidden_dim() const override { return cfg_.hidden_dim; }
-  using ModelRunner::Run;
-  Status Run(std::span<const BatchSeq> batch, std::vector<float>* logits,
+  using runner::ModelRunner::Run;
+  Status Run(std::span<const runner::BatchSeq> batch, std::vector<float>* logits,
              std::vector<float>* hidden) override;
   // Copy-on-write in the simulated storage (pass as the engine's BlockCopyFn).
   void CopyBlocks(std::span<const BlockCopy> copies);

@@ -5,6 +5,8 @@
 namespace strata::engine::sched {
 namespace {
 
+using runner::BatchSeq;
+
 FakeRunnerConfig Cfg() {
   FakeRunnerConfig c;
   c.num_blocks = 8;
@@ -13,8 +15,8 @@ FakeRunnerConfig Cfg() {
   return c;
 }
 
-BatchSeq Seq(int64_t id, const std::vector<int32_t>& toks, int start, const std::vector<int32_t>& table,
-             bool logits = true) {
+BatchSeq Seq(int64_t id, const std::vector<int32_t>& toks, int start,
+             const std::vector<int32_t>& table, bool logits = true) {
   BatchSeq b;
   b.seq_id = id;
   b.tokens = toks;

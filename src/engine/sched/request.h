@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "engine/sampler.h"
+#include "engine/sampler/sampler.h"
 #include "engine/sched/clock.h"
 
 namespace strata::engine::sched {
@@ -55,7 +55,7 @@ inline constexpr size_t kMaxTenantBytes = 256;
 
 struct SubmitRequest {
   std::vector<int32_t> prompt;  // token ids, >= 1
-  SamplingParams sampling;
+  sampler::SamplingParams sampling;
   int max_tokens = 256;                 // generated tokens per completion, >= 1
   std::vector<int32_t> stop_token_ids;  // finish (reason stop) when one is sampled
   bool ignore_eos = false;              // EOG ids are never sampled (banned) and do not stop

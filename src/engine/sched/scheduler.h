@@ -86,7 +86,7 @@
 
 #include "base/status.h"
 #include "engine/kv/kv_manager.h"
-#include "engine/sampler.h"
+#include "engine/sampler/sampler.h"
 #include "engine/sched/clock.h"
 #include "engine/sched/request.h"
 #include "engine/sched/tier_staging.h"
@@ -121,7 +121,7 @@ struct SequenceState {
   int num_computed = 0;
   int num_generated = 0;
   FinishReason finish = FinishReason::kNone;
-  std::unique_ptr<Sampler> sampler;  // used by the engine; kept across preemption
+  std::unique_ptr<sampler::Sampler> sampler;  // used by the engine; kept across preemption
   bool live() const { return finish == FinishReason::kNone; }
   int pending() const { return static_cast<int>(tokens.size()) - num_computed; }
 };

@@ -1,7 +1,7 @@
 // TierPort: the engine's view of the KV cache tiers below its block pool (host RAM, disk, Redis).
 // The engine knows blocks by pool index and chained hash; the port knows how to copy a block's KV
-// content out of / into the pool's storage and where to keep it (engine::TieredCachePort in
-// engine/serving/tiered_cache_port.h implements it over kvtier::TieredKvCache + kv::KvStorage;
+// content out of / into the pool's storage and where to keep it (engine::serving::TieredCachePort
+// in engine/serving/tiered_cache_port.h implements it over kvtier::TieredKvCache + kv::KvStorage;
 // tests use an in-memory fake). A request's own prefetch state is a TierStaging (tier_staging.h).
 //
 // Thread contract: Demote, Publish, Prefetch and Fill are called on the engine thread and must not

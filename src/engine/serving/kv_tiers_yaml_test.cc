@@ -4,8 +4,10 @@
 
 #include "engine/serving/replica_config.h"
 
-namespace strata::engine::kvtier {
+namespace strata::engine::serving {
 namespace {
+
+using kvtier::Compression;
 
 TEST(KvTierConfigYamlTest, ParsesTheDocumentedExample) {
   auto c = ParseKvTiersYaml(R"(
@@ -80,4 +82,4 @@ TEST(KvTierConfigYamlTest, MissingFileIsAnError) {
 }
 
 }  // namespace
-}  // namespace strata::engine::kvtier
+}  // namespace strata::engine::serving

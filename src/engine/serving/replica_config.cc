@@ -18,7 +18,7 @@
 
 #include "base/memory_size.h"
 
-namespace strata::engine {
+namespace strata::engine::serving {
 namespace {
 
 // A replica config is a few KiB; the bound keeps yaml-cpp's node tree of hostile input small (a
@@ -628,4 +628,4 @@ std::vector<std::string> ReplicaConfigKeyPaths() {
   return out;
 }
 
-}  // namespace strata::engine
+}  // namespace strata::engine::serving

@@ -33,7 +33,7 @@
 #include "engine/kvtier/tiered_cache.h"
 #include "engine/sched/scheduler.h"
 
-namespace strata::engine {
+namespace strata::engine::serving {
 
 // model:
 struct ModelFileConfig {
@@ -103,4 +103,4 @@ Result<kvtier::TieredKvConfig> LoadKvTiersFile(const std::string& path);
 // ...), in print order; for the docs test that checks examples/replica.yaml mentions each.
 std::vector<std::string> ReplicaConfigKeyPaths();
 
-}  // namespace strata::engine
+}  // namespace strata::engine::serving

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-namespace strata::engine {
+namespace strata::engine::serving {
 namespace {
 
 std::string Error(std::string_view yaml) {
@@ -328,4 +328,4 @@ TEST(ReplicaConfigTest, TheExampleFileDocumentsEveryKey) {
 }
 
 }  // namespace
-}  // namespace strata::engine
+}  // namespace strata::engine::serving

@@ -8,7 +8,7 @@
 #include "base/memory_size.h"
 #include "cachekey/block_hash.h"
 
-namespace strata::engine {
+namespace strata::engine::serving {
 
 namespace {
 std::string Fingerprint(std::span<const uint8_t> bytes) {
@@ -65,7 +65,8 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(
   ASSIGN_OR_RETURN(s->storage_, kv::KvStorage::Create(layout));
   s->pool_ =
       std::make_unique<ThreadPool>(config.threads > 0 ? config.threads : DefaultThreadCount());
-  s->runner_ = std::make_unique<CpuModelRunner>(*s->model_, s->storage_.get(), s->pool_.get());
+  s->runner_ =
+      std::make_unique<runner::CpuModelRunner>(*s->model_, s->storage_.get(), s->pool_.get());
 
   kv::KvManagerConfig kc;
   kc.num_blocks = layout.num_blocks;
@@ -95,4 +96,4 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(
   return s;
 }
 
-}  // namespace strata::engine
+}  // namespace strata::engine::serving

@@ -28,7 +28,7 @@
 #include "engine/serving/tiered_cache_port.h"
 #include "model/model.h"
 
-namespace strata::engine {
+namespace strata::engine::serving {
 
 class ServingEngine {
  public:
@@ -62,7 +62,7 @@ class ServingEngine {
   int max_model_len_ = 0;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<kv::KvStorage> storage_;
-  std::unique_ptr<CpuModelRunner> runner_;
+  std::unique_ptr<runner::CpuModelRunner> runner_;
   sched::SteadyClock clock_;
   std::unique_ptr<kvtier::TieredKvCache> tiers_;
   std::unique_ptr<TieredCachePort> port_;
@@ -71,4 +71,4 @@ class ServingEngine {
   bool stopped_ = false;
 };
 
-}  // namespace strata::engine
+}  // namespace strata::engine::serving

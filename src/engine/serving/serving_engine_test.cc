@@ -13,7 +13,7 @@
 #include "synth/synth.h"
 #include "tokenizer/tokenizer.h"
 
-namespace strata::engine {
+namespace strata::engine::serving {
 namespace {
 
 struct Fixture {
@@ -69,7 +69,7 @@ std::vector<std::vector<int32_t>> RunAll(const Fixture& fx, const ServingConfig&
   for (const auto& p : prompts) {
     sched::SubmitRequest r;
     r.prompt = p;
-    r.sampling = SamplingParams::Greedy();
+    r.sampling = sampler::SamplingParams::Greedy();
     r.max_tokens = max_tokens;
     r.ignore_eos = true;
     auto h = (*se)->engine().Submit(std::move(r));
@@ -177,7 +177,7 @@ std::vector<std::vector<float>> EmbedAll(const Fixture& fx, const ServingConfig&
   for (int i = 0; i < generations; ++i) {
     sched::SubmitRequest r;
     r.prompt = Prompt(30, fx.model->config().n_vocab, 1000 + static_cast<uint32_t>(i));
-    r.sampling = SamplingParams::Greedy();
+    r.sampling = sampler::SamplingParams::Greedy();
     r.max_tokens = 12;
     r.ignore_eos = true;
     auto h = (*se)->engine().Submit(std::move(r));
@@ -309,4 +309,4 @@ TEST(ServingConfigTest, NamesTheBadSchedulingFlag) {
 }
 
 }  // namespace
-}  // namespace strata::engine
+}  // namespace strata::engine::serving

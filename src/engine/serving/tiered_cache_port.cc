@@ -5,7 +5,7 @@
 #include <cstring>
 #include <thread>
 
-namespace strata::engine {
+namespace strata::engine::serving {
 
 std::string FormatId(const std::string& model_fingerprint, const kv::KvLayout& layout) {
   return "strata-kv/1;model=" + model_fingerprint +
@@ -84,4 +84,4 @@ void TieredCachePort::Fill(int32_t block, const std::vector<uint8_t>& payload) {
   WriteBlock(block, payload);
 }
 
-}  // namespace strata::engine
+}  // namespace strata::engine::serving

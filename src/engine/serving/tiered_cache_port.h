@@ -20,7 +20,7 @@
 #include "engine/kvtier/tiered_cache.h"
 #include "engine/sched/tier_port.h"
 
-namespace strata::engine {
+namespace strata::engine::serving {
 
 // "strata-kv/1;model=<fingerprint>;dtype=f16;block=16;layers=N;kv_dim=D"
 std::string FormatId(const std::string& model_fingerprint, const kv::KvLayout& layout);
@@ -52,4 +52,4 @@ class TieredCachePort final : public sched::TierPort {
   size_t max_queue_ = 0;
 };
 
-}  // namespace strata::engine
+}  // namespace strata::engine::serving

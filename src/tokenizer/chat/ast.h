@@ -9,7 +9,7 @@
 
 #include "tokenizer/chat/value.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 struct Expr;
 struct Stmt;
@@ -18,8 +18,24 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
 
 enum class BinOp : uint8_t {
-  kAdd, kSub, kMul, kDiv, kFloorDiv, kMod, kPow, kConcat,
-  kEq, kNe, kLt, kLe, kGt, kGe, kIn, kNotIn, kAnd, kOr,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kFloorDiv,
+  kMod,
+  kPow,
+  kConcat,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kIn,
+  kNotIn,
+  kAnd,
+  kOr,
 };
 
 struct Expr {
@@ -73,7 +89,7 @@ struct Stmt {
     kFilterBlock,  // expr (a filter chain over a kPlaceholder) applied to body
     kBreak,
     kContinue,
-    kScope,        // body (e.g. {% generation %}): rendered in place
+    kScope,  // body (e.g. {% generation %}): rendered in place
   };
   Kind kind;
   size_t pos = 0;
@@ -88,4 +104,4 @@ struct Stmt {
   std::unique_ptr<MacroNode> macro;
 };
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

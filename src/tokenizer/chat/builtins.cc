@@ -9,7 +9,7 @@
 
 #include "tokenizer/chat/interpreter.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 namespace {
 
@@ -1364,4 +1364,4 @@ Value MakeGlobal(std::string_view name) {
   return Value();
 }
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

@@ -6,7 +6,7 @@
 #include "base/status.h"
 #include "tokenizer/chat/value.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 bool IsKnownFilter(std::string_view name);
 bool IsKnownTest(std::string_view name);
@@ -15,8 +15,7 @@ bool IsKnownTest(std::string_view name);
 Result<Value> ApplyFilter(Interpreter& in, std::string_view name, const Value& value,
                           CallArgs& args);
 // Evaluates test `name` on `value`.
-Result<bool> ApplyTest(Interpreter& in, std::string_view name, const Value& value,
-                       CallArgs& args);
+Result<bool> ApplyTest(Interpreter& in, std::string_view name, const Value& value, CallArgs& args);
 // Calls method `name` on a str/list/dict receiver. Sets *found=false when no such method exists.
 Result<Value> CallMethod(Interpreter& in, const Value& self, std::string_view name, CallArgs& args,
                          bool* found);
@@ -28,4 +27,4 @@ Result<bool> Contains(const Value& container, const Value& x);
 // Python str.split(sep) / str.split() when sep is empty-optional.
 Value SplitString(const std::string& s, const Value& sep, int64_t maxsplit);
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

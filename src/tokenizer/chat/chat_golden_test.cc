@@ -10,7 +10,7 @@
 #include "testing/shared_dir.h"
 #include "tokenizer/chat/chat_template.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 namespace {
 
 std::string ReadFile(const std::string& path) {
@@ -72,4 +72,4 @@ TEST(ChatGoldenTest, AllGoldensMatch) {
 }
 
 }  // namespace
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

@@ -9,7 +9,7 @@
 
 #include "tokenizer/chat/chat_template.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 namespace {
 
 Result<std::string> RenderWith(std::string_view src, const ChatTemplateLimits& limits = {},
@@ -58,8 +58,8 @@ TEST(ChatLimitsTest, RecursiveMacroHitsDepthLimit) {
 TEST(ChatLimitsTest, OutputSizeIsBounded) {
   ChatTemplateLimits limits;
   limits.max_output_bytes = 1000;
-  auto r = RenderWith("{% for i in range(100) %}{{ 'abcdefghijklmnopqrstuvwxyz' }}{% endfor %}",
-                      limits);
+  auto r =
+      RenderWith("{% for i in range(100) %}{{ 'abcdefghijklmnopqrstuvwxyz' }}{% endfor %}", limits);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kOutOfRange);
   EXPECT_TRUE(Contains(r.status().message(), "bytes")) << r.status().message();
@@ -149,8 +149,8 @@ TEST(ChatParseErrorTest, ErrorsNamePosition) {
     auto r = ChatTemplate::Parse(c.src);
     ASSERT_FALSE(r.ok()) << c.src;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.src;
-    EXPECT_TRUE(Contains(r.status().message(), c.position)) << c.src << " → "
-                                                            << r.status().message();
+    EXPECT_TRUE(Contains(r.status().message(), c.position))
+        << c.src << " → " << r.status().message();
     EXPECT_TRUE(Contains(r.status().message(), c.words)) << c.src << " → " << r.status().message();
   }
 }
@@ -268,4 +268,4 @@ TEST(ChatRenderTest, ConcurrentRendersShareNothing) {
 }
 
 }  // namespace
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

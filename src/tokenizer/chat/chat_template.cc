@@ -7,7 +7,7 @@
 #include "tokenizer/chat/lexer.h"
 #include "tokenizer/chat/parser.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 struct ChatTemplate::Impl {
   explicit Impl(std::string text) : source(std::move(text)) {}
@@ -124,4 +124,4 @@ Result<nlohmann::ordered_json> BuildChatContext(const ChatInputs& inputs) {
   return ctx;
 }
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

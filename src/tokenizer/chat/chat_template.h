@@ -14,8 +14,8 @@
 //
 // Errors:
 //   Parse():  kInvalidArgument "chat template parse error at line L, column C: ..." for malformed
-//             templates; kUnimplemented for unsupported tags (include, import, extends, block, ...);
-//             (including nesting deeper than limits.max_nesting); kOutOfRange when the source
+//             templates; kUnimplemented for unsupported tags (include, import, extends, block,
+//             ...); (including nesting deeper than limits.max_nesting); kOutOfRange when the source
 //             exceeds limits.max_source_bytes; kInvalidArgument for invalid limits.
 //   Render(): kInvalidArgument ONLY when the template called raise_exception(msg); the message is
 //             exactly `msg` (the template rejected the conversation: HTTP 400 with that text).
@@ -29,15 +29,13 @@
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-
 #include "base/status.h"
 
-namespace strata::chat {
-
+namespace strata::tokenizer::chat {
 
 struct ChatTemplateLimits {
   // Budget of evaluation steps per render (statements, expression nodes, loop iterations; string
@@ -114,4 +112,4 @@ struct ChatInputs {
 // an object.
 Result<nlohmann::ordered_json> BuildChatContext(const ChatInputs& inputs);
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

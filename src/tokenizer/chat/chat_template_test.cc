@@ -2,16 +2,17 @@
 // configured as transformers renders chat templates (ImmutableSandboxedEnvironment, trim_blocks,
 // lstrip_blocks, loopcontrols, tojson = json.dumps(ensure_ascii=False)), rendering the same
 // template with the same context; they are facts about the reference, not outputs of this engine.
+#include "tokenizer/chat/chat_template.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "tokenizer/chat/chat_template.h"
-
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 namespace {
 
-constexpr const char* kContext = R"({"msgs": [{"role": "system", "content": "  sys  "}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "d": {"b": 1, "a": [1, 2.5, null, true], "c": "é\"\n"}, "s": "Hello World", "n": 7, "f": 2.5, "e": "", "none_v": null})";
+constexpr const char* kContext =
+    R"({"msgs": [{"role": "system", "content": "  sys  "}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "d": {"b": 1, "a": [1, 2.5, null, true], "c": "é\"\n"}, "s": "Hello World", "n": 7, "f": 2.5, "e": "", "none_v": null})";
 
 struct Case {
   const char* tpl;
@@ -149,4 +150,4 @@ TEST_P(ChatFeatureTest, MatchesReferenceJinja) {
 INSTANTIATE_TEST_SUITE_P(Features, ChatFeatureTest, ::testing::ValuesIn(kCases));
 
 }  // namespace
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

@@ -5,7 +5,7 @@
 
 #include "tokenizer/chat/builtins.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 namespace {
 
@@ -139,7 +139,9 @@ Value Interpreter::Lookup(const std::string& name) const {
   return Value::Undefined("'" + name + "' is undefined");
 }
 
-void Interpreter::Assign(const std::string& name, Value v) { frames_.back().vars[name] = std::move(v); }
+void Interpreter::Assign(const std::string& name, Value v) {
+  frames_.back().vars[name] = std::move(v);
+}
 
 Status Interpreter::BindTargets(const std::vector<std::string>& targets, const Value& v,
                                 size_t pos) {
@@ -266,9 +268,9 @@ Status Interpreter::ExecSet(const Stmt& s) {
   if (!s.attr.empty()) {
     Value target = Lookup(s.targets[0]);
     if (!target.is_namespace()) {
-      return AtPos(RuntimeError("cannot assign attribute on non-namespace object '" +
-                                s.targets[0] + "'"),
-                   s.pos);
+      return AtPos(
+          RuntimeError("cannot assign attribute on non-namespace object '" + s.targets[0] + "'"),
+          s.pos);
     }
     target.dict().Set(s.attr, std::move(v));
     return Status::Ok();
@@ -311,9 +313,9 @@ Status Interpreter::ExecFor(const Stmt& s, std::string& out) {
   // One loop object per loop, updated in place each iteration (as Jinja's LoopContext is).
   Value loop = Value::Dict();
   ValueDict& d = loop.dict();
-  static constexpr const char* kKeys[] = {"index", "index0", "revindex", "revindex0", "first",
-                                          "last", "length", "depth", "depth0", "previtem",
-                                          "nextitem", "cycle"};
+  static constexpr const char* kKeys[] = {"index",  "index0",   "revindex", "revindex0",
+                                          "first",  "last",     "length",   "depth",
+                                          "depth0", "previtem", "nextitem", "cycle"};
   for (const char* k : kKeys) d.Set(k, Value());
   // Slots are overwritten in place below; record the deepest item once so depth() stays exact.
   for (const Value& item : items) {
@@ -510,7 +512,8 @@ Result<Value> Interpreter::EvalInner(const Expr& e) {
       }
       if (e.kind == Expr::Kind::kPos) return v.is_bool() ? Value::Int(v.as_int()) : v;
       if (v.is_float()) return Value::Float(-v.as_float());
-      if (v.as_int() == std::numeric_limits<int64_t>::min()) return RuntimeError("integer overflow");
+      if (v.as_int() == std::numeric_limits<int64_t>::min())
+        return RuntimeError("integer overflow");
       return Value::Int(-v.as_int());
     }
     case Expr::Kind::kNot: {
@@ -522,7 +525,8 @@ Result<Value> Interpreter::EvalInner(const Expr& e) {
     case Expr::Kind::kCond: {
       ASSIGN_OR_RETURN(Value c, Eval(*e.args[1]));
       if (c.Truthy()) return Eval(*e.args[0]);
-      if (e.args[2] == nullptr) return Value::Undefined("conditional expression had no else branch");
+      if (e.args[2] == nullptr)
+        return Value::Undefined("conditional expression had no else branch");
       return Eval(*e.args[2]);
     }
   }
@@ -550,8 +554,10 @@ Result<Value> Interpreter::EvalBinary(const Expr& e) {
       if (a.is_undefined()) return UndefinedError(a);
       if (b.is_undefined()) return UndefinedError(b);
       ASSIGN_OR_RETURN(int c, Compare(a, b));
-      bool r = e.op == BinOp::kLt ? c < 0 : e.op == BinOp::kLe ? c <= 0
-               : e.op == BinOp::kGt ? c > 0 : c >= 0;
+      bool r = e.op == BinOp::kLt   ? c < 0
+               : e.op == BinOp::kLe ? c <= 0
+               : e.op == BinOp::kGt ? c > 0
+                                    : c >= 0;
       return Value::Bool(r);
     }
     case BinOp::kIn:
@@ -659,9 +665,12 @@ Result<Value> Interpreter::EvalBinary(const Expr& e) {
   }
   double x = a.as_float(), y = b.as_float();
   switch (e.op) {
-    case BinOp::kAdd: return Value::Float(x + y);
-    case BinOp::kSub: return Value::Float(x - y);
-    case BinOp::kMul: return Value::Float(x * y);
+    case BinOp::kAdd:
+      return Value::Float(x + y);
+    case BinOp::kSub:
+      return Value::Float(x - y);
+    case BinOp::kMul:
+      return Value::Float(x * y);
     case BinOp::kDiv:
       if (y == 0) return RuntimeError("division by zero");
       return Value::Float(x / y);
@@ -674,8 +683,10 @@ Result<Value> Interpreter::EvalBinary(const Expr& e) {
       if (m != 0 && ((m < 0) != (y < 0))) m += y;
       return Value::Float(m);
     }
-    case BinOp::kPow: return Value::Float(std::pow(x, y));
-    default: break;
+    case BinOp::kPow:
+      return Value::Float(std::pow(x, y));
+    default:
+      break;
   }
   return RuntimeError(OperandError(op_name, a, b));
 }
@@ -750,7 +761,8 @@ Result<Value> Interpreter::CallMacro(const MacroNode& m, CallArgs& args,
     for (size_t i = 0; i < n; ++i) {
       if (m.params[i] == k) {
         if (bound[i]) {
-          return RuntimeError("macro '" + m.name + "' got multiple values for argument '" + k + "'");
+          return RuntimeError("macro '" + m.name + "' got multiple values for argument '" + k +
+                              "'");
         }
         Assign(k, v);
         bound[i] = true;
@@ -777,4 +789,4 @@ Result<Value> Interpreter::CallMacro(const MacroNode& m, CallArgs& args,
   return Value::String(std::move(out));
 }
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

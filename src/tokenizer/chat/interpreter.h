@@ -13,7 +13,7 @@
 #include "tokenizer/chat/lexer.h"
 #include "tokenizer/chat/value.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 class Interpreter {
  public:
@@ -59,7 +59,8 @@ class Interpreter {
   Result<Value> EvalBinary(const Expr& e);
   Result<Value> EvalCall(const Expr& e);
   Status EvalArgs(const Expr& e, size_t first, CallArgs* args);
-  Result<Value> CallMacro(const MacroNode& m, CallArgs& args, const std::shared_ptr<Callable>& caller);
+  Result<Value> CallMacro(const MacroNode& m, CallArgs& args,
+                          const std::shared_ptr<Callable>& caller);
 
   Value Lookup(const std::string& name) const;
   void Assign(const std::string& name, Value v);
@@ -80,4 +81,4 @@ class Interpreter {
   std::vector<Value> namespaces_;
 };
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

@@ -6,16 +6,14 @@
 
 #include "tokenizer/chat/value.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 namespace {
 
 bool IsSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
-bool IsNameStart(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
+bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsNameChar(char c) { return IsNameStart(c) || IsDigit(c); }
 
@@ -45,8 +43,8 @@ class Lexer {
         size_t nl = text.rfind('\n');
         size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
         if (l_pos > 0 || line_starting) {
-          bool all_space = std::all_of(text.begin() + static_cast<std::ptrdiff_t>(l_pos),
-                                       text.end(), IsSpace);
+          bool all_space =
+              std::all_of(text.begin() + static_cast<std::ptrdiff_t>(l_pos), text.end(), IsSpace);
           if (all_space) text.resize(l_pos);
         }
       }
@@ -201,8 +199,8 @@ class Lexer {
         if (q + 1 < s_.size() && s_[q] == close && s_[q + 1] == '}') {
           *strip_after = marker == '-';
           *trim_newline = marker != '+';
-          RETURN_IF_ERROR(Push(Token{kind == '{' ? TokenType::kVarEnd : TokenType::kBlockEnd,
-                                     "", 0, 0, p}));
+          RETURN_IF_ERROR(
+              Push(Token{kind == '{' ? TokenType::kVarEnd : TokenType::kBlockEnd, "", 0, 0, p}));
           return q + 2;
         }
       }
@@ -247,8 +245,8 @@ class Lexer {
     size_t start = p;
     std::string digits;
     auto take_digits = [&]() {
-      while (p < s_.size() && (IsDigit(s_[p]) || (s_[p] == '_' && p + 1 < s_.size() &&
-                                                   IsDigit(s_[p + 1])))) {
+      while (p < s_.size() &&
+             (IsDigit(s_[p]) || (s_[p] == '_' && p + 1 < s_.size() && IsDigit(s_[p + 1])))) {
         if (s_[p] != '_') digits.push_back(s_[p]);
         ++p;
       }
@@ -302,18 +300,41 @@ class Lexer {
       char e = s_[p + 1];
       p += 2;
       switch (e) {
-        case 'n': out.push_back('\n'); break;
-        case 't': out.push_back('\t'); break;
-        case 'r': out.push_back('\r'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'v': out.push_back('\v'); break;
-        case 'a': out.push_back('\a'); break;
-        case '0': out.push_back('\0'); break;
-        case '\\': out.push_back('\\'); break;
-        case '\'': out.push_back('\''); break;
-        case '"': out.push_back('"'); break;
-        case '\n': break;  // line continuation
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'v':
+          out.push_back('\v');
+          break;
+        case 'a':
+          out.push_back('\a');
+          break;
+        case '0':
+          out.push_back('\0');
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '\'':
+          out.push_back('\'');
+          break;
+        case '"':
+          out.push_back('"');
+          break;
+        case '\n':
+          break;  // line continuation
         case 'x':
         case 'u':
         case 'U': {
@@ -322,8 +343,10 @@ class Lexer {
           uint32_t cp = 0;
           for (size_t k = 0; k < n; ++k) {
             char h = s_[p + k];
-            int v = IsDigit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                    : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+            int v = IsDigit(h)               ? h - '0'
+                    : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                    : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                             : -1;
             if (v < 0) return Error(p - 2, "invalid escape sequence");
             cp = cp * 16 + static_cast<uint32_t>(v);
           }
@@ -384,4 +407,4 @@ Result<std::vector<Token>> Lex(const SourceMap& src, size_t max_tokens) {
   return Lexer(src, max_tokens).Run();
 }
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

@@ -10,7 +10,7 @@
 
 #include "base/status.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 enum class TokenType : uint8_t {
   kText,        // raw template text (already whitespace-processed)
@@ -19,10 +19,10 @@ enum class TokenType : uint8_t {
   kBlockBegin,  // {%
   kBlockEnd,    // %}
   kName,
-  kString,      // text holds the decoded literal
+  kString,  // text holds the decoded literal
   kInt,
   kFloat,
-  kOp,          // text holds the operator
+  kOp,  // text holds the operator
   kEof,
 };
 
@@ -53,4 +53,4 @@ std::string NormaliseSource(std::string_view source);
 // Tokenises `src.text()`. Errors name the position; at most `max_tokens` tokens.
 Result<std::vector<Token>> Lex(const SourceMap& src, size_t max_tokens);
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

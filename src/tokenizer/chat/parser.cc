@@ -5,7 +5,7 @@
 
 #include "tokenizer/chat/builtins.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 namespace {
 
@@ -35,8 +35,8 @@ class Parser {
 
   Status CheckDepth() const {
     if (depth_ > max_nesting_) {
-      return Error(Cur().pos, "template nested more than " + std::to_string(max_nesting_) +
-                                  " levels deep");
+      return Error(Cur().pos,
+                   "template nested more than " + std::to_string(max_nesting_) + " levels deep");
     }
     return Status::Ok();
   }
@@ -58,17 +58,27 @@ class Parser {
 
   std::string Describe(const Token& t) const {
     switch (t.type) {
-      case TokenType::kText: return "template text";
-      case TokenType::kVarBegin: return "'{{'";
-      case TokenType::kVarEnd: return "'}}'";
-      case TokenType::kBlockBegin: return "'{%'";
-      case TokenType::kBlockEnd: return "'%}'";
-      case TokenType::kName: return "'" + t.text + "'";
-      case TokenType::kString: return "string literal";
+      case TokenType::kText:
+        return "template text";
+      case TokenType::kVarBegin:
+        return "'{{'";
+      case TokenType::kVarEnd:
+        return "'}}'";
+      case TokenType::kBlockBegin:
+        return "'{%'";
+      case TokenType::kBlockEnd:
+        return "'%}'";
+      case TokenType::kName:
+        return "'" + t.text + "'";
+      case TokenType::kString:
+        return "string literal";
       case TokenType::kInt:
-      case TokenType::kFloat: return "number";
-      case TokenType::kOp: return "'" + t.text + "'";
-      case TokenType::kEof: return "end of template";
+      case TokenType::kFloat:
+        return "number";
+      case TokenType::kOp:
+        return "'" + t.text + "'";
+      case TokenType::kEof:
+        return "end of template";
     }
     return "token";
   }
@@ -463,13 +473,20 @@ class Parser {
     while (true) {
       size_t pos = Cur().pos;
       BinOp op;
-      if (Cur().type == TokenType::kOp && Cur().text == "==") op = BinOp::kEq;
-      else if (IsOp("!=")) op = BinOp::kNe;
-      else if (IsOp("<")) op = BinOp::kLt;
-      else if (IsOp("<=")) op = BinOp::kLe;
-      else if (IsOp(">")) op = BinOp::kGt;
-      else if (IsOp(">=")) op = BinOp::kGe;
-      else if (IsName("in")) op = BinOp::kIn;
+      if (Cur().type == TokenType::kOp && Cur().text == "==")
+        op = BinOp::kEq;
+      else if (IsOp("!="))
+        op = BinOp::kNe;
+      else if (IsOp("<"))
+        op = BinOp::kLt;
+      else if (IsOp("<="))
+        op = BinOp::kLe;
+      else if (IsOp(">"))
+        op = BinOp::kGt;
+      else if (IsOp(">="))
+        op = BinOp::kGe;
+      else if (IsName("in"))
+        op = BinOp::kIn;
       else if (IsName("not") && Peek().type == TokenType::kName && Peek().text == "in") {
         op = BinOp::kNotIn;
         Advance();
@@ -485,8 +502,8 @@ class Parser {
       ExprPtr left_copy = std::move(e);
       ExprPtr cmp = MakeBinary(op, pos, std::move(left_copy), std::move(r));
       const Expr* right = cmp->args[1].get();
-      chain = chain ? MakeBinary(BinOp::kAnd, pos, std::move(chain), std::move(cmp))
-                    : std::move(cmp);
+      chain =
+          chain ? MakeBinary(BinOp::kAnd, pos, std::move(chain), std::move(cmp)) : std::move(cmp);
       e = CloneExpr(*right);
       if (!IsCompareOp()) return chain;
     }
@@ -509,7 +526,8 @@ class Parser {
     e->negated = x.negated;
     for (const auto& a : x.args) e->args.push_back(a ? CloneExpr(*a) : nullptr);
     for (const auto& [k, v] : x.kwargs) e->kwargs.emplace_back(k, v ? CloneExpr(*v) : nullptr);
-    for (const auto& [k, v] : x.dict_items) e->dict_items.emplace_back(CloneExpr(*k), CloneExpr(*v));
+    for (const auto& [k, v] : x.dict_items)
+      e->dict_items.emplace_back(CloneExpr(*k), CloneExpr(*v));
     return e;
   }
 
@@ -539,8 +557,10 @@ class Parser {
   Result<ExprPtr> ParseMath2() {
     ASSIGN_OR_RETURN(ExprPtr e, ParsePow());
     while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
-      BinOp op = IsOp("*") ? BinOp::kMul : IsOp("/") ? BinOp::kDiv
-                 : IsOp("//") ? BinOp::kFloorDiv : BinOp::kMod;
+      BinOp op = IsOp("*")    ? BinOp::kMul
+                 : IsOp("/")  ? BinOp::kDiv
+                 : IsOp("//") ? BinOp::kFloorDiv
+                              : BinOp::kMod;
       size_t pos = Cur().pos;
       Advance();
       ASSIGN_OR_RETURN(ExprPtr r, ParsePow());
@@ -842,4 +862,4 @@ Result<Body> ParseTemplate(const SourceMap& src, const std::vector<Token>& token
   return Parser(src, tokens, max_nesting).Run();
 }
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

@@ -9,9 +9,8 @@
 #include "tokenizer/chat/ast.h"
 #include "tokenizer/chat/lexer.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
-Result<Body> ParseTemplate(const SourceMap& src, const std::vector<Token>& tokens,
-                           int max_nesting);
+Result<Body> ParseTemplate(const SourceMap& src, const std::vector<Token>& tokens, int max_nesting);
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

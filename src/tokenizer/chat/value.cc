@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <limits>
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 const Value* ValueDict::Find(std::string_view key) const {
   auto it = index_.find(std::string(key));
@@ -41,8 +41,8 @@ namespace {
 template <typename Json>
 Result<Value> ValueFromJson(const Json& j, int depth) {
   if (depth > static_cast<int>(kMaxValueDepth)) {
-    return Status::OutOfRange("chat context nests deeper than " +
-                                   std::to_string(kMaxValueDepth) + " levels");
+    return Status::OutOfRange("chat context nests deeper than " + std::to_string(kMaxValueDepth) +
+                              " levels");
   }
   switch (j.type()) {
     case Json::value_t::null:
@@ -114,16 +114,26 @@ bool Value::Truthy() const {
 
 std::string_view Value::TypeName() const {
   switch (kind_) {
-    case Kind::kUndefined: return "undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return "list";
-    case Kind::kDict: return "dict";
-    case Kind::kNamespace: return "Namespace";
-    case Kind::kCallable: return "function";
+    case Kind::kUndefined:
+      return "undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kCallable:
+      return "function";
   }
   return "?";
 }
@@ -272,14 +282,36 @@ void AppendJsonString(std::string& out, const std::string& s, bool ensure_ascii)
   while (i < s.size()) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     switch (c) {
-      case '"': out += "\\\""; ++i; continue;
-      case '\\': out += "\\\\"; ++i; continue;
-      case '\n': out += "\\n"; ++i; continue;
-      case '\r': out += "\\r"; ++i; continue;
-      case '\t': out += "\\t"; ++i; continue;
-      case '\b': out += "\\b"; ++i; continue;
-      case '\f': out += "\\f"; ++i; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        ++i;
+        continue;
+      case '\\':
+        out += "\\\\";
+        ++i;
+        continue;
+      case '\n':
+        out += "\\n";
+        ++i;
+        continue;
+      case '\r':
+        out += "\\r";
+        ++i;
+        continue;
+      case '\t':
+        out += "\\t";
+        ++i;
+        continue;
+      case '\b':
+        out += "\\b";
+        ++i;
+        continue;
+      case '\f':
+        out += "\\f";
+        ++i;
+        continue;
+      default:
+        break;
     }
     if (c < 0x20) {
       char b[8];
@@ -329,9 +361,12 @@ Status AppendJson(std::string& out, const Value& v, const JsonDumpOptions& o, in
       return Status::Ok();
     case Value::Kind::kFloat: {
       double f = v.as_float();
-      if (std::isnan(f)) out += "NaN";
-      else if (std::isinf(f)) out += f > 0 ? "Infinity" : "-Infinity";
-      else out += FloatRepr(f);
+      if (std::isnan(f))
+        out += "NaN";
+      else if (std::isinf(f))
+        out += f > 0 ? "Infinity" : "-Infinity";
+      else
+        out += FloatRepr(f);
       return Status::Ok();
     }
     case Value::Kind::kString:
@@ -514,4 +549,4 @@ size_t CodePointCount(std::string_view s) {
   return n;
 }
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

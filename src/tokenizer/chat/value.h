@@ -19,7 +19,7 @@
 
 #include "base/status.h"
 
-namespace strata::chat {
+namespace strata::tokenizer::chat {
 
 class Value;
 class Interpreter;
@@ -226,4 +226,4 @@ size_t CodePointCount(std::string_view s);
 uint32_t DecodeUtf8At(std::string_view s, size_t* i);
 void AppendUtf8(std::string& out, uint32_t cp);
 
-}  // namespace strata::chat
+}  // namespace strata::tokenizer::chat

@@ -1,5 +1,5 @@
-// Fuzz target: bytes -> engine::ParseReplicaConfigYaml (the file the control plane writes for
-// `strata serve --config`) and ParseKvTiersYaml (the older --kv-tier-config file). Must never
+// Fuzz target: bytes -> engine::serving::ParseReplicaConfigYaml (the file the control plane writes
+// for `strata serve --config`) and ParseKvTiersYaml (the older --kv-tier-config file). Must never
 // crash, hang or allocate without bound; errors are fine. A config that parses must print to YAML
 // that parses back to the same print (the --print-config round trip); anything else aborts.
 #include <cstddef>
@@ -11,12 +11,12 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto config = strata::engine::ParseReplicaConfigYaml(text);
+  auto config = strata::engine::serving::ParseReplicaConfigYaml(text);
   if (config.ok()) {
-    const std::string printed = strata::engine::ReplicaConfigToYaml(*config);
-    auto back = strata::engine::ParseReplicaConfigYaml(printed);
-    if (!back.ok() || strata::engine::ReplicaConfigToYaml(*back) != printed) std::abort();
+    const std::string printed = strata::engine::serving::ReplicaConfigToYaml(*config);
+    auto back = strata::engine::serving::ParseReplicaConfigYaml(printed);
+    if (!back.ok() || strata::engine::serving::ReplicaConfigToYaml(*back) != printed) std::abort();
   }
-  (void)strata::engine::ParseKvTiersYaml(text);
+  (void)strata::engine::serving::ParseKvTiersYaml(text);
   return 0;
 }

@@ -5,9 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "server/openai_request.h"
 
@@ -15,13 +14,14 @@ namespace {
 
 struct Fixture {
   std::unique_ptr<strata::tokenizer::Tokenizer> tok;
-  std::unique_ptr<strata::chat::ChatTemplate> tmpl;
+  std::unique_ptr<strata::tokenizer::chat::ChatTemplate> tmpl;
   strata::server::ModelInfo info;
   Fixture() {
     auto t = strata::tokenizer::Tokenizer::Create(strata::tokenizer::BuiltinByteVocab());
     tok = std::move(*t);
-    auto c = strata::chat::ChatTemplate::Parse(
-        "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}");
+    auto c = strata::tokenizer::chat::ChatTemplate::Parse(
+        "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}{% if "
+        "add_generation_prompt %}<|assistant|>{% endif %}");
     tmpl = std::move(*c);
     info.name = "fuzz";
     info.tok = tok.get();
@@ -35,9 +35,11 @@ struct Fixture {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Fixture f;
   if (size == 0 || size > (1 << 16)) return 0;
-  auto ep = (data[0] & 1) ? strata::server::Endpoint::kChat : strata::server::Endpoint::kCompletions;
-  auto body = nlohmann::json::parse(reinterpret_cast<const char*>(data) + 1, reinterpret_cast<const char*>(data) + size,
-                                    nullptr, /*allow_exceptions=*/false);
+  auto ep =
+      (data[0] & 1) ? strata::server::Endpoint::kChat : strata::server::Endpoint::kCompletions;
+  auto body = nlohmann::json::parse(reinterpret_cast<const char*>(data) + 1,
+                                    reinterpret_cast<const char*>(data) + size, nullptr,
+                                    /*allow_exceptions=*/false);
   if (body.is_discarded()) return 0;
   auto r = strata::server::ParseGenRequest(ep, body, f.info, (data[0] & 2) ? "gold" : "");
   if (r.ok()) {

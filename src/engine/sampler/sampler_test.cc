@@ -1,11 +1,11 @@
-#include "engine/sampler.h"
+#include "engine/sampler/sampler.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 
-namespace strata::engine {
+namespace strata::engine::sampler {
 namespace {
 
 TEST(SamplerTest, GreedyPicksArgmaxTiesToLowerId) {
@@ -127,4 +127,4 @@ TEST(SamplerTest, ValidateNamesTheParameter) {
 }
 
 }  // namespace
-}  // namespace strata::engine
+}  // namespace strata::engine::sampler

@@ -1,10 +1,10 @@
-#include "engine/sampler.h"
+#include "engine/sampler/sampler.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-namespace strata::engine {
+namespace strata::engine::sampler {
 
 SamplingParams SamplingParams::Greedy() {
   SamplingParams p;
@@ -33,7 +33,12 @@ Status SamplingParams::Validate() const {
 }
 
 Sampler::Sampler(const SamplingParams& params, size_t n_vocab)
-    : p_(params), n_vocab_(n_vocab), rng_(params.seed), work_(n_vocab), idx_(n_vocab), probs_(n_vocab),
+    : p_(params),
+      n_vocab_(n_vocab),
+      rng_(params.seed),
+      work_(n_vocab),
+      idx_(n_vocab),
+      probs_(n_vocab),
       counts_(n_vocab, 0) {}
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history,
@@ -42,10 +47,12 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   std::copy(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(n), work_.begin());
 
   // Penalties over the window of recent tokens.
-  bool penalise = p_.repetition_penalty != 1.0f || p_.frequency_penalty != 0.0f || p_.presence_penalty != 0.0f;
+  bool penalise =
+      p_.repetition_penalty != 1.0f || p_.frequency_penalty != 0.0f || p_.presence_penalty != 0.0f;
   if (penalise && p_.penalty_last_n != 0 && !history.empty()) {
-    size_t window = p_.penalty_last_n < 0 ? history.size()
-                                          : std::min(history.size(), static_cast<size_t>(p_.penalty_last_n));
+    size_t window = p_.penalty_last_n < 0
+                        ? history.size()
+                        : std::min(history.size(), static_cast<size_t>(p_.penalty_last_n));
     auto recent = history.subspan(history.size() - window);
     for (int32_t t : recent)
       if (t >= 0 && static_cast<size_t>(t) < n) counts_[static_cast<size_t>(t)]++;
@@ -55,13 +62,15 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
       uint32_t c = counts_[i];
       if (c == 0) continue;  // already applied
       float& v = work_[i];
-      if (p_.repetition_penalty != 1.0f) v = v > 0 ? v / p_.repetition_penalty : v * p_.repetition_penalty;
+      if (p_.repetition_penalty != 1.0f)
+        v = v > 0 ? v / p_.repetition_penalty : v * p_.repetition_penalty;
       v -= static_cast<float>(c) * p_.frequency_penalty + p_.presence_penalty;
       counts_[i] = 0;
     }
   }
   for (int32_t b : banned)
-    if (b >= 0 && static_cast<size_t>(b) < n) work_[static_cast<size_t>(b)] = -std::numeric_limits<float>::infinity();
+    if (b >= 0 && static_cast<size_t>(b) < n)
+      work_[static_cast<size_t>(b)] = -std::numeric_limits<float>::infinity();
 
   last_n_ = n;
   lse_valid_ = false;  // the log-sum-exp for logprobs is computed on demand (LastLogprob)
@@ -82,7 +91,8 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   };
   if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
     m = static_cast<size_t>(p_.top_k);
-    std::partial_sort(idx_.begin(), idx_.begin() + static_cast<std::ptrdiff_t>(m), idx_.begin() + static_cast<std::ptrdiff_t>(n), cmp);
+    std::partial_sort(idx_.begin(), idx_.begin() + static_cast<std::ptrdiff_t>(m),
+                      idx_.begin() + static_cast<std::ptrdiff_t>(n), cmp);
   } else {
     std::sort(idx_.begin(), idx_.begin() + static_cast<std::ptrdiff_t>(n), cmp);
   }
@@ -117,7 +127,8 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   // Temperature, then draw.
   double z = 0.0;
   for (size_t i = 0; i < m; ++i) {
-    probs_[i] = static_cast<float>(std::exp((work_[static_cast<size_t>(idx_[i])] - top) / p_.temperature));
+    probs_[i] =
+        static_cast<float>(std::exp((work_[static_cast<size_t>(idx_[i])] - top) / p_.temperature));
     z += probs_[i];
   }
   // Uniform double in [0, 1) from 53 random bits (independent of the library's distributions).
@@ -144,4 +155,4 @@ float Sampler::LastLogprob(int32_t id) const {
   return work_[static_cast<size_t>(id)] - last_lse_;
 }
 
-}  // namespace strata::engine
+}  // namespace strata::engine::sampler

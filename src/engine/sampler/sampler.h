@@ -16,22 +16,23 @@
 
 #include "base/status.h"
 
-namespace strata::engine {
+namespace strata::engine::sampler {
 
 struct SamplingParams {
-  float temperature = 0.8f;   // 0 = greedy
-  int top_k = 40;             // <= 0: off
-  float top_p = 0.95f;        // 1: off
-  float min_p = 0.05f;        // 0: off
-  float repetition_penalty = 1.0f;  // 1: off (llama.cpp/CTRL style: divide positive logits, multiply negative)
-  float frequency_penalty = 0.0f;   // OpenAI style: - count * f
-  float presence_penalty = 0.0f;    // OpenAI style: - (count > 0) * p
-  int penalty_last_n = 64;          // history window for penalties (-1: whole history, 0: off)
+  float temperature = 0.8f;  // 0 = greedy
+  int top_k = 40;            // <= 0: off
+  float top_p = 0.95f;       // 1: off
+  float min_p = 0.05f;       // 0: off
+  float repetition_penalty =
+      1.0f;  // 1: off (llama.cpp/CTRL style: divide positive logits, multiply negative)
+  float frequency_penalty = 0.0f;  // OpenAI style: - count * f
+  float presence_penalty = 0.0f;   // OpenAI style: - (count > 0) * p
+  int penalty_last_n = 64;         // history window for penalties (-1: whole history, 0: off)
   uint64_t seed = 0xC0FFEE;
 
   static SamplingParams Greedy();
-  // Rejects NaN/negative temperature, top_p outside (0, 1], min_p outside [0, 1], penalties that are
-  // non-finite or repetition_penalty <= 0; the message names the parameter.
+  // Rejects NaN/negative temperature, top_p outside (0, 1], min_p outside [0, 1], penalties that
+  // are non-finite or repetition_penalty <= 0; the message names the parameter.
   Status Validate() const;
 };
 
@@ -53,15 +54,15 @@ class Sampler {
   SamplingParams p_;
   size_t n_vocab_;
   std::mt19937_64 rng_;
-  std::vector<float> work_;           // penalised logits
-  std::vector<int32_t> idx_;          // candidate ids
+  std::vector<float> work_;   // penalised logits
+  std::vector<int32_t> idx_;  // candidate ids
   std::vector<float> probs_;
-  std::vector<uint32_t> counts_;      // token counts in the penalty window
+  std::vector<uint32_t> counts_;  // token counts in the penalty window
   // Log-sum-exp of work_ at the last call, computed by the first LastLogprob() after it (one pass
   // of n_vocab exps that requests without logprobs never pay).
   mutable float last_lse_ = 0.0f;
   mutable bool lse_valid_ = false;
-  size_t last_n_ = 0;                 // logits given to the last call
+  size_t last_n_ = 0;  // logits given to the last call
 };
 
-}  // namespace strata::engine
+}  // namespace strata::engine::sampler
