@@ -51,7 +51,7 @@ Engine::~Engine() {
   // Whatever is left (Step-driven use, or requests the thread never finished) ends cancelled.
   std::vector<std::unique_ptr<RequestState>> inbox;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     inbox.swap(inbox_);
   }
   for (auto& r : inbox) {
@@ -106,7 +106,7 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   }
   RequestHandle h;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     RETURN_IF_ERROR(CheckQueueBound(sc, queued_requests_, queued_prompt_tokens_, prompt_tokens));
     state->id = next_id_++;
     state->stream = std::make_shared<RequestStream>(state->id, n);
@@ -116,30 +116,30 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
     queued_prompt_tokens_ += prompt_tokens;
     inbox_.push_back(std::move(state));
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
   return h;
 }
 
 void Engine::Cancel(RequestId id) {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     cancels_.push_back(id);
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 EngineStats Engine::Stats() const {
-  std::lock_guard lk(stats_mu_);
+  MutexLock lk(&stats_mu_);
   return stats_;
 }
 
 bool Engine::HasWork() const {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   return !inbox_.empty() || !cancels_.empty() || has_work_.load();
 }
 
 void Engine::Start() {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   if (thread_.joinable()) return;
   stop_ = false;
   thread_ = std::thread([this] { Loop(); });
@@ -147,32 +147,31 @@ void Engine::Start() {
 
 void Engine::Stop() {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 void Engine::Loop() {
   for (;;) {
     {
-      std::unique_lock lk(mu_);
-      cv_.wait(lk,
-               [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || has_work_.load(); });
+      MutexLock lk(&mu_);
+      while (!(stop_ || !inbox_.empty() || !cancels_.empty() || has_work_.load())) cv_.Wait(&mu_);
       if (stop_) return;
     }
     (void)Step();  // a runner error has already ended the affected requests
     if (has_work_.load() && last_out_ != nullptr && last_out_->seqs.empty()) {
       // Nothing schedulable right now (should not happen with validated requests): don't spin.
-      std::unique_lock lk(mu_);
-      cv_.wait_for(lk, std::chrono::milliseconds(1));
+      MutexLock lk(&mu_);
+      cv_.WaitFor(&mu_, std::chrono::milliseconds(1));
     }
   }
 }
 
 void Engine::Dequeued(int64_t prompt_tokens) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   queued_requests_ -= 1;
   queued_prompt_tokens_ -= prompt_tokens;
 }
@@ -198,7 +197,7 @@ void Engine::EndRequest(RequestId id, FinishReason why, const Status& error) {
 
 void Engine::Drain() {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     drained_.swap(inbox_);
     drained_cancels_.swap(cancels_);
   }
@@ -241,8 +240,8 @@ void Engine::Drain() {
       return true;
     };
     while (!all_ready() && std::chrono::steady_clock::now() < until) {
-      std::unique_lock lk(mu_);
-      cv_.wait_until(lk, until);
+      MutexLock lk(&mu_);
+      cv_.WaitUntil(&mu_, until);
     }
     PollPrefetches();
   }
@@ -289,7 +288,7 @@ bool Engine::MaybePrefetch(RequestState* r) {
   const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(prefetch_timeout_s_));
   r->tier->Start(
-      tier_, r->req.tenant, [this] { cv_.notify_one(); }, clock_->Now() + timeout);
+      tier_, r->req.tenant, [this] { cv_.NotifyOne(); }, clock_->Now() + timeout);
   fetching_.push_back(r->id);
   tier_prefetches_ += 1;
   return true;
@@ -500,11 +499,11 @@ Status Engine::Step() {
 void Engine::PublishStats() {
   int queued;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     queued = queued_requests_;
   }
   const kv::KvStats ks = kv_.Stats();
-  std::lock_guard lk(stats_mu_);
+  MutexLock lk(&stats_mu_);
   stats_.running_requests = sched_.num_running();
   stats_.running_seqs = sched_.num_running_seqs();
   stats_.waiting_requests = sched_.num_waiting();

@@ -44,13 +44,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "engine/kv/kv_manager.h"
 #include "engine/runner/model_runner.h"
@@ -108,25 +107,25 @@ class Engine : private kv::KvManager::Listener {
   ~Engine();  // Stop()s; requests still in flight end with finish_reason cancelled.
 
   // Validates and queues a request. Thread-safe.
-  Result<RequestHandle> Submit(SubmitRequest req);
+  Result<RequestHandle> Submit(SubmitRequest req) EXCLUDES(mu_);
   // Cancels a request: its blocks are freed at the start of the next step, its stream ends with
   // finish_reason cancelled. Unknown/finished ids are ignored. Thread-safe.
-  void Cancel(RequestId id);
+  void Cancel(RequestId id) EXCLUDES(mu_);
   // A consistent snapshot as of the end of the last step. Thread-safe.
-  EngineStats Stats() const;
+  EngineStats Stats() const EXCLUDES(stats_mu_);
   // Width of an embedding (the runner's hidden_dim); 0: embedding requests are refused.
   // Thread-safe.
   int hidden_dim() const { return hidden_dim_; }
 
   // Starts / stops the engine thread.
-  void Start();
-  void Stop();
+  void Start() EXCLUDES(mu_);
+  void Stop() EXCLUDES(mu_);
 
   // One step on the calling thread (when the engine thread is not started). Returns the runner's
   // error, if any (the affected requests have been ended with finish_reason error).
   Status Step();
   // Whether anything is queued, waiting or running (engine-thread view + inbox).
-  bool HasWork() const;
+  bool HasWork() const EXCLUDES(mu_);
 
   // Engine-thread-only views for tests.
   const kv::KvManager& kv() const { return kv_; }
@@ -155,8 +154,8 @@ class Engine : private kv::KvManager::Listener {
   void FinishEmbedding(RequestState* r);
   void Emit(RequestState* r, int index, int32_t token, FinishReason why, sampler::Sampler* sampler);
   void EndRequest(RequestId id, FinishReason why, const Status& error);
-  void Dequeued(int64_t prompt_tokens);
-  void PublishStats();
+  void Dequeued(int64_t prompt_tokens) EXCLUDES(mu_);
+  void PublishStats() EXCLUDES(mu_, stats_mu_);
   bool RefreshPrefetches();  // true when a prefetch was started
   bool MaybePrefetch(RequestState* r);
   void PollPrefetches();
@@ -175,15 +174,15 @@ class Engine : private kv::KvManager::Listener {
   const SchedulerOutput* last_out_ = nullptr;
   std::vector<uint8_t> model_salt_;  // set before any Submit; read-only afterwards
 
-  // Inbox (guarded by mu_).
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<RequestState>> inbox_;
-  std::vector<RequestId> cancels_;
-  int queued_requests_ = 0;  // accepted, never started (inbox + scheduler)
-  int64_t queued_prompt_tokens_ = 0;
-  RequestId next_id_ = 1;
-  bool stop_ = false;
+  // Inbox.
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<std::unique_ptr<RequestState>> inbox_ GUARDED_BY(mu_);
+  std::vector<RequestId> cancels_ GUARDED_BY(mu_);
+  int queued_requests_ GUARDED_BY(mu_) = 0;  // accepted, never started (inbox + scheduler)
+  int64_t queued_prompt_tokens_ GUARDED_BY(mu_) = 0;
+  RequestId next_id_ GUARDED_BY(mu_) = 1;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
   std::atomic<bool> running_thread_{false};
 
@@ -208,8 +207,8 @@ class Engine : private kv::KvManager::Listener {
   std::vector<std::string> tenants_;  // tag -> tenant ("" is tag 0)
   int64_t tier_prefetches_ = 0, tier_timeouts_ = 0;
 
-  mutable std::mutex stats_mu_;
-  EngineStats stats_;
+  mutable Mutex stats_mu_;
+  EngineStats stats_ GUARDED_BY(stats_mu_);
   int64_t steps_ = 0, tokens_computed_ = 0, generated_tokens_ = 0, finished_requests_ = 0;
   int64_t decode_steps_ = 0, decode_tokens_ = 0;
   double decode_seconds_ = 0.0;

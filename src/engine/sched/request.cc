@@ -130,7 +130,7 @@ int64_t SubmitRequest::MaxPositions() const {
 void RequestStream::Push(const TokenEvent& ev) {
   bool was_empty = false;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     if (head_ == buf_.size()) {  // drained: reuse from the start
       buf_.clear();
       head_ = 0;
@@ -139,19 +139,19 @@ void RequestStream::Push(const TokenEvent& ev) {
     buf_.push_back(ev);
     if (ev.finish != FinishReason::kNone) ++finished_;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (was_empty) {
-    std::lock_guard lk(notify_mu_);
+    MutexLock lk(&notify_mu_);
     if (notify_) notify_();
   }
 }
 
 void RequestStream::SetNotify(std::function<void()> notify) {
-  std::lock_guard lk(notify_mu_);
+  MutexLock lk(&notify_mu_);
   notify_ = std::move(notify);
   bool waiting = false;
   {
-    std::lock_guard data_lk(mu_);
+    MutexLock data_lk(&mu_);
     waiting = head_ < buf_.size();
   }
   // Events pushed before the callback was there: announce them now.
@@ -169,24 +169,28 @@ std::optional<TokenEvent> RequestStream::PopLocked() {
 }
 
 std::optional<TokenEvent> RequestStream::Next() {
-  std::unique_lock lk(mu_);
-  cv_.wait(lk, [&] { return head_ < buf_.size() || CompleteLocked(); });
+  MutexLock lk(&mu_);
+  while (!(head_ < buf_.size() || CompleteLocked())) cv_.Wait(&mu_);
   return PopLocked();
 }
 
 std::optional<TokenEvent> RequestStream::NextFor(std::chrono::nanoseconds timeout) {
-  std::unique_lock lk(mu_);
-  cv_.wait_for(lk, timeout, [&] { return head_ < buf_.size() || CompleteLocked(); });
+  MutexLock lk(&mu_);
+  // What wait_for(lock, timeout, pred) does: wait until the condition or the deadline.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!(head_ < buf_.size() || CompleteLocked())) {
+    if (!cv_.WaitUntil(&mu_, deadline)) break;
+  }
   return PopLocked();
 }
 
 std::optional<TokenEvent> RequestStream::TryNext() {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   return PopLocked();
 }
 
 bool RequestStream::complete() const {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   return CompleteLocked();
 }
 

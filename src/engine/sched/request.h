@@ -18,15 +18,15 @@
 #pragma once
 
 #include <array>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "base/mutex.h"
 
 #include "base/status.h"
 #include "engine/sampler/sampler.h"
@@ -124,33 +124,33 @@ class RequestStream {
   RequestId id() const { return id_; }
 
   // Blocks until an event is available (returns it) or the stream is complete (nullopt).
-  std::optional<TokenEvent> Next();
+  std::optional<TokenEvent> Next() EXCLUDES(mu_);
   // Like Next, but gives up after `timeout` (nullopt; check complete() to tell the cases apart).
-  std::optional<TokenEvent> NextFor(std::chrono::nanoseconds timeout);
-  std::optional<TokenEvent> TryNext();
-  bool complete() const;
+  std::optional<TokenEvent> NextFor(std::chrono::nanoseconds timeout) EXCLUDES(mu_);
+  std::optional<TokenEvent> TryNext() EXCLUDES(mu_);
+  bool complete() const EXCLUDES(mu_);
   // Drains every event until complete (blocking).
-  std::vector<TokenEvent> DrainAll();
+  std::vector<TokenEvent> DrainAll() EXCLUDES(mu_);
 
   // Consumer side: see the class comment. nullptr removes the callback.
-  void SetNotify(std::function<void()> notify);
+  void SetNotify(std::function<void()> notify) EXCLUDES(notify_mu_, mu_);
 
   // Engine side.
-  void Push(const TokenEvent& ev);
+  void Push(const TokenEvent& ev) EXCLUDES(notify_mu_, mu_);
 
  private:
-  std::optional<TokenEvent> PopLocked();
-  bool CompleteLocked() const { return finished_ == n_ && head_ == buf_.size(); }
+  std::optional<TokenEvent> PopLocked() REQUIRES(mu_);
+  bool CompleteLocked() const REQUIRES(mu_) { return finished_ == n_ && head_ == buf_.size(); }
   const RequestId id_;
   const int n_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<TokenEvent>
-      buf_;  // [head_, size) not yet popped; reset when drained (keeps capacity)
-  size_t head_ = 0;
-  int finished_ = 0;
-  std::mutex notify_mu_;          // lock order: notify_mu_, then mu_ (Push never holds both)
-  std::function<void()> notify_;  // guarded by notify_mu_
+  mutable Mutex mu_;
+  CondVar cv_;
+  // [head_, size) not yet popped; reset when drained (keeps capacity).
+  std::vector<TokenEvent> buf_ GUARDED_BY(mu_);
+  size_t head_ GUARDED_BY(mu_) = 0;
+  int finished_ GUARDED_BY(mu_) = 0;
+  Mutex notify_mu_ ACQUIRED_BEFORE(mu_);  // lock order: notify_mu_, then mu_ (Push never holds both)
+  std::function<void()> notify_ GUARDED_BY(notify_mu_);
 };
 
 }  // namespace strata::engine::sched
