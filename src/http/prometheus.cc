@@ -29,7 +29,7 @@ std::string Labels(std::initializer_list<std::pair<std::string_view, std::string
 
 void MetricsRegistry::Declare(std::string name, Type type, std::string help,
                               std::vector<double> buckets) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Family& f = families_[std::move(name)];
   f.type = type;
   f.help = std::move(help);
@@ -42,17 +42,17 @@ MetricsRegistry::Family* MetricsRegistry::Find(std::string_view name) {
 }
 
 void MetricsRegistry::Add(std::string_view name, const std::string& labels, double v) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (Family* f = Find(name)) f->series[labels].value += v;
 }
 
 void MetricsRegistry::Set(std::string_view name, const std::string& labels, double v) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (Family* f = Find(name)) f->series[labels].value = v;
 }
 
 void MetricsRegistry::Observe(std::string_view name, const std::string& labels, double v) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Family* f = Find(name);
   if (!f || !std::isfinite(v)) return;
   Series& s = f->series[labels];
@@ -79,7 +79,7 @@ std::string With(const std::string& labels, std::string_view extra) {
 }  // namespace
 
 std::string MetricsRegistry::Render() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::string out;
   for (const auto& [name, f] : families_) {
     const char* type = f.type == Type::kCounter ? "counter"

@@ -4,10 +4,11 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "base/mutex.h"
 
 namespace strata::http {
 
@@ -18,11 +19,14 @@ class MetricsRegistry {
  public:
   enum class Type { kCounter, kGauge, kHistogram };
   // Declares a family (call once per name, before use). Buckets are upper bounds (histograms only).
-  void Declare(std::string name, Type type, std::string help, std::vector<double> buckets = {});
-  void Add(std::string_view name, const std::string& labels, double v);  // counter += v
-  void Set(std::string_view name, const std::string& labels, double v);  // gauge / counter = v
-  void Observe(std::string_view name, const std::string& labels, double v);
-  std::string Render() const;
+  void Declare(std::string name, Type type, std::string help, std::vector<double> buckets = {})
+      EXCLUDES(mu_);
+  // counter += v
+  void Add(std::string_view name, const std::string& labels, double v) EXCLUDES(mu_);
+  // gauge / counter = v
+  void Set(std::string_view name, const std::string& labels, double v) EXCLUDES(mu_);
+  void Observe(std::string_view name, const std::string& labels, double v) EXCLUDES(mu_);
+  std::string Render() const EXCLUDES(mu_);
 
  private:
   struct Series {
@@ -37,9 +41,9 @@ class MetricsRegistry {
     std::vector<double> buckets;
     std::map<std::string, Series> series;  // by label text
   };
-  Family* Find(std::string_view name);
-  mutable std::mutex mu_;
-  std::map<std::string, Family, std::less<>> families_;
+  Family* Find(std::string_view name) REQUIRES(mu_);
+  mutable Mutex mu_;
+  std::map<std::string, Family, std::less<>> families_ GUARDED_BY(mu_);
 };
 
 }  // namespace strata::http

@@ -206,7 +206,7 @@ std::vector<http::Route> Api::Routes() {
 
 int Api::live_jobs() const {
   const int embeddings = embeddings_ ? embeddings_->live() : 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return static_cast<int>(jobs_.size()) + embeddings;
 }
 

@@ -29,11 +29,11 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "engine/kvtier/tiered_cache.h"
 #include "engine/sched/engine.h"
 #include "http/chain.h"
@@ -113,8 +113,8 @@ class Api {
   std::atomic<uint64_t> next_id_{1};
   http::Chain chain_;
 
-  mutable std::mutex mu_;
-  std::vector<std::shared_ptr<Job>> jobs_;  // guarded by mu_: live generation jobs
+  mutable Mutex mu_;
+  std::vector<std::shared_ptr<Job>> jobs_ GUARDED_BY(mu_);  // live generation jobs
   // Last member: destroyed first, so its worker (which uses metrics_) stops before anything else.
   std::unique_ptr<EmbeddingJobs> embeddings_;  // null: the runner has no hidden-state output
 };

@@ -18,20 +18,20 @@ EmbeddingJobs::EmbeddingJobs(engine::sched::Engine* engine)
 EmbeddingJobs::~EmbeddingJobs() {
   std::vector<std::shared_ptr<Job>> left;
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(&state_->mu);
     state_->stop = true;
     for (auto& [key, job] : state_->live) left.push_back(std::move(job));
     state_->live.clear();
     state_->ready.clear();
   }
-  state_->cv.notify_all();
+  state_->cv.NotifyAll();
   worker_.join();
   for (const auto& job : left)
     for (const auto& h : job->handles) engine_->Cancel(h.id);
 }
 
 int EmbeddingJobs::live() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   return static_cast<int>(state_->live.size() + state_->ready.size());
 }
 
@@ -43,13 +43,13 @@ void EmbeddingJobs::InputDone(const std::weak_ptr<State>& state,
   std::shared_ptr<State> st = state.lock();
   if (!st) return;
   {
-    std::lock_guard<std::mutex> lock(st->mu);
+    MutexLock lock(&st->mu);
     auto it = st->live.find(job->key);
     if (st->stop || it == st->live.end()) return;  // shut down, or its Submit failed
     st->ready.push_back(std::move(it->second));
     st->live.erase(it);
   }
-  st->cv.notify_one();
+  st->cv.NotifyOne();
 }
 
 Status EmbeddingJobs::Submit(std::vector<std::vector<int32_t>> inputs,
@@ -63,7 +63,7 @@ Status EmbeddingJobs::Submit(std::vector<std::vector<int32_t>> inputs,
   job->remaining.store(static_cast<int>(inputs.size()) + 1);
   job->handles.reserve(inputs.size());
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(&state_->mu);
     if (state_->stop) return Status::Unavailable("the server is shutting down");
     job->key = next_key_++;
     state_->live.emplace(job->key, job);
@@ -78,7 +78,7 @@ Status EmbeddingJobs::Submit(std::vector<std::vector<int32_t>> inputs,
     auto h = engine_->Submit(std::move(r));
     if (!h.ok()) {
       {
-        std::lock_guard<std::mutex> lock(state_->mu);
+        MutexLock lock(&state_->mu);
         state_->live.erase(job->key);  // its callbacks now find nothing to hand over
       }
       for (const auto& done_handle : job->handles) engine_->Cancel(done_handle.id);
@@ -130,8 +130,8 @@ void EmbeddingJobs::WorkerLoop() {
   for (;;) {
     std::shared_ptr<Job> job;
     {
-      std::unique_lock<std::mutex> lock(state_->mu);
-      state_->cv.wait(lock, [&] { return state_->stop || !state_->ready.empty(); });
+      MutexLock lock(&state_->mu);
+      while (!(state_->stop || !state_->ready.empty())) state_->cv.Wait(&state_->mu);
       if (state_->stop) return;
       job = std::move(state_->ready.front());
       state_->ready.pop_front();

@@ -19,16 +19,15 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "engine/sched/engine.h"
 #include "http/server.h"
@@ -64,13 +63,13 @@ class EmbeddingJobs {
     std::atomic<int> remaining{0};
     EmbeddingDone done;
   };
-  // Shared with the engine-thread callbacks (which may outlive this object): guarded by mu.
+  // Shared with the engine-thread callbacks (which may outlive this object).
   struct State {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::unordered_map<uint64_t, std::shared_ptr<Job>> live;
-    std::deque<std::shared_ptr<Job>> ready;
-    bool stop = false;
+    Mutex mu;
+    CondVar cv;
+    std::unordered_map<uint64_t, std::shared_ptr<Job>> live GUARDED_BY(mu);
+    std::deque<std::shared_ptr<Job>> ready GUARDED_BY(mu);
+    bool stop GUARDED_BY(mu) = false;
   };
   static void InputDone(const std::weak_ptr<State>& state, const std::weak_ptr<Job>& job);
   static EmbeddingResult Collect(Job& job);
@@ -78,7 +77,7 @@ class EmbeddingJobs {
 
   engine::sched::Engine* engine_;
   std::shared_ptr<State> state_;
-  uint64_t next_key_ = 1;  // guarded by state_->mu
+  uint64_t next_key_ GUARDED_BY(state_->mu) = 1;
   std::thread worker_;
 };
 

@@ -144,7 +144,7 @@ Api::~Api() {
   embeddings_.reset();  // joins its worker; cancels embeddings in flight
   std::vector<std::shared_ptr<Job>> jobs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     jobs.swap(jobs_);
   }
   for (auto& j : jobs) {
@@ -247,7 +247,7 @@ void Api::StartStream(Job& job) {
 // response's work strand per batch of events) and the client's disconnect (cancel, then drain).
 void Api::Watch(const std::shared_ptr<Job>& job) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     jobs_.push_back(job);
   }
   std::weak_ptr<Job> weak = job;
@@ -273,7 +273,7 @@ void Api::Drain(const std::shared_ptr<Job>& job) {
 
 void Api::Forget(const Job& job) {
   job.handle.stream->SetNotify(nullptr);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::erase_if(jobs_, [&](const std::shared_ptr<Job>& j) { return j.get() == &job; });
 }
 

@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "base/mutex.h"
-
 #include "base/status.h"
 #include "engine/sampler/sampler.h"
 #include "engine/sched/clock.h"
@@ -149,7 +148,8 @@ class RequestStream {
   std::vector<TokenEvent> buf_ GUARDED_BY(mu_);
   size_t head_ GUARDED_BY(mu_) = 0;
   int finished_ GUARDED_BY(mu_) = 0;
-  Mutex notify_mu_ ACQUIRED_BEFORE(mu_);  // lock order: notify_mu_, then mu_ (Push never holds both)
+  // Lock order: notify_mu_, then mu_ (Push never holds both).
+  Mutex notify_mu_ ACQUIRED_BEFORE(mu_);
   std::function<void()> notify_ GUARDED_BY(notify_mu_);
 };
 
