@@ -35,6 +35,7 @@ TEST(SamplerTest, SameSeedSameTokens) {
   p.seed = 43;
   Sampler c(p, l.size());
   std::vector<int32_t> tc;
+  tc.reserve(50);
   for (int i = 0; i < 50; ++i) tc.push_back(c.Sample(l, {}));
   EXPECT_NE(ta, tc);
 }

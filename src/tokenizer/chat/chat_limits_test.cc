@@ -12,8 +12,9 @@
 namespace strata::tokenizer::chat {
 namespace {
 
-Result<std::string> RenderWith(std::string_view src, const ChatTemplateLimits& limits = {},
-                               nlohmann::ordered_json ctx = nlohmann::ordered_json::object()) {
+Result<std::string> RenderWith(
+    std::string_view src, const ChatTemplateLimits& limits = {},
+    const nlohmann::ordered_json& ctx = nlohmann::ordered_json::object()) {
   auto tpl = ChatTemplate::Parse(src, limits);
   if (!tpl.ok()) return tpl.status();
   return (*tpl)->Render(ctx);
@@ -249,6 +250,7 @@ TEST(ChatRenderTest, ConcurrentRendersShareNothing) {
       "{{ ns.n }}");
   ASSERT_TRUE(tpl.ok());
   std::vector<std::thread> threads;
+  threads.reserve(8);
   std::vector<std::string> results(8);
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
