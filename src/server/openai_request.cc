@@ -5,6 +5,8 @@
 #include <cmath>
 #include <random>
 
+#include "http/json_fields.h"
+
 namespace strata::server {
 namespace {
 
@@ -14,59 +16,10 @@ using nlohmann::json;
 
 ApiError Bad(std::string_view param, std::string_view what) { return ApiError::Param(param, what); }
 
-bool Present(const json& body, const char* key) {
-  return body.contains(key) && !body[key].is_null();
-}
-
-ApiError GetFloat(const json& body, const char* key, float* out) {
-  if (!Present(body, key)) return {};
-  const json& v = body[key];
-  if (!v.is_number()) return Bad(key, "must be a number");
-  double d = v.get<double>();
-  if (!std::isfinite(d)) return Bad(key, "must be finite");
-  *out = static_cast<float>(d);
-  return {};
-}
-
-// A float field that must satisfy `ok` (described by `range`).
-template <typename Pred>
-ApiError GetFloatIn(const json& body, const char* key, float* out, Pred ok, const char* range) {
-  RETURN_IF_API_ERROR(GetFloat(body, key, out));
-  if (!ok(*out)) return Bad(key, range);
-  return {};
-}
-
-ApiError GetInt(const json& body, const char* key, int64_t lo, int64_t hi,
-                std::optional<int64_t>* out) {
-  if (!Present(body, key)) return {};
-  const json& v = body[key];
-  if (!v.is_number_integer()) return Bad(key, "must be an integer");
-  int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                  ? INT64_MAX
-                  : v.get<int64_t>();
-  if (x < lo || x > hi) return Bad(key, fmt::format("must be in [{}, {}], got {}", lo, hi, x));
-  *out = x;
-  return {};
-}
-
-ApiError GetBool(const json& body, const char* key, bool* out) {
-  if (!Present(body, key)) return {};
-  if (!body[key].is_boolean()) return Bad(key, "must be a boolean");
-  *out = body[key].get<bool>();
-  return {};
-}
+bool Present(const json& body, const char* key) { return http::Fields(body).Has(key); }
 
 ApiResult<std::vector<int32_t>> TokenArray(const json& v, const char* param, size_t n_vocab) {
-  std::vector<int32_t> ids;
-  ids.reserve(v.size());
-  for (const json& e : v) {
-    if (!e.is_number_integer()) return Bad(param, "token ids must be integers");
-    int64_t id = e.get<int64_t>();
-    if (id < 0 || static_cast<uint64_t>(id) >= n_vocab)
-      return Bad(param, fmt::format("token id {} is outside the vocabulary [0, {})", id, n_vocab));
-    ids.push_back(static_cast<int32_t>(id));
-  }
-  return ids;
+  return http::TokenIds(v, param, n_vocab);
 }
 
 // One chat message as the template sees it (text content parts joined).
@@ -115,7 +68,7 @@ ApiResult<std::vector<int32_t>> CompletionPrompt(const json& body, const ModelIn
 ApiResult<std::vector<int32_t>> ChatPrompt(const json& body, const ModelInfo& model) {
   if (!Present(body, "messages")) return Bad("messages", "is required");
   bool add_gen = true;
-  RETURN_IF_API_ERROR(GetBool(body, "add_generation_prompt", &add_gen));
+  RETURN_IF_API_ERROR(http::Fields(body).Bool("add_generation_prompt", &add_gen));
   json extra = Present(body, "chat_template_kwargs") ? body["chat_template_kwargs"] : json(nullptr);
   if (!extra.is_null() && !extra.is_object())
     return Bad("chat_template_kwargs", "must be an object");
@@ -142,26 +95,19 @@ ApiError ParseSampling(const FieldContext& f, GenRequest* g) {
   sp.top_k = 0;
   sp.min_p = 0.0f;
   sp.penalty_last_n = -1;
-  RETURN_IF_API_ERROR(GetFloatIn(
-      body, "temperature", &sp.temperature, [](float v) { return v >= 0 && v <= 100; },
-      "must be in [0, 100]"));
-  RETURN_IF_API_ERROR(GetFloatIn(
-      body, "top_p", &sp.top_p, [](float v) { return v > 0 && v <= 1; }, "must be in (0, 1]"));
-  RETURN_IF_API_ERROR(GetFloatIn(
-      body, "min_p", &sp.min_p, [](float v) { return v >= 0 && v <= 1; }, "must be in [0, 1]"));
+  const http::Fields fields(body);
+  RETURN_IF_API_ERROR(fields.Float("temperature", {0, 100}, &sp.temperature));
+  RETURN_IF_API_ERROR(fields.Float("top_p", {.lo = 0, .hi = 1, .lo_open = true}, &sp.top_p));
+  RETURN_IF_API_ERROR(fields.Float("min_p", {0, 1}, &sp.min_p));
   std::optional<int64_t> iv;
-  RETURN_IF_API_ERROR(GetInt(body, "top_k", -1, 1 << 30, &iv));
+  RETURN_IF_API_ERROR(fields.Int("top_k", -1, 1 << 30, &iv));
   if (iv) sp.top_k = *iv < 0 ? 0 : static_cast<int>(*iv);
-  auto penalty = [](float v) { return v >= -2 && v <= 2; };
-  RETURN_IF_API_ERROR(
-      GetFloatIn(body, "frequency_penalty", &sp.frequency_penalty, penalty, "must be in [-2, 2]"));
-  RETURN_IF_API_ERROR(
-      GetFloatIn(body, "presence_penalty", &sp.presence_penalty, penalty, "must be in [-2, 2]"));
-  RETURN_IF_API_ERROR(GetFloatIn(
-      body, "repetition_penalty", &sp.repetition_penalty, [](float v) { return v > 0 && v <= 10; },
-      "must be in (0, 10]"));
+  RETURN_IF_API_ERROR(fields.Float("frequency_penalty", {-2, 2}, &sp.frequency_penalty));
+  RETURN_IF_API_ERROR(fields.Float("presence_penalty", {-2, 2}, &sp.presence_penalty));
+  RETURN_IF_API_ERROR(fields.Float("repetition_penalty", {.lo = 0, .hi = 10, .lo_open = true},
+                                   &sp.repetition_penalty));
   iv.reset();
-  RETURN_IF_API_ERROR(GetInt(body, "seed", INT64_MIN, INT64_MAX, &iv));
+  RETURN_IF_API_ERROR(fields.Int("seed", INT64_MIN, INT64_MAX, &iv));
   sp.seed = iv ? static_cast<uint64_t>(*iv)
                : std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}();
   return ApiError(sp.Validate());
@@ -171,10 +117,11 @@ ApiError ParseSampling(const FieldContext& f, GenRequest* g) {
 ApiError ParseLengths(const FieldContext& f, GenRequest* g) {
   const auto& limits = f.model.limits;
   std::optional<int64_t> max_tokens;
-  RETURN_IF_API_ERROR(GetInt(f.body, "max_tokens", 1, limits.max_tokens, &max_tokens));
+  RETURN_IF_API_ERROR(http::Fields(f.body).Int("max_tokens", 1, limits.max_tokens, &max_tokens));
   if (f.endpoint == Endpoint::kChat) {
     std::optional<int64_t> mct;
-    RETURN_IF_API_ERROR(GetInt(f.body, "max_completion_tokens", 1, limits.max_tokens, &mct));
+    RETURN_IF_API_ERROR(
+        http::Fields(f.body).Int("max_completion_tokens", 1, limits.max_tokens, &mct));
     if (mct) max_tokens = mct;
   }
   const int64_t room = f.model.max_model_len - static_cast<int64_t>(g->submit.prompt.size());
@@ -189,19 +136,19 @@ ApiError ParseChoices(const FieldContext& f, GenRequest* g) {
   auto& s = g->submit;
   const int max_top = f.model.limits.max_top_logprobs;
   std::optional<int64_t> iv;
-  RETURN_IF_API_ERROR(GetInt(f.body, "n", 1, f.model.limits.max_n, &iv));
+  RETURN_IF_API_ERROR(http::Fields(f.body).Int("n", 1, f.model.limits.max_n, &iv));
   if (iv) s.n = static_cast<int>(*iv);
   iv.reset();
   if (f.endpoint == Endpoint::kCompletions) {
-    RETURN_IF_API_ERROR(GetInt(f.body, "logprobs", 0, max_top, &iv));
+    RETURN_IF_API_ERROR(http::Fields(f.body).Int("logprobs", 0, max_top, &iv));
     if (iv) {
       s.logprobs = true;
       s.top_logprobs = static_cast<int>(*iv);
     }
     return {};
   }
-  RETURN_IF_API_ERROR(GetBool(f.body, "logprobs", &s.logprobs));
-  RETURN_IF_API_ERROR(GetInt(f.body, "top_logprobs", 0, max_top, &iv));
+  RETURN_IF_API_ERROR(http::Fields(f.body).Bool("logprobs", &s.logprobs));
+  RETURN_IF_API_ERROR(http::Fields(f.body).Int("top_logprobs", 0, max_top, &iv));
   if (iv) {
     if (!s.logprobs && *iv > 0) return Bad("top_logprobs", "requires logprobs to be true");
     s.top_logprobs = static_cast<int>(*iv);
@@ -243,17 +190,17 @@ ApiError ParseStopTokens(const FieldContext& f, GenRequest* g) {
     ASSIGN_OR_RETURN_API(s.stop_token_ids, TokenArray(f.body["stop_token_ids"], "stop_token_ids",
                                                       f.model.tok->n_vocab()));
   }
-  RETURN_IF_API_ERROR(GetBool(f.body, "ignore_eos", &s.ignore_eos));
+  RETURN_IF_API_ERROR(http::Fields(f.body).Bool("ignore_eos", &s.ignore_eos));
   s.eog_ids = f.model.tok->eog_ids();
   return {};
 }
 
 ApiError ParseStreaming(const FieldContext& f, GenRequest* g) {
-  RETURN_IF_API_ERROR(GetBool(f.body, "stream", &g->stream));
+  RETURN_IF_API_ERROR(http::Fields(f.body).Bool("stream", &g->stream));
   if (!Present(f.body, "stream_options")) return {};
   const json& so = f.body["stream_options"];
   if (!so.is_object()) return Bad("stream_options", "must be an object");
-  return GetBool(so, "include_usage", &g->include_usage);
+  return http::Fields(so, "stream_options.").Bool("include_usage", &g->include_usage);
 }
 
 // Strata extensions: priority (body `priority` wins over the x-strata-tier header) and deadline.
@@ -272,7 +219,7 @@ ApiError ParsePriorityAndDeadline(const FieldContext& f, GenRequest* g) {
     g->submit.priority = *t;
   }
   std::optional<int64_t> iv;
-  RETURN_IF_API_ERROR(GetInt(f.body, "deadline_ms", 1, int64_t{1} << 40, &iv));
+  RETURN_IF_API_ERROR(http::Fields(f.body).Int("deadline_ms", 1, int64_t{1} << 40, &iv));
   g->deadline_ms = iv;
   return {};
 }
