@@ -164,6 +164,13 @@ Status RunServe(const engine::serving::ReplicaConfig& config) {
          (api->live_jobs() > 0 || server->active_responses() > 0))
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   server->StopAccepting();
+  if (api->live_jobs() > 0) {
+    // Timeout: what still runs ends with an error (SSE error event + [DONE], or a 503), not a bare
+    // close.
+    const int cut = api->CutAtShutdown(std::chrono::milliseconds(1000));
+    std::fprintf(stderr, "strata serve: --shutdown-timeout expired: cut %d request(s) in flight\n",
+                 cut);
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the last writes leave
   server->Stop();  // joins the I/O threads: no handler or disconnect callback runs after this
   api.reset();     // detaches the live jobs from their streams, cancels them

@@ -24,6 +24,7 @@ enum class StatusCode : int {
   kUnimplemented = 6,      // 501: a valid request for something we do not support
   kOutOfRange = 7,         // 400: value past a limit (context length, file end)
   kIoError = 8,            // 500: the OS said no
+  kDeadlineExceeded = 9,   // 504: a deadline passed before the work was done
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -48,6 +49,9 @@ class [[nodiscard]] Status {
   }
   static Status OutOfRange(std::string msg) { return {StatusCode::kOutOfRange, std::move(msg)}; }
   static Status IoError(std::string msg) { return {StatusCode::kIoError, std::move(msg)}; }
+  static Status DeadlineExceeded(std::string msg) {
+    return {StatusCode::kDeadlineExceeded, std::move(msg)};
+  }
 
   bool ok() const { return rep_ == nullptr; }
   StatusCode code() const { return rep_ ? rep_->code : StatusCode::kOk; }

@@ -27,6 +27,7 @@ constexpr StatusKind kKinds[] = {
     {500, "server_error", "internal_error"},
     {501, "server_error", "not_implemented"},
     {503, "service_unavailable", "unavailable"},
+    {504, "timeout_error", "deadline_exceeded"},
 };
 
 }  // namespace
@@ -52,6 +53,8 @@ int HttpStatusOf(StatusCode code) {
       return 503;
     case StatusCode::kUnimplemented:
       return 501;
+    case StatusCode::kDeadlineExceeded:
+      return 504;
     default:
       return 500;
   }

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -65,6 +66,11 @@ class Api {
   void StartDraining() { readiness_.StartDraining(); }
   // Requests in flight: generations and /v1/embeddings requests (the drain waits for both).
   int live_jobs() const;
+  // The end of the shutdown drain (--shutdown-timeout expired): ends every generation in flight —
+  // streams with an SSE error event and [DONE], non-streamed requests with a 503 — counts them
+  // (strata:requests_cut_at_shutdown_total), waits up to `wait` for those answers to be handed to
+  // their connections, and returns how many were cut. Call before HttpServer::Stop().
+  int CutAtShutdown(std::chrono::milliseconds wait);
   http::MetricsRegistry& metrics() { return metrics_; }
 
   struct Job;
@@ -95,6 +101,7 @@ class Api {
   bool OnEvent(Job& job, const engine::sched::TokenEvent& ev);  // false: an error ended the job
   void StreamDelta(Job& job, int index, const std::string& delta, const nlohmann::json& lp_chunk);
   void CountAbort(const Job& job);
+  void CutJob(Job& job);  // on the job's work strand
   void Finish(Job& job);
   void FinishStream(Job& job, const nlohmann::json& usage);
   nlohmann::json FinalChoices(const Job& job) const;

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "http/sse.h"
 #include "server/api.h"
@@ -46,6 +47,7 @@ struct Api::Job {
   bool have_first = false;
   bool error = false;
   std::string error_message;
+  Status error_status;  // the engine's: a runner failure, DeadlineExceeded or displaced
 
   bool chat() const { return req.endpoint == Endpoint::kChat; }
   const char* route() const { return chat() ? "/v1/chat/completions" : "/v1/completions"; }
@@ -120,6 +122,31 @@ void FinishChoice(Api::Job::Choice& c, const TokenEvent& ev, std::string* delta)
   c.finish = c.stop->matched() || ev.finish == FinishReason::kStop ? "stop"
              : ev.finish == FinishReason::kLength                  ? "length"
                                                                    : "abort";
+}
+
+// How an engine error event ends a request (non-streamed: the HTTP status and error body;
+// streamed: the same body as an SSE error event, then [DONE]), by the event's status code.
+// Anything else is a runner failure (500, "engine error").
+struct EngineErrorKind {
+  StatusCode code;
+  int http_status;
+  std::string_view type, error_code, param, metric;
+};
+constexpr EngineErrorKind kEngineErrors[] = {
+    // Not admitted before deadline_ms / x-strata-deadline-ms passed: 504, as a gateway answers a
+    // request its upstream did not serve in time (Envoy's upstream timeout, gRPC
+    // DEADLINE_EXCEEDED).
+    {StatusCode::kDeadlineExceeded, 504, "timeout_error", "deadline_exceeded", "deadline_ms",
+     "strata:requests_deadline_exceeded_total"},
+    // Displaced from the full waiting queue by a higher-priority request: 429 + Retry-After.
+    {StatusCode::kResourceExhausted, 429, "rate_limit_error", "displaced", "priority",
+     "strata:requests_displaced_total"},
+};
+
+const EngineErrorKind* FindEngineError(const Status& s) {
+  for (const EngineErrorKind& k : kEngineErrors)
+    if (k.code == s.code()) return &k;
+  return nullptr;
 }
 
 // Engine fields (SubmitRequest::Validate names them first) that are also the client's OpenAI
@@ -299,6 +326,9 @@ bool Api::OnEvent(Job& job, const TokenEvent& ev) {
   if (ev.finish == FinishReason::kError) {
     job.error = true;
     job.error_message = std::string(ev.error.message());
+    job.error_status = ev.error;
+    if (const EngineErrorKind* k = FindEngineError(ev.error))
+      metrics_.Add(k->metric, job.labels, 1);
     for (auto& x : job.choices) x.done = true;
     return false;
   }
@@ -368,7 +398,8 @@ void Api::Finish(Job& job) {
   json usage = {{"prompt_tokens", job.prompt_tokens},
                 {"completion_tokens", job.completion_tokens},
                 {"total_tokens", job.prompt_tokens + job.completion_tokens}};
-  const int status = !job.req.stream && job.error ? 500 : 200;
+  const EngineErrorKind* kind = job.error ? FindEngineError(job.error_status) : nullptr;
+  const int status = job.req.stream || !job.error ? 200 : kind ? kind->http_status : 500;
   // Counted before the response goes out, so a client that reads /metrics after its response
   // always sees its request.
   std::string reason = job.error ? "error" : job.choices.empty() ? "stop" : job.choices[0].finish;
@@ -387,7 +418,16 @@ void Api::Finish(Job& job) {
   metrics_.Observe("strata:request_generation_tokens", job.labels, job.completion_tokens);
   metrics_.Add("strata:generation_tokens_total", job.labels, job.completion_tokens);
   if (job.req.stream) return FinishStream(job, usage);
-  if (job.error) return job.out->Respond(Error(500, "engine error: " + job.error_message));
+  if (job.error && kind == nullptr)
+    return job.out->Respond(Error(500, "engine error: " + job.error_message));
+  if (job.error) {
+    HttpResponse r;
+    r.status = kind->http_status;
+    r.body = http::ErrorBody(job.error_message, kind->type, kind->param, kind->error_code);
+    if (r.status == 429)
+      r.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
+    return job.out->Respond(std::move(r));
+  }
   json resp = {{"id", job.id},
                {"object", job.chat() ? "chat.completion" : "text_completion"},
                {"created", created_},
@@ -398,7 +438,10 @@ void Api::Finish(Job& job) {
 }
 
 void Api::FinishStream(Job& job, const json& usage) {
-  if (job.error) {
+  if (const EngineErrorKind* k = job.error ? FindEngineError(job.error_status) : nullptr) {
+    job.out->Write(
+        http::SseEvent(http::ErrorBody(job.error_message, k->type, k->param, k->error_code)));
+  } else if (job.error) {
     job.out->Write(
         http::SseEvent(http::ErrorBody(job.error_message, "server_error", "", "engine_error")));
   } else if (job.req.include_usage) {
@@ -424,6 +467,50 @@ json Api::FinalChoices(const Job& job) const {
     choices.push_back(choice);
   }
   return choices;
+}
+
+// Shutdown: every generation still in flight ends now, on its work strand — a stream with an SSE
+// error event and [DONE], a non-streamed request (its response has not started) with a 503 —
+// instead of a bare close when the server stops.
+int Api::CutAtShutdown(std::chrono::milliseconds wait) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    MutexLock lock(&mu_);
+    jobs = jobs_;
+  }
+  for (const auto& j : jobs) {
+    engine_->Cancel(j->handle.id);
+    j->out->Post([this, j] {
+      if (j->finished) return;  // finished meanwhile: its response is complete
+      j->finished = true;
+      CutJob(*j);
+      Forget(*j);
+    });
+  }
+  const auto until = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      if (jobs_.empty()) break;
+    }
+    if (std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return static_cast<int>(jobs.size());
+}
+
+void Api::CutJob(Job& job) {
+  constexpr std::string_view kWhy =
+      "the server is shutting down: the request was still running when --shutdown-timeout expired";
+  metrics_.Add("strata:requests_cut_at_shutdown_total", job.labels, 1);
+  metrics_.Add("strata:http_requests_total",
+               http::Labels({{"model_name", model_.name},
+                             {"route", job.route()},
+                             {"status", job.req.stream ? "200" : "503"}}),
+               1);
+  if (!job.req.stream) return job.out->Respond(Error(503, kWhy));
+  job.out->Write(http::SseEvent(http::ErrorBody(kWhy, "service_unavailable", "", "shutdown")));
+  http::SseWriter(job.out).Done();
 }
 
 }  // namespace strata::server

@@ -616,5 +616,107 @@ TEST_F(TinyQueueTest, AdmissionBoundGives429WithRetryAfter) {
   EXPECT_EQ(first.ReadResponse().status, 200);
 }
 
+// Waits (up to 20 s) until the Api holds `n` live jobs.
+void WaitForJobs(const Api& api, int n) {
+  for (int i = 0; i < 10000 && api.live_jobs() != n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
+// The error object of a streamed response cut by an engine error: [error event, "[DONE]"].
+json StreamedError(const std::string& body) {
+  auto events = SseData(body);
+  if (events.size() < 2 || events.back() != "[DONE]") return json();
+  return json::parse(events[events.size() - 2], nullptr, false);
+}
+
+TEST_F(ServerTest, DeadlinePassedWhileQueuedIs504OrAStreamedErrorEvent) {
+  // Engine not started: both requests stay queued until the test steps the engine.
+  HttpConn plain(port_), streamed(port_);
+  ASSERT_TRUE(plain.Send("POST", "/v1/completions",
+                         json{{"prompt", "x"}, {"max_tokens", 2}, {"deadline_ms", 1}}.dump()));
+  ASSERT_TRUE(streamed.Send("POST", "/v1/chat/completions",
+                            json{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                 {"max_tokens", 2},
+                                 {"stream", true}}
+                                .dump(),
+                            {"x-strata-deadline-ms: 1"}));
+  WaitForJobs(*api_, 2);
+  ASSERT_EQ(api_->live_jobs(), 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // both deadlines pass
+  ASSERT_TRUE(engine_->Step().ok());
+  testing::HttpReply r = plain.ReadResponse();
+  EXPECT_EQ(r.status, 504);
+  json e = json::parse(r.body)["error"];
+  EXPECT_EQ(e["type"], "timeout_error");
+  EXPECT_EQ(e["code"], "deadline_exceeded");
+  EXPECT_EQ(e["param"], "deadline_ms");
+  testing::HttpReply sr = streamed.ReadResponse();
+  EXPECT_EQ(sr.status, 200);
+  json se = StreamedError(sr.body);
+  ASSERT_TRUE(se.contains("error")) << sr.body;
+  EXPECT_EQ(se["error"]["code"], "deadline_exceeded");
+  EXPECT_EQ(engine_->Stats().deadline_expired, 2);
+  // A deadline that has not passed does not end the request.
+  StartEngine();
+  int status = 0;
+  Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}, {"deadline_ms", 60000}}, &status);
+  EXPECT_EQ(status, 200);
+  auto m = HttpCall(port_, "GET", "/metrics");
+  EXPECT_NE(m.body.find("strata:requests_deadline_exceeded_total{model_name=\"fake\",tier="
+                        "\"silver\"} 2"),
+            std::string::npos)
+      << m.body;
+  EXPECT_NE(m.body.find("route=\"/v1/completions\",status=\"504\"} 1"), std::string::npos);
+}
+
+TEST_F(TinyQueueTest, GoldDisplacesTheQueuedBronzeWhichGets429) {
+  // Engine not started; the queue holds one request.
+  HttpConn bronze(port_);
+  ASSERT_TRUE(bronze.Send("POST", "/v1/completions",
+                          json{{"prompt", "x"}, {"max_tokens", 2}, {"priority", "bronze"}}.dump()));
+  WaitForJobs(*api_, 1);
+  ASSERT_EQ(api_->live_jobs(), 1);
+  // Silver over bronze: accepted; the bronze is displaced at the next step.
+  HttpConn silver(port_);
+  ASSERT_TRUE(silver.Send("POST", "/v1/completions",
+                          json{{"prompt", "y"}, {"max_tokens", 2}, {"stream", true}}.dump()));
+  WaitForJobs(*api_, 2);
+  ASSERT_EQ(api_->live_jobs(), 2);
+  ASSERT_TRUE(engine_->Step().ok());  // ends the bronze; admits the silver
+  testing::HttpReply r = bronze.ReadResponse();
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.headers["retry-after"], "1");
+  json e = json::parse(r.body)["error"];
+  EXPECT_EQ(e["type"], "rate_limit_error");
+  EXPECT_EQ(e["code"], "displaced");
+  // Streamed (headers already sent): a gold displaces a queued streamed bronze -> error + [DONE].
+  HttpConn bronze_stream(port_);
+  ASSERT_TRUE(bronze_stream.Send(
+      "POST", "/v1/completions",
+      json{{"prompt", "z"}, {"max_tokens", 2}, {"priority", "bronze"}, {"stream", true}}.dump()));
+  ASSERT_TRUE(bronze_stream.ReadUntil(
+      [](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; }));
+  testing::HttpReply same =
+      HttpCall(port_, "POST", "/v1/completions",
+               json{{"prompt", "w"}, {"max_tokens", 2}, {"priority", "bronze"}}.dump());
+  EXPECT_EQ(same.status, 429);  // bronze never displaces bronze: refused at once
+  HttpConn gold(port_);
+  ASSERT_TRUE(gold.Send("POST", "/v1/completions",
+                        json{{"prompt", "g"}, {"max_tokens", 2}, {"priority", "gold"}}.dump()));
+  WaitForJobs(*api_, 3);  // silver (admitted), bronze stream, gold
+  StartEngine();
+  testing::HttpReply bs = bronze_stream.ReadResponse();
+  json se = StreamedError(bs.body);
+  ASSERT_TRUE(se.contains("error")) << bs.body;
+  EXPECT_EQ(se["error"]["code"], "displaced");
+  EXPECT_EQ(gold.ReadResponse().status, 200);
+  EXPECT_EQ(silver.ReadResponse().status, 200);
+  EXPECT_EQ(engine_->Stats().displaced, 2);
+  auto m = HttpCall(port_, "GET", "/metrics");
+  EXPECT_NE(m.body.find("strata:requests_displaced_total{model_name=\"fake\",tier=\"bronze\"} 2"),
+            std::string::npos)
+      << m.body;
+}
+
 }  // namespace
 }  // namespace strata::server

@@ -107,8 +107,21 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   RequestHandle h;
   {
     MutexLock lk(&mu_);
-    RETURN_IF_ERROR(CheckQueueBound(sc, queued_requests_, queued_prompt_tokens_, prompt_tokens));
+    if (Status bound = CheckQueueBound(sc, queued_requests_, queued_prompt_tokens_, prompt_tokens);
+        !bound.ok()) {
+      std::vector<size_t> victims;  // rare path: allocation is fine
+      if (!PickVictims(state->req.priority, prompt_tokens, &victims)) return bound;
+      std::sort(victims.begin(), victims.end());
+      for (size_t i = victims.size(); i-- > 0;) {
+        const Queued& q = queued_[victims[i]];
+        displaced_.push_back(q.id);
+        queued_requests_ -= 1;
+        queued_prompt_tokens_ -= q.prompt_tokens;
+        queued_.erase(queued_.begin() + static_cast<std::ptrdiff_t>(victims[i]));
+      }
+    }
     state->id = next_id_++;
+    queued_.push_back({state->id, state->req.priority, prompt_tokens});
     state->stream = std::make_shared<RequestStream>(state->id, n);
     h.id = state->id;
     h.stream = state->stream;
@@ -170,10 +183,54 @@ void Engine::Loop() {
   }
 }
 
-void Engine::Dequeued(int64_t prompt_tokens) {
+void Engine::Dequeued(RequestId id) {
   MutexLock lk(&mu_);
+  auto it = std::lower_bound(queued_.begin(), queued_.end(), id,
+                             [](const Queued& q, RequestId v) { return q.id < v; });
+  if (it == queued_.end() || it->id != id) return;
   queued_requests_ -= 1;
-  queued_prompt_tokens_ -= prompt_tokens;
+  queued_prompt_tokens_ -= it->prompt_tokens;
+  queued_.erase(it);
+}
+
+bool Engine::PickVictims(Priority priority, int64_t prompt_tokens,
+                         std::vector<size_t>* victims) const {
+  const SchedulerConfig& sc = sched_.config();
+  int requests = queued_requests_;
+  int64_t tokens = queued_prompt_tokens_;
+  // Lowest class first (bronze), newest first within a class; never the request's own class.
+  for (int c = static_cast<int>(Priority::kBronze); c > static_cast<int>(priority); --c) {
+    for (size_t i = queued_.size(); i-- > 0;) {
+      if (static_cast<int>(queued_[i].priority) != c) continue;
+      victims->push_back(i);
+      requests -= 1;
+      tokens -= queued_[i].prompt_tokens;
+      if (CheckQueueBound(sc, requests, tokens, prompt_tokens).ok()) return true;
+    }
+  }
+  victims->clear();
+  return false;
+}
+
+void Engine::EndDisplacedAndExpired() {
+  for (RequestId id : drained_displaced_) {
+    const RequestState* r = sched_.Find(id);
+    if (r == nullptr || r->started) continue;  // ended meanwhile, or admitted: it keeps running
+    EndRequest(id, FinishReason::kError,
+               Status::ResourceExhausted(
+                   "priority: displaced from the full waiting queue by a higher-priority request; "
+                   "retry later"));
+    displaced_count_ += 1;
+  }
+  drained_displaced_.clear();
+  expired_.clear();
+  sched_.ExpiredWaiting(clock_->Now(), &expired_);
+  for (RequestId id : expired_) {
+    EndRequest(id, FinishReason::kError,
+               Status::DeadlineExceeded(
+                   "deadline_ms: the deadline passed while the request was waiting for admission"));
+    deadline_expired_ += 1;
+  }
 }
 
 void Engine::EndRequest(RequestId id, FinishReason why, const Status& error) {
@@ -184,7 +241,7 @@ void Engine::EndRequest(RequestId id, FinishReason why, const Status& error) {
   for (int i = 0; i < r->req.n; ++i)
     if (r->seqs[static_cast<size_t>(i)].live()) id_list_.push_back(i);
   std::unique_ptr<RequestState> owned = sched_.Abort(id, why);
-  if (was_queued) Dequeued(owned->prompt_len);
+  if (was_queued) Dequeued(id);
   for (int32_t i : id_list_) {
     TokenEvent ev;
     ev.index = i;
@@ -200,11 +257,12 @@ void Engine::Drain() {
     MutexLock lk(&mu_);
     drained_.swap(inbox_);
     drained_cancels_.swap(cancels_);
+    drained_displaced_.swap(displaced_);
   }
   for (auto& r : drained_) {
     std::shared_ptr<RequestStream> stream = r->stream;
     const int n = r->req.n;
-    const int64_t prompt_len = r->prompt_len;
+    const RequestId id = r->id;
     RequestState* raw = r.get();
     if (tier_ != nullptr) {
       raw->tenant_tag = TenantTag(raw->req.tenant);
@@ -212,7 +270,7 @@ void Engine::Drain() {
     }
     Status s = sched_.Add(std::move(r));
     if (!s.ok()) {
-      Dequeued(prompt_len);
+      Dequeued(id);
       for (int i = 0; i < n; ++i) {
         TokenEvent ev;
         ev.index = i;
@@ -225,6 +283,7 @@ void Engine::Drain() {
   drained_.clear();
   for (RequestId id : drained_cancels_) EndRequest(id, FinishReason::kCancelled, Status::Ok());
   drained_cancels_.clear();
+  EndDisplacedAndExpired();
   if (!fetching_.empty()) PollPrefetches();
   if (tier_ != nullptr && RefreshPrefetches()) {
     // Local tiers answer in microseconds (a miss is a map lookup): give the new prefetches a moment
@@ -414,9 +473,7 @@ Status Engine::Step() {
   const SchedulerOutput& out = sched_.Schedule();
   last_out_ = &out;
   steps_ += 1;
-  for (RequestId id : out.started) {
-    if (const RequestState* r = sched_.Find(id)) Dequeued(r->prompt_len);
-  }
+  for (RequestId id : out.started) Dequeued(id);
   Status status;
   if (!out.seqs.empty()) {
     if (!out.copies.empty()) {
@@ -523,6 +580,8 @@ void Engine::PublishStats() {
   stats_.decode_tokens = decode_tokens_;
   stats_.decode_seconds = decode_seconds_;
   stats_.embeddings = embeddings_;
+  stats_.deadline_expired = deadline_expired_;
+  stats_.displaced = displaced_count_;
   stats_.tier_hit_tokens = sched_.tier_hit_tokens();
   stats_.tier_prefetches = tier_prefetches_;
   stats_.tier_prefetch_timeouts = tier_timeouts_;

@@ -38,8 +38,18 @@
 // Ownership: the Engine does not own the runner, the clock or the block copier's target; they must
 // outlive it. Thread contract: Submit/Cancel/Stats are thread-safe. Either Start() the engine
 // thread, or drive it with Step() from a single thread (deterministic tests) — never both.
-// Errors: Submit returns InvalidArgument (field named) or ResourceExhausted (queue bounds); a
-// runner failure ends the requests of that batch with finish_reason error.
+// Deadlines: at the start of each step, a request that has not been admitted yet and whose
+// SubmitRequest::deadline has passed (engine clock) is ended with finish_reason error and a
+// DeadlineExceeded status (counted in EngineStats::deadline_expired).
+// Displacement: when the waiting queue is full (max_queued_requests / max_queued_prompt_tokens),
+// Submit does not refuse a request if never-started requests of a lower priority class are queued:
+// the newest one of the lowest class strictly below the new request's (then the next newest, until
+// the bound holds) is displaced — ended at the next step with finish_reason error and a
+// ResourceExhausted status (EngineStats::displaced) — and the new one is accepted. A victim the
+// engine admitted meanwhile (the race between Submit and the step) keeps running; only requests
+// that never started are ended.
+// Errors: Submit returns InvalidArgument (field named) or ResourceExhausted (queue bounds, nothing
+// to displace); a runner failure ends the requests of that batch with finish_reason error.
 #pragma once
 
 #include <atomic>
@@ -88,7 +98,9 @@ struct EngineStats {
   int64_t decode_steps = 0;
   int64_t decode_tokens = 0;
   double decode_seconds = 0.0;
-  int64_t embeddings = 0;  // embedding requests completed (also counted in finished_requests)
+  int64_t embeddings = 0;        // embedding requests completed (also counted in finished_requests)
+  int64_t deadline_expired = 0;  // ended unadmitted at their deadline (DeadlineExceeded)
+  int64_t displaced = 0;         // ended unadmitted for a higher-priority one (ResourceExhausted)
 };
 
 struct RequestHandle {
@@ -154,7 +166,15 @@ class Engine : private kv::KvManager::Listener {
   void FinishEmbedding(RequestState* r);
   void Emit(RequestState* r, int index, int32_t token, FinishReason why, sampler::Sampler* sampler);
   void EndRequest(RequestId id, FinishReason why, const Status& error);
-  void Dequeued(int64_t prompt_tokens) EXCLUDES(mu_);
+  // Removes a never-started request from the queue bound's count (no-op when it is not counted:
+  // already dequeued or displaced).
+  void Dequeued(RequestId id) EXCLUDES(mu_);
+  // Submit's displacement (see the class comment): which queued_ entries to displace so that a
+  // request of `priority` with `prompt_tokens` fits the bound. False (none) when it cannot fit.
+  bool PickVictims(Priority priority, int64_t prompt_tokens, std::vector<size_t>* victims) const
+      REQUIRES(mu_);
+  // Ends the displaced and the expired waiting requests (engine thread, in Drain).
+  void EndDisplacedAndExpired();
   void PublishStats() EXCLUDES(mu_, stats_mu_);
   bool RefreshPrefetches();  // true when a prefetch was started
   bool MaybePrefetch(RequestState* r);
@@ -181,6 +201,14 @@ class Engine : private kv::KvManager::Listener {
   std::vector<RequestId> cancels_ GUARDED_BY(mu_);
   int queued_requests_ GUARDED_BY(mu_) = 0;  // accepted, never started (inbox + scheduler)
   int64_t queued_prompt_tokens_ GUARDED_BY(mu_) = 0;
+  // The requests those counts cover, in id (= arrival) order: the candidates for displacement.
+  struct Queued {
+    RequestId id;
+    Priority priority;
+    int64_t prompt_tokens;
+  };
+  std::vector<Queued> queued_ GUARDED_BY(mu_);
+  std::vector<RequestId> displaced_ GUARDED_BY(mu_);  // to end at the next step
   RequestId next_id_ GUARDED_BY(mu_) = 1;
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
@@ -188,7 +216,7 @@ class Engine : private kv::KvManager::Listener {
 
   // Engine-thread state.
   std::vector<std::unique_ptr<RequestState>> drained_, finished_;
-  std::vector<RequestId> drained_cancels_;
+  std::vector<RequestId> drained_cancels_, drained_displaced_, expired_;
   std::vector<runner::BatchSeq> batch_;
   std::vector<float> logits_;
   std::vector<float> hidden_;  // want_hidden rows of the step (embedding requests)
@@ -213,6 +241,7 @@ class Engine : private kv::KvManager::Listener {
   int64_t decode_steps_ = 0, decode_tokens_ = 0;
   double decode_seconds_ = 0.0;
   int64_t embeddings_ = 0;
+  int64_t deadline_expired_ = 0, displaced_count_ = 0;
 };
 
 }  // namespace strata::engine::sched

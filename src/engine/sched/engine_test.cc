@@ -401,6 +401,99 @@ TEST(EngineSim, AdmissionBoundIsResourceExhausted) {
   sim.RunToCompletion();
 }
 
+TEST(EngineSim, WaitingRequestPastItsDeadlineEndsWithDeadlineExceeded) {
+  Sim sim(256, Cfg(2048, 1));  // one seat: the second request waits
+  auto running = sim.Submit(Req(MakePrompt(10, 1), 20, Priority::kGold));  // ahead of any deadline
+  SubmitRequest late = Req(MakePrompt(10, 2), 4);
+  late.deadline = sim.clock.Now() + std::chrono::milliseconds(25);
+  auto waiting = sim.Submit(late);
+  SubmitRequest early_admit = Req(MakePrompt(10, 3), 4, Priority::kBronze);
+  ASSERT_TRUE(running.ok() && waiting.ok());
+  sim.Step();  // t = 0: `running` admitted; `waiting` waits
+  sim.Step();  // t = 10 ms
+  sim.Step();  // t = 20 ms
+  EXPECT_EQ(sim.results[*waiting][0].finish, FinishReason::kNone);
+  sim.Step();  // t = 30 ms: past the deadline before this step's admission
+  const Completion& c = sim.results[*waiting][0];
+  EXPECT_EQ(c.finish, FinishReason::kError);
+  EXPECT_TRUE(c.tokens.empty());
+  ASSERT_FALSE(c.events.empty());
+  EXPECT_EQ(c.events.back().error.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(c.events.back().error.message().find("deadline_ms"), std::string::npos);
+  EXPECT_TRUE(sim.streams[*waiting]->complete());
+  EXPECT_EQ(sim.engine->Stats().deadline_expired, 1);
+  EXPECT_EQ(sim.engine->Stats().queued_requests, 0);
+  // A request admitted before its deadline runs to the end.
+  sim.RunToCompletion();
+  early_admit.deadline = sim.clock.Now() + std::chrono::milliseconds(1);
+  auto admitted = sim.Submit(early_admit);
+  ASSERT_TRUE(admitted.ok());
+  sim.RunToCompletion();
+  EXPECT_EQ(sim.results[*running][0].finish, FinishReason::kLength);
+  EXPECT_EQ(sim.results[*admitted][0].finish, FinishReason::kLength);
+  EXPECT_EQ(sim.engine->Stats().deadline_expired, 1);
+}
+
+TEST(EngineSim, FullQueueGoldDisplacesTheNewestWaitingLowerClass) {
+  SchedulerConfig sc = Cfg();
+  sc.max_queued_requests = 3;
+  Sim sim(256, sc);
+  auto bronze_old = sim.Submit(Req(MakePrompt(10, 1), 2, Priority::kBronze));
+  auto bronze_new = sim.Submit(Req(MakePrompt(10, 2), 2, Priority::kBronze));
+  auto silver = sim.Submit(Req(MakePrompt(10, 3), 2, Priority::kSilver));
+  ASSERT_TRUE(bronze_old.ok() && bronze_new.ok() && silver.ok());
+  // Bronze cannot displace bronze (same class): refused as before.
+  auto bronze_over = sim.Submit(Req(MakePrompt(10, 4), 2, Priority::kBronze));
+  ASSERT_FALSE(bronze_over.ok());
+  EXPECT_EQ(bronze_over.status().code(), StatusCode::kResourceExhausted);
+  // Gold displaces the newest bronze; then silver displaces the remaining bronze.
+  auto gold = sim.Submit(Req(MakePrompt(10, 5), 2, Priority::kGold));
+  ASSERT_TRUE(gold.ok()) << gold.status().ToString();
+  auto silver2 = sim.Submit(Req(MakePrompt(10, 6), 2, Priority::kSilver));
+  ASSERT_TRUE(silver2.ok()) << silver2.status().ToString();
+  EXPECT_EQ(sim.engine->Stats().queued_requests, 0);  // stats as of the last step (none yet)
+  // Nothing lower than the queued silvers and gold is left for a third silver.
+  EXPECT_FALSE(sim.Submit(Req(MakePrompt(10, 7), 2, Priority::kSilver)).ok());
+  sim.Step();
+  for (RequestId id : {*bronze_new, *bronze_old}) {
+    const Completion& c = sim.results[id][0];
+    EXPECT_EQ(c.finish, FinishReason::kError) << id;
+    EXPECT_TRUE(c.tokens.empty()) << id;
+    ASSERT_FALSE(c.events.empty());
+    EXPECT_EQ(c.events.back().error.code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(c.events.back().error.message().find("displaced"), std::string::npos);
+  }
+  EXPECT_EQ(sim.engine->Stats().displaced, 2);
+  sim.RunToCompletion();
+  for (RequestId id : {*silver, *gold, *silver2})
+    EXPECT_EQ(sim.results[id][0].finish, FinishReason::kLength) << id;
+}
+
+TEST(EngineSim, DisplacementNeverEndsAStartedRequest) {
+  SchedulerConfig sc = Cfg(2048, 1);  // one seat
+  sc.max_queued_requests = 1;
+  Sim sim(256, sc);
+  auto running = sim.Submit(Req(MakePrompt(10, 1), 10, Priority::kBronze));
+  ASSERT_TRUE(running.ok());
+  sim.Step();  // admitted: no longer queued
+  auto waiting = sim.Submit(Req(MakePrompt(10, 2), 2, Priority::kBronze));
+  ASSERT_TRUE(waiting.ok());
+  auto gold = sim.Submit(Req(MakePrompt(10, 3), 2, Priority::kGold));
+  ASSERT_TRUE(gold.ok());  // displaces the waiting bronze, not the running one
+  sim.RunToCompletion();
+  EXPECT_EQ(sim.results[*running][0].finish, FinishReason::kLength);
+  EXPECT_EQ(sim.results[*waiting][0].finish, FinishReason::kError);
+  EXPECT_EQ(sim.results[*gold][0].finish, FinishReason::kLength);
+  EXPECT_EQ(sim.engine->Stats().displaced, 1);
+  // With only the running bronze left, a gold at a full queue of golds is refused.
+  SchedulerConfig sc2 = Cfg(2048, 1);
+  sc2.max_queued_requests = 1;
+  Sim sim2(256, sc2);
+  ASSERT_TRUE(sim2.Submit(Req(MakePrompt(10, 1), 2, Priority::kGold)).ok());
+  EXPECT_FALSE(sim2.Submit(Req(MakePrompt(10, 2), 2, Priority::kGold)).ok());
+  sim2.RunToCompletion();
+}
+
 TEST(EngineSim, GoldArrivingAtFullEngineGetsFirstTokenBeforeBronzeDecodes) {
   Sim sim(256, Cfg(2048, 4));
   std::vector<RequestId> bronze;

@@ -60,8 +60,9 @@ struct SubmitRequest {
   bool ignore_eos = false;              // EOG ids are never sampled (banned) and do not stop
   std::vector<int32_t> eog_ids;         // end-of-generation ids, from Tokenizer::eog_ids()
   Priority priority = Priority::kSilver;
-  std::optional<TimePoint>
-      deadline;           // orders requests within a priority (earliest first); no expiry
+  // Orders requests within a priority (earliest first); a request not yet admitted when it passes
+  // is ended with kError / DeadlineExceeded (see Engine).
+  std::optional<TimePoint> deadline;
   int n = 1;              // completions; they share the prompt's KV blocks
   bool logprobs = false;  // report the sampled token's logprob
   int top_logprobs = 0;   // 0..20 most likely tokens with their logprobs (needs logprobs)
@@ -91,7 +92,9 @@ struct TopLogprob {
 
 // One sampled token of completion `index`, or a terminal event. The last event of a completion
 // has finish != kNone: for kStop it carries the matched stop/EOG token; for kLength the last
-// generated token; for kCancelled/kError token == -1 (and `error` says why for kError).
+// generated token; for kCancelled/kError token == -1 (and `error` says why for kError: the
+// runner's failure; DeadlineExceeded when the deadline passed before admission; ResourceExhausted
+// when a higher-priority request displaced it from the full waiting queue).
 struct TokenEvent {
   int index = 0;
   int32_t token = -1;

@@ -544,6 +544,14 @@ std::unique_ptr<RequestState> Scheduler::Abort(RequestId id, FinishReason reason
   return owned;
 }
 
+void Scheduler::ExpiredWaiting(TimePoint now, std::vector<RequestId>* out) const {
+  const size_t first = out->size();
+  for (const RequestState* r : waiting_) {
+    if (!r->started && r->req.deadline && *r->req.deadline <= now) out->push_back(r->id);
+  }
+  std::sort(out->begin() + static_cast<std::ptrdiff_t>(first), out->end());  // ids follow arrival
+}
+
 void Scheduler::TakeFinished(std::vector<std::unique_ptr<RequestState>>* out) {
   for (RequestState* r : finished_) {
     auto it = all_.find(r->id);

@@ -66,6 +66,11 @@
 // never touch the prefix cache: no MatchPrefix at admission (every position must be computed), no
 // registration of their blocks on commit, no in-flight hashes, no shared-prefix deferral.
 //
+// Deadlines: a request that has never started (never been admitted to running) when its deadline
+// passes is expired by the engine (ExpiredWaiting, once per step, before Schedule), so a client
+// that set deadline_ms learns at once that its request was not served in time. Started requests
+// keep running: the deadline bounds the wait for admission, not the generation.
+//
 // Admission bound: requests that have never started (never been admitted to running) are limited
 // by max_queued_requests and max_queued_prompt_tokens; preempted requests are not counted (they are
 // never rejected once accepted). The bound is checked in one place, where requests are accepted
@@ -229,6 +234,11 @@ class Scheduler {
 
   // Removes a request now, freeing its blocks; live sequences get `reason`. nullptr if unknown.
   std::unique_ptr<RequestState> Abort(RequestId id, FinishReason reason);
+  // Deadlines: appends to `out` the ids of the never-started waiting requests whose
+  // SubmitRequest::deadline is at or before `now`, in arrival order (the engine ends them with
+  // DeadlineExceeded). A request that has started (running, or preempted back to waiting) never
+  // expires: its deadline only orders it.
+  void ExpiredWaiting(TimePoint now, std::vector<RequestId>* out) const;
   // Moves finished requests out (appends to `out`).
   void TakeFinished(std::vector<std::unique_ptr<RequestState>>* out);
 

@@ -274,5 +274,37 @@ TEST(Scheduler, NoDeferralAcrossSaltsOrWithThePrefixCacheOff) {
   }
 }
 
+TEST(Scheduler, ExpiredWaitingListsOnlyNeverStartedRequestsPastTheirDeadline) {
+  Fixture f(OneSeat());
+  const TimePoint now = f.clock.Now();
+  const RequestId gold = f.Add(Priority::kGold);  // takes the only seat
+  const RequestId a = f.Add(Priority::kSilver, 8, now + std::chrono::milliseconds(10));
+  const RequestId b = f.Add(Priority::kSilver, 8, now + std::chrono::milliseconds(50));
+  const RequestId none = f.Add(Priority::kSilver);
+  ASSERT_EQ(f.sched.Schedule().seqs.at(0).req->id, gold);
+  std::vector<RequestId> expired;
+  f.sched.ExpiredWaiting(f.clock.Now(), &expired);
+  EXPECT_TRUE(expired.empty());
+  f.clock.Advance(std::chrono::milliseconds(10));  // exactly a's deadline: it has passed
+  f.sched.ExpiredWaiting(f.clock.Now(), &expired);
+  EXPECT_EQ(expired, (std::vector<RequestId>{a}));
+  f.clock.Advance(std::chrono::milliseconds(40));
+  expired.clear();
+  f.sched.ExpiredWaiting(f.clock.Now(), &expired);
+  EXPECT_EQ(expired, (std::vector<RequestId>{a, b}));
+  ASSERT_NE(f.sched.Abort(a, FinishReason::kError), nullptr);
+  ASSERT_NE(f.sched.Abort(b, FinishReason::kError), nullptr);
+  EXPECT_EQ(f.sched.num_queued_never_started(), 1);  // `none` never expires
+  // A request admitted before its deadline keeps running past it.
+  const RequestId d = f.Add(Priority::kSilver, 8, f.clock.Now() + std::chrono::milliseconds(1));
+  ASSERT_NE(f.sched.Abort(gold, FinishReason::kCancelled), nullptr);
+  ASSERT_EQ(f.sched.Schedule().seqs.at(0).req->id, d);  // deadline before no deadline
+  f.clock.Advance(std::chrono::milliseconds(5));
+  expired.clear();
+  f.sched.ExpiredWaiting(f.clock.Now(), &expired);
+  EXPECT_TRUE(expired.empty());
+  EXPECT_EQ(f.sched.Find(none)->phase, RequestState::Phase::kWaiting);
+}
+
 }  // namespace
 }  // namespace strata::engine::sched
