@@ -20,6 +20,7 @@
 #include "http/server.h"
 #include "model/model.h"
 #include "server/api.h"
+#include "tokenizer/chat/builtin_templates.h"
 #include "tokenizer/chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -104,6 +105,9 @@ Status RunServe(const engine::serving::ReplicaConfig& config) {
     return Status::InvalidArgument(
         fmt::format("vocabulary has {} tokens but the model only {} embedding rows", tok->n_vocab(),
                     cfg.n_vocab));
+  if (const auto* builtin = tokenizer::chat::FindBuiltinTemplate(config.model.chat_template)) {
+    template_source.assign(builtin->source);  // the name was checked by ReplicaConfig::Validate
+  }
   if (!config.model.chat_template_file.empty()) {
     std::ifstream f(config.model.chat_template_file, std::ios::binary);
     if (!f)

@@ -1,6 +1,7 @@
 #include "app/replica_flags.h"
 
 #include "base/memory_size.h"
+#include "tokenizer/chat/builtin_templates.h"
 
 namespace strata::app {
 namespace {
@@ -75,6 +76,11 @@ void ReplicaFlags::AddModel(CLI::App* cmd, unsigned scopes) {
   Bind<std::string>(
       cmd, "--chat-template-file", "Jinja chat template overriding the GGUF's",
       [](ReplicaConfig & c) -> auto& { return c.model.chat_template_file; });
+  const std::string builtin_help =
+      "built-in chat template overriding the GGUF's: " + tokenizer::chat::BuiltinTemplateNames();
+  Bind<std::string>(
+      cmd, "--chat-template", builtin_help,
+      [](ReplicaConfig & c) -> auto& { return c.model.chat_template; });
 }
 
 void ReplicaFlags::AddServer(CLI::App* cmd) {

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "http/json_fields.h"
+#include "tokenizer/chat/builtin_templates.h"
 
 namespace strata::server {
 namespace {
@@ -236,9 +237,10 @@ ApiResult<std::string> ApplyChatTemplate(const json& messages, bool add_generati
                                          const ModelInfo& model, const json& extra_vars) {
   if (!model.chat_template)
     return Bad("messages",
-               fmt::format(
-                   "model '{}' has no chat template (tokenizer.chat_template); use /v1/completions",
-                   model.name));
+               fmt::format("model '{}' has no chat template (tokenizer.chat_template): start the "
+                           "server with --chat-template-file FILE (a Jinja template) or "
+                           "--chat-template NAME (built-in: {}), or use /v1/completions",
+                           model.name, tokenizer::chat::BuiltinTemplateNames()));
   if (!messages.is_array()) return Bad("messages", "must be an array");
   if (messages.empty()) return Bad("messages", "must contain at least one message");
   if (messages.size() > static_cast<size_t>(model.limits.max_messages))

@@ -65,6 +65,19 @@ TEST(LoadingResponse, HealthIsUpEverythingElse503) {
   }
 }
 
+TEST(ApplyChatTemplate, WithoutATemplateThe400NamesTheFlagsThatGiveOne) {
+  ModelInfo info;
+  info.name = "m";
+  auto r = ApplyChatTemplate(json::array({{{"role", "user"}, {"content", "hi"}}}), true, info,
+                             json(nullptr));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().param(), "messages");
+  EXPECT_EQ(r.error().status().code(), StatusCode::kInvalidArgument);
+  const std::string msg(r.error().message());
+  EXPECT_NE(msg.find("--chat-template-file FILE"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--chat-template NAME (built-in: chatml, llama3,"), std::string::npos) << msg;
+}
+
 // ---------------------------------------------------------------------------------------------
 // In-process server fixture.
 

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "base/memory_size.h"
+#include "tokenizer/chat/builtin_templates.h"
 
 namespace strata::engine::serving {
 namespace {
@@ -190,6 +191,15 @@ Check<V> InRange(V lo, V hi) {
   return [lo, hi](const V& v) {
     return v >= lo && v <= hi ? std::string()
                               : fmt::format("must be in [{}, {}], got {}", lo, hi, v);
+  };
+}
+
+// "" or the name of a built-in chat template (tokenizer/chat/builtin_templates.h).
+Check<std::string> BuiltinTemplateName() {
+  return [](const std::string& v) {
+    if (v.empty() || tokenizer::chat::FindBuiltinTemplate(v) != nullptr) return std::string();
+    return fmt::format("unknown built-in chat template '{}' (one of: {})", v,
+                       tokenizer::chat::BuiltinTemplateNames());
   };
 }
 
@@ -390,6 +400,8 @@ const Section<ModelFileConfig>& ModelKeys() {
       Leaf<M>("path", "--model", &M::path, kString),
       Leaf<M>("served_model_name", "--served-model-name", &M::served_model_name, kString),
       Leaf<M>("chat_template_file", "--chat-template-file", &M::chat_template_file, kString),
+      Leaf<M>("chat_template", "--chat-template", &M::chat_template, kString,
+              BuiltinTemplateName()),
   };
   return kKeys;
 }
@@ -581,6 +593,10 @@ Status ServingConfig::Validate() const {
 
 Status ReplicaConfig::Validate() const {
   RETURN_IF_ERROR(CheckSection(ModelKeys(), model, "model", /*with_flags=*/true));
+  if (!model.chat_template.empty() && !model.chat_template_file.empty())
+    return Status::InvalidArgument(
+        "model.chat_template (--chat-template) and model.chat_template_file "
+        "(--chat-template-file): set one of them, not both");
   RETURN_IF_ERROR(CheckSection(ServerKeys(), server, "server", /*with_flags=*/true));
   return engine.Validate();
 }

@@ -40,6 +40,9 @@ struct ModelFileConfig {
   std::string path;                // GGUF file; "" : the bundled model
   std::string served_model_name;   // the id clients use; "" : the file's stem
   std::string chat_template_file;  // Jinja template replacing the GGUF's; "" : the GGUF's
+  // A built-in template replacing the GGUF's, by name (tokenizer/chat/builtin_templates.h:
+  // chatml, llama3, mistral, gemma, phi3, deepseek-r1); "" : none. Not with chat_template_file.
+  std::string chat_template;
 };
 
 // server: (mirrors server::HttpServerOptions and the API's limits; cmd_serve maps it)
