@@ -67,7 +67,8 @@ TEST(Metrics, MirrorsFilterLabelsAddUpAndUseTheirOwnBuckets) {
            Labels({{"engine", "0"}}));
   r.Mirror("strata:lat", "vllm:lat", "VL.", {0.5, 10}, {"model_name"}, Labels({{"engine", "0"}}));
   r.Mirror("strata:g", "vllm:g", "VG.", {}, {"model_name"}, "");
-  r.Add("strata:x_total", Labels({{"model_name", "m\"q"}, {"tier", "gold"}, {"reason", "stop"}}), 2);
+  r.Add("strata:x_total", Labels({{"model_name", "m\"q"}, {"tier", "gold"}, {"reason", "stop"}}),
+        2);
   r.Add("strata:x_total", Labels({{"model_name", "m\"q"}, {"tier", "bronze"}, {"reason", "stop"}}),
         3);
   r.Observe("strata:lat", Labels({{"model_name", "m"}, {"tier", "gold"}}), 0.25);

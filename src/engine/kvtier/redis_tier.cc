@@ -116,9 +116,9 @@ redisContext* RedisTier::Ready(Conn& c) {
   if (!ok) {
     {
       MutexLock error_lock(&error_mu_);
-      last_error_ = ctx == nullptr       ? std::string("cannot allocate a connection")
-                    : ctx->err != 0      ? std::string(ctx->errstr)
-                                         : std::string("SELECT or setting the timeout failed");
+      last_error_ = ctx == nullptr  ? std::string("cannot allocate a connection")
+                    : ctx->err != 0 ? std::string(ctx->errstr)
+                                    : std::string("SELECT or setting the timeout failed");
     }
     if (ctx != nullptr) redisFree(ctx);
     counters_.errors.fetch_add(1, std::memory_order_relaxed);

@@ -2,8 +2,8 @@
 // /usr/bin/redis-server is absent).
 #include "engine/kvtier/redis_tier.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -42,13 +42,18 @@ class RedisClient {
   // Status/string reply text, integer as decimal, "(nil)" or "(error)".
   std::string Command(const char* fmt, const std::string& a = "", const std::string& b = "") {
     if (!ok()) return "(error)";
-    auto* r = static_cast<redisReply*>(redisCommand(ctx_, fmt, a.data(), a.size(), b.data(), b.size()));
+    auto* r =
+        static_cast<redisReply*>(redisCommand(ctx_, fmt, a.data(), a.size(), b.data(), b.size()));
     if (r == nullptr) return "(error)";
     std::string out;
-    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) out.assign(r->str, r->len);
-    else if (r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
-    else if (r->type == REDIS_REPLY_NIL) out = "(nil)";
-    else out = "(error)";
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)
+      out.assign(r->str, r->len);
+    else if (r->type == REDIS_REPLY_INTEGER)
+      out = std::to_string(r->integer);
+    else if (r->type == REDIS_REPLY_NIL)
+      out = "(nil)";
+    else
+      out = "(error)";
     freeReplyObject(r);
     return out;
   }
@@ -283,8 +288,9 @@ TEST(RedisUrlTest, Parses) {
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(u->port, 6379);
   EXPECT_EQ(u->db, 0);
-  for (const char* bad : {"http://x:1", "redis://", "redis://:6379", "redis://h:0", "redis://h:70000",
-                          "redis://h:12x", "redis://h:1/x", "redis://user:pw@h:1"}) {
+  for (const char* bad :
+       {"http://x:1", "redis://", "redis://:6379", "redis://h:0", "redis://h:70000",
+        "redis://h:12x", "redis://h:1/x", "redis://user:pw@h:1"}) {
     auto r = ParseRedisUrl(bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
