@@ -30,7 +30,7 @@ json Opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); 
 }  // namespace
 
 const std::vector<std::string>& VllmResultKeys() {
-  static const std::vector<std::string> k = [] {
+  static const std::vector<std::string> kKeys = [] {
     std::vector<std::string> v = {"duration",
                                   "completed",
                                   "failed",
@@ -47,11 +47,11 @@ const std::vector<std::string>& VllmResultKeys() {
         v.push_back(fmt::format("{}_{}_ms", s, m));
     return v;
   }();
-  return k;
+  return kKeys;
 }
 
 const std::vector<std::string>& ReportJsonKeys() {
-  static const std::vector<std::string> k = [] {
+  static const std::vector<std::string> kKeys = [] {
     std::vector<std::string> v = {"schema",
                                   "base_url",
                                   "model",
@@ -85,7 +85,7 @@ const std::vector<std::string>& ReportJsonKeys() {
       if (std::find(v.begin(), v.end(), key) == v.end()) v.push_back(key);
     return v;
   }();
-  return k;
+  return kKeys;
 }
 
 namespace {

@@ -35,6 +35,7 @@ class ServeProcess {
       close(out[0]);
       close(out[1]);
       std::vector<char*> argv;
+      argv.reserve(args.size() + 1);
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       execv(argv[0], argv.data());
