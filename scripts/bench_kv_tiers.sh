@@ -49,7 +49,7 @@ bench() {  # bench WORKLOAD CONFIG [dataset options...]
   shift 2
   "$bin" bench serve --base-url "http://127.0.0.1:$port" --no-progress --json "$out/$workload-$config.json" "$@" \
     >"$out/$workload-$config.txt" 2>&1
-  curl -s "http://127.0.0.1:$port/metrics" | grep -E '^strata:(prefix_cache_hits_total|kv_tier_hit_tokens_total|prefix_cache_queries_total)' \
+  curl -s "http://127.0.0.1:$port/metrics" | grep -E '^strata:(prefix_cache_pool_hits_total|kv_tier_hit_tokens_total|prefix_cache_queries_total)' \
     >"$out/$workload-$config.metrics" || true
 }
 
@@ -102,6 +102,6 @@ def get(*keys):
     return v if isinstance(v, (int, float)) else float('nan')
 print('%-10s %-14s %12.1f %12.1f %12.2f %12.3f %16d %16d' % (
     sys.argv[3], sys.argv[4], get('ttft_ms', 'median'), get('ttft_ms', 'p99'), get('output_throughput'),
-    get('request_throughput'), m.get('strata:prefix_cache_hits_total', 0), m.get('strata:kv_tier_hit_tokens_total', 0)))
+    get('request_throughput'), m.get('strata:prefix_cache_pool_hits_total', 0), m.get('strata:kv_tier_hit_tokens_total', 0)))
 EOF
 done

@@ -18,7 +18,13 @@ PACKAGES=(
   clang-format clang-tidy                 # .ci/run: scripts/check-style.sh (changed files)
   graphviz                                # scripts/module-graph.sh renders docs/module-graph.svg
   python3                                 # scripts/check-layers.py, check-thread-safety.py
+  prometheus                              # promtool: metrics_compat_test checks the /metrics text
 )
+# Node.js and npm (Debian's nodejs, npm) for the official OpenAI SDK test and the GGUF-interop test.
+# Checked by command, not by package: a machine whose node comes from another packaging of Node.js
+# (which bundles npm) already has both, and installing Debian's npm beside it would conflict.
+if ! command -v node > /dev/null 2>&1; then PACKAGES+=(nodejs); fi
+if ! command -v npm > /dev/null 2>&1; then PACKAGES+=(npm); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -36,14 +42,15 @@ fi
 
 # npm packages of the client/interop tests, locked by their package-lock.json: the official OpenAI
 # Node SDK (tests/integration/openai_client) and Hugging Face's GGUF parser
-# (tests/integration/gguf_interop). Skipped when Node.js/npm are absent; those tests then skip with a
-# message.
+# (tests/integration/gguf_interop), installed into each test's node_modules/ (git-ignored), where the
+# tests look for them. `npm ci` needs npm's registry at install time only; it runs again when the
+# lockfile is newer than the installed tree (npm writes node_modules/.package-lock.json).
 root="$(cd "$(dirname "$0")/.." && pwd)"
-if command -v npm > /dev/null 2>&1; then
-  for dir in "$root/tests/integration/openai_client" "$root/tests/integration/gguf_interop"; do
-    if [ -f "$dir/package-lock.json" ] && [ ! -d "$dir/node_modules" ]; then
-      (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
-    fi
-  done
-  echo "install-deps: npm test clients present"
-fi
+for dir in "$root/tests/integration/openai_client" "$root/tests/integration/gguf_interop"; do
+  [ -f "$dir/package-lock.json" ] || continue
+  if [ ! -f "$dir/node_modules/.package-lock.json" ] ||
+     [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+done
+echo "install-deps: npm test clients present ($(node --version), npm $(npm --version))"

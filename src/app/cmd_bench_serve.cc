@@ -1,13 +1,13 @@
 // `strata bench serve` and `strata bench sweep`: load generators for OpenAI-compatible endpoints
 // (strata serve, llama.cpp's llama-server, vLLM). The work is in src/bench/; this file maps flags.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <memory>
-
-#include <fmt/format.h>
 
 #include "app/commands.h"
 #include "bench/dataset.h"
@@ -25,56 +25,101 @@ struct BenchServeFlags {
   std::vector<std::string> labels;
   std::string prompt_format = "ids";
   std::string request_rate;  // number or "inf"; empty: not given
-  std::vector<double> slo_ttft, slo_tpot, slo_e2el;  // 0 or 1 values (CLI11 leaves them empty when absent)
+  std::vector<double> slo_ttft, slo_tpot,
+      slo_e2el;  // 0 or 1 values (CLI11 leaves them empty when absent)
   std::string json_path;
+  bool save_result =
+      false;  // vLLM's --save-result: the JSON report into result_dir/result_filename
+  std::string result_dir = ".";
+  std::string result_filename;
   bool no_ignore_eos = false;
   bool no_progress = false;
   std::string rates, concurrency, out_dir;
 };
 
 void AddCommon(CLI::App* c, BenchServeFlags* f) {
-  c->add_option("--model", f->load.model, "model name sent in requests (default: first id of GET /v1/models)");
+  c->add_option("--model", f->load.model,
+                "model name sent in requests (default: first id of GET /v1/models)");
   c->add_option("--api-key", f->load.api_key, "sent as 'Authorization: Bearer KEY'");
   c->add_option("--endpoint", f->load.endpoint, "completions | chat")->capture_default_str();
-  c->add_option("--dataset", f->data.name, "random | shared-prefix | multi-turn | jsonl")->capture_default_str();
+  c->add_option("--dataset", f->data.name, "random | shared-prefix | multi-turn | jsonl")
+      ->capture_default_str();
   c->add_option("--num-prompts", f->data.num_prompts,
                 "requests (random: required; jsonl: truncate/cycle; shared-prefix: at most G*Q)");
-  c->add_option("--seed", f->data.seed, "seed for prompts and arrival times")->capture_default_str();
-  c->add_option("--prompt-format", f->prompt_format, "ids (token-id prompts) | text")->capture_default_str();
-  c->add_option("--tokenizer", f->data.tokenizer_path, "GGUF whose vocabulary makes token ids and text");
-  c->add_option("--vocab-size", f->data.vocab_size, "token ids are drawn below this (default: ids 100..499)");
-  c->add_option("--random-input-len", f->data.random_input_len, "random: prompt tokens")->capture_default_str();
-  c->add_option("--random-output-len", f->data.random_output_len, "random: output tokens")->capture_default_str();
-  c->add_option("--random-range-ratio", f->data.random_range_ratio, "random: lengths vary in [len*(1-r), len*(1+r)]")->capture_default_str();
-  c->add_option("--random-prefix-len", f->data.random_prefix_len, "random: tokens of a prefix common to every prompt")->capture_default_str();
-  c->add_option("--sp-num-groups", f->data.sp_num_groups, "shared-prefix: groups (G)")->capture_default_str();
-  c->add_option("--sp-prompts-per-group", f->data.sp_prompts_per_group, "shared-prefix: questions per group (Q)")->capture_default_str();
-  c->add_option("--sp-system-prompt-len", f->data.sp_system_prompt_len, "shared-prefix: system prompt tokens (P)")->capture_default_str();
-  c->add_option("--sp-question-len", f->data.sp_question_len, "shared-prefix: question tokens")->capture_default_str();
-  c->add_option("--sp-output-len", f->data.sp_output_len, "shared-prefix: output tokens")->capture_default_str();
-  c->add_option("--mt-num-conversations", f->data.mt_num_conversations, "multi-turn: conversations")->capture_default_str();
-  c->add_option("--mt-turns", f->data.mt_turns, "multi-turn: turns per conversation")->capture_default_str();
-  c->add_option("--mt-user-len", f->data.mt_user_len, "multi-turn: tokens (about) of each new user message")->capture_default_str();
-  c->add_option("--mt-output-len", f->data.mt_output_len, "multi-turn: output tokens per turn")->capture_default_str();
-  c->add_option("--mt-first-len", f->data.mt_first_len,
-                "multi-turn: tokens (about) of each conversation's first message (0: --mt-user-len)")
+  c->add_option("--seed", f->data.seed, "seed for prompts and arrival times")
+      ->capture_default_str();
+  c->add_option("--prompt-format", f->prompt_format, "ids (token-id prompts) | text")
+      ->capture_default_str();
+  c->add_option("--tokenizer", f->data.tokenizer_path,
+                "GGUF whose vocabulary makes token ids and text");
+  c->add_option("--vocab-size", f->data.vocab_size,
+                "token ids are drawn below this (default: ids 100..499)");
+  c->add_option("--random-input-len", f->data.random_input_len, "random: prompt tokens")
+      ->capture_default_str();
+  c->add_option("--random-output-len", f->data.random_output_len, "random: output tokens")
+      ->capture_default_str();
+  c->add_option("--random-range-ratio", f->data.random_range_ratio,
+                "random: lengths vary in [len*(1-r), len*(1+r)]")
+      ->capture_default_str();
+  c->add_option("--random-prefix-len", f->data.random_prefix_len,
+                "random: tokens of a prefix common to every prompt")
+      ->capture_default_str();
+  c->add_option("--sp-num-groups", f->data.sp_num_groups, "shared-prefix: groups (G)")
+      ->capture_default_str();
+  c->add_option("--sp-prompts-per-group", f->data.sp_prompts_per_group,
+                "shared-prefix: questions per group (Q)")
+      ->capture_default_str();
+  c->add_option("--sp-system-prompt-len", f->data.sp_system_prompt_len,
+                "shared-prefix: system prompt tokens (P)")
+      ->capture_default_str();
+  c->add_option("--sp-question-len", f->data.sp_question_len, "shared-prefix: question tokens")
+      ->capture_default_str();
+  c->add_option("--sp-output-len", f->data.sp_output_len, "shared-prefix: output tokens")
+      ->capture_default_str();
+  c->add_option("--mt-num-conversations", f->data.mt_num_conversations, "multi-turn: conversations")
+      ->capture_default_str();
+  c->add_option("--mt-turns", f->data.mt_turns, "multi-turn: turns per conversation")
+      ->capture_default_str();
+  c->add_option("--mt-user-len", f->data.mt_user_len,
+                "multi-turn: tokens (about) of each new user message")
+      ->capture_default_str();
+  c->add_option("--mt-output-len", f->data.mt_output_len, "multi-turn: output tokens per turn")
+      ->capture_default_str();
+  c->add_option(
+       "--mt-first-len", f->data.mt_first_len,
+       "multi-turn: tokens (about) of each conversation's first message (0: --mt-user-len)")
       ->capture_default_str();
   c->add_option("--mt-think-time-s", f->load.think_time_s,
-                "multi-turn: seconds between a reply and the next turn of its conversation (user think time)")
+                "multi-turn: seconds between a reply and the next turn of its conversation (user "
+                "think time)")
       ->capture_default_str();
-  c->add_option("--dataset-path", f->data.dataset_path, "jsonl: file with one {\"prompt\": ..., \"output_len\": N} per line");
-  c->add_option("--jsonl-output-len", f->data.jsonl_output_len, "jsonl: output tokens when a line has none")->capture_default_str();
-  c->add_option("--request-rate", f->request_rate, "requests/s (Poisson/gamma arrivals) or inf");
-  c->add_option("--burstiness", f->load.burstiness, "gamma shape of inter-arrival gaps (1 = Poisson)")->capture_default_str();
+  c->add_option("--dataset-path", f->data.dataset_path,
+                "jsonl: file with one {\"prompt\": ..., \"output_len\": N} per line");
+  c->add_option("--jsonl-output-len", f->data.jsonl_output_len,
+                "jsonl: output tokens when a line has none")
+      ->capture_default_str();
+  c->add_option(
+      "--request-rate", f->request_rate,
+      "requests/s (Poisson/gamma arrivals) or inf (the default, as in vLLM: every request at t=0, "
+      "bounded by --max-concurrency)");
+  c->add_option("--burstiness", f->load.burstiness,
+                "gamma shape of inter-arrival gaps (1 = Poisson)")
+      ->capture_default_str();
   c->add_option("--max-concurrency", f->load.max_concurrency, "requests in flight at most");
   c->add_option("--slo-ttft-ms", f->slo_ttft, "goodput SLO on TTFT")->expected(1);
   c->add_option("--slo-tpot-ms", f->slo_tpot, "goodput SLO on TPOT")->expected(1);
   c->add_option("--slo-e2el-ms", f->slo_e2el, "goodput SLO on end-to-end latency")->expected(1);
-  c->add_flag("--no-ignore-eos", f->no_ignore_eos, "let the model stop at EOS (output lengths vary)");
-  c->add_option("--temperature", f->load.temperature, "sampling temperature")->capture_default_str();
-  c->add_option("--request-timeout", f->load.request_timeout_s, "seconds per request")->capture_default_str();
-  c->add_option("--max-duration-s", f->load.max_duration_s, "stop sending and abort in-flight requests after this")->capture_default_str();
-  c->add_flag("--no-progress", f->no_progress, "no progress bar (it is drawn only when stderr is a terminal)");
+  c->add_flag("--no-ignore-eos", f->no_ignore_eos,
+              "let the model stop at EOS (output lengths vary)");
+  c->add_option("--temperature", f->load.temperature, "sampling temperature")
+      ->capture_default_str();
+  c->add_option("--request-timeout", f->load.request_timeout_s, "seconds per request")
+      ->capture_default_str();
+  c->add_option("--max-duration-s", f->load.max_duration_s,
+                "stop sending and abort in-flight requests after this")
+      ->capture_default_str();
+  c->add_flag("--no-progress", f->no_progress,
+              "no progress bar (it is drawn only when stderr is a terminal)");
 }
 
 Status Finalize(BenchServeFlags* f, bench::Slo* slo) {
@@ -87,14 +132,16 @@ Status Finalize(BenchServeFlags* f, bench::Slo* slo) {
   if (f->data.vocab_size < 0) return Status::InvalidArgument("--vocab-size must be > 0");
   if (!f->request_rate.empty()) {
     ASSIGN_OR_RETURN(auto v, bench::ParseLevels(f->request_rate, "--request-rate", true));
-    if (v.size() != 1) return Status::InvalidArgument("--request-rate takes one value (bench sweep takes --rates)");
+    if (v.size() != 1)
+      return Status::InvalidArgument("--request-rate takes one value (bench sweep takes --rates)");
     f->load.request_rate = v[0];
   }
-  if (f->load.max_concurrency < 0 || (f->load.max_concurrency == 0 && f->request_rate.empty() && f->rates.empty() && f->concurrency.empty()))
-    return Status::InvalidArgument("give --request-rate R and/or --max-concurrency C (>= 1)");
-  auto one = [](const std::vector<double>& v, const char* name, std::optional<double>* out) -> Status {
+  if (f->load.max_concurrency < 0) return Status::InvalidArgument("--max-concurrency must be >= 1");
+  auto one = [](const std::vector<double>& v, const char* name,
+                std::optional<double>* out) -> Status {
     if (v.empty()) return Status::Ok();
-    if (!(v[0] > 0) || !std::isfinite(v[0])) return Status::InvalidArgument(fmt::format("{} must be a number > 0", name));
+    if (!(v[0] > 0) || !std::isfinite(v[0]))
+      return Status::InvalidArgument(fmt::format("{} must be a number > 0", name));
     *out = v[0];
     return Status::Ok();
   };
@@ -116,19 +163,54 @@ Status WriteText(const std::string& path, const std::string& text) {
   return Status::Ok();
 }
 
+// vLLM's result file name: <backend>-<rate>qps[-concurrency<C>]-<model>-<YYYYmmdd-HHMMSS>.json.
+std::string VllmResultFilename(const bench::Report& rep, const std::string& date) {
+  const bench::LoadOptions& o = rep.options;
+  std::string model =
+      rep.model.substr(rep.model.rfind('/') == std::string::npos ? 0 : rep.model.rfind('/') + 1);
+  return fmt::format(
+      "{}-{}qps{}-{}-{}.json", o.endpoint == "chat" ? "openai-chat" : "openai",
+      std::isinf(o.request_rate) ? std::string("inf") : fmt::format("{:.1f}", o.request_rate),
+      o.max_concurrency > 0 ? fmt::format("-concurrency{}", o.max_concurrency) : std::string(),
+      model.empty() ? std::string("model") : model, date);
+}
+
+Status SaveResult(const BenchServeFlags& f, const bench::Report& rep, nlohmann::json j) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y%m%d-%H%M%S", &tm);
+  j["date"] = date;
+  const std::string name =
+      f.result_filename.empty() ? VllmResultFilename(rep, date) : f.result_filename;
+  const std::string path = f.result_dir.empty() ? name : f.result_dir + "/" + name;
+  RETURN_IF_ERROR(
+      WriteText(path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"));
+  std::cout << "saved the result to " << path << "\n";
+  return Status::Ok();
+}
+
 // 0: every request completed; 3: the run finished but some requests failed or were not sent.
+// A server that cannot be reached at all is an error (exit 1) before anything is sent.
 Result<int> RunServe(BenchServeFlags f) {
   bench::Slo slo;
   RETURN_IF_ERROR(Finalize(&f, &slo));
-  if (f.base_urls.size() != 1) return Status::InvalidArgument("bench serve takes one --base-url (bench sweep takes several)");
+  if (f.base_urls.size() != 1)
+    return Status::InvalidArgument("bench serve takes one --base-url (bench sweep takes several)");
   f.load.base_url = f.base_urls[0];
   ASSIGN_OR_RETURN(auto data, bench::BuildDataset(f.data));
   RETURN_IF_ERROR(bench::ValidateLoadOptions(f.load, data));
+  RETURN_IF_ERROR(bench::ProbeServer(f.load.base_url, std::min(10.0, f.load.request_timeout_s)));
   ASSIGN_OR_RETURN(auto res, bench::RunLoad(f.load, data));
   bench::Report rep = bench::MakeReport(f.load, data, res, slo);
   if (f.json_path != "-") std::cout << bench::FormatReport(rep) << std::flush;
   if (!f.json_path.empty())
-    RETURN_IF_ERROR(WriteText(f.json_path, bench::ReportToJson(rep).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"));
+    RETURN_IF_ERROR(WriteText(
+        f.json_path,
+        bench::ReportToJson(rep).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+            "\n"));
+  if (f.save_result) RETURN_IF_ERROR(SaveResult(f, rep, bench::ReportToJson(rep)));
   return rep.agg.failed == 0 && rep.not_sent == 0 ? 0 : 3;
 }
 
@@ -141,19 +223,25 @@ Result<int> RunSweepCmd(BenchServeFlags f) {
   s.labels = f.labels;
   s.out_dir = f.out_dir;
   s.slo = slo;
-  if (f.rates.empty() == f.concurrency.empty()) return Status::InvalidArgument("give exactly one of --rates or --concurrency");
+  if (f.rates.empty() == f.concurrency.empty())
+    return Status::InvalidArgument("give exactly one of --rates or --concurrency");
   if (!f.rates.empty()) {
     ASSIGN_OR_RETURN(s.rates, bench::ParseLevels(f.rates, "--rates", true));
   } else {
     ASSIGN_OR_RETURN(auto c, bench::ParseLevels(f.concurrency, "--concurrency", false));
     for (double v : c) {
       if (v != std::floor(v) || v > static_cast<double>(bench::kMaxPrompts))
-        return Status::InvalidArgument(fmt::format("--concurrency: {:g} is not an integer in [1, {}]", v, bench::kMaxPrompts));
+        return Status::InvalidArgument(
+            fmt::format("--concurrency: {:g} is not an integer in [1, {}]", v, bench::kMaxPrompts));
       s.concurrency.push_back(static_cast<int64_t>(v));
     }
   }
+  for (const std::string& url : s.base_urls)
+    RETURN_IF_ERROR(bench::ProbeServer(url, std::min(10.0, f.load.request_timeout_s)));
   ASSIGN_OR_RETURN(auto runs, bench::RunSweep(s, f.data, std::cout));
-  std::cout << "\n" << bench::SweepTable(runs, !s.rates.empty()) << "\nwrote " << s.out_dir << "/sweep.json, sweep.md, pareto.svg\n";
+  std::cout << "\n"
+            << bench::SweepTable(runs, !s.rates.empty()) << "\nwrote " << s.out_dir
+            << "/sweep.json, sweep.md, pareto.svg\n";
   for (const auto& r : runs)
     if (r.report.agg.failed != 0 || r.report.not_sent != 0) return 3;
   return 0;
@@ -172,15 +260,27 @@ void Report(const Result<int>& r, int* exit_code) {
 
 void RegisterBenchServe(CLI::App* bench, int* exit_code) {
   auto f = std::make_shared<BenchServeFlags>();
-  CLI::App* c = bench->add_subcommand("serve", "Load-test an OpenAI-compatible server (strata serve, llama-server, vLLM)");
-  c->add_option("--base-url", f->base_urls, "server, e.g. http://127.0.0.1:8080")->required()->expected(1);
+  CLI::App* c = bench->add_subcommand(
+      "serve", "Load-test an OpenAI-compatible server (strata serve, llama-server, vLLM)");
+  c->add_option("--base-url", f->base_urls, "server, e.g. http://127.0.0.1:8080")
+      ->required()
+      ->expected(1);
   AddCommon(c, f.get());
   c->add_option("--json", f->json_path, "write the report as JSON to this file ('-': stdout only)");
+  c->add_flag("--save-result", f->save_result,
+              "write the JSON report (with vLLM's result keys) to --result-dir/--result-filename");
+  c->add_option("--result-dir", f->result_dir, "directory of --save-result")->capture_default_str();
+  c->add_option("--result-filename", f->result_filename,
+                "file name of --save-result (default: vLLM's "
+                "<backend>-<rate>qps[-concurrency<C>]-<model>-<date>.json)");
   c->callback([f, exit_code] { Report(RunServe(*f), exit_code); });
 
   auto g = std::make_shared<BenchServeFlags>();
-  CLI::App* s = bench->add_subcommand("sweep", "Run bench serve over load levels (and endpoints); table, JSON and a Pareto SVG");
-  s->add_option("--base-url", g->base_urls, "server(s); several are run interleaved and plotted side by side")->required();
+  CLI::App* s = bench->add_subcommand(
+      "sweep", "Run bench serve over load levels (and endpoints); table, JSON and a Pareto SVG");
+  s->add_option("--base-url", g->base_urls,
+                "server(s); several are run interleaved and plotted side by side")
+      ->required();
   s->add_option("--label", g->labels, "a name per --base-url for the table and plot");
   AddCommon(s, g.get());
   s->add_option("--rates", g->rates, "request rates, e.g. 1,2,4,8 (inf allowed)");

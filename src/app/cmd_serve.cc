@@ -27,6 +27,17 @@
 namespace strata::app {
 namespace {
 
+// A tier that could not be reached at start is served without (it reconnects by itself), but never
+// silently: one warning naming the address and the error; /metrics has strata:kv_tier_up.
+void WarnUnreachableTiers(const std::optional<engine::kvtier::TieredKvStats>& stats) {
+  if (!stats || !stats->redis.enabled || stats->redis.up) return;
+  std::fprintf(stderr,
+               "strata serve: WARNING: KV tier redis at %s is unreachable (%s); serving without "
+               "it and retrying in the background (strata:kv_tier_up{kv_tier=\"redis\"} 0)\n",
+               stats->redis.address.c_str(),
+               stats->redis.last_error.empty() ? "no connection" : stats->redis.last_error.c_str());
+}
+
 std::string DescribeTiers(const engine::kvtier::TieredKvConfig& c) {
   if (!c.enabled()) return "no KV tiers";
   std::string s = "KV tiers:";
@@ -124,6 +135,7 @@ Status RunServe(const engine::serving::ReplicaConfig& config) {
 
   std::shared_ptr<const model::Model> shared_model = std::move(model);
   ASSIGN_OR_RETURN(auto serving, engine::serving::ServingEngine::Create(shared_model, sc));
+  WarnUnreachableTiers(serving->TierStats());
   const int max_len = serving->max_model_len();
   const int blocks = serving->num_blocks();
   auto* eng = &serving->engine();
@@ -144,6 +156,7 @@ Status RunServe(const engine::serving::ReplicaConfig& config) {
   server::ApiOptions ao;
   ao.api_keys = std::move(keys);
   ao.retry_after_s = o.retry_after_s;
+  ao.metrics_compat = o.metrics_compat;
   engine::serving::ServingEngine* serving_ptr = serving.get();
   ao.tier_stats = [serving_ptr] { return serving_ptr->TierStats(); };
   auto api = std::make_unique<server::Api>(info, eng, ao);

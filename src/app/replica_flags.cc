@@ -115,6 +115,10 @@ void ReplicaFlags::AddServer(CLI::App* cmd) {
   Bind<double>(
       cmd, "--request-timeout", "seconds a client gets to send one request",
       [](ReplicaConfig & c) -> auto& { return c.server.request_timeout_s; });
+  Bind<std::string>(
+      cmd, "--metrics-compat",
+      "'vllm': /metrics also exports the families under vLLM's names and labels",
+      [](ReplicaConfig & c) -> auto& { return c.server.metrics_compat; });
 }
 
 void ReplicaFlags::AddEngine(CLI::App* cmd) {

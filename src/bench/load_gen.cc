@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -355,6 +357,26 @@ asio::awaitable<void> DiscoverModel(HttpClient& client, double timeout_s, std::s
 }
 
 }  // namespace
+
+Status ProbeServer(const std::string& base_url, double timeout_s) {
+  ASSIGN_OR_RETURN(Url url, ParseUrl(base_url));
+  asio::io_context io(1);
+  asio::ip::tcp::resolver resolver(io);
+  asio::ip::tcp::socket socket(io);
+  boost::system::error_code result = asio::error::timed_out;
+  resolver.async_resolve(url.host, url.port, [&](boost::system::error_code ec, auto endpoints) {
+    if (ec) {
+      result = ec;
+      return;
+    }
+    asio::async_connect(socket, endpoints,
+                        [&](boost::system::error_code cec, const auto&) { result = cec; });
+  });
+  io.run_for(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(timeout_s)));
+  if (!result) return Status::Ok();
+  return Status::Unavailable(fmt::format("cannot connect to {}: {}", base_url, result.message()));
+}
 
 Result<LoadResult> RunLoad(const LoadOptions& o, const Dataset& d) {
   RETURN_IF_ERROR(ValidateLoadOptions(o, d));

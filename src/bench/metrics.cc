@@ -23,6 +23,9 @@ Summary Summarize(const std::vector<double>& v) {
   double sum = 0;
   for (double x : v) sum += x;
   s.mean = sum / static_cast<double>(v.size());
+  double sq = 0;
+  for (double x : v) sq += (x - s.mean) * (x - s.mean);
+  s.std = std::sqrt(sq / static_cast<double>(v.size()));
   s.median = Percentile(v, 50);
   s.p90 = Percentile(v, 90);
   s.p99 = Percentile(v, 99);
@@ -37,7 +40,8 @@ std::optional<double> TpotMs(const RequestRecord& r) {
   return (r.e2el_s - r.ttft_s) * 1000.0 / static_cast<double>(r.output_tokens - 1);
 }
 
-Aggregate ComputeAggregate(const std::vector<RequestRecord>& records, double duration_s, const Slo& slo) {
+Aggregate ComputeAggregate(const std::vector<RequestRecord>& records, double duration_s,
+                           const Slo& slo) {
   Aggregate a;
   a.duration_s = duration_s;
   std::vector<double> ttft, tpot, itl, e2el;
@@ -69,7 +73,8 @@ Aggregate ComputeAggregate(const std::vector<RequestRecord>& records, double dur
     a.input_throughput = static_cast<double>(a.total_input_tokens) / duration_s;
     a.output_throughput = static_cast<double>(a.total_output_tokens) / duration_s;
   }
-  if (slo.any()) a.goodput = duration_s > 0 ? static_cast<double>(a.good_requests) / duration_s : 0.0;
+  if (slo.any())
+    a.goodput = duration_s > 0 ? static_cast<double>(a.good_requests) / duration_s : 0.0;
   a.ttft_ms = Summarize(ttft);
   a.tpot_ms = Summarize(tpot);
   a.itl_ms = Summarize(itl);

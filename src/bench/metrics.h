@@ -22,9 +22,9 @@ namespace strata::bench {
 // What one request measured. Times are seconds relative to the request's own send time.
 struct RequestRecord {
   bool success = false;
-  std::string error;           // first error of this request when !success
-  int64_t prompt_tokens = 0;   // from the server's usage when present, else the dataset's count
-  int64_t output_tokens = 0;   // from the server's usage when present, else the token chunk count
+  std::string error;          // first error of this request when !success
+  int64_t prompt_tokens = 0;  // from the server's usage when present, else the dataset's count
+  int64_t output_tokens = 0;  // from the server's usage when present, else the token chunk count
   double ttft_s = 0;
   double e2el_s = 0;
   std::vector<double> itl_s;   // gaps between token chunks
@@ -37,6 +37,7 @@ double Percentile(std::vector<double> v, double p);
 
 struct Summary {
   double mean = 0, median = 0, p90 = 0, p99 = 0, min = 0, max = 0;
+  double std = 0;  // population standard deviation (numpy's np.std, as vLLM's std_*_ms)
   int64_t count = 0;
 };
 Summary Summarize(const std::vector<double>& v);
@@ -60,12 +61,13 @@ struct Aggregate {
   double input_throughput = 0;      // tokens/s
   double output_throughput = 0;     // tokens/s
   Summary ttft_ms, tpot_ms, itl_ms, e2el_ms;
-  int64_t good_requests = 0;            // meeting every SLO (only when slo.any())
-  std::optional<double> goodput;        // good_requests / duration (only when slo.any())
+  int64_t good_requests = 0;      // meeting every SLO (only when slo.any())
+  std::optional<double> goodput;  // good_requests / duration (only when slo.any())
 };
 
 // Aggregates completed and failed records over a run of `duration_s` seconds.
-Aggregate ComputeAggregate(const std::vector<RequestRecord>& records, double duration_s, const Slo& slo);
+Aggregate ComputeAggregate(const std::vector<RequestRecord>& records, double duration_s,
+                           const Slo& slo);
 
 // TPOT of one record in ms; nullopt when output_tokens <= 1.
 std::optional<double> TpotMs(const RequestRecord& r);

@@ -7,7 +7,7 @@ namespace {
 
 // Expected values computed by hand with numpy's linear method: rank = p/100 * (n-1).
 TEST(Percentile, LinearInterpolationLikeNumpy) {
-  EXPECT_DOUBLE_EQ(Percentile({1, 2, 3, 4}, 90), 3.7);          // rank 2.7: 3 + 0.7 * 1
+  EXPECT_DOUBLE_EQ(Percentile({1, 2, 3, 4}, 90), 3.7);           // rank 2.7: 3 + 0.7 * 1
   EXPECT_DOUBLE_EQ(Percentile({40, 15, 50, 35, 20}, 40), 29.0);  // sorted 15 20 35 40 50, rank 1.6
   EXPECT_DOUBLE_EQ(Percentile({3, 1, 2}, 50), 2.0);
   EXPECT_DOUBLE_EQ(Percentile({1, 2}, 50), 1.5);
@@ -20,7 +20,8 @@ TEST(Percentile, LinearInterpolationLikeNumpy) {
   EXPECT_DOUBLE_EQ(Percentile(hundred, 100), 100.0);
 }
 
-RequestRecord Ok(double ttft, double e2el, int64_t out, int64_t in = 10, std::vector<double> itl = {}) {
+RequestRecord Ok(double ttft, double e2el, int64_t out, int64_t in = 10,
+                 std::vector<double> itl = {}) {
   RequestRecord r;
   r.success = true;
   r.ttft_s = ttft;
@@ -36,11 +37,19 @@ std::vector<RequestRecord> HandMade() {
   failed.error = "HTTP 500: boom";
   return {
       Ok(0.10, 1.10, 11, 100, {0.1, 0.1}),  // TPOT (1.10-0.10)/10 = 100 ms
-      Ok(0.30, 0.80, 6, 50),                 // TPOT 100 ms, TTFT 300 ms
-      Ok(0.05, 0.55, 3, 20),                 // TPOT 250 ms
-      Ok(0.19, 0.19, 1, 30),                 // one token: TPOT undefined (counts as 0 for goodput)
+      Ok(0.30, 0.80, 6, 50),                // TPOT 100 ms, TTFT 300 ms
+      Ok(0.05, 0.55, 3, 20),                // TPOT 250 ms
+      Ok(0.19, 0.19, 1, 30),                // one token: TPOT undefined (counts as 0 for goodput)
       failed,
   };
+}
+
+TEST(Summarize, StdIsThePopulationStandardDeviationLikeNumpy) {
+  Summary s = Summarize({2, 4, 4, 4, 5, 5, 7, 9});  // np.std(...) == 2.0
+  EXPECT_DOUBLE_EQ(s.mean, 5.0);
+  EXPECT_DOUBLE_EQ(s.std, 2.0);
+  EXPECT_EQ(Summarize({3}).std, 0.0);
+  EXPECT_EQ(Summarize({}).std, 0.0);
 }
 
 TEST(Aggregate, CountsThroughputAndSummaries) {

@@ -1,8 +1,9 @@
 #include "bench/report.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
 
 namespace strata::bench {
 
@@ -22,21 +23,89 @@ Report MakeReport(const LoadOptions& o, const Dataset& d, const LoadResult& r, c
 
 namespace {
 json SummaryJson(const Summary& s) {
-  return {{"mean", s.mean}, {"median", s.median}, {"p90", s.p90}, {"p99", s.p99},
+  return {{"mean", s.mean}, {"median", s.median}, {"p90", s.p90},    {"p99", s.p99},
           {"min", s.min},   {"max", s.max},       {"count", s.count}};
 }
 json Opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 }  // namespace
 
-const std::vector<std::string>& ReportJsonKeys() {
-  static const std::vector<std::string> k = {
-      "schema", "base_url", "model", "endpoint", "dataset", "num_prompts", "request_rate", "burstiness",
-      "max_concurrency", "seed", "ignore_eos", "completed", "failed", "not_sent", "first_error", "duration_s",
-      "request_throughput", "input_throughput", "output_throughput", "total_token_throughput",
-      "total_input_tokens", "total_output_tokens", "ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "slo",
-      "good_requests", "goodput"};
-  return k;
+const std::vector<std::string>& VllmResultKeys() {
+  static const std::vector<std::string> kKeys = [] {
+    std::vector<std::string> v = {"duration",
+                                  "completed",
+                                  "failed",
+                                  "total_input_tokens",
+                                  "total_output_tokens",
+                                  "request_throughput",
+                                  "request_goodput",
+                                  "output_throughput",
+                                  "total_token_throughput",
+                                  "backend",
+                                  "model_id"};
+    for (const char* m : {"ttft", "tpot", "itl", "e2el"})
+      for (const char* s : {"mean", "median", "std", "p90", "p99"})
+        v.push_back(fmt::format("{}_{}_ms", s, m));
+    return v;
+  }();
+  return kKeys;
 }
+
+const std::vector<std::string>& ReportJsonKeys() {
+  static const std::vector<std::string> kKeys = [] {
+    std::vector<std::string> v = {"schema",
+                                  "base_url",
+                                  "model",
+                                  "endpoint",
+                                  "dataset",
+                                  "num_prompts",
+                                  "request_rate",
+                                  "burstiness",
+                                  "max_concurrency",
+                                  "seed",
+                                  "ignore_eos",
+                                  "completed",
+                                  "failed",
+                                  "not_sent",
+                                  "first_error",
+                                  "duration_s",
+                                  "request_throughput",
+                                  "input_throughput",
+                                  "output_throughput",
+                                  "total_token_throughput",
+                                  "total_input_tokens",
+                                  "total_output_tokens",
+                                  "ttft_ms",
+                                  "tpot_ms",
+                                  "itl_ms",
+                                  "e2el_ms",
+                                  "slo",
+                                  "good_requests",
+                                  "goodput"};
+    for (const std::string& key : VllmResultKeys())
+      if (std::find(v.begin(), v.end(), key) == v.end()) v.push_back(key);
+    return v;
+  }();
+  return kKeys;
+}
+
+namespace {
+void AddVllmKeys(const Report& r, json* j) {
+  const Aggregate& a = r.agg;
+  (*j)["duration"] = a.duration_s;
+  (*j)["request_goodput"] = Opt(a.goodput);
+  (*j)["backend"] = r.options.endpoint == "chat" ? "openai-chat" : "openai";
+  (*j)["model_id"] = r.model;
+  const std::pair<const char*, const Summary*> metrics[] = {
+      {"ttft", &a.ttft_ms}, {"tpot", &a.tpot_ms}, {"itl", &a.itl_ms}, {"e2el", &a.e2el_ms}};
+  for (const auto& [m, s] : metrics) {
+    (*j)[fmt::format("mean_{}_ms", m)] = s->mean;
+    (*j)[fmt::format("median_{}_ms", m)] = s->median;
+    (*j)[fmt::format("std_{}_ms", m)] = s->std;
+    (*j)[fmt::format("p90_{}_ms", m)] = s->p90;
+    (*j)[fmt::format("p99_{}_ms", m)] = s->p99;
+  }
+}
+}  // namespace
 
 json ReportToJson(const Report& r) {
   const Aggregate& a = r.agg;
@@ -47,7 +116,8 @@ json ReportToJson(const Report& r) {
   j["endpoint"] = r.options.endpoint;
   j["dataset"] = r.dataset;
   j["num_prompts"] = r.num_prompts;
-  j["request_rate"] = std::isinf(r.options.request_rate) ? json("inf") : json(r.options.request_rate);
+  j["request_rate"] =
+      std::isinf(r.options.request_rate) ? json("inf") : json(r.options.request_rate);
   j["burstiness"] = r.options.burstiness;
   j["max_concurrency"] = r.options.max_concurrency;
   j["seed"] = r.options.seed;
@@ -67,23 +137,31 @@ json ReportToJson(const Report& r) {
   j["tpot_ms"] = SummaryJson(a.tpot_ms);
   j["itl_ms"] = SummaryJson(a.itl_ms);
   j["e2el_ms"] = SummaryJson(a.e2el_ms);
-  j["slo"] = {{"ttft_ms", Opt(r.slo.ttft_ms)}, {"tpot_ms", Opt(r.slo.tpot_ms)}, {"e2el_ms", Opt(r.slo.e2el_ms)}};
+  j["slo"] = {{"ttft_ms", Opt(r.slo.ttft_ms)},
+              {"tpot_ms", Opt(r.slo.tpot_ms)},
+              {"e2el_ms", Opt(r.slo.e2el_ms)}};
   j["good_requests"] = r.slo.any() ? json(a.good_requests) : json(nullptr);
   j["goodput"] = Opt(a.goodput);
+  AddVllmKeys(r, &j);
   return j;
 }
 
 std::string FormatReport(const Report& r) {
   const Aggregate& a = r.agg;
   std::string s;
-  auto line = [&](std::string_view k, const std::string& v) { s += fmt::format("{:<40}{:>14}\n", k, v); };
+  auto line = [&](std::string_view k, const std::string& v) {
+    s += fmt::format("{:<40}{:>14}\n", k, v);
+  };
   auto f2 = [](double x) { return fmt::format("{:.2f}", x); };
   s += fmt::format("{:=^54}\n", " Serving Benchmark Result ");
   line("Endpoint:", r.options.base_url);
   line("Dataset:", r.dataset);
   line("Request rate / concurrency:",
-       fmt::format("{} / {}", std::isinf(r.options.request_rate) ? std::string("inf") : f2(r.options.request_rate),
-                   r.options.max_concurrency > 0 ? std::to_string(r.options.max_concurrency) : std::string("-")));
+       fmt::format(
+           "{} / {}",
+           std::isinf(r.options.request_rate) ? std::string("inf") : f2(r.options.request_rate),
+           r.options.max_concurrency > 0 ? std::to_string(r.options.max_concurrency)
+                                         : std::string("-")));
   line("Successful requests:", std::to_string(a.completed));
   line("Failed requests:", std::to_string(a.failed));
   if (r.not_sent) line("Not sent (max duration):", std::to_string(r.not_sent));

@@ -1,8 +1,8 @@
 #include "bench/report.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "bench/load_gen.h"
@@ -43,13 +43,24 @@ Report Sample(bool with_slo) {
 // The fields the issue asks for, listed independently of ReportJsonKeys().
 TEST(ReportJson, HasTheIssueFieldsAndConsistentCounts) {
   json j = ReportToJson(Sample(true));
-  for (const char* k : {"completed", "failed", "duration_s", "request_throughput", "input_throughput", "output_throughput",
-                        "ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "goodput", "num_prompts"})
+  for (const char* k :
+       {"completed", "failed", "duration_s", "request_throughput", "input_throughput",
+        "output_throughput", "ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "goodput", "num_prompts"})
     EXPECT_TRUE(j.contains(k)) << k;
   for (const auto& k : ReportJsonKeys()) EXPECT_TRUE(j.contains(k)) << k;
+  for (const auto& k : VllmResultKeys()) EXPECT_TRUE(j.contains(k)) << k;
+  for (const char* k :
+       {"mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "std_ttft_ms", "mean_tpot_ms",
+        "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
+        "mean_e2el_ms", "duration", "request_goodput"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["mean_ttft_ms"], j["ttft_ms"]["mean"]);
+  EXPECT_EQ(j["p99_e2el_ms"], j["e2el_ms"]["p99"]);
+  EXPECT_EQ(j["duration"], j["duration_s"]);
   EXPECT_EQ(j.size(), ReportJsonKeys().size());
   for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"})
-    for (const char* s : {"mean", "median", "p90", "p99"}) EXPECT_TRUE(j[m][s].is_number()) << m << "." << s;
+    for (const char* s : {"mean", "median", "p90", "p99"})
+      EXPECT_TRUE(j[m][s].is_number()) << m << "." << s;
   EXPECT_EQ(j["schema"], "strata.bench.serve/1");
   EXPECT_EQ(j["num_prompts"], 3);
   EXPECT_EQ(j["completed"], 2);
@@ -73,8 +84,9 @@ TEST(ReportJson, NoSloMeansNullGoodput) {
 
 TEST(ReportText, ShowsTheMainLines) {
   std::string t = FormatReport(Sample(true));
-  for (const char* s : {"Successful requests:", "Failed requests:", "Output token throughput", "Median TTFT", "P99 TPOT",
-                        "P90 ITL", "Mean E2EL", "Request goodput", "first error: connect refused"})
+  for (const char* s :
+       {"Successful requests:", "Failed requests:", "Output token throughput", "Median TTFT",
+        "P99 TPOT", "P90 ITL", "Mean E2EL", "Request goodput", "first error: connect refused"})
     EXPECT_NE(t.find(s), std::string::npos) << s;
 }
 
@@ -106,7 +118,8 @@ TEST(RequestBody, ChatCarriesTheHistory) {
   EXPECT_EQ(b["messages"][0]["role"], "user");
   EXPECT_EQ(b["messages"][1]["role"], "assistant");
   EXPECT_EQ(b["messages"][1]["content"], "reply");
-  EXPECT_EQ(b["messages"][2]["content"], "third \xEF\xBF\xBD");  // invalid UTF-8 replaced, not thrown
+  EXPECT_EQ(b["messages"][2]["content"],
+            "third \xEF\xBF\xBD");  // invalid UTF-8 replaced, not thrown
 }
 
 TEST(LoadOptions, Validation) {

@@ -45,6 +45,59 @@ TEST(Metrics, RendersPrometheusText) {
   EXPECT_NE(t.find("strata:h_sum{model_name=\"m\"} 6.5\n"), std::string::npos) << t;
 }
 
+TEST(Metrics, FamiliesWithoutSamplesAreNotRendered) {
+  MetricsRegistry r;
+  r.Declare("strata:absent_total", MetricsRegistry::Type::kCounter, "Never written.");
+  r.Declare("strata:h", MetricsRegistry::Type::kHistogram, "H.", {1});
+  EXPECT_EQ(r.Render(), "");
+  r.Touch("strata:h", Labels({{"model_name", "m"}}));
+  const std::string t = r.Render();
+  EXPECT_EQ(t.find("strata:absent_total"), std::string::npos) << t;
+  EXPECT_NE(t.find("# TYPE strata:h histogram\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata:h_bucket{model_name=\"m\",le=\"1\"} 0\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata:h_count{model_name=\"m\"} 0\n"), std::string::npos) << t;
+}
+
+TEST(Metrics, MirrorsFilterLabelsAddUpAndUseTheirOwnBuckets) {
+  MetricsRegistry r;
+  r.Declare("strata:x_total", MetricsRegistry::Type::kCounter, "X.");
+  r.Declare("strata:lat", MetricsRegistry::Type::kHistogram, "L.", {1, 2});
+  r.Declare("strata:g", MetricsRegistry::Type::kGauge, "G.");
+  r.Mirror("strata:x_total", "vllm:x_total", "VX.", {}, {"model_name", "reason"},
+           Labels({{"engine", "0"}}));
+  r.Mirror("strata:lat", "vllm:lat", "VL.", {0.5, 10}, {"model_name"}, Labels({{"engine", "0"}}));
+  r.Mirror("strata:g", "vllm:g", "VG.", {}, {"model_name"}, "");
+  r.Add("strata:x_total", Labels({{"model_name", "m\"q"}, {"tier", "gold"}, {"reason", "stop"}}),
+        2);
+  r.Add("strata:x_total", Labels({{"model_name", "m\"q"}, {"tier", "bronze"}, {"reason", "stop"}}),
+        3);
+  r.Observe("strata:lat", Labels({{"model_name", "m"}, {"tier", "gold"}}), 0.25);
+  r.Observe("strata:lat", Labels({{"model_name", "m"}, {"tier", "silver"}}), 5);
+  r.Set("strata:g", Labels({{"model_name", "m"}}), 7);
+  r.Set("strata:g", Labels({{"model_name", "m"}}), 4);
+  const std::string t = r.Render();
+  // The source families are unchanged.
+  EXPECT_NE(t.find("strata:x_total{model_name=\"m\\\"q\",tier=\"gold\",reason=\"stop\"} 2\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("# HELP vllm:x_total VX.\n# TYPE vllm:x_total counter\n"), std::string::npos)
+      << t;
+  EXPECT_NE(t.find("vllm:x_total{model_name=\"m\\\"q\",reason=\"stop\",engine=\"0\"} 5\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("vllm:lat_bucket{model_name=\"m\",engine=\"0\",le=\"0.5\"} 1\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("vllm:lat_bucket{model_name=\"m\",engine=\"0\",le=\"10\"} 2\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("vllm:lat_sum{model_name=\"m\",engine=\"0\"} 5.25\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata:lat_bucket{model_name=\"m\",tier=\"gold\",le=\"1\"} 1\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("vllm:g{model_name=\"m\"} 4\n"), std::string::npos) << t;
+}
+
 TEST(ParseHttpRequest, LimitsAndFields) {
   HttpServerOptions o;
   o.max_body_bytes = 10;

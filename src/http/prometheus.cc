@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace strata::http {
@@ -41,29 +42,102 @@ MetricsRegistry::Family* MetricsRegistry::Find(std::string_view name) {
   return it == families_.end() ? nullptr : &it->second;
 }
 
+namespace {
+
+// The `k="v"` pairs of a Labels() text, each as its whole text; values keep their escapes.
+std::vector<std::pair<std::string_view, std::string_view>> SplitLabels(std::string_view text) {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t eq = text.find('=', i);
+    if (eq == std::string_view::npos || eq + 1 >= text.size() || text[eq + 1] != '"') break;
+    size_t j = eq + 2;
+    while (j < text.size() && text[j] != '"') j += text[j] == '\\' ? 2 : 1;
+    if (j >= text.size()) break;
+    out.emplace_back(text.substr(i, eq - i), text.substr(i, j + 1 - i));
+    i = j + 1;
+    if (i < text.size() && text[i] == ',') ++i;
+  }
+  return out;
+}
+
+std::string MirrorLabels(const std::string& labels, const std::vector<std::string>& keep,
+                         const std::string& extra) {
+  std::string out;
+  for (const auto& [key, pair] : SplitLabels(labels)) {
+    if (std::find(keep.begin(), keep.end(), key) == keep.end()) continue;
+    if (!out.empty()) out += ',';
+    out += pair;
+  }
+  if (!extra.empty()) {
+    if (!out.empty()) out += ',';
+    out += extra;
+  }
+  return out;
+}
+
+}  // namespace
+
+template <typename Fn>
+void MetricsRegistry::ForEachTarget(std::string_view name, const std::string& labels, Fn fn) {
+  Family* f = Find(name);
+  if (!f) return;
+  fn(*f, labels);
+  for (MirrorTo& m : f->mirrors) {
+    auto it = m.mapped.find(labels);
+    if (it == m.mapped.end())
+      it = m.mapped.emplace(labels, MirrorLabels(labels, m.keep, m.extra)).first;
+    fn(*m.dst, it->second);
+  }
+}
+
 void MetricsRegistry::Add(std::string_view name, const std::string& labels, double v) {
   MutexLock lock(&mu_);
-  if (Family* f = Find(name)) f->series[labels].value += v;
+  ForEachTarget(name, labels, [v](Family& f, const std::string& l) { f.series[l].value += v; });
 }
 
 void MetricsRegistry::Set(std::string_view name, const std::string& labels, double v) {
   MutexLock lock(&mu_);
-  if (Family* f = Find(name)) f->series[labels].value = v;
+  ForEachTarget(name, labels, [v](Family& f, const std::string& l) { f.series[l].value = v; });
 }
 
-void MetricsRegistry::Observe(std::string_view name, const std::string& labels, double v) {
-  MutexLock lock(&mu_);
-  Family* f = Find(name);
-  if (!f || !std::isfinite(v)) return;
-  Series& s = f->series[labels];
-  if (s.bucket_counts.size() != f->buckets.size()) s.bucket_counts.assign(f->buckets.size(), 0);
-  for (size_t i = 0; i < f->buckets.size(); ++i)
-    if (v <= f->buckets[i]) {
+void MetricsRegistry::ObserveInto(Family& f, const std::string& labels, double v) {
+  Series& s = f.series[labels];
+  if (s.bucket_counts.size() != f.buckets.size()) s.bucket_counts.assign(f.buckets.size(), 0);
+  for (size_t i = 0; i < f.buckets.size(); ++i)
+    if (v <= f.buckets[i]) {
       ++s.bucket_counts[i];
       break;
     }
   ++s.count;
   s.sum += v;
+}
+
+void MetricsRegistry::Observe(std::string_view name, const std::string& labels, double v) {
+  if (!std::isfinite(v)) return;
+  MutexLock lock(&mu_);
+  ForEachTarget(name, labels, [v](Family& f, const std::string& l) { ObserveInto(f, l, v); });
+}
+
+void MetricsRegistry::Touch(std::string_view name, const std::string& labels) {
+  MutexLock lock(&mu_);
+  Family* f = Find(name);
+  if (!f) return;
+  Series& s = f->series[labels];
+  if (s.bucket_counts.size() != f->buckets.size()) s.bucket_counts.assign(f->buckets.size(), 0);
+}
+
+void MetricsRegistry::Mirror(std::string_view src, std::string dst, std::string help,
+                             std::vector<double> buckets, std::vector<std::string> keep,
+                             std::string extra) {
+  MutexLock lock(&mu_);
+  Family* from = Find(src);
+  if (!from) return;
+  Family& to = families_[std::move(dst)];
+  to.type = from->type;
+  to.help = std::move(help);
+  to.buckets = std::move(buckets);
+  from->mirrors.push_back({&to, std::move(keep), std::move(extra), {}});
 }
 
 namespace {
@@ -82,6 +156,7 @@ std::string MetricsRegistry::Render() const {
   MutexLock lock(&mu_);
   std::string out;
   for (const auto& [name, f] : families_) {
+    if (f.series.empty()) continue;  // HELP/TYPE only for families that have samples
     const char* type = f.type == Type::kCounter ? "counter"
                        : f.type == Type::kGauge ? "gauge"
                                                 : "histogram";

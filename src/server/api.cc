@@ -55,8 +55,15 @@ const MetricSpec kMetrics[] = {
     {"strata:generation_tokens_total", T::kCounter, "Generated tokens delivered to clients.",
      nullptr},
     {"strata:prefix_cache_queries_total", T::kCounter,
-     "Prompt tokens looked up in the prefix cache.", nullptr},
-    {"strata:prefix_cache_hits_total", T::kCounter, "Prompt tokens found in the prefix cache.",
+     "Prompt tokens looked up in the prefix cache (the engine's KV pool, then the KV tiers).",
+     nullptr},
+    {"strata:prefix_cache_hits_total", T::kCounter,
+     "Prompt tokens whose KV was reused instead of computed: found in the engine's KV pool or "
+     "loaded from a KV tier (strata:prefix_cache_pool_hits_total + "
+     "strata:kv_tier_hit_tokens_total).",
+     nullptr},
+    {"strata:prefix_cache_pool_hits_total", T::kCounter,
+     "Prompt tokens found in the engine's own KV pool (the part of the hits no tier served).",
      nullptr},
     {"strata:num_preemptions_total", T::kCounter, "Sequences preempted by the scheduler.", nullptr},
     {"strata:request_success_total", T::kCounter,
@@ -93,6 +100,9 @@ const MetricSpec kMetrics[] = {
      nullptr},
     {"strata:kv_tier_errors_total", T::kCounter, "I/O or connection errors of a KV tier, by tier.",
      nullptr},
+    {"strata:kv_tier_up", T::kGauge,
+     "1 when a KV tier can serve (Redis: a connection is open), 0 when it is unreachable.",
+     nullptr},
     {"strata:kv_tier_entries", T::kGauge, "Entries held by a KV tier, by tier.", nullptr},
     {"strata:kv_tier_bytes_used", T::kGauge, "Bytes held by a KV tier, by tier.", nullptr},
     {"strata:kv_tier_read_seconds_mean", T::kGauge, "Mean latency of a KV tier's reads, by tier.",
@@ -103,6 +113,75 @@ const MetricSpec kMetrics[] = {
      "Tier writes dropped because the write queue was full.", nullptr},
     {"strata:kv_tier_queued_writes", T::kGauge, "Tier writes waiting for a worker.", nullptr},
 };
+
+// `--metrics-compat vllm`: the same events also under vLLM's names, types, labels (model_name,
+// engine="0", finished_reason) and histogram buckets (vllm/v1/metrics/loggers.py), so dashboards,
+// autoscalers and routers written for vLLM read a Strata replica unchanged (src/server/README.md).
+const std::vector<double> kVllmTtftBuckets = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                              0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
+                                              20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+const std::vector<double> kVllmTpotBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                              0.3,  0.4,   0.5,  0.75,  1.0, 2.5,  5.0,
+                                              7.5,  10.0,  20.0, 40.0,  80.0};
+const std::vector<double> kVllmLatencyBuckets = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                                 5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                                                 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+enum class VllmBuckets { kNone, kTtft, kTpot, kLatency, kTokens };
+struct VllmSpec {
+  const char* strata;
+  const char* vllm;
+  const char* help;
+  VllmBuckets buckets;
+};
+using B = VllmBuckets;
+const VllmSpec kVllmMetrics[] = {
+    {"strata:num_requests_running", "vllm:num_requests_running",
+     "Number of requests in model execution batches.", B::kNone},
+    {"strata:num_requests_waiting", "vllm:num_requests_waiting",
+     "Number of requests waiting to be processed.", B::kNone},
+    {"strata:kv_cache_usage_perc", "vllm:kv_cache_usage_perc",
+     "KV-cache usage. 1 means 100 percent usage.", B::kNone},
+    {"strata:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+     "KV-cache usage. 1 means 100 percent usage. DEPRECATED: use vllm:kv_cache_usage_perc.",
+     B::kNone},
+    {"strata:prefix_cache_queries_total", "vllm:prefix_cache_queries_total",
+     "Prefix cache queries, in terms of number of queried tokens.", B::kNone},
+    {"strata:prefix_cache_hits_total", "vllm:prefix_cache_hits_total",
+     "Prefix cache hits, in terms of number of cached tokens (pool and KV tiers).", B::kNone},
+    {"strata:num_preemptions_total", "vllm:num_preemptions_total",
+     "Cumulative number of preemption from the engine.", B::kNone},
+    {"strata:prompt_tokens_total", "vllm:prompt_tokens_total",
+     "Number of prefill tokens processed.", B::kNone},
+    {"strata:generation_tokens_total", "vllm:generation_tokens_total",
+     "Number of generation tokens processed.", B::kNone},
+    {"strata:request_success_total", "vllm:request_success_total",
+     "Count of successfully processed requests.", B::kNone},
+    {"strata:request_prompt_tokens", "vllm:request_prompt_tokens",
+     "Number of prefill tokens processed.", B::kTokens},
+    {"strata:request_generation_tokens", "vllm:request_generation_tokens",
+     "Number of generation tokens processed.", B::kTokens},
+    {"strata:time_to_first_token_seconds", "vllm:time_to_first_token_seconds",
+     "Histogram of time to first token in seconds.", B::kTtft},
+    {"strata:inter_token_latency_seconds", "vllm:inter_token_latency_seconds",
+     "Histogram of inter-token latency in seconds.", B::kTpot},
+    {"strata:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+     "Histogram of time per output token in seconds.", B::kTpot},
+    {"strata:e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds",
+     "Histogram of e2e request latency in seconds.", B::kLatency},
+    {"strata:request_queue_time_seconds", "vllm:request_queue_time_seconds",
+     "Histogram of time spent in WAITING phase for request.", B::kLatency},
+};
+// vLLM's finish reasons (request_success_total is exported at zero for each from the start).
+constexpr const char* kVllmFinishReasons[] = {"stop", "length", "abort", "error"};
+
+// 1, 2, 5, 10, 20, 50, ... up to `max` (vLLM's token-count buckets).
+std::vector<double> OneTwoFiveBuckets(int64_t max) {
+  std::vector<double> out;
+  for (int64_t scale = 1; scale <= max; scale *= 10)
+    for (int64_t m : {1, 2, 5})
+      if (m * scale <= max) out.push_back(static_cast<double>(m * scale));
+  return out;
+}
 
 std::string Base64(std::string_view in) {
   static constexpr char kAlphabet[] =
@@ -184,6 +263,7 @@ Api::Api(ModelInfo model, engine::sched::Engine* engine, ApiOptions options)
                  .count();
   for (const MetricSpec& m : kMetrics)
     metrics_.Declare(m.name, m.type, m.help, m.buckets ? *m.buckets : std::vector<double>{});
+  if (options_.metrics_compat == "vllm") DeclareVllmMetrics();
   if (engine_->hidden_dim() > 0) embeddings_ = std::make_unique<EmbeddingJobs>(engine_);
 }
 
@@ -383,6 +463,42 @@ HttpResponse Api::EmbeddingResponse(const std::vector<std::vector<float>>& vecto
                             {"usage", {{"prompt_tokens", total}, {"total_tokens", total}}}});
 }
 
+void Api::DeclareVllmMetrics() {
+  const std::string engine_labels = http::Labels({{"model_name", model_.name}, {"engine", "0"}});
+  for (const VllmSpec& m : kVllmMetrics) {
+    std::vector<double> buckets;
+    switch (m.buckets) {
+      case B::kNone:
+        break;
+      case B::kTtft:
+        buckets = kVllmTtftBuckets;
+        break;
+      case B::kTpot:
+        buckets = kVllmTpotBuckets;
+        break;
+      case B::kLatency:
+        buckets = kVllmLatencyBuckets;
+        break;
+      case B::kTokens:
+        buckets = OneTwoFiveBuckets(model_.max_model_len);
+        break;
+    }
+    const bool by_reason = std::string_view(m.strata) == "strata:request_success_total";
+    std::vector<std::string> keep = {"model_name"};
+    if (by_reason) keep.emplace_back("finished_reason");
+    metrics_.Mirror(m.strata, m.vllm, m.help, std::move(buckets), std::move(keep),
+                    http::Labels({{"engine", "0"}}));
+    if (!by_reason) {
+      metrics_.Touch(m.vllm, engine_labels);
+      continue;
+    }
+    for (const char* reason : kVllmFinishReasons)
+      metrics_.Touch(
+          m.vllm, http::Labels(
+                      {{"model_name", model_.name}, {"finished_reason", reason}, {"engine", "0"}}));
+  }
+}
+
 void Api::RefreshEngineGauges() {
   auto s = engine_->Stats();
   metrics_.Set("strata:num_requests_running", model_labels_, s.running_requests);
@@ -390,7 +506,10 @@ void Api::RefreshEngineGauges() {
   metrics_.Set("strata:kv_cache_usage_perc", model_labels_, s.kv_usage);
   metrics_.Set("strata:prefix_cache_queries_total", model_labels_,
                static_cast<double>(s.prefix_query_tokens));
+  // Hit rate = hits / queries counts every reused token, whichever layer served it.
   metrics_.Set("strata:prefix_cache_hits_total", model_labels_,
+               static_cast<double>(s.prefix_hit_tokens + s.tier_hit_tokens));
+  metrics_.Set("strata:prefix_cache_pool_hits_total", model_labels_,
                static_cast<double>(s.prefix_hit_tokens));
   metrics_.Set("strata:num_preemptions_total", model_labels_, static_cast<double>(s.preemptions));
   if (!options_.tier_stats) return;
@@ -423,6 +542,7 @@ void Api::RefreshTierGauges(const engine::kvtier::TieredKvStats& stats) {
     metrics_.Set("strata:kv_tier_expirations_total", l, static_cast<double>(t->expirations));
     metrics_.Set("strata:kv_tier_corrupt_total", l, static_cast<double>(t->corrupt));
     metrics_.Set("strata:kv_tier_errors_total", l, static_cast<double>(t->errors));
+    metrics_.Set("strata:kv_tier_up", l, t->up ? 1 : 0);
     metrics_.Set("strata:kv_tier_entries", l, static_cast<double>(t->entries));
     metrics_.Set("strata:kv_tier_bytes_used", l, static_cast<double>(t->bytes_used));
     metrics_.Set("strata:kv_tier_read_seconds_mean", l, mean(t->read_seconds_total, t->read_ops));

@@ -51,6 +51,8 @@ struct ApiOptions {
   // Statistics of the KV tiers below the engine's pool, for /metrics (empty function or nullopt:
   // no tiers configured).
   std::function<std::optional<engine::kvtier::TieredKvStats>()> tier_stats;
+  // "vllm": /metrics also exports the vLLM-named families (api.cc kVllmMetrics); "": only strata:.
+  std::string metrics_compat;
 };
 
 class Api {
@@ -106,6 +108,7 @@ class Api {
   void FinishStream(Job& job, const nlohmann::json& usage);
   nlohmann::json FinalChoices(const Job& job) const;
   void Forget(const Job& job);
+  void DeclareVllmMetrics();  // --metrics-compat vllm (constructor only)
   void RefreshEngineGauges();
   void RefreshTierGauges(const engine::kvtier::TieredKvStats& stats);
   nlohmann::json ModelObject() const;

@@ -3,15 +3,14 @@
 // only costs recomputation, and after kill -9 during writes plus corrupted files a restarted server
 // never serves a bad block. "Correct" always means: the same greedy completion as a server with no
 // tiers (recompute), which the tests run side by side.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "integration/http_test_client.h"
 #include "integration/serve_process.h"
@@ -38,7 +37,8 @@ std::vector<int> Prompt(int len, uint32_t seed) {
 
 // Greedy completion text, or "<status N>" on failure.
 std::string Complete(int port, const std::vector<int>& prompt, int max_tokens = 8) {
-  json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+  json body = {
+      {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
   auto r = HttpCall(port, "POST", "/v1/completions", body.dump());
   if (r.status != 200) return "<status " + std::to_string(r.status) + ">";
   json j = json::parse(r.body, nullptr, false);
@@ -61,10 +61,12 @@ double Metric(int port, const std::string& name, const std::string& label = "") 
 }
 
 // Waits until the server's tier write queue is empty and `name{label}` >= min (writes are async).
-bool WaitMetric(int port, const std::string& name, const std::string& label, double min, double timeout_s = 20) {
+bool WaitMetric(int port, const std::string& name, const std::string& label, double min,
+                double timeout_s = 20) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (Metric(port, name, label) >= min && Metric(port, "strata:kv_tier_queued_writes") == 0) return true;
+    if (Metric(port, name, label) >= min && Metric(port, "strata:kv_tier_queued_writes") == 0)
+      return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
@@ -72,7 +74,8 @@ bool WaitMetric(int port, const std::string& name, const std::string& label, dou
 
 // Waits until `name{label}` > 0, the write queue is empty and the value has not moved for 300 ms
 // (a write taken off the queue may still be in progress).
-bool WaitSettled(int port, const std::string& name, const std::string& label, double timeout_s = 30) {
+bool WaitSettled(int port, const std::string& name, const std::string& label,
+                 double timeout_s = 30) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   double last = -1;
   auto since = std::chrono::steady_clock::now();
@@ -101,8 +104,8 @@ std::string TempDir(const std::string& stem) {
 std::vector<fs::path> BlockFiles(const std::string& dir) {
   std::vector<fs::path> out;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec))
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
     if (it->is_regular_file() && it->path().extension() == ".kvb") out.push_back(it->path());
   std::sort(out.begin(), out.end());
   return out;
@@ -119,7 +122,8 @@ TEST(KvTier, WarmRestartAnswersFromDisk) {
   const auto p1 = Prompt(kLen, 1), p2 = Prompt(kLen, 2);
   const std::string want1 = Complete(ref.port(), p1), want2 = Complete(ref.port(), p2);
   {
-    ServeProcess a({"--kv-tier-ram", "16MiB", "--kv-tier-disk", dir, "--kv-tier-disk-size", "64MiB"});
+    ServeProcess a(
+        {"--kv-tier-ram", "16MiB", "--kv-tier-disk", dir, "--kv-tier-disk-size", "64MiB"});
     ASSERT_GT(a.port(), 0);
     EXPECT_EQ(Complete(a.port(), p1), want1);
     EXPECT_EQ(Complete(a.port(), p2), want2);
@@ -128,12 +132,17 @@ TEST(KvTier, WarmRestartAnswersFromDisk) {
   }
   EXPECT_GE(BlockFiles(dir).size(), 24u);
   {
-    ServeProcess b({"--kv-tier-ram", "16MiB", "--kv-tier-disk", dir, "--kv-tier-disk-size", "64MiB"});
+    ServeProcess b(
+        {"--kv-tier-ram", "16MiB", "--kv-tier-disk", dir, "--kv-tier-disk-size", "64MiB"});
     ASSERT_GT(b.port(), 0);
     EXPECT_EQ(Complete(b.port(), p1), want1);
     EXPECT_EQ(Metric(b.port(), "strata:kv_tier_hit_tokens_total"), kReusable);
     EXPECT_GE(Metric(b.port(), "strata:kv_tier_hits_total", "kv_tier=\"disk\""), 12);
-    EXPECT_EQ(Metric(b.port(), "strata:prefix_cache_hits_total"), 0);  // the pool started empty
+    EXPECT_EQ(Metric(b.port(), "strata:prefix_cache_pool_hits_total"),
+              0);  // the pool started empty
+    // The hit rate counts the tokens the tiers served: hits / queries is not 0 % here.
+    EXPECT_EQ(Metric(b.port(), "strata:prefix_cache_hits_total"), kReusable);
+    EXPECT_GE(Metric(b.port(), "strata:prefix_cache_queries_total"), kReusable);
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
@@ -154,9 +163,11 @@ TEST(KvTier, KillNineDuringWritesAndCorruptFilesNeverServeABadBlock) {
   {
     ServeProcess a({"--kv-tier-config", yaml});
     ASSERT_GT(a.port(), 0);
-    for (size_t i = 0; i + 1 < prompts.size(); ++i) EXPECT_EQ(Complete(a.port(), prompts[i]), want[i]);
-    // Let the first five prompts' blocks reach the disk (writes are asynchronous and fsynced; a slow
-    // disk must not make the test flaky); the last request's blocks are in flight when it dies.
+    for (size_t i = 0; i + 1 < prompts.size(); ++i)
+      EXPECT_EQ(Complete(a.port(), prompts[i]), want[i]);
+    // Let the first five prompts' blocks reach the disk (writes are asynchronous and fsynced; a
+    // slow disk must not make the test flaky); the last request's blocks are in flight when it
+    // dies.
     ASSERT_TRUE(WaitMetric(a.port(), "strata:kv_tier_bytes_in_total", "kv_tier=\"disk\"", 1, 60));
     std::thread last([&] { Complete(a.port(), prompts.back()); });
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -183,7 +194,8 @@ TEST(KvTier, KillNineDuringWritesAndCorruptFilesNeverServeABadBlock) {
   {
     ServeProcess b({"--kv-tier-config", yaml});
     ASSERT_GT(b.port(), 0);
-    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(Complete(b.port(), prompts[i]), want[i]) << "prompt " << i;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(Complete(b.port(), prompts[i]), want[i]) << "prompt " << i;
     EXPECT_GE(Metric(b.port(), "strata:kv_tier_corrupt_total", "kv_tier=\"disk\""), 1);
     EXPECT_GT(Metric(b.port(), "strata:kv_tier_hit_tokens_total"), 0);
   }
@@ -194,7 +206,8 @@ TEST(KvTier, KillNineDuringWritesAndCorruptFilesNeverServeABadBlock) {
 
 TEST(KvTier, TwoReplicasShareBlocksThroughRedis) {
   RedisProcess redis;
-  if (!redis.available()) GTEST_SKIP() << "redis-server not available (apt-get install redis-server)";
+  if (!redis.available())
+    GTEST_SKIP() << "redis-server not available (apt-get install redis-server)";
   ServeProcess a({"--kv-tier-redis", redis.url()});
   ServeProcess b({"--kv-tier-redis", redis.url()});
   ASSERT_GT(a.port(), 0);
@@ -205,11 +218,104 @@ TEST(KvTier, TwoReplicasShareBlocksThroughRedis) {
   EXPECT_EQ(Complete(b.port(), p), want);
   EXPECT_EQ(Metric(b.port(), "strata:kv_tier_hit_tokens_total"), kReusable);
   EXPECT_GE(Metric(b.port(), "strata:kv_tier_hits_total", "kv_tier=\"redis\""), 12);
+  EXPECT_EQ(Metric(b.port(), "strata:prefix_cache_hits_total"), kReusable);
+  EXPECT_EQ(Metric(b.port(), "strata:kv_tier_up", "kv_tier=\"redis\""), 1);
+}
+
+// `strata serve <flags>` with stderr joined to stdout, so startup_output() has the warnings.
+ServeProcess ServeWithStderr(const std::vector<std::string>& extra) {
+  std::vector<std::string> base = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1"};
+  for (const std::string& a : ServeProcess::DefaultArgs()) base.push_back(a);
+  return ServeProcess(base, extra);
+}
+
+TEST(KvTier, UnreachableRedisAtStartIsAWarningAndAMetric) {
+  RedisProcess redis;
+  if (!redis.available())
+    GTEST_SKIP() << "redis-server not available (apt-get install redis-server)";
+  redis.Kill();  // nothing listens on its port now
+  ServeProcess a = ServeWithStderr({"--kv-tier-redis", redis.url()});
+  ASSERT_GT(a.port(), 0);
+  const std::string want = "WARNING: KV tier redis at 127.0.0.1:" + std::to_string(redis.port()) +
+                           " is unreachable (Connection refused)";
+  EXPECT_NE(a.startup_output().find(want), std::string::npos) << a.startup_output();
+  EXPECT_EQ(Metric(a.port(), "strata:kv_tier_up", "kv_tier=\"redis\""), 0);
+  EXPECT_GE(Metric(a.port(), "strata:kv_tier_errors_total", "kv_tier=\"redis\""), 1);
+  // Serving works without it, and once Redis is back the tier reconnects and reports up.
+  ServeProcess ref({});
+  ASSERT_GT(ref.port(), 0);
+  EXPECT_EQ(Complete(a.port(), Prompt(kLen, 31)), Complete(ref.port(), Prompt(kLen, 31)));
+  redis.Restart();
+  ASSERT_TRUE(redis.available());
+  bool up = false;
+  for (int i = 0; i < 100 && !up; ++i) {
+    EXPECT_EQ(Complete(a.port(), Prompt(kLen, 40 + i)), Complete(ref.port(), Prompt(kLen, 40 + i)));
+    up = Metric(a.port(), "strata:kv_tier_up", "kv_tier=\"redis\"") == 1;
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(up);
+  // A reachable Redis at start: no warning.
+  ServeProcess b = ServeWithStderr({"--kv-tier-redis", redis.url()});
+  ASSERT_GT(b.port(), 0);
+  EXPECT_EQ(b.startup_output().find("WARNING"), std::string::npos) << b.startup_output();
+  EXPECT_EQ(Metric(b.port(), "strata:kv_tier_up", "kv_tier=\"redis\""), 1);
+}
+
+TEST(KvTier, BlocksServedFromDiskAreWrittenThroughToRedis) {
+  RedisProcess redis;
+  if (!redis.available())
+    GTEST_SKIP() << "redis-server not available (apt-get install redis-server)";
+  const std::string dir = TempDir("strata-kvtier-disk2redis");
+  const std::vector<std::string> disk = {"--kv-tier-ram",       "16MiB", "--kv-tier-disk", dir,
+                                         "--kv-tier-disk-size", "64MiB"};
+  const auto p = Prompt(kLen, 51);
+  std::string want;
+  {
+    ServeProcess a(disk);  // no Redis yet: the blocks reach only the disk (on SIGTERM)
+    ASSERT_GT(a.port(), 0);
+    want = Complete(a.port(), p);
+    a.Signal(SIGTERM);
+    ASSERT_EQ(a.Wait(60), 0);
+  }
+  ASSERT_GE(BlockFiles(dir).size(), 12u);
+  {
+    std::vector<std::string> flags = disk;
+    flags.insert(flags.end(), {"--kv-tier-redis", redis.url()});  // write-through by default
+    ServeProcess b(flags);
+    ASSERT_GT(b.port(), 0);
+    EXPECT_EQ(Complete(b.port(), p), want);
+    EXPECT_GE(Metric(b.port(), "strata:kv_tier_hits_total", "kv_tier=\"disk\""), 12);
+    ASSERT_TRUE(WaitSettled(b.port(), "strata:kv_tier_bytes_in_total", "kv_tier=\"redis\""));
+  }
+  // A replica with only Redis finds every block the disk served.
+  ServeProcess c({"--kv-tier-redis", redis.url()});
+  ASSERT_GT(c.port(), 0);
+  EXPECT_EQ(Complete(c.port(), p), want);
+  EXPECT_GE(Metric(c.port(), "strata:kv_tier_hits_total", "kv_tier=\"redis\""), 12);
+  EXPECT_EQ(Metric(c.port(), "strata:kv_tier_hit_tokens_total"), kReusable);
+  EXPECT_EQ(Metric(c.port(), "strata:prefix_cache_hits_total"), kReusable);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+TEST(KvTier, NoTierFamiliesWithoutTiers) {
+  ServeProcess a({});
+  ASSERT_GT(a.port(), 0);
+  ASSERT_EQ(Complete(a.port(), Prompt(kLen, 61)), Complete(a.port(), Prompt(kLen, 61)));
+  const std::string body = HttpCall(a.port(), "GET", "/metrics").body;
+  // No HELP/TYPE (and no samples) for the tier families.
+  EXPECT_EQ(body.find("# HELP strata:kv_tier"), std::string::npos) << body;
+  EXPECT_EQ(body.find("# TYPE strata:kv_tier"), std::string::npos) << body;
+  EXPECT_EQ(body.find("\nstrata:kv_tier"), std::string::npos) << body;
+  EXPECT_NE(body.find("# TYPE strata:prefix_cache_hits_total counter"), std::string::npos);
+  EXPECT_EQ(Metric(a.port(), "strata:prefix_cache_hits_total"), kReusable);  // the second request
+  EXPECT_EQ(Metric(a.port(), "strata:prefix_cache_pool_hits_total"), kReusable);
 }
 
 TEST(KvTier, DeadRedisOnlyCostsRecompute) {
   RedisProcess redis;
-  if (!redis.available()) GTEST_SKIP() << "redis-server not available (apt-get install redis-server)";
+  if (!redis.available())
+    GTEST_SKIP() << "redis-server not available (apt-get install redis-server)";
   ServeProcess ref({});
   ServeProcess a({"--kv-tier-redis", redis.url()});
   ASSERT_GT(ref.port(), 0);
@@ -232,13 +338,22 @@ TEST(KvTier, TenantsDoNotShareBlocks) {
   ASSERT_GT(a.port(), 0);
   const auto p = Prompt(kLen, 21);
   json body = {{"prompt", p}, {"max_tokens", 2}, {"temperature", 0}};
-  ASSERT_EQ(HttpCall(a.port(), "POST", "/v1/completions", body.dump(), {"x-strata-tenant: acme"}).status, 200);
+  ASSERT_EQ(
+      HttpCall(a.port(), "POST", "/v1/completions", body.dump(), {"x-strata-tenant: acme"}).status,
+      200);
   const double hits = Metric(a.port(), "strata:prefix_cache_hits_total");
-  ASSERT_EQ(HttpCall(a.port(), "POST", "/v1/completions", body.dump(), {"x-strata-tenant: globex"}).status, 200);
+  ASSERT_EQ(HttpCall(a.port(), "POST", "/v1/completions", body.dump(), {"x-strata-tenant: globex"})
+                .status,
+            200);
   EXPECT_EQ(Metric(a.port(), "strata:prefix_cache_hits_total"), hits);  // no cross-tenant hit
-  ASSERT_EQ(HttpCall(a.port(), "POST", "/v1/completions", body.dump(), {"x-strata-tenant: acme"}).status, 200);
+  ASSERT_EQ(
+      HttpCall(a.port(), "POST", "/v1/completions", body.dump(), {"x-strata-tenant: acme"}).status,
+      200);
   EXPECT_EQ(Metric(a.port(), "strata:prefix_cache_hits_total"), hits + kReusable);
-  EXPECT_EQ(HttpCall(a.port(), "POST", "/v1/completions", body.dump(), {"x-strata-tenant: bad tenant"}).status, 400);
+  EXPECT_EQ(
+      HttpCall(a.port(), "POST", "/v1/completions", body.dump(), {"x-strata-tenant: bad tenant"})
+          .status,
+      400);
 }
 
 TEST(KvTier, BadTierFlagsAreClearErrors) {

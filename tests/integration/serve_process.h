@@ -21,7 +21,8 @@ class ServeProcess {
  public:
   // Starts `strata serve --port 0 --model <default> --kv-cache-memory 64MiB --threads 2 <extra>`;
   // later flags override earlier ones (CLI11 keeps the last value).
-  explicit ServeProcess(std::vector<std::string> extra) : ServeProcess(DefaultArgs(), std::move(extra)) {}
+  explicit ServeProcess(std::vector<std::string> extra)
+      : ServeProcess(DefaultArgs(), std::move(extra)) {}
   // Starts `<base...> <extra...>` (base[0] is the binary).
   ServeProcess(std::vector<std::string> base, std::vector<std::string> extra) {
     std::vector<std::string> args = std::move(base);
@@ -34,6 +35,7 @@ class ServeProcess {
       close(out[0]);
       close(out[1]);
       std::vector<char*> argv;
+      argv.reserve(args.size() + 1);
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       execv(argv[0], argv.data());
@@ -50,9 +52,11 @@ class ServeProcess {
       buf += c;
       if (c != '\n') continue;
       if (port_ == 0 && std::regex_search(buf, m, re)) port_ = std::stoi(m[1]);
-      if (port_ != 0 && buf.find("strata serve: ready") != std::string::npos) break;  // model loaded
+      if (port_ != 0 && buf.find("strata serve: ready") != std::string::npos)
+        break;  // model loaded
     }
     out_fd_ = out[0];
+    startup_output_ = std::move(buf);
   }
   ~ServeProcess() {
     if (pid_ > 0 && !exited_) {
@@ -62,10 +66,12 @@ class ServeProcess {
     if (out_fd_ >= 0) close(out_fd_);
   }
   static std::vector<std::string> DefaultArgs() {
-    return {STRATA_BIN, "serve", "--port", "0", "--model", STRATA_DEFAULT_MODEL, "--kv-cache-memory", "64MiB",
-            "--threads", "2"};
+    return {STRATA_BIN,          "serve", "--port",    "0", "--model", STRATA_DEFAULT_MODEL,
+            "--kv-cache-memory", "64MiB", "--threads", "2"};
   }
   int port() const { return port_; }
+  // Everything the server printed on stdout up to "ready" (stderr too when base redirects it).
+  const std::string& startup_output() const { return startup_output_; }
   pid_t pid() const { return pid_; }
   // Sends `sig` and waits (up to timeout) for the exit status; -1 when it did not exit.
   void Signal(int sig) { kill(pid_, sig); }
@@ -87,6 +93,7 @@ class ServeProcess {
   int port_ = 0;
   int out_fd_ = -1;
   bool exited_ = false;
+  std::string startup_output_;
 };
 
 }  // namespace strata::testing

@@ -114,6 +114,12 @@ redisContext* RedisTier::Ready(Conn& c) {
     ok = r != nullptr && r->type == REDIS_REPLY_STATUS;
   }
   if (!ok) {
+    {
+      MutexLock error_lock(&error_mu_);
+      last_error_ = ctx == nullptr  ? std::string("cannot allocate a connection")
+                    : ctx->err != 0 ? std::string(ctx->errstr)
+                                    : std::string("SELECT or setting the timeout failed");
+    }
     if (ctx != nullptr) redisFree(ctx);
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
     c.backoff_s = c.backoff_s == 0 ? kMinBackoffS : std::min(kMaxBackoffS, c.backoff_s * 2);
@@ -226,7 +232,12 @@ bool RedisTier::connected() const { return live_.load(std::memory_order_relaxed)
 
 TierStats RedisTier::Stats() const {
   // entries / bytes_used stay 0: Redis is shared with other replicas and not tracked here.
-  return counters_.Snapshot("redis", 0, 0);
+  TierStats s = counters_.Snapshot("redis", 0, 0);
+  s.up = connected();
+  s.address = url_.host + ":" + std::to_string(url_.port);
+  MutexLock lock(&error_mu_);
+  s.last_error = last_error_;
+  return s;
 }
 
 }  // namespace strata::engine::kvtier

@@ -47,6 +47,7 @@ class RedisTier {
   void EraseCorrupt(const BlockKey& key);
   bool Delete(const BlockKey& key);
   bool connected() const;
+  // up = connected(), address "host:port", last_error: the last failed connection's error.
   TierStats Stats() const;
   TierCounters& counters() { return counters_; }
   std::string RedisKey(const BlockKey& key) const;
@@ -72,6 +73,8 @@ class RedisTier {
   std::atomic<uint64_t> next_conn_{0};
   std::atomic<int> live_{0};
   TierCounters counters_;
+  mutable Mutex error_mu_;
+  std::string last_error_ GUARDED_BY(error_mu_);
 };
 
 }  // namespace strata::engine::kvtier

@@ -2,13 +2,16 @@
 // /usr/bin/redis-server is absent).
 #include "engine/kvtier/redis_tier.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include "engine/kvtier/kvtier_test_util.h"
 #include "testing/redis_process.h"
@@ -39,13 +42,18 @@ class RedisClient {
   // Status/string reply text, integer as decimal, "(nil)" or "(error)".
   std::string Command(const char* fmt, const std::string& a = "", const std::string& b = "") {
     if (!ok()) return "(error)";
-    auto* r = static_cast<redisReply*>(redisCommand(ctx_, fmt, a.data(), a.size(), b.data(), b.size()));
+    auto* r =
+        static_cast<redisReply*>(redisCommand(ctx_, fmt, a.data(), a.size(), b.data(), b.size()));
     if (r == nullptr) return "(error)";
     std::string out;
-    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) out.assign(r->str, r->len);
-    else if (r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
-    else if (r->type == REDIS_REPLY_NIL) out = "(nil)";
-    else out = "(error)";
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)
+      out.assign(r->str, r->len);
+    else if (r->type == REDIS_REPLY_INTEGER)
+      out = std::to_string(r->integer);
+    else if (r->type == REDIS_REPLY_NIL)
+      out = "(nil)";
+    else
+      out = "(error)";
     freeReplyObject(r);
     return out;
   }
@@ -205,6 +213,71 @@ TEST_F(RedisTierTest, RedisHitsArePromotedIntoRam) {
   EXPECT_EQ(b->Stats().redis.hits, 1);
 }
 
+TEST_F(RedisTierTest, DiskHitsAreWrittenThroughToRedis) {
+  testing::TempDir dir;
+  TieredKvConfig disk_only;
+  disk_only.disk = DiskTierConfig{};
+  disk_only.disk->dir = dir.path();
+  disk_only.disk->limits.capacity_bytes = 1 << 24;
+  {
+    auto writer = Make(disk_only);  // blocks on disk before Redis had them (a warm restart)
+    ASSERT_TRUE(writer);
+    for (int i = 0; i < 2; ++i) writer->Demote(Key(i), "", Payload(kBlock, i));
+    ASSERT_TRUE(WaitFor([&] { return writer->Stats().disk.entries == 2; }));
+  }
+  RedisClient client(server_->port());
+  for (bool write_through : {false, true}) {
+    TieredKvConfig c = RedisConfig();
+    c.disk = disk_only.disk;
+    c.redis->write_through = write_through;
+    auto cache = Make(c);
+    ASSERT_TRUE(cache);
+    ASSERT_EQ(PrefetchSync(*cache, {Key(0), Key(1)}).size(), 2u);
+    EXPECT_EQ(cache->Stats().disk.hits, 2);
+    if (!write_through) {
+      // Promotions run after the result: give a (wrong) write time to land before checking.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      EXPECT_EQ(client.Command("EXISTS %b", RedisKey(0)), "0");
+      continue;
+    }
+    ASSERT_TRUE(WaitFor([&] { return cache->Stats().redis.write_ops == 2; }));
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(client.Command("EXISTS %b", RedisKey(i)), "1") << i;
+  }
+  // Another replica without a disk now finds them in Redis.
+  auto other = Make(RedisConfig());
+  ASSERT_TRUE(other);
+  auto got = PrefetchSync(*other, {Key(0), Key(1)});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1], Payload(kBlock, 1));
+  EXPECT_EQ(other->Stats().redis.hits, 2);
+}
+
+TEST(RedisTierDownTest, UnreachableRedisIsDownWithTheAddressAndError) {
+  // A port nothing listens on: bind one, close it.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  ::close(fd);
+  TieredKvConfig c;
+  c.redis = RedisTierConfig{};
+  c.redis->url = "redis://127.0.0.1:" + std::to_string(port);
+  c.redis->timeout_s = 0.2;
+  auto cache = TieredKvCache::Create(c, kBlock, "fmt");
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();  // down at start is not an error
+  TierStats s = (*cache)->Stats().redis;
+  EXPECT_TRUE(s.enabled);
+  EXPECT_FALSE(s.up);
+  EXPECT_EQ(s.address, "127.0.0.1:" + std::to_string(port));
+  EXPECT_NE(s.last_error.find("refused"), std::string::npos) << s.last_error;
+  EXPECT_GE(s.errors, 1);
+}
+
 TEST(RedisUrlTest, Parses) {
   auto u = ParseRedisUrl("redis://cache.local:6380/3");
   ASSERT_TRUE(u.ok());
@@ -215,8 +288,9 @@ TEST(RedisUrlTest, Parses) {
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(u->port, 6379);
   EXPECT_EQ(u->db, 0);
-  for (const char* bad : {"http://x:1", "redis://", "redis://:6379", "redis://h:0", "redis://h:70000",
-                          "redis://h:12x", "redis://h:1/x", "redis://user:pw@h:1"}) {
+  for (const char* bad :
+       {"http://x:1", "redis://", "redis://:6379", "redis://h:0", "redis://h:70000",
+        "redis://h:12x", "redis://h:1/x", "redis://user:pw@h:1"}) {
     auto r = ParseRedisUrl(bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {

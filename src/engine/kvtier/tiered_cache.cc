@@ -307,6 +307,7 @@ class TieredKvCacheImpl final : public TieredKvCache {
       StoredEntry entry;
       bool from_disk;
     };
+    const bool disk_to_redis = redis_ && config_.redis->write_through;
     std::vector<Promotion> promotions;
     for (const BlockKey& key : h.keys()) {
       if (h.cancelled()) break;
@@ -326,7 +327,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
           payload = Decode(*e, key, &meta);
           if (payload) {
             disk_->CountHit(e->size());
-            if (ram_) promotions.push_back({{key, meta.tenant, std::move(*e)}, true});
+            if (ram_ || disk_to_redis)
+              promotions.push_back({{key, meta.tenant, std::move(*e)}, true});
           } else {
             disk_->EraseCorrupt(key);
           }
@@ -349,7 +351,13 @@ class TieredKvCacheImpl final : public TieredKvCache {
     prefetched_blocks_.fetch_add(static_cast<int64_t>(blocks.size()), std::memory_order_relaxed);
     h.Finish(std::move(blocks));
     // L3/L4 hits go into L2 (RAM evictions continue down to L3); without L2, L4 hits go to L3.
+    // L3 hits are written through to L4 (redis.write_through).
     for (Promotion& p : promotions) {
+      if (p.from_disk && disk_to_redis) {
+        WriteTask task{true, p.entry.key, p.entry.tenant, {}};
+        if (redis_->Set(p.entry.key, p.entry.bytes)) EnforceRedisQuota(task, p.entry.bytes.size());
+        if (!ram_) continue;
+      }
       if (ram_) {
         for (StoredEntry& e :
              ram_->Put(p.entry.key, std::move(p.entry.tenant), std::move(p.entry.bytes))) {

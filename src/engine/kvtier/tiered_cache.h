@@ -27,7 +27,10 @@
 //                          WantsPublish() is false when no tier wants them (the engine then skips
 //                          the copy).
 // Read path: Prefetch(keys) looks the keys up IN ORDER through L2 → L3 → L4 on a worker thread and
-//   stops at the first key found in no tier; hits in L3/L4 are promoted into L2. The result (the
+//   stops at the first key found in no tier; hits in L3/L4 are promoted into L2. A block served
+//   from L3 is also written through to L4 when redis.write_through is on (a block that was on disk
+//   before Redis was, e.g. after a warm restart, reaches the other replicas the first time it is
+//   used). The result (the
 //   longest loaded prefix of `keys`) is delivered through the PrefetchHandle; `on_done` is called
 //   (from a worker thread) when it is ready, so the engine can wake up.
 // Shutdown(): stops accepting work, drains the queue, and (when L3 exists) writes every L2 entry
@@ -43,7 +46,9 @@
 //   file sizes.
 // L4 Redis: key "<key_prefix><64 hex>" → the whole stored entry as one value, SET with PX when a
 //   TTL is set. Connection errors never fail the caller: lookups miss, writes are dropped and
-//   counted (errors), and the tier reconnects with backoff. Timeouts bound every command.
+//   counted (errors), and the tier reconnects with backoff. Timeouts bound every command. Create()
+//   tries one connection; Stats().redis.up / last_error tell the caller whether it worked (so a
+//   server can warn at start that Redis is unreachable).
 //
 // Thread contract: every public method is thread-safe; the engine calls Demote/Publish/Prefetch
 // from its thread and must never be blocked by I/O. Internally one or more worker threads do all
@@ -117,6 +122,10 @@ struct TieredKvConfig {
 struct TierStats {
   std::string name;  // "ram", "disk", "redis"
   bool enabled = false;
+  // Whether the tier can serve now: Redis is up while a connection to it is open; RAM and disk
+  // always are. `address` and `last_error` (Redis only): host:port and the last connection error.
+  bool up = true;
+  std::string address{}, last_error{};
   int64_t hits = 0, misses = 0;
   int64_t bytes_in = 0, bytes_out = 0;  // stored bytes written into / read out of this tier
   int64_t entries = 0, bytes_used = 0;

@@ -203,6 +203,15 @@ Check<std::string> BuiltinTemplateName() {
   };
 }
 
+Check<std::string> OneOf(std::vector<std::string> allowed) {
+  return [allowed = std::move(allowed)](const std::string& v) {
+    if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) return std::string();
+    std::string list;
+    for (const std::string& a : allowed) list += (list.empty() ? "\"" : ", \"") + a + "\"";
+    return fmt::format("must be one of {}, got \"{}\"", list, v);
+  };
+}
+
 Check<std::string> MemorySize() {
   return [](const std::string& v) {
     auto r = ParseMemorySize(v);
@@ -428,6 +437,8 @@ const Section<ServerConfig>& ServerKeys() {
       Leaf<S>("max_tokens_cap", "--max-tokens-cap", &S::max_tokens_cap, kInt<int>,
               InRange(1, 1 << 24)),
       Leaf<S>("retry_after_s", "", &S::retry_after_s, kInt<int>, InRange(0, 3600)),
+      Leaf<S>("metrics_compat", "--metrics-compat", &S::metrics_compat, kString,
+              OneOf({"", "vllm"})),
   };
   return kKeys;
 }

@@ -60,6 +60,7 @@ struct ServerConfig {
   double shutdown_timeout_s = 30;        // in-flight requests get this long on SIGTERM
   int max_tokens_cap = 4096;             // largest accepted max_tokens
   int retry_after_s = 1;                 // Retry-After on 429
+  std::string metrics_compat;            // "vllm": /metrics also under vLLM's names; "": none
 };
 
 // engine.kv_cache:
