@@ -30,20 +30,24 @@ ApiResult<nlohmann::ordered_json> TemplateMessage(const json& m, size_t i) {
                     "messages");
   };
   if (!m.is_object()) return bad("", "must be an object");
-  if (!m.contains("role") || !m["role"].is_string()) return bad(".role", "must be a string");
+  const http::Fields fields(m);
+  const json* role = fields.Find("role");
+  if (!role || !role->is_string()) return bad(".role", "must be a string");
   nlohmann::ordered_json om = nlohmann::ordered_json::parse(m.dump());
-  if (!m.contains("content")) return om;
-  const json& c = m["content"];
-  if (c.is_array()) {  // content parts: text only
+  const json* c = fields.Find("content");
+  if (!c) return om;
+  if (c->is_array()) {  // content parts: text only
     std::string text;
-    for (const json& part : c) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-          !part["text"].is_string())
+    for (const json& part : *c) {
+      const http::Fields p(part);
+      const json* type = p.Find("type");
+      const json* part_text = p.Find("text");
+      if (!type || !type->is_string() || *type != "text" || !part_text || !part_text->is_string())
         return bad(".content", "only text content parts are supported");
-      text += part["text"].get<std::string>();
+      text += part_text->get_ref<const std::string&>();  // json-access: is_string checked
     }
     om["content"] = text;
-  } else if (!c.is_string() && !c.is_null()) {
+  } else if (!c->is_string()) {
     return bad(".content", "must be a string, an array of text parts or null");
   }
   return om;
