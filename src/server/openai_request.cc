@@ -57,11 +57,11 @@ ApiResult<std::vector<int32_t>> CompletionPrompt(const json& body, const ModelIn
   if (!Present(body, "prompt")) return Bad("prompt", "is required");
   const json& p = body["prompt"];
   const size_t n_vocab = model.tok->n_vocab();
-  if (p.is_string())
+  if (p.is_string())  // json-access: is_string checked
     return model.tok->Encode(p.get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
   if (p.is_array() && !p.empty() && p[0].is_number_integer())
     return TokenArray(p, "prompt", n_vocab);
-  if (p.is_array() && p.size() == 1 && p[0].is_string())
+  if (p.is_array() && p.size() == 1 && p[0].is_string())  // json-access: is_string checked
     return model.tok->Encode(p[0].get<std::string>(), true, true);
   if (p.is_array() && p.size() == 1 && p[0].is_array()) return TokenArray(p[0], "prompt", n_vocab);
   return Bad("prompt",
@@ -165,11 +165,11 @@ ApiError ParseStopStrings(const FieldContext& f, GenRequest* g) {
   const auto& limits = f.model.limits;
   const json& st = f.body["stop"];
   if (st.is_string()) {
-    g->stop.push_back(st.get<std::string>());
+    g->stop.push_back(st.get<std::string>());  // json-access: is_string checked
   } else if (st.is_array()) {
     for (const json& e : st) {
       if (!e.is_string()) return Bad("stop", "must be a string or an array of strings");
-      g->stop.push_back(e.get<std::string>());
+      g->stop.push_back(e.get<std::string>());  // json-access: is_string checked
     }
   } else {
     return Bad("stop", "must be a string or an array of strings");
@@ -213,7 +213,7 @@ ApiError ParsePriorityAndDeadline(const FieldContext& f, GenRequest* g) {
   if (Present(f.body, "priority")) {
     if (!f.body["priority"].is_string())
       return Bad("priority", "must be one of gold, silver, bronze");
-    priority_name = f.body["priority"].get<std::string>();
+    priority_name = f.body["priority"].get<std::string>();  // json-access: is_string checked
   }
   if (!priority_name.empty()) {
     auto t = engine::sched::ParsePriority(priority_name);
