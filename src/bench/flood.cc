@@ -111,14 +111,15 @@ std::string WithField(std::string body, const std::string& key, std::string_view
         in_string = false;
       continue;
     }
-    if (c == '"')
+    if (c == '"') {
       in_string = true;
-    else if (c == '[' || c == '{')
+    } else if (c == '[' || c == '{') {
       ++depth;
-    else if ((c == ']' || c == '}') && depth-- == 0)
+    } else if (c == ']' || c == '}') {
+      if (depth-- == 0) break;
+    } else if (c == ',' && depth == 0) {
       break;
-    else if (c == ',' && depth == 0)
-      break;
+    }
   }
   return body.replace(v, end - v, value);
 }
@@ -223,7 +224,7 @@ constexpr ShotMaker kMakers[] = {WrongType,     WrongType,   WrongType,     Malf
 // A blocking connection with a response reader (Content-Length or chunked bodies).
 class Conn {
  public:
-  Conn(const FloodOptions& o) : o_(o) {}
+  explicit Conn(const FloodOptions& o) : o_(o) {}
   ~Conn() { Close(); }
   bool Open() {
     Close();
@@ -374,6 +375,7 @@ Result<FloodReport> RunFlood(const FloodOptions& o) {
   std::atomic<int64_t> next{0};
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(o.connections));
   for (int i = 0; i < o.connections; ++i) threads.emplace_back(Worker, std::cref(o), i, &next, &c);
   for (auto& t : threads) t.join();
   rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

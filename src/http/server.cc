@@ -188,10 +188,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void Fail(uint64_t serial, const RequestName& name, const std::string& what) {
     impl_->InternalError(name.method, name.path, what);
     if (serial != serial_ || closed_) return;
-    if (!started_) {
-      keep_alive_ = keep_alive_ && !impl_->stopped.load();
-      return Respond(serial, ErrorResponse(500, "internal error"));
-    }
+    if (!started_) return Respond(serial, ErrorResponse(500, "internal error"));
     keep_alive_ = false;
     End(serial);
   }

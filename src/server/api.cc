@@ -326,7 +326,7 @@ HttpResponse Api::Tokenize(Exchange& ex) {
   const char* key = f.Has("content") ? "content" : "prompt";
   if (!f.Has(key)) return http::ErrorResponse(f.Error("content", "is required"));
   bool add_special = false, parse_special = true, with_pieces = false;
-  for (http::ApiError e :
+  for (const http::ApiError& e :
        {f.String(key, &text), f.Bool("add_special", &add_special),
         f.Bool("parse_special", &parse_special), f.Bool("with_pieces", &with_pieces)})
     if (!e.ok()) return http::ErrorResponse(e);

@@ -113,7 +113,9 @@ std::vector<Seed> LoadSeeds(const std::filesystem::path& dir) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int Run(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: route_mutants <route_corpus dir>\n");
     return 2;
@@ -168,4 +170,15 @@ int main(int argc, char** argv) {
       "none %ld; %ld failures\n",
       seeds.size(), total, s, by_class[2], by_class[4], by_class[5], by_class[0], failures);
   return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {  // a broken corpus directory, say: fail, never abort
+    std::fprintf(stderr, "route_mutants: %s\n", e.what());
+    return 1;
+  }
 }
