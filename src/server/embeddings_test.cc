@@ -264,7 +264,7 @@ TEST_F(EmbeddingsServerTest, DimensionsTruncateAndRenormaliseAndBatchedInputs) {
     EXPECT_NEAR(n2, 1.0, 1e-5);
     for (int k = 0; k < d; ++k) EXPECT_NEAR(v[k], w[k] / std::sqrt(w2), 1e-6) << k;
   }
-  auto refused = [&](json b, const char* param) {
+  auto refused = [&](const json& b, const char* param) {
     auto e = HttpCall(port_, "POST", "/v1/embeddings", b.dump());
     EXPECT_EQ(e.status, 400) << b;
     EXPECT_EQ(json::parse(e.body)["error"]["param"], param) << b;
