@@ -359,6 +359,7 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   RegisterBenchServe(bench, exit_code);
+  RegisterBenchFlood(bench, exit_code);
   auto o = std::make_shared<BenchModelOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "model", "Single-sequence prefill (pp) and decode (tg) throughput, like llama-bench");

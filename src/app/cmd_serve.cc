@@ -96,7 +96,12 @@ Status RunServe(const engine::serving::ReplicaConfig& config) {
 
   // HTTP comes up first: while the model loads, /health is 200 and everything else 503 (loading).
   std::atomic<server::Api*> api_ptr{nullptr};
-  const http::HttpServerOptions so = HttpOptions(o);
+  http::HttpServerOptions so = HttpOptions(o);
+  // The last-resort guard's report counts in strata:internal_errors_total once the Api exists.
+  so.on_internal_error = [&api_ptr](std::string_view method, std::string_view path,
+                                    std::string_view) {
+    if (server::Api* a = api_ptr.load(std::memory_order_acquire)) a->OnInternalError(method, path);
+  };
   ASSIGN_OR_RETURN(auto server,
                    http::HttpServer::Start(
                        so, [&api_ptr](http::HttpRequest req, std::shared_ptr<http::Responder> out) {

@@ -6,13 +6,15 @@
 
 namespace strata::app {
 
-void RegisterInfo(CLI::App& app, int* exit_code);        // cmd_info.cc
-void RegisterSynth(CLI::App& app, int* exit_code);       // cmd_synth.cc
-void RegisterTokenize(CLI::App& app, int* exit_code);    // cmd_tokenize.cc (tokenize + detokenize)
-void RegisterGenerate(CLI::App& app, int* exit_code);    // cmd_generate.cc
-void RegisterBench(CLI::App& app, int* exit_code);       // cmd_bench.cc
-void RegisterServe(CLI::App& app, int* exit_code);       // cmd_serve.cc
-void RegisterBenchServe(CLI::App* bench, int* exit_code);  // cmd_bench_serve.cc (bench serve + bench sweep)
+void RegisterInfo(CLI::App& app, int* exit_code);      // cmd_info.cc
+void RegisterSynth(CLI::App& app, int* exit_code);     // cmd_synth.cc
+void RegisterTokenize(CLI::App& app, int* exit_code);  // cmd_tokenize.cc (tokenize + detokenize)
+void RegisterGenerate(CLI::App& app, int* exit_code);  // cmd_generate.cc
+void RegisterBench(CLI::App& app, int* exit_code);     // cmd_bench.cc
+void RegisterServe(CLI::App& app, int* exit_code);     // cmd_serve.cc
+void RegisterBenchServe(CLI::App* bench,
+                        int* exit_code);  // cmd_bench_serve.cc (bench serve + bench sweep)
+void RegisterBenchFlood(CLI::App* bench, int* exit_code);  // cmd_bench_flood.cc
 
 // Path of the bundled default model (synthesized at build time next to the binary):
 // <dir of executable>/../models/strata-tiny.gguf

@@ -21,7 +21,9 @@ Step RequireBearer(std::vector<std::string> keys) {
   return [keys = std::move(keys)](Exchange& ex) -> std::optional<HttpResponse> {
     if (!ex.route->auth || BearerKeyAccepted(ex.request.Header("authorization"), keys))
       return std::nullopt;
-    return ErrorResponse(401, "missing or invalid API key (Authorization: Bearer <key>)");
+    HttpResponse r = ErrorResponse(401, "missing or invalid API key (Authorization: Bearer <key>)");
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");  // RFC 6750
+    return r;
   };
 }
 
@@ -34,9 +36,34 @@ Step RequireReady(const Readiness* r) {
   };
 }
 
+bool JsonNestingExceeds(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 Step ParseJsonBody() {
   return [](Exchange& ex) -> std::optional<HttpResponse> {
     if (!ex.route->json_body) return std::nullopt;
+    if (JsonNestingExceeds(ex.request.body, kMaxJsonDepth))
+      return ErrorResponse(
+          400, fmt::format("body: nested deeper than {} arrays/objects", kMaxJsonDepth), "body");
     ex.body = json::parse(ex.request.body, nullptr, /*allow_exceptions=*/false);
     if (ex.body.is_discarded()) return ErrorResponse(400, "body: not valid JSON", "body");
     if (!ex.body.is_object()) return ErrorResponse(400, "body: must be a JSON object", "body");
@@ -50,7 +77,7 @@ Step RequireModel(std::string served) {
     auto it = ex.body.find("model");
     if (it == ex.body.end() || it->is_null()) return std::nullopt;
     if (!it->is_string()) return ErrorResponse(400, "model: must be a string", "model");
-    const auto& m = it->get_ref<const std::string&>();
+    const auto& m = it->get_ref<const std::string&>();  // json-access: is_string checked
     if (m.empty() || m == served) return std::nullopt;
     return ErrorResponse(
         404, fmt::format("model '{}' does not exist (this server serves '{}')", m, served),

@@ -10,7 +10,7 @@
 // Thread contract: a Chain is immutable after construction and may be run concurrently from any
 // number of I/O threads; the Steps and handlers it holds must be thread-safe. Readiness is atomic.
 // Errors: OpenAI error responses (openai_error.h): 404 no route, 405 wrong method, 401 bad key,
-// 503 loading/draining, 400 bad JSON body, 404 unknown model.
+// 503 loading/draining, 400 bad JSON body (or nested deeper than kMaxJsonDepth), 404 unknown model.
 #pragma once
 
 #include <atomic>
@@ -70,11 +70,19 @@ class Readiness {
   std::atomic<bool> draining_{false};
 };
 
-// 401 unless the Authorization header carries one of `keys` (routes with auth only; no keys: open).
+// 401 (with `WWW-Authenticate: Bearer`) unless the Authorization header carries one of `keys`
+// (routes with auth only; no keys: open).
 Step RequireBearer(std::vector<std::string> keys);
 // 503 while draining or not yet ready (routes with ready only). `r` must outlive the chain.
 Step RequireReady(const Readiness* r);
-// Parses the body of json_body routes into Exchange::body: 400 "body: ..." unless a JSON object.
+// Deepest nesting of arrays/objects a request body may have: deeper bodies are refused before
+// parsing, so no recursive walk over a body (dump, copies, our readers) can exhaust the stack.
+inline constexpr int kMaxJsonDepth = 64;
+// Whether `text` nests arrays/objects deeper than `max_depth` (a linear scan that skips strings;
+// exact for valid JSON, conservative for the rest).
+bool JsonNestingExceeds(std::string_view text, int max_depth);
+// Parses the body of json_body routes into Exchange::body: 400 "body: ..." unless a JSON object
+// nested at most kMaxJsonDepth deep.
 Step ParseJsonBody();
 // json_body routes: a non-empty string `model` other than `served` is 404; a non-string is 400.
 Step RequireModel(std::string served);

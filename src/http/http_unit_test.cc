@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <thread>
 
 #include "http/auth.h"
@@ -327,6 +329,105 @@ TEST(HttpServer, PostFromAnotherThreadStreamsInOrder) {
   EXPECT_EQ(r.body, want);
   (*s)->Stop();
   for (auto& t : producers) t.join();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The last-resort guard: an exception from a handler or from Post()ed work is a 500, reported to
+// the observer, and the connection and the server keep serving.
+
+struct GuardedServer {
+  std::mutex mu;
+  std::vector<std::string> seen;  // "METHOD PATH: what" per observer call
+  std::unique_ptr<HttpServer> server;
+
+  GuardedServer() {
+    HttpServerOptions so;
+    so.port = 0;
+    so.on_internal_error = [this](std::string_view m, std::string_view p, std::string_view w) {
+      std::lock_guard lk(mu);
+      seen.push_back(std::string(m) + " " + std::string(p) + ": " + std::string(w));
+    };
+    auto s = HttpServer::Start(so, [](const HttpRequest& req, std::shared_ptr<Responder> out) {
+      if (req.path == "/throw") throw std::runtime_error("boom");
+      if (req.path == "/throw-int") throw 7;
+      if (req.path == "/post-throw")
+        return out->Post([] { throw std::logic_error("posted boom"); });
+      if (req.path == "/stream-throw") {
+        out->Begin("text/plain", {});
+        out->Write("partial");
+        return out->Post([] { throw std::logic_error("drain boom"); });
+      }
+      HttpResponse r;
+      r.body = "ok";
+      out->Respond(std::move(r));
+    });
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (s.ok()) server = std::move(*s);
+  }
+  std::vector<std::string> Seen() {
+    std::lock_guard lk(mu);
+    return seen;
+  }
+};
+
+void ExpectInternalErrorBody(const testing::HttpReply& r) {
+  EXPECT_EQ(r.status, 500);
+  json e = json::parse(r.body, nullptr, false);
+  ASSERT_FALSE(e.is_discarded()) << r.body;
+  EXPECT_EQ(e["error"]["message"], "internal error");
+  EXPECT_EQ(e["error"]["type"], "server_error");
+  EXPECT_EQ(e["error"]["code"], "internal_error");
+}
+
+TEST(HttpServer, HandlerExceptionIsA500AndTheConnectionKeepsServing) {
+  GuardedServer g;
+  ASSERT_TRUE(g.server);
+  testing::HttpConn c(g.server->port());
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.Send("POST", "/throw", "{\"secret\":1}"));
+  testing::HttpReply r = c.ReadResponse(10);
+  ASSERT_TRUE(r.ok);
+  ExpectInternalErrorBody(r);
+  EXPECT_EQ(r.headers["connection"], "keep-alive");
+  ASSERT_TRUE(c.Send("GET", "/throw-int"));  // not a std::exception
+  r = c.ReadResponse(10);
+  ASSERT_TRUE(r.ok);
+  ExpectInternalErrorBody(r);
+  ASSERT_TRUE(c.Send("GET", "/fine"));  // the same connection
+  r = c.ReadResponse(10);
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ok");
+  auto other = testing::HttpCall(g.server->port(), "GET", "/fine");  // another connection
+  EXPECT_EQ(other.status, 200);
+  auto seen = g.Seen();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], "POST /throw: boom");  // the route and the message, never the body
+  EXPECT_EQ(seen[1], "GET /throw-int: unknown exception");
+  g.server->Stop();
+}
+
+TEST(HttpServer, PostedWorkExceptionIsA500OrEndsTheStream) {
+  GuardedServer g;
+  ASSERT_TRUE(g.server);
+  auto r = testing::HttpCall(g.server->port(), "POST", "/post-throw", "{}");
+  ExpectInternalErrorBody(r);
+  testing::HttpConn c(g.server->port());
+  ASSERT_TRUE(c.Send("GET", "/stream-throw"));
+  testing::HttpReply s = c.ReadResponse(10);
+  ASSERT_TRUE(s.ok);  // the chunked stream was ended (its body cut short) ...
+  EXPECT_EQ(s.status, 200);
+  EXPECT_EQ(s.body, "partial");
+  EXPECT_EQ(s.headers["connection"], "keep-alive");  // (sent before the failure)
+  EXPECT_FALSE(c.ReadUntil([](const std::string&) { return false; }, 5));
+  EXPECT_TRUE(c.eof());
+  // ... and its connection closed, while the server keeps serving.
+  EXPECT_EQ(testing::HttpCall(g.server->port(), "GET", "/fine").status, 200);
+  auto seen = g.Seen();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], "POST /post-throw: posted boom");
+  EXPECT_EQ(seen[1], "GET /stream-throw: drain boom");
+  g.server->Stop();
 }
 
 TEST(HttpServer, TransportErrorsUseTheOpenAiBody) {

@@ -89,5 +89,5 @@ class [[nodiscard]] ApiResult {
 #define ASSIGN_OR_RETURN_API_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                               \
   if (!tmp.ok()) return tmp.error();               \
-  lhs = std::move(tmp).value()
+  lhs = std::move(tmp).value()  // json-access: not JSON (ApiResult)
 // NOLINTEND(bugprone-macro-parentheses)

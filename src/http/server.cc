@@ -6,7 +6,9 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cstdio>
 #include <deque>
+#include <exception>
 #include <optional>
 #include <thread>
 
@@ -42,7 +44,7 @@ HttpRequest ToHttpRequest(http::request<http::string_body>& msg) {
   for (const auto& f : msg)
     req.headers.emplace_back(
         Lower(std::string_view(f.name_string().data(), f.name_string().size())),
-        std::string(f.value().data(), f.value().size()));
+        std::string(f.value().data(), f.value().size()));  // json-access: not JSON (Beast)
   req.body = std::move(msg.body());
   return req;
 }
@@ -77,6 +79,22 @@ std::string_view HttpRequest::Header(std::string_view lower_name) const {
 
 class Session;
 
+// What a request is called in the guard's log line and observer call: never its body.
+struct RequestName {
+  std::string method, path;
+};
+
+// The message of the exception being handled (call inside a catch block only).
+std::string CurrentExceptionMessage() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 struct HttpServer::Impl {
   HttpServer* owner = nullptr;
   HttpServerOptions opt;
@@ -87,7 +105,36 @@ struct HttpServer::Impl {
   std::atomic<bool> stopped{false};
 
   void DoAccept();
+  // The last-resort guard's report: one log line (the route, not the body) and the observer.
+  void InternalError(std::string_view method, std::string_view path, std::string_view what) const;
+  // One I/O thread: runs the io_context; an exception escaping a callback is reported and the
+  // thread goes back to serving.
+  void RunIoThread();
 };
+
+void HttpServer::Impl::InternalError(std::string_view method, std::string_view path,
+                                     std::string_view what) const {
+  std::string line =
+      fmt::format("strata: internal error (answered 500) in {} {}: {}\n",
+                  method.empty() ? "-" : method, path.empty() ? "-" : path, what.substr(0, 200));
+  std::fputs(line.c_str(), stderr);
+  if (!opt.on_internal_error) return;
+  try {
+    opt.on_internal_error(method, path, what);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the observer must not throw; nothing to do
+  }
+}
+
+void HttpServer::Impl::RunIoThread() {
+  for (;;) {
+    try {
+      ioc.run();
+      return;
+    } catch (...) {
+      InternalError("", "", CurrentExceptionMessage());
+    }
+  }
+}
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -135,6 +182,15 @@ class Session : public std::enable_shared_from_this<Session> {
     if (serial != serial_ || !started_ || ended_ || closed_) return;
     ended_ = true;
     Enqueue("0\r\n\r\n");
+  }
+  // The guard caught an exception while serving response `serial`: answer 500, or end a stream
+  // that already started (and close the connection after it, its body being cut short).
+  void Fail(uint64_t serial, const RequestName& name, const std::string& what) {
+    impl_->InternalError(name.method, name.path, what);
+    if (serial != serial_ || closed_) return;
+    if (!started_) return Respond(serial, ErrorResponse(500, "internal error"));
+    keep_alive_ = false;
+    End(serial);
   }
   void SetOnClose(uint64_t serial, std::function<void()> cb) {
     if (serial != serial_) return;
@@ -213,10 +269,15 @@ class Session : public std::enable_shared_from_this<Session> {
     in_response_ = true;
     impl_->owner->active_responses_.fetch_add(1);
     Watch();
-    impl_->handler(std::move(req), MakeResponder());
+    auto name = std::make_shared<const RequestName>(RequestName{req.method, req.path});
+    try {
+      impl_->handler(std::move(req), MakeResponder(name));
+    } catch (...) {
+      Fail(serial_, *name, CurrentExceptionMessage());
+    }
   }
 
-  std::shared_ptr<Responder> MakeResponder();
+  std::shared_ptr<Responder> MakeResponder(std::shared_ptr<const RequestName> name);
 
   // While a response is in progress, keep one read pending so a disconnect is noticed at once.
   void Watch() {
@@ -328,8 +389,12 @@ namespace {
 
 class SessionResponder final : public Responder {
  public:
-  SessionResponder(std::shared_ptr<Session> s, uint64_t serial)
-      : s_(std::move(s)), serial_(serial), work_(asio::make_strand(s_->io_context())) {}
+  SessionResponder(std::shared_ptr<Session> s, uint64_t serial,
+                   std::shared_ptr<const RequestName> name)
+      : s_(std::move(s)),
+        serial_(serial),
+        name_(std::move(name)),
+        work_(asio::make_strand(s_->io_context())) {}
   void Respond(HttpResponse r) override {
     asio::post(s_->executor(),
                [s = s_, n = serial_, r = std::move(r)]() mutable { s->Respond(n, r); });
@@ -351,11 +416,23 @@ class SessionResponder final : public Responder {
     });
   }
   bool closed() const override { return s_->closed_flag.load(); }
-  void Post(std::function<void()> fn) override { asio::post(work_, std::move(fn)); }
+  // Guarded like the handler: an exception from `fn` fails this response (on the connection's
+  // strand) instead of escaping into the I/O thread.
+  void Post(std::function<void()> fn) override {
+    asio::post(work_, [s = s_, n = serial_, name = name_, fn = std::move(fn)] {
+      try {
+        fn();
+      } catch (...) {
+        asio::post(s->executor(),
+                   [s, n, name, what = CurrentExceptionMessage()] { s->Fail(n, *name, what); });
+      }
+    });
+  }
 
  private:
   std::shared_ptr<Session> s_;
   uint64_t serial_;
+  std::shared_ptr<const RequestName> name_;
   // This response's own strand for Post(): work there is serialized, and never queued in front
   // of the connection's socket I/O (a disconnect is noticed while a handler is busy).
   asio::strand<asio::io_context::executor_type> work_;
@@ -363,8 +440,8 @@ class SessionResponder final : public Responder {
 
 }  // namespace
 
-std::shared_ptr<Responder> Session::MakeResponder() {
-  return std::make_shared<SessionResponder>(shared_from_this(), serial_);
+std::shared_ptr<Responder> Session::MakeResponder(std::shared_ptr<const RequestName> name) {
+  return std::make_shared<SessionResponder>(shared_from_this(), serial_, std::move(name));
 }
 
 void HttpServer::Impl::DoAccept() {
@@ -406,7 +483,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
   s->port_ = impl.acceptor.local_endpoint().port();
   impl.DoAccept();
   for (int i = 0; i < options.io_threads; ++i)
-    impl.threads.emplace_back([&impl] { impl.ioc.run(); });
+    impl.threads.emplace_back([&impl] { impl.RunIoThread(); });
   return s;
 }
 

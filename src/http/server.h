@@ -14,6 +14,12 @@
 // (the engine) wakes the I/O side with it; that work is serialized, but kept out of the
 // connection's strand so it never delays noticing a disconnect.
 //
+// Last-resort guard: an exception that escapes the handler, Post()ed work or any other I/O-thread
+// callback never ends the process. The request is answered 500 with the OpenAI error body (a
+// stream that already started is ended and its connection closed), the route (method and path,
+// never the body) is logged to stderr, `on_internal_error` is told, and the connection and the
+// server keep serving. It should never fire: handlers turn bad input into 4xx values.
+//
 // Ownership: HttpServer owns its threads and sessions; the handler must outlive Stop().
 // Thread contract: Start/Stop/StopAccepting from one controlling thread; the handler is called
 // concurrently from the I/O threads and must be thread-safe.
@@ -76,6 +82,11 @@ class Responder {
 };
 
 using Handler = std::function<void(HttpRequest req, std::shared_ptr<Responder> out)>;
+// Told (on an I/O thread) when the last-resort guard caught an exception: the request's method and
+// path ("" for a callback not tied to a request) and the exception's message. Must be thread-safe
+// and must not throw.
+using InternalErrorObserver =
+    std::function<void(std::string_view method, std::string_view path, std::string_view what)>;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
@@ -86,6 +97,7 @@ struct HttpServerOptions {
   std::chrono::milliseconds idle_timeout{60000};  // keep-alive: waiting for a request to start
   std::chrono::milliseconds read_timeout{30000};  // reading one request after it started
   int max_connections = 4096;                     // further connections are closed at once
+  InternalErrorObserver on_internal_error;        // may be empty
 };
 
 // Parses one complete request from `bytes` with the server's limits (what a Session does with the

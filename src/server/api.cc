@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <span>
 
+#include "http/json_fields.h"
 #include "http/openai_error.h"
 #include "server/api_internal.h"
 
@@ -76,6 +79,9 @@ const MetricSpec kMetrics[] = {
      nullptr},
     {"strata:requests_cut_at_shutdown_total", T::kCounter,
      "Requests still running when --shutdown-timeout expired (ended with an error), by tier.",
+     nullptr},
+    {"strata:internal_errors_total", T::kCounter,
+     "Requests answered 500 by the last-resort guard (an exception escaped a handler), by route.",
      nullptr},
     {"strata:kv_tier_hit_tokens_total", T::kCounter,
      "Prompt tokens whose KV was loaded from a lower tier (RAM/disk/Redis) instead of computed.",
@@ -208,40 +214,89 @@ std::string Base64(std::string_view in) {
   return out;
 }
 
-// The token lists of an /v1/embeddings `input` (a string, token ids, or an array of either).
+// Whether `s` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (size_t k = 1; k < n; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc >> 6) != 0x2) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
+// At most this many inputs in one /v1/embeddings request (OpenAI allows 2048; each input is one
+// engine request, so the cap bounds one request's share of the queue).
+constexpr size_t kMaxEmbeddingInputs = 256;
+
+// The token lists of an /v1/embeddings `input`: a string, an array of token ids, or an array of
+// at most kMaxEmbeddingInputs strings and/or token-id arrays.
 http::ApiResult<std::vector<std::vector<int32_t>>> EmbeddingInputs(
     const json& in, const tokenizer::Tokenizer& tok) {
   std::vector<std::vector<int32_t>> inputs;
-  auto add_text = [&](const std::string& s) { inputs.push_back(tok.Encode(s, true, true)); };
-  auto token_list = [&](const json& a) -> http::ApiError {
-    std::vector<int32_t> ids;
-    for (const json& e : a) {
-      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<uint64_t>() >= tok.n_vocab())
-        return http::ApiError::Param("input", "token ids must be integers inside the vocabulary");
-      ids.push_back(e.get<int32_t>());
-    }
-    inputs.push_back(std::move(ids));
-    return {};
-  };
+  constexpr std::string_view kShape =
+      "must be a string, an array of token ids, or an array of strings or token-id arrays";
   if (in.is_string()) {
-    add_text(in.get<std::string>());
-  } else if (in.is_array() && !in.empty() && in[0].is_number_integer()) {
-    RETURN_IF_API_ERROR(token_list(in));
-  } else if (in.is_array() && !in.empty() && in.size() <= 256) {
-    for (const json& e : in) {
-      if (e.is_string())
-        add_text(e.get<std::string>());
-      else if (e.is_array())
-        RETURN_IF_API_ERROR(token_list(e));
-      else
-        return http::ApiError::Param("input",
-                                     "must be a string, an array of strings, or token arrays");
+    ASSIGN_OR_RETURN_API(std::string text, http::AsString(in, "input"));
+    inputs.push_back(tok.Encode(text, true, true));
+    return inputs;
+  }
+  if (!in.is_array() || in.empty()) return http::ApiError::Param("input", kShape);
+  if (in.front().is_number()) {  // one input as token ids
+    ASSIGN_OR_RETURN_API(auto ids, http::TokenIds(in, "input", tok.n_vocab()));
+    inputs.push_back(std::move(ids));
+    return inputs;
+  }
+  if (in.size() > kMaxEmbeddingInputs)
+    return http::ApiError::Param("input", fmt::format("at most {} inputs per request, got {}",
+                                                      kMaxEmbeddingInputs, in.size()));
+  inputs.reserve(in.size());
+  for (const json& e : in) {
+    if (e.is_string()) {
+      ASSIGN_OR_RETURN_API(std::string text, http::AsString(e, "input"));
+      inputs.push_back(tok.Encode(text, true, true));
+    } else if (e.is_array()) {
+      ASSIGN_OR_RETURN_API(auto ids, http::TokenIds(e, "input", tok.n_vocab()));
+      inputs.push_back(std::move(ids));
+    } else {
+      return http::ApiError::Param("input", kShape);
     }
-  } else {
-    return http::ApiError::Param(
-        "input", "must be a non-empty string, an array of at most 256 strings, or token arrays");
   }
   return inputs;
+}
+
+// The fields /v1/embeddings reads; any other is refused by name (never ignored silently).
+constexpr std::string_view kEmbeddingFields[] = {"input", "model", "encoding_format", "dimensions",
+                                                 "user"};
+
+http::ApiError RejectUnknownFields(const json& body, std::span<const std::string_view> known) {
+  for (const auto& [key, value] : body.items()) {
+    bool ok = false;
+    for (std::string_view k : known) ok |= key == k;
+    if (!ok) return http::ApiError::Param(key.substr(0, 64), "is not supported by this server");
+  }
+  return {};
+}
+
+// OpenAI's `dimensions` for the v3 models: keep the first `dims` components, L2-renormalised. A
+// vector no longer than `dims` is left as the engine made it (bit for bit).
+void ShortenEmbedding(std::vector<float>* v, size_t dims) {
+  if (v->size() <= dims) return;
+  v->resize(dims);
+  double sum = 0;
+  for (float x : *v) sum += static_cast<double>(x) * x;
+  if (sum <= 0) return;
+  const double inv = 1.0 / std::sqrt(sum);
+  for (float& x : *v) x = static_cast<float>(x * inv);
 }
 
 }  // namespace
@@ -311,6 +366,16 @@ void Api::Handle(http::HttpRequest req, std::shared_ptr<http::Responder> out) {
   ex.out->Respond(std::move(r));
 }
 
+void Api::OnInternalError(std::string_view method, std::string_view path) {
+  (void)method;
+  const http::Route* r = chain_.Find(path);
+  const std::string route = r ? r->label : "other";
+  metrics_.Add("strata:internal_errors_total",
+               http::Labels({{"model_name", model_.name}, {"route", route}}), 1);
+  metrics_.Add("strata:http_requests_total",
+               http::Labels({{"model_name", model_.name}, {"route", route}, {"status", "500"}}), 1);
+}
+
 HttpResponse Api::Health(Exchange&) { return JsonResponse(200, {{"status", "ok"}}); }
 
 HttpResponse Api::Ready(Exchange&) { return readiness_.Probe(); }
@@ -341,72 +406,74 @@ HttpResponse Api::Model(Exchange& ex) {
   return JsonResponse(200, ModelObject());
 }
 
+// As llama.cpp's server: `content` (or `prompt`), add_special false, parse_special true,
+// with_pieces false; a piece that is not valid UTF-8 is given as its bytes (an array of integers).
 HttpResponse Api::Tokenize(Exchange& ex) {
-  const json& body = ex.body;
-  const json* text = body.contains("content")  ? &body["content"]
-                     : body.contains("prompt") ? &body["prompt"]
-                                               : nullptr;
-  if (!text || !text->is_string()) return Error(400, "content: must be a string", "content");
-  bool add_special = body.value("add_special", true);
-  bool with_pieces = body.value("with_pieces", false);
-  auto ids = model_.tok->Encode(text->get<std::string>(), add_special, /*parse_special=*/true);
+  const http::Fields f(ex.body);
+  std::string text;
+  const char* key = f.Has("content") ? "content" : "prompt";
+  if (!f.Has(key)) return http::ErrorResponse(f.Error("content", "is required"));
+  bool add_special = false, parse_special = true, with_pieces = false;
+  for (const http::ApiError& e :
+       {f.String(key, &text), f.Bool("add_special", &add_special),
+        f.Bool("parse_special", &parse_special), f.Bool("with_pieces", &with_pieces)})
+    if (!e.ok()) return http::ErrorResponse(e);
+  auto ids = model_.tok->Encode(text, add_special, parse_special);
   json j = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model_.max_model_len}};
   if (with_pieces) {
     json pieces = json::array();
-    for (int32_t id : ids)
-      pieces.push_back({{"id", id}, {"piece", model_.tok->TokenToPiece(id, true)}});
-    j["tokens"] = pieces;
+    for (int32_t id : ids) {
+      std::string piece = model_.tok->TokenToPiece(id, true);
+      json p = IsValidUtf8(piece) ? json(piece) : json::array();
+      if (!p.is_string())
+        for (char c : piece) p.push_back(static_cast<unsigned char>(c));
+      pieces.push_back({{"id", id}, {"piece", std::move(p)}});
+    }
+    j["tokens"] = std::move(pieces);
   }
   return JsonResponse(200, j);
 }
 
+// As llama.cpp's server: `tokens` (ids in the vocabulary) -> {"content": text}; also "prompt".
 HttpResponse Api::Detokenize(Exchange& ex) {
-  const json& body = ex.body;
-  if (!body.contains("tokens") || !body["tokens"].is_array())
-    return Error(400, "tokens: must be an array of token ids", "tokens");
-  std::vector<int32_t> ids;
-  for (const json& e : body["tokens"]) {
-    if (!e.is_number_integer())
-      return Error(400, "tokens: must be an array of token ids", "tokens");
-    int64_t id = e.get<int64_t>();
-    if (id < 0 || static_cast<uint64_t>(id) >= model_.tok->n_vocab())
-      return Error(400,
-                   fmt::format("tokens: token id {} is outside the vocabulary [0, {})", id,
-                               model_.tok->n_vocab()),
-                   "tokens");
-    ids.push_back(static_cast<int32_t>(id));
-  }
-  std::string text = model_.tok->Decode(ids);
+  const http::Fields f(ex.body);
+  const json* tokens = nullptr;
+  RETURN_IF_API_ERROR_RESPONSE(f.Required("tokens"));
+  RETURN_IF_API_ERROR_RESPONSE(f.Array("tokens", &tokens));
+  auto ids = http::TokenIds(*tokens, "tokens", model_.tok->n_vocab());
+  if (!ids.ok()) return http::ErrorResponse(ids.error());
+  std::string text = model_.tok->Decode(*ids);
   return JsonResponse(200, {{"content", text}, {"prompt", text}});
 }
 
+// `messages`, `add_generation_prompt` (default true) and `chat_template_kwargs` (an object),
+// validated as chat validates them.
 HttpResponse Api::ApplyTemplate(Exchange& ex) {
-  const json& body = ex.body;
-  if (!body.contains("messages")) return Error(400, "messages: is required", "messages");
+  const http::Fields f(ex.body);
+  RETURN_IF_API_ERROR_RESPONSE(f.Required("messages"));
   bool add_gen = true;
-  if (body.contains("add_generation_prompt")) {
-    if (!body["add_generation_prompt"].is_boolean())
-      return Error(400, "add_generation_prompt: must be a boolean", "add_generation_prompt");
-    add_gen = body["add_generation_prompt"].get<bool>();
-  }
-  auto text = ApplyChatTemplate(body["messages"], add_gen, model_,
-                                body.value("chat_template_kwargs", json(nullptr)));
+  const json* kwargs = nullptr;
+  RETURN_IF_API_ERROR_RESPONSE(f.Bool("add_generation_prompt", &add_gen));
+  RETURN_IF_API_ERROR_RESPONSE(f.Object("chat_template_kwargs", &kwargs));
+  auto text =
+      ApplyChatTemplate(*f.Find("messages"), add_gen, model_, kwargs ? *kwargs : json(nullptr));
   if (!text.ok()) return http::ErrorResponse(text.error());
   return JsonResponse(200, {{"prompt", *text}});
 }
 
 HttpResponse Api::Embeddings(Exchange& ex) {
   if (!embeddings_) return Error(501, "embeddings are not available for this model");
-  const json& body = ex.body;
-  if (!body.contains("input")) return Error(400, "input: is required", "input");
-  bool base64 = false;
-  if (body.contains("encoding_format") && !body["encoding_format"].is_null()) {
-    const json& f = body["encoding_format"];
-    if (!f.is_string() || (f != "float" && f != "base64"))
-      return Error(400, "encoding_format: must be \"float\" or \"base64\"", "encoding_format");
-    base64 = f == "base64";
-  }
-  auto inputs = EmbeddingInputs(body["input"], *model_.tok);
+  const http::Fields f(ex.body);
+  RETURN_IF_API_ERROR_RESPONSE(RejectUnknownFields(ex.body, kEmbeddingFields));
+  RETURN_IF_API_ERROR_RESPONSE(f.Required("input"));
+  static constexpr std::string_view kFormats[] = {"float", "base64"};
+  std::string format = "float", user;
+  int64_t dims = engine_->hidden_dim();
+  RETURN_IF_API_ERROR_RESPONSE(f.Enum("encoding_format", kFormats, &format));
+  RETURN_IF_API_ERROR_RESPONSE(f.Int("dimensions", 1, engine_->hidden_dim(), &dims));
+  RETURN_IF_API_ERROR_RESPONSE(f.String("user", &user));  // accepted and ignored, as documented
+  const bool base64 = format == "base64";
+  auto inputs = EmbeddingInputs(*f.Find("input"), *model_.tok);
   if (!inputs.ok()) return http::ErrorResponse(inputs.error());
   int64_t total = 0;
   for (size_t i = 0; i < inputs->size(); ++i) {
@@ -421,9 +488,17 @@ HttpResponse Api::Embeddings(Exchange& ex) {
   }
   // Answered by EmbeddingJobs' worker once the engine has computed every input.
   std::shared_ptr<http::Responder> out = ex.out;
-  auto done = [this, out, base64, total](const EmbeddingResult& result) {
-    HttpResponse r = result.status.ok() ? EmbeddingResponse(result.vectors, base64, total)
-                                        : FromEngineStatus(result.status);
+  auto done = [this, out, base64, total, dims](EmbeddingResult result) {
+    HttpResponse r;
+    try {
+      for (auto& v : result.vectors) ShortenEmbedding(&v, static_cast<size_t>(dims));
+      r = result.status.ok() ? EmbeddingResponse(result.vectors, base64, total)
+                             : FromEngineStatus(result.status);
+    } catch (...) {  // the last-resort guard of this worker thread (never expected to fire)
+      OnInternalError("POST", "/v1/embeddings");
+      out->Respond(http::ErrorResponse(500, "internal error"));
+      return;
+    }
     metrics_.Add("strata:http_requests_total",
                  http::Labels({{"model_name", model_.name},
                                {"route", "/v1/embeddings"},

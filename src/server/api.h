@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/mutex.h"
@@ -62,6 +63,10 @@ class Api {
 
   // The HttpServer handler.
   void Handle(http::HttpRequest req, std::shared_ptr<http::Responder> out);
+
+  // The HttpServer's last-resort guard caught an exception on this request (HttpServerOptions::
+  // on_internal_error): counts strata:internal_errors_total and the 500 in http_requests_total.
+  void OnInternalError(std::string_view method, std::string_view path);
 
   void SetReady(bool ready) { readiness_.SetReady(ready); }
   // Drain: /ready -> 503 and new work -> 503; in-flight requests continue.

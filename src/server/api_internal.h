@@ -34,6 +34,13 @@ inline http::HttpResponse Error(int status, std::string_view message, std::strin
   return http::ErrorResponse(status, message, param);
 }
 
+// In a handler: returns the 400 response of a failed field read (an http::ApiError expression).
+#define RETURN_IF_API_ERROR_RESPONSE(expr)                                  \
+  do {                                                                      \
+    ::strata::http::ApiError api_error_ = (expr);                           \
+    if (!api_error_.ok()) return ::strata::http::ErrorResponse(api_error_); \
+  } while (0)
+
 // A Status from the engine (Submit, the embedder). SubmitRequest::Validate's contract is that an
 // InvalidArgument names the engine's field first ("max_tokens: ..."); the few fields a client sets
 // map onto their OpenAI `param` here, by name, at this one boundary (a Status carries no field).

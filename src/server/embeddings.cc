@@ -91,7 +91,7 @@ Status EmbeddingJobs::Submit(std::vector<std::vector<int32_t>> inputs,
     h->stream->SetNotify([weak_state, weak_job, counted] {
       if (!counted->exchange(true)) InputDone(weak_state, weak_job);
     });
-    job->handles.push_back(std::move(h).value());
+    job->handles.push_back(std::move(h).value());  // json-access: not JSON (Result)
   }
   if (out) {
     engine::sched::Engine* engine = engine_;

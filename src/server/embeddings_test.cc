@@ -228,6 +228,65 @@ TEST_F(EmbeddingsServerTest, DisconnectCancelsTheInputsAndFreesTheirBlocks) {
   EXPECT_EQ(s.running_requests + s.waiting_requests, 0);
 }
 
+// `dimensions` as OpenAI's v3 models: the first `dimensions` components, L2-renormalised; the full
+// width (or no `dimensions`) is the engine's vector bit for bit. Batched `input` of strings and
+// token-id arrays; `user` accepted and ignored; other fields refused by name.
+TEST_F(EmbeddingsServerTest, DimensionsTruncateAndRenormaliseAndBatchedInputs) {
+  engine_->Start();
+  const int dim = rc_.hidden_dim;
+  ASSERT_GT(dim, 2);
+  const std::vector<int32_t> t1 = Tokens(9, 1), t2 = tok_->Encode("hello", true, true);
+  json body = {{"input", json::array({t1, "hello"})}, {"user", "someone"}};
+  auto r = HttpCall(port_, "POST", "/v1/embeddings", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json full = json::parse(r.body);
+  ASSERT_EQ(full["data"].size(), 2u);
+  EXPECT_EQ(full["data"][0]["embedding"].get<std::vector<float>>(), Expected(t1));
+  EXPECT_EQ(full["data"][1]["embedding"].get<std::vector<float>>(), Expected(t2));
+  EXPECT_EQ(full["data"][1]["index"], 1);
+  body["dimensions"] = dim;
+  r = HttpCall(port_, "POST", "/v1/embeddings", body.dump());
+  EXPECT_EQ(json::parse(r.body)["data"], full["data"]);
+  const int d = dim / 2;
+  body["dimensions"] = d;
+  r = HttpCall(port_, "POST", "/v1/embeddings", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json part = json::parse(r.body);
+  for (int i = 0; i < 2; ++i) {
+    auto v = part["data"][i]["embedding"].get<std::vector<float>>();
+    auto w = full["data"][i]["embedding"].get<std::vector<float>>();
+    ASSERT_EQ(v.size(), static_cast<size_t>(d));
+    double n2 = 0, w2 = 0;
+    for (int k = 0; k < d; ++k) {
+      n2 += static_cast<double>(v[k]) * v[k];
+      w2 += static_cast<double>(w[k]) * w[k];
+    }
+    EXPECT_NEAR(n2, 1.0, 1e-5);
+    for (int k = 0; k < d; ++k) EXPECT_NEAR(v[k], w[k] / std::sqrt(w2), 1e-6) << k;
+  }
+  auto refused = [&](const json& b, const char* param) {
+    auto e = HttpCall(port_, "POST", "/v1/embeddings", b.dump());
+    EXPECT_EQ(e.status, 400) << b;
+    EXPECT_EQ(json::parse(e.body)["error"]["param"], param) << b;
+  };
+  refused({{"input", "x"}, {"dimensions", 0}}, "dimensions");
+  refused({{"input", "x"}, {"dimensions", dim + 1}}, "dimensions");
+  refused({{"input", "x"}, {"dimensions", "8"}}, "dimensions");
+  refused({{"input", "x"}, {"dimensions", 1.5}}, "dimensions");
+  refused({{"input", "x"}, {"user", 3}}, "user");
+  refused({{"input", "x"}, {"truncate_prompt_tokens", 3}}, "truncate_prompt_tokens");
+  refused({{"input", json::array({"a", 3})}}, "input");
+  refused({{"input", json::array({"a", json::array({1, "b"})})}}, "input");
+  refused({{"input", std::vector<std::string>(257, "a")}}, "input");
+  refused({{"input", json::array()}}, "input");
+  refused({{"input", json::object()}}, "input");
+  refused({{"input", "x"}, {"encoding_format", 1}}, "encoding_format");
+  auto cap = HttpCall(port_, "POST", "/v1/embeddings",
+                      json({{"input", std::vector<std::string>(256, "a")}}).dump());
+  EXPECT_EQ(cap.status, 200);
+  EXPECT_EQ(json::parse(cap.body)["data"].size(), 256u);
+}
+
 TEST_F(EmbeddingsServerTest, BadInputsAreRefusedBeforeTheEngine) {
   int status = 0;
   auto post = [&](const json& body) {

@@ -85,6 +85,7 @@ json CompletionChunkLogprobs(const json& lp_chunk, size_t text_offset) {
   json tops = json::array();
   for (const auto& e : lp_chunk) {
     json m = json::object();
+    // json-access: engine data (the logprob entries this file built)
     for (const auto& t : e["top_logprobs"]) m[t["token"].get<std::string>()] = t["logprob"];
     tops.push_back(m);
   }

@@ -31,20 +31,24 @@ ApiResult<nlohmann::ordered_json> TemplateMessage(const json& m, size_t i) {
                     "messages");
   };
   if (!m.is_object()) return bad("", "must be an object");
-  if (!m.contains("role") || !m["role"].is_string()) return bad(".role", "must be a string");
+  const http::Fields fields(m);
+  const json* role = fields.Find("role");
+  if (!role || !role->is_string()) return bad(".role", "must be a string");
   nlohmann::ordered_json om = nlohmann::ordered_json::parse(m.dump());
-  if (!m.contains("content")) return om;
-  const json& c = m["content"];
-  if (c.is_array()) {  // content parts: text only
+  const json* c = fields.Find("content");
+  if (!c) return om;
+  if (c->is_array()) {  // content parts: text only
     std::string text;
-    for (const json& part : c) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-          !part["text"].is_string())
+    for (const json& part : *c) {
+      const http::Fields p(part);
+      const json* type = p.Find("type");
+      const json* part_text = p.Find("text");
+      if (!type || !type->is_string() || *type != "text" || !part_text || !part_text->is_string())
         return bad(".content", "only text content parts are supported");
-      text += part["text"].get<std::string>();
+      text += part_text->get_ref<const std::string&>();  // json-access: is_string checked
     }
     om["content"] = text;
-  } else if (!c.is_string() && !c.is_null()) {
+  } else if (!c->is_string()) {
     return bad(".content", "must be a string, an array of text parts or null");
   }
   return om;
@@ -54,11 +58,11 @@ ApiResult<std::vector<int32_t>> CompletionPrompt(const json& body, const ModelIn
   if (!Present(body, "prompt")) return Bad("prompt", "is required");
   const json& p = body["prompt"];
   const size_t n_vocab = model.tok->n_vocab();
-  if (p.is_string())
+  if (p.is_string())  // json-access: is_string checked
     return model.tok->Encode(p.get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
   if (p.is_array() && !p.empty() && p[0].is_number_integer())
     return TokenArray(p, "prompt", n_vocab);
-  if (p.is_array() && p.size() == 1 && p[0].is_string())
+  if (p.is_array() && p.size() == 1 && p[0].is_string())  // json-access: is_string checked
     return model.tok->Encode(p[0].get<std::string>(), true, true);
   if (p.is_array() && p.size() == 1 && p[0].is_array()) return TokenArray(p[0], "prompt", n_vocab);
   return Bad("prompt",
@@ -162,11 +166,11 @@ ApiError ParseStopStrings(const FieldContext& f, GenRequest* g) {
   const auto& limits = f.model.limits;
   const json& st = f.body["stop"];
   if (st.is_string()) {
-    g->stop.push_back(st.get<std::string>());
+    g->stop.push_back(st.get<std::string>());  // json-access: is_string checked
   } else if (st.is_array()) {
     for (const json& e : st) {
       if (!e.is_string()) return Bad("stop", "must be a string or an array of strings");
-      g->stop.push_back(e.get<std::string>());
+      g->stop.push_back(e.get<std::string>());  // json-access: is_string checked
     }
   } else {
     return Bad("stop", "must be a string or an array of strings");
@@ -210,7 +214,7 @@ ApiError ParsePriorityAndDeadline(const FieldContext& f, GenRequest* g) {
   if (Present(f.body, "priority")) {
     if (!f.body["priority"].is_string())
       return Bad("priority", "must be one of gold, silver, bronze");
-    priority_name = f.body["priority"].get<std::string>();
+    priority_name = f.body["priority"].get<std::string>();  // json-access: is_string checked
   }
   if (!priority_name.empty()) {
     auto t = engine::sched::ParsePriority(priority_name);

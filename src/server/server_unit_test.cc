@@ -3,8 +3,10 @@
 // tokenizer, and a raw-socket client (tests/integration/http_test_client.h).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "engine/sched/engine.h"
@@ -81,6 +83,35 @@ TEST(ApplyChatTemplate, WithoutATemplateThe400NamesTheFlagsThatGiveOne) {
 // ---------------------------------------------------------------------------------------------
 // In-process server fixture.
 
+// A Responder that throws on purpose from inside the Api (header `x-test-throw: respond` or
+// `write`: the first Respond() / Write() throws), so the tests can make the HttpServer's
+// last-resort guard fire through the real route code. Everything else is passed on.
+class ThrowingResponder final : public Responder {
+ public:
+  ThrowingResponder(std::shared_ptr<Responder> inner, std::string mode)
+      : inner_(std::move(inner)), mode_(std::move(mode)) {}
+  void Respond(http::HttpResponse r) override {
+    if (mode_ == "respond" && !thrown_.exchange(true)) throw std::runtime_error("respond boom");
+    inner_->Respond(std::move(r));
+  }
+  void Begin(std::string ct, std::vector<std::pair<std::string, std::string>> h) override {
+    inner_->Begin(std::move(ct), std::move(h));
+  }
+  void Write(std::string chunk) override {
+    if (mode_ == "write" && !thrown_.exchange(true)) throw std::runtime_error("write boom");
+    inner_->Write(std::move(chunk));
+  }
+  void End() override { inner_->End(); }
+  void OnClose(std::function<void()> cb) override { inner_->OnClose(std::move(cb)); }
+  bool closed() const override { return inner_->closed(); }
+  void Post(std::function<void()> fn) override { inner_->Post(std::move(fn)); }
+
+ private:
+  std::shared_ptr<Responder> inner_;
+  std::string mode_;
+  std::atomic<bool> thrown_{false};
+};
+
 constexpr int kBlocks = 64, kBlockSize = 16, kMaxLen = 256;
 
 class ServerTest : public ::testing::Test {
@@ -128,8 +159,12 @@ class ServerTest : public ::testing::Test {
     so.port = 0;
     so.max_body_bytes = 1 << 16;
     so.read_timeout = std::chrono::milliseconds(500);
+    so.on_internal_error = [a = api_.get()](std::string_view m, std::string_view p,
+                                            std::string_view) { a->OnInternalError(m, p); };
     auto s =
         HttpServer::Start(so, [a = api_.get()](HttpRequest rq, std::shared_ptr<Responder> out) {
+          if (std::string mode(rq.Header("x-test-throw")); !mode.empty())
+            out = std::make_shared<ThrowingResponder>(std::move(out), std::move(mode));
           a->Handle(std::move(rq), std::move(out));
         });
     ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -591,6 +626,125 @@ TEST_F(ServerTest, TierFromBodyOrHeaderAndNChoicesStream) {
   EXPECT_EQ(finished, (std::set<int>{0, 1, 2}));
 }
 
+// ---------------------------------------------------------------------------------------------
+// The last-resort guard, fired on purpose from inside the Api: a 500 with the OpenAI body, counted
+// in strata:internal_errors_total, and the server keeps serving (same and other connections).
+
+std::string MetricLine(const std::string& body, const std::string& prefix) {
+  size_t p = body.find(prefix);
+  if (p == std::string::npos) return "";
+  return body.substr(p, body.find('\n', p) - p);
+}
+
+TEST_F(ServerTest, InternalErrorIsA500CountedAndTheServerKeepsServing) {
+  StartEngine();
+  HttpConn c(port_);
+  ASSERT_TRUE(c.Send("GET", "/v1/models", "", {"x-test-throw: respond"}));
+  auto r = c.ReadResponse(10);
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.status, 500);
+  json e = json::parse(r.body, nullptr, false);
+  ASSERT_FALSE(e.is_discarded()) << r.body;
+  EXPECT_EQ(e["error"]["type"], "server_error");
+  EXPECT_EQ(e["error"]["code"], "internal_error");
+  ASSERT_TRUE(c.Send("GET", "/v1/models"));  // the same connection still serves
+  r = c.ReadResponse(10);
+  EXPECT_EQ(r.status, 200);
+  // A stream whose drain throws (on the response's work strand): ended, counted.
+  json body = {{"prompt", "hello"}, {"max_tokens", 4}, {"ignore_eos", true}, {"stream", true}};
+  auto s = HttpCall(port_, "POST", "/v1/completions", body.dump(), {"x-test-throw: write"});
+  EXPECT_EQ(s.status, 200);
+  EXPECT_EQ(s.body.find("[DONE]"), std::string::npos) << s.body;  // cut short, not completed
+  // Another connection, a full generation.
+  json ok = Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}, {"ignore_eos", true}});
+  EXPECT_EQ(ok["choices"][0]["finish_reason"], "length") << ok;
+  auto m = HttpCall(port_, "GET", "/metrics");
+  EXPECT_NE(m.body.find("# TYPE strata:internal_errors_total counter"), std::string::npos);
+  EXPECT_NE(m.body.find("# HELP strata:internal_errors_total "), std::string::npos);
+  EXPECT_EQ(
+      MetricLine(m.body, "strata:internal_errors_total{model_name=\"fake\",route=\"/v1/models\"}"),
+      "strata:internal_errors_total{model_name=\"fake\",route=\"/v1/models\"} 1");
+  EXPECT_EQ(
+      MetricLine(m.body,
+                 "strata:internal_errors_total{model_name=\"fake\",route=\"/v1/completions\"}"),
+      "strata:internal_errors_total{model_name=\"fake\",route=\"/v1/completions\"} 1");
+  EXPECT_NE(m.body.find("strata:http_requests_total{model_name=\"fake\",route=\"/v1/models\","
+                        "status=\"500\"} 1"),
+            std::string::npos);
+}
+
+// /tokenize as llama.cpp's server: add_special false, parse_special true, with_pieces false; a
+// piece that is not valid UTF-8 comes as its bytes. Wrong types are 400s naming the field.
+TEST_F(ServerTest, TokenizeDefaultsAndPiecesAsLlamaCpp) {
+  int st = 0;
+  json t = Post("/tokenize", {{"content", "hi"}}, &st);
+  ASSERT_EQ(st, 200) << t;
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), tok_->Encode("hi", false, true));
+  t = Post("/tokenize", {{"content", "hi"}, {"add_special", true}}, &st);
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), tok_->Encode("hi", true, true));
+  t = Post("/tokenize", {{"content", "hi"}, {"parse_special", false}}, &st);
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), tok_->Encode("hi", false, false));
+  // "é" is two bytes, each its own token in the byte-level vocabulary: neither is valid UTF-8.
+  t = Post("/tokenize", {{"content", "a\xc3\xa9"}, {"with_pieces", true}}, &st);
+  ASSERT_EQ(st, 200) << t;
+  ASSERT_EQ(t["tokens"].size(), 3u) << t;
+  EXPECT_EQ(t["tokens"][0]["piece"], "a");
+  EXPECT_EQ(t["tokens"][1]["piece"], json::array({0xc3})) << t;
+  EXPECT_EQ(t["tokens"][2]["piece"], json::array({0xa9})) << t;
+  EXPECT_EQ(t["tokens"][0]["id"], tok_->Encode("a", false, true)[0]);
+  for (const char* field : {"add_special", "parse_special", "with_pieces"}) {
+    json bad = Post("/tokenize", {{"content", "x"}, {field, "yes"}}, &st);
+    EXPECT_EQ(st, 400) << field;
+    EXPECT_EQ(bad["error"]["param"], field);
+  }
+  json bad = Post("/tokenize", {{"content", 5}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(bad["error"]["param"], "content");
+  bad = Post("/tokenize", json::object(), &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(bad["error"]["param"], "content");
+  bad = Post("/detokenize", {{"tokens", {1, "x"}}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(bad["error"]["param"], "tokens");
+  bad = Post("/detokenize", {{"tokens", "x"}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(bad["error"]["param"], "tokens");
+}
+
+TEST_F(ServerTest, ApplyTemplateValidatesLikeChat) {
+  int st = 0;
+  const json msgs = {{{"role", "user"}, {"content", "hi"}}};
+  json a = Post("/apply-template", {{"messages", msgs}, {"add_generation_prompt", false}}, &st);
+  EXPECT_EQ(st, 200);
+  EXPECT_EQ(a["prompt"], "<user>hi\n");
+  for (const json& kw : {json("x"), json(1), json::array()}) {
+    json bad = Post("/apply-template", {{"messages", msgs}, {"chat_template_kwargs", kw}}, &st);
+    EXPECT_EQ(st, 400) << kw;
+    EXPECT_EQ(bad["error"]["param"], "chat_template_kwargs");
+    json chat =
+        Post("/v1/chat/completions", {{"messages", msgs}, {"chat_template_kwargs", kw}}, &st);
+    EXPECT_EQ(st, 400) << kw;
+    EXPECT_EQ(chat["error"]["param"], "chat_template_kwargs");
+  }
+  json bad = Post("/apply-template", {{"messages", msgs}, {"add_generation_prompt", 1}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(bad["error"]["param"], "add_generation_prompt");
+  bad = Post("/apply-template", {{"messages", {{{"role", "user"}, {"content", {{{"type", 5}}}}}}}},
+             &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(bad["error"]["param"], "messages");
+}
+
+TEST_F(ServerTest, DeeplyNestedBodyIs400NamingTheBody) {
+  std::string deep = "{\"prompt\":" + std::string(10000, '[') + std::string(10000, ']') + "}";
+  auto r = HttpCall(port_, "POST", "/v1/completions", deep);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "body");
+  // Brackets inside strings are not nesting.
+  json ok = Post("/tokenize", {{"content", std::string(1000, '[')}});
+  EXPECT_EQ(ok["count"], 1000);
+}
+
 class AuthServerTest : public ServerTest {
  protected:
   void SetUp() override { Boot(1024, {"k1", "sekrit"}); }
@@ -602,6 +756,7 @@ TEST_F(AuthServerTest, BearerKeyRequiredExceptHealthAndReady) {
   auto r = HttpCall(port_, "GET", "/v1/models");
   EXPECT_EQ(r.status, 401);
   EXPECT_EQ(json::parse(r.body)["error"]["type"], "authentication_error");
+  EXPECT_EQ(r.headers["www-authenticate"], "Bearer");
   EXPECT_EQ(HttpCall(port_, "GET", "/metrics", "", {"Authorization: Bearer wrong"}).status, 401);
   EXPECT_EQ(HttpCall(port_, "GET", "/v1/models", "", {"Authorization: Bearer sekrit"}).status, 200);
   EXPECT_EQ(HttpCall(port_, "GET", "/metrics", "", {"Authorization: Bearer k1"}).status, 200);
