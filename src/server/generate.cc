@@ -74,12 +74,42 @@ size_t CodePoints(std::string_view s) {
   return n;
 }
 
-// An alternative token's string (top_logprobs): its piece as text, a partial or invalid UTF-8
-// sequence replaced by U+FFFD (so pieces that show alike are one key of a completions map).
+// `s` with every byte that does not start a valid UTF-8 sequence (strict: no overlongs, no
+// surrogates, nothing above U+10FFFF, no cut-off tail) replaced by U+FFFD.
+std::string ValidUtf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const size_t len = b < 0x80           ? 1
+                       : (b >> 5) == 0x6  ? 2
+                       : (b >> 4) == 0xE  ? 3
+                       : (b >> 3) == 0x1E ? 4
+                                          : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    uint32_t cp = len == 1 ? b : len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
+    for (size_t k = 1; ok && k < len; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      ok = (c & 0xC0) == 0x80;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    ok = ok && cp >= kMin[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    if (ok) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      out.append("\xEF\xBF\xBD");
+      ++i;
+    }
+  }
+  return out;
+}
+
+// An alternative token's string (top_logprobs): its piece as text, invalid or partial UTF-8
+// replaced by U+FFFD (so pieces that show alike are one key of a completions map).
 std::string AltPiece(const tokenizer::Tokenizer& tok, int32_t id) {
-  const std::string quoted =
-      json(tok.TokenToPiece(id)).dump(-1, ' ', false, json::error_handler_t::replace);
-  return json::parse(quoted).get<std::string>();  // our own valid JSON string
+  return ValidUtf8(tok.TokenToPiece(id));
 }
 
 // Records one reported token on the choice. `text` is what the token adds to the choice's text
@@ -389,8 +419,11 @@ bool Api::OnEvent(Job& job, size_t sub, const TokenEvent& ev) {
     // echo with max_tokens 0: the prompt alone; the engine's one token is dropped.
     c.done = true;
     c.finish = "length";
-    c.text += echo;
-    if (job.req.stream) StreamDelta(job, index, "");
+    if (job.req.stream) {
+      StreamDelta(job, index, echo);
+    } else {
+      c.text += echo;
+    }
     return true;
   }
   if (ev.token >= 0) {
@@ -414,17 +447,17 @@ bool Api::OnEvent(Job& job, size_t sub, const TokenEvent& ev) {
     delta = c.stop->Push(piece);
   }
   FinishChoice(c, ev, &delta);
-  c.text += echo;  // the prompt is not subject to stop strings
+  // The prompt is not subject to stop strings: it goes before the completion's text as is.
   if (!job.req.stream) {
-    c.text += delta;
+    c.text += echo + delta;
   } else if (!echo.empty() || !delta.empty() || c.done || LogprobCount(c, job.chat()) > c.lp_sent) {
     StreamDelta(job, index, echo + delta);
   }
   return true;
 }
 
-// One chunk of choice `index`: `delta` (already on the choice's text unless streamed here) and the
-// logprobs entries not streamed yet.
+// One chunk of choice `index`: `delta` (appended to the choice's text here) and the logprobs
+// entries not streamed yet.
 void Api::StreamDelta(Job& job, size_t index, const std::string& delta) {
   auto& c = job.choices[index];
   const bool chat = job.chat();
@@ -433,14 +466,14 @@ void Api::StreamDelta(Job& job, size_t index, const std::string& delta) {
     lp = LogprobsFrom(c, chat, c.lp_sent);
     c.lp_sent = LogprobCount(c, chat);
   }
-  if (job.req.max_tokens != 0) c.text += delta;
+  c.text += delta;
   json choice = {{"index", index},
                  {"logprobs", lp},
                  {"finish_reason", c.done ? json(c.finish) : json(nullptr)}};
   if (chat)
     choice["delta"] = delta.empty() ? json::object() : json{{"content", delta}};
   else
-    choice["text"] = job.req.max_tokens == 0 ? c.text : delta;
+    choice["text"] = delta;
   json chunk = {{"id", job.id},
                 {"object", job.chunk_object()},
                 {"created", created_},

@@ -49,7 +49,7 @@ ApiResult<nlohmann::ordered_json> TemplateMessage(const json& m, size_t i) {
   return om;
 }
 
-// One prompt of /v1/completions: a string or an array of token ids. `param` names it in errors
+// One prompt of /v1/completions: a string or an array of token ids. `where` names it in errors
 // ("prompt" for a single prompt, "prompt[i]" inside a batch; the error's param is always "prompt").
 ApiResult<std::vector<int32_t>> OnePrompt(const json& p, const std::string& where,
                                           const ModelInfo& model) {
