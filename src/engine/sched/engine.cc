@@ -372,7 +372,7 @@ void Engine::RecordPromptLogprobs(const ScheduledSeq& e, const float* rows) {
   const size_t k = static_cast<size_t>(lp.top_k);
   for (int t = 0; t < e.num_tokens; ++t) {
     // Row t predicts the token after position start_pos + t.
-    const size_t next = static_cast<size_t>(e.start_pos + t + 1);
+    const size_t next = static_cast<size_t>(e.start_pos) + static_cast<size_t>(t) + 1;
     if (next >= prompt.size()) break;
     const float* row = rows + static_cast<size_t>(t) * v;
     // The log-softmax as Sampler::LastLogprob computes it (max, then a double sum of exps).
