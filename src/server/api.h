@@ -100,18 +100,22 @@ class Api {
   HttpResponse Generate(Endpoint ep, http::Exchange& ex);
   // Generation (generate.cc).
   std::optional<HttpResponse> ApplyHeaders(const http::HttpRequest& req, GenRequest& g);
-  std::shared_ptr<Job> NewJob(Endpoint ep, GenRequest g, engine::sched::RequestHandle handle);
+  std::shared_ptr<Job> NewJob(Endpoint ep, GenRequest g,
+                              std::vector<engine::sched::RequestHandle> handles);
   void StartStream(Job& job);
   void Watch(const std::shared_ptr<Job>& job);
   void Drain(const std::shared_ptr<Job>& job);  // on the response's work strand
   bool Process(Job& job);                       // returns true when the job is finished
-  bool OnEvent(Job& job, const engine::sched::TokenEvent& ev);  // false: an error ended the job
-  void StreamDelta(Job& job, int index, const std::string& delta, const nlohmann::json& lp_chunk);
+  // An event of engine request `sub` (the batch's prompt); false: an error ended the job.
+  bool OnEvent(Job& job, size_t sub, const engine::sched::TokenEvent& ev);
+  // A choice's first event: its echo text (and prompt logprobs).
+  std::string StartChoice(Job& job, size_t index, const engine::sched::TokenEvent& ev);
+  void StreamDelta(Job& job, size_t index, const std::string& delta);
   void CountAbort(const Job& job);
   void CutJob(Job& job);  // on the job's work strand
   void Finish(Job& job);
-  void FinishStream(Job& job, const nlohmann::json& usage);
-  nlohmann::json FinalChoices(const Job& job) const;
+  void FinishStream(Job& job, const nlohmann::ordered_json& usage);
+  nlohmann::ordered_json FinalChoices(const Job& job) const;
   void Forget(const Job& job);
   void DeclareVllmMetrics();  // --metrics-compat vllm (constructor only)
   void RefreshEngineGauges();

@@ -23,7 +23,19 @@ inline std::string Dump(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+inline std::string Dump(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 inline http::HttpResponse JsonResponse(int status, const nlohmann::json& j) {
+  http::HttpResponse r;
+  r.status = status;
+  r.body = Dump(j);
+  return r;
+}
+
+// Insertion-ordered (generation responses).
+inline http::HttpResponse OrderedJsonResponse(int status, const nlohmann::ordered_json& j) {
   http::HttpResponse r;
   r.status = status;
   r.body = Dump(j);

@@ -19,22 +19,31 @@ using engine::sched::FinishReason;
 using engine::sched::TokenEvent;
 using http::Exchange;
 using http::HttpResponse;
-using nlohmann::json;
+// Insertion-ordered objects: response keys in the order written, and completions' top_logprobs
+// maps most likely first.
+using json = nlohmann::ordered_json;
 
 struct Api::Job {
   struct Choice {
+    size_t sub = 0;  // its engine request (prompt) in Job::handles
     std::unique_ptr<tokenizer::IncrementalDecoder> dec;
     std::unique_ptr<StopMatcher> stop;
     std::string text;
-    json logprobs = json::array();  // chat: content entries; completions: built at the end
-    std::vector<std::string> lp_tokens;
-    std::vector<float> lp_values;
-    std::vector<json> lp_top;
+    bool started = false;  // its first event was seen (echo written)
+    // Logprobs, one entry per reported token (echo: the prompt's tokens first). chat: content
+    // entries; completions: the four parallel arrays of the legacy shape.
+    json chat_lp = json::array();
+    json lp_tokens = json::array(), lp_values = json::array(), lp_top = json::array(),
+         lp_offsets = json::array();
+    size_t lp_sent = 0;     // entries already streamed
+    size_t text_chars = 0;  // code points of the token strings so far (the next text_offset)
     bool done = false;
     std::string finish;
   };
   GenRequest req;
-  engine::sched::RequestHandle handle;
+  // One engine request per prompt (a batch), all submitted together; choice p * n + j is
+  // completion j of handles[p].
+  std::vector<engine::sched::RequestHandle> handles;
   std::shared_ptr<http::Responder> out;
   std::string id;
   std::string labels;  // model_name + tier (the priority label)
@@ -52,61 +61,111 @@ struct Api::Job {
   bool chat() const { return req.endpoint == Endpoint::kChat; }
   const char* route() const { return chat() ? "/v1/chat/completions" : "/v1/completions"; }
   const char* chunk_object() const { return chat() ? "chat.completion.chunk" : "text_completion"; }
+  void CancelAll(engine::sched::Engine* engine) const {
+    for (const auto& h : handles) engine->Cancel(h.id);
+  }
 };
 
 namespace {
 
-// The logprobs entry of one sampled token (chat's shape); also recorded on the choice for the
-// final response.
-json RecordLogprobs(const tokenizer::Tokenizer& tok, Api::Job::Choice& c, const TokenEvent& ev) {
-  std::string piece = tok.TokenToPiece(ev.token);
-  json top = json::array();
-  json top_map = json::object();
-  for (const auto& t : ev.top_logprobs()) {
-    std::string tp = tok.TokenToPiece(t.id);
-    top.push_back({{"token", tp},
-                   {"logprob", t.logprob},
-                   {"bytes", std::vector<uint8_t>(tp.begin(), tp.end())}});
-    top_map[tp] = t.logprob;
-  }
-  json entry = {{"token", piece},
-                {"logprob", ev.logprob},
-                {"bytes", std::vector<uint8_t>(piece.begin(), piece.end())},
-                {"top_logprobs", top}};
-  c.logprobs.push_back(entry);
-  c.lp_tokens.push_back(piece);
-  c.lp_values.push_back(ev.logprob);
-  c.lp_top.push_back(top_map);
-  return entry;
+// Unicode code points of valid UTF-8 (what the decoder releases): bytes that are not
+// continuation bytes.
+size_t CodePoints(std::string_view s) {
+  size_t n = 0;
+  for (char ch : s) n += (static_cast<unsigned char>(ch) & 0xC0) != 0x80 ? 1 : 0;
+  return n;
 }
 
-// A streamed completions chunk's logprobs (the legacy shape) from chat-shaped entries.
-json CompletionChunkLogprobs(const json& lp_chunk, size_t text_offset) {
-  json tops = json::array();
-  for (const auto& e : lp_chunk) {
+// `s` with every byte that does not start a valid UTF-8 sequence (strict: no overlongs, no
+// surrogates, nothing above U+10FFFF, no cut-off tail) replaced by U+FFFD.
+std::string ValidUtf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const size_t len = b < 0x80           ? 1
+                       : (b >> 5) == 0x6  ? 2
+                       : (b >> 4) == 0xE  ? 3
+                       : (b >> 3) == 0x1E ? 4
+                                          : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    uint32_t cp = len == 1 ? b : len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
+    for (size_t k = 1; ok && k < len; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      ok = (c & 0xC0) == 0x80;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    ok = ok && cp >= kMin[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    if (ok) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      out.append("\xEF\xBF\xBD");
+      ++i;
+    }
+  }
+  return out;
+}
+
+// An alternative token's string (top_logprobs): its piece as text, invalid or partial UTF-8
+// replaced by U+FFFD (so pieces that show alike are one key of a completions map).
+std::string AltPiece(const tokenizer::Tokenizer& tok, int32_t id) {
+  return ValidUtf8(tok.TokenToPiece(id));
+}
+
+// Records one reported token on the choice. `text` is what the token adds to the choice's text
+// (the decoder's output for it; empty for a byte that only starts a character, the completing
+// token carries the whole character); `logprob` null for the first prompt token (no context);
+// `top` the alternatives, most likely first (null: none reported at this position).
+void RecordLogprob(const tokenizer::Tokenizer& tok, bool chat, Api::Job::Choice& c,
+                   const std::string& text, int32_t id, std::optional<float> logprob,
+                   std::optional<std::span<const engine::sched::TopLogprob>> top) {
+  if (chat) {
+    json alts = json::array();
+    for (const auto& t : top.value_or(std::span<const engine::sched::TopLogprob>{})) {
+      std::string tp = AltPiece(tok, t.id);
+      alts.push_back({{"token", tp},
+                      {"logprob", t.logprob},
+                      {"bytes", std::vector<uint8_t>(tp.begin(), tp.end())}});
+    }
+    const std::string raw = tok.TokenToPiece(id);
+    c.chat_lp.push_back({{"token", text},
+                         {"logprob", logprob ? json(*logprob) : json(nullptr)},
+                         {"bytes", std::vector<uint8_t>(raw.begin(), raw.end())},
+                         {"top_logprobs", alts}});
+  } else {
     json m = json::object();
-    // json-access: engine data (the logprob entries this file built)
-    for (const auto& t : e["top_logprobs"]) m[t["token"].get<std::string>()] = t["logprob"];
-    tops.push_back(m);
+    if (top) {
+      for (const auto& t : *top) {
+        std::string tp = AltPiece(tok, t.id);
+        if (!m.contains(tp)) m[tp] = t.logprob;  // pieces equal as text: the likelier one
+      }
+    }
+    c.lp_tokens.push_back(text);
+    c.lp_values.push_back(logprob ? json(*logprob) : json(nullptr));
+    c.lp_top.push_back(top ? m : json(nullptr));
+    c.lp_offsets.push_back(c.text_chars);
   }
-  return {{"tokens", json::array({lp_chunk[0]["token"]})},
-          {"token_logprobs", json::array({lp_chunk[0]["logprob"]})},
-          {"top_logprobs", tops},
-          {"text_offset", json::array({text_offset})}};
+  c.text_chars += CodePoints(text);
 }
 
-// A choice's whole-response logprobs in the completions shape.
-json CompletionLogprobs(const Api::Job::Choice& c) {
-  std::vector<size_t> offsets;
-  size_t off = 0;
-  for (const auto& t : c.lp_tokens) {
-    offsets.push_back(off);
-    off += t.size();
-  }
-  return {{"tokens", c.lp_tokens},
-          {"token_logprobs", c.lp_values},
-          {"top_logprobs", c.lp_top},
-          {"text_offset", offsets}};
+// Entries [from, end) of a choice's logprobs in the response's shape.
+json LogprobsFrom(const Api::Job::Choice& c, bool chat, size_t from) {
+  auto slice = [from](const json& a) {
+    json out = json::array();
+    for (size_t i = from; i < a.size(); ++i) out.push_back(a[i]);
+    return out;
+  };
+  if (chat) return {{"content", slice(c.chat_lp)}};
+  return {{"tokens", slice(c.lp_tokens)},
+          {"token_logprobs", slice(c.lp_values)},
+          {"top_logprobs", slice(c.lp_top)},
+          {"text_offset", slice(c.lp_offsets)}};
+}
+
+size_t LogprobCount(const Api::Job::Choice& c, bool chat) {
+  return chat ? c.chat_lp.size() : c.lp_tokens.size();
 }
 
 // Ends choice `c` if `ev` finished it (or a stop string matched), appending the held-back text.
@@ -176,8 +235,8 @@ Api::~Api() {
     jobs.swap(jobs_);
   }
   for (auto& j : jobs) {
-    j->handle.stream->SetNotify(nullptr);
-    engine_->Cancel(j->handle.id);
+    for (auto& h : j->handles) h.stream->SetNotify(nullptr);
+    j->CancelAll(engine_);
   }
 }
 
@@ -215,14 +274,24 @@ HttpResponse Api::Generate(Endpoint ep, Exchange& ex) {
   if (!parsed.ok()) return http::ErrorResponse(parsed.error());
   GenRequest g = std::move(*parsed);
   if (auto bad = ApplyHeaders(ex.request, g)) return std::move(*bad);
-  auto handle = engine_->Submit(g.submit);
-  if (!handle.ok()) {
-    HttpResponse r = FromEngineStatus(handle.status());
-    if (r.status == 429)
-      r.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
-    return r;
+  // Every prompt of a batch is its own engine request, all submitted now; if one is refused, the
+  // ones already submitted are cancelled and the client gets that error.
+  std::vector<engine::sched::RequestHandle> handles;
+  for (const std::vector<int32_t>& prompt : g.prompts) {
+    engine::sched::SubmitRequest sr = g.submit;
+    sr.prompt = prompt;
+    sr.max_tokens = g.MaxTokensFor(prompt.size(), model_.max_model_len);
+    auto handle = engine_->Submit(std::move(sr));
+    if (!handle.ok()) {
+      for (const auto& h : handles) engine_->Cancel(h.id);
+      HttpResponse r = FromEngineStatus(handle.status());
+      if (r.status == 429)
+        r.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
+      return r;
+    }
+    handles.push_back(std::move(*handle));
   }
-  std::shared_ptr<Job> job = NewJob(ep, std::move(g), *handle);
+  std::shared_ptr<Job> job = NewJob(ep, std::move(g), std::move(handles));
   job->out = ex.out;
   job->arrival = arrival;
   metrics_.Observe("strata:request_queue_time_seconds", job->labels,
@@ -236,17 +305,20 @@ HttpResponse Api::Generate(Endpoint ep, Exchange& ex) {
 }
 
 std::shared_ptr<Api::Job> Api::NewJob(Endpoint ep, GenRequest g,
-                                      engine::sched::RequestHandle handle) {
+                                      std::vector<engine::sched::RequestHandle> handles) {
   auto job = std::make_shared<Job>();
   job->req = std::move(g);
-  job->handle = std::move(handle);
-  job->prompt_tokens = static_cast<int>(job->req.submit.prompt.size());
+  job->handles = std::move(handles);
+  for (const auto& p : job->req.prompts) job->prompt_tokens += static_cast<int>(p.size());
   auto priority = std::string(engine::sched::PriorityName(job->req.submit.priority));
   job->labels = http::Labels({{"model_name", model_.name}, {"tier", priority}});
   job->id =
       fmt::format("{}-{:x}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
-  job->choices.resize(static_cast<size_t>(job->req.submit.n));
-  for (auto& c : job->choices) {
+  const size_t n = static_cast<size_t>(job->req.submit.n);
+  job->choices.resize(job->handles.size() * n);
+  for (size_t i = 0; i < job->choices.size(); ++i) {
+    auto& c = job->choices[i];
+    c.sub = i / n;
     c.dec = std::make_unique<tokenizer::IncrementalDecoder>(*model_.tok);
     c.stop = std::make_unique<StopMatcher>(job->req.stop);
   }
@@ -280,17 +352,20 @@ void Api::Watch(const std::shared_ptr<Job>& job) {
   }
   std::weak_ptr<Job> weak = job;
   auto* engine = engine_;
-  const auto rid = job->handle.id;
-  job->out->OnClose([weak, engine, rid, this] {  // runs on the connection's strand
-    engine->Cancel(rid);
+  std::vector<engine::sched::RequestId> ids;
+  for (const auto& h : job->handles) ids.push_back(h.id);
+  job->out->OnClose([weak, engine, ids, this] {  // runs on the connection's strand
+    for (auto rid : ids) engine->Cancel(rid);
     if (auto j = weak.lock()) {
       j->gone.store(true);
       j->out->Post([this, j] { Drain(j); });
     }
   });
-  job->handle.stream->SetNotify([weak, this] {  // runs on the engine thread: hand over only
-    if (auto j = weak.lock()) j->out->Post([this, j] { Drain(j); });
-  });
+  for (const auto& h : job->handles) {
+    h.stream->SetNotify([weak, this] {  // runs on the engine thread: hand over only
+      if (auto j = weak.lock()) j->out->Post([this, j] { Drain(j); });
+    });
+  }
 }
 
 void Api::Drain(const std::shared_ptr<Job>& job) {
@@ -300,7 +375,7 @@ void Api::Drain(const std::shared_ptr<Job>& job) {
 }
 
 void Api::Forget(const Job& job) {
-  job.handle.stream->SetNotify(nullptr);
+  for (const auto& h : job.handles) h.stream->SetNotify(nullptr);
   MutexLock lock(&mu_);
   std::erase_if(jobs_, [&](const std::shared_ptr<Job>& j) { return j.get() == &job; });
 }
@@ -310,19 +385,55 @@ bool Api::Process(Job& job) {
     CountAbort(job);
     return true;
   }
-  while (auto ev = job.handle.stream->TryNext())
-    if (!OnEvent(job, *ev)) break;
+  bool ended = false;  // an engine error ended every choice
+  for (size_t k = 0; k < job.handles.size() && !ended; ++k) {
+    while (auto ev = job.handles[k].stream->TryNext()) {
+      if (!OnEvent(job, k, *ev)) {
+        ended = true;
+        break;
+      }
+    }
+  }
   for (const auto& c : job.choices)
     if (!c.done) return false;
-  engine_->Cancel(
-      job.handle.id);  // no-op when the engine already finished it (stop strings end early)
+  job.CancelAll(engine_);  // no-op when the engine already finished them (stop strings end early)
   Finish(job);
   return true;
 }
 
-bool Api::OnEvent(Job& job, const TokenEvent& ev) {
-  if (ev.index < 0 || static_cast<size_t>(ev.index) >= job.choices.size()) return true;
-  auto& c = job.choices[static_cast<size_t>(ev.index)];
+// The first event of a choice: with echo, the prompt's text (decoded by the choice's own decoder,
+// so the completion continues it exactly) and, with logprobs, the prompt's tokens.
+std::string Api::StartChoice(Job& job, size_t index, const TokenEvent& ev) {
+  Job::Choice& c = job.choices[index];
+  c.started = true;
+  if (!job.req.echo) return {};
+  const std::vector<int32_t>& prompt = job.req.prompts[c.sub];
+  const engine::sched::PromptLogprobs* plp = ev.prompt_logprobs.get();
+  const bool lp = job.req.submit.logprobs && plp != nullptr && plp->logprob.size() == prompt.size();
+  std::string text;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    std::string piece = c.dec->Push(prompt[i]);
+    if (lp) {
+      std::optional<float> value;
+      std::optional<std::span<const engine::sched::TopLogprob>> top;
+      if (i > 0) {
+        value = plp->logprob[i];
+        top = plp->TopAt(i);
+      }
+      RecordLogprob(*model_.tok, job.chat(), c, piece, prompt[i], value, top);
+    } else {
+      c.text_chars += CodePoints(piece);
+    }
+    text += piece;
+  }
+  return text;
+}
+
+bool Api::OnEvent(Job& job, size_t sub, const TokenEvent& ev) {
+  const size_t n = static_cast<size_t>(job.req.submit.n);
+  if (ev.index < 0 || static_cast<size_t>(ev.index) >= n) return true;
+  const size_t index = sub * n + static_cast<size_t>(ev.index);
+  auto& c = job.choices[index];
   if (c.done) return true;
   if (ev.finish == FinishReason::kError) {
     job.error = true;
@@ -332,6 +443,18 @@ bool Api::OnEvent(Job& job, const TokenEvent& ev) {
       metrics_.Add(k->metric, job.labels, 1);
     for (auto& x : job.choices) x.done = true;
     return false;
+  }
+  std::string echo = c.started ? std::string() : StartChoice(job, index, ev);
+  if (job.req.max_tokens == 0) {
+    // echo with max_tokens 0: the prompt alone; the engine's one token is dropped.
+    c.done = true;
+    c.finish = "length";
+    if (job.req.stream) {
+      StreamDelta(job, index, echo);
+    } else {
+      c.text += echo;
+    }
+    return true;
   }
   if (ev.token >= 0) {
     SteadyTime now = std::chrono::steady_clock::now();
@@ -347,26 +470,32 @@ bool Api::OnEvent(Job& job, const TokenEvent& ev) {
     job.last_token = now;
   }
   std::string delta;
-  json lp_chunk = json::array();
   if (ev.token >= 0 && ev.finish != FinishReason::kStop) {
-    delta = c.stop->Push(c.dec->Push(ev.token));
-    if (job.req.submit.logprobs) lp_chunk.push_back(RecordLogprobs(*model_.tok, c, ev));
+    std::string piece = c.dec->Push(ev.token);
+    if (job.req.submit.logprobs)
+      RecordLogprob(*model_.tok, job.chat(), c, piece, ev.token, ev.logprob, ev.top_logprobs());
+    delta = c.stop->Push(piece);
   }
   FinishChoice(c, ev, &delta);
+  // The prompt is not subject to stop strings: it goes before the completion's text as is.
   if (!job.req.stream) {
-    c.text += delta;
-  } else if (!delta.empty() || c.done || !lp_chunk.empty()) {
-    StreamDelta(job, ev.index, delta, lp_chunk);
+    c.text += echo + delta;
+  } else if (!echo.empty() || !delta.empty() || c.done || LogprobCount(c, job.chat()) > c.lp_sent) {
+    StreamDelta(job, index, echo + delta);
   }
   return true;
 }
 
-void Api::StreamDelta(Job& job, int index, const std::string& delta, const json& lp_chunk) {
-  auto& c = job.choices[static_cast<size_t>(index)];
+// One chunk of choice `index`: `delta` (appended to the choice's text here) and the logprobs
+// entries not streamed yet.
+void Api::StreamDelta(Job& job, size_t index, const std::string& delta) {
+  auto& c = job.choices[index];
   const bool chat = job.chat();
   json lp = nullptr;
-  if (job.req.submit.logprobs && !lp_chunk.empty())
-    lp = chat ? json{{"content", lp_chunk}} : CompletionChunkLogprobs(lp_chunk, c.text.size());
+  if (job.req.submit.logprobs && LogprobCount(c, chat) > c.lp_sent) {
+    lp = LogprobsFrom(c, chat, c.lp_sent);
+    c.lp_sent = LogprobCount(c, chat);
+  }
   c.text += delta;
   json choice = {{"index", index},
                  {"logprobs", lp},
@@ -435,7 +564,7 @@ void Api::Finish(Job& job) {
                {"model", model_.name},
                {"choices", FinalChoices(job)},
                {"usage", usage}};
-  job.out->Respond(JsonResponse(200, resp));
+  job.out->Respond(OrderedJsonResponse(200, resp));
 }
 
 void Api::FinishStream(Job& job, const json& usage) {
@@ -459,7 +588,7 @@ json Api::FinalChoices(const Job& job) const {
   for (size_t i = 0; i < job.choices.size(); ++i) {
     const auto& c = job.choices[i];
     json lp = nullptr;
-    if (job.req.submit.logprobs) lp = chat ? json{{"content", c.logprobs}} : CompletionLogprobs(c);
+    if (job.req.submit.logprobs) lp = LogprobsFrom(c, chat, 0);
     json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", c.finish}};
     if (chat)
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};

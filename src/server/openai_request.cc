@@ -54,20 +54,46 @@ ApiResult<nlohmann::ordered_json> TemplateMessage(const json& m, size_t i) {
   return om;
 }
 
-ApiResult<std::vector<int32_t>> CompletionPrompt(const json& body, const ModelInfo& model) {
-  if (!Present(body, "prompt")) return Bad("prompt", "is required");
-  const json& p = body["prompt"];
-  const size_t n_vocab = model.tok->n_vocab();
+// One prompt of /v1/completions: a string or an array of token ids. `where` names it in errors
+// ("prompt" for a single prompt, "prompt[i]" inside a batch; the error's param is always "prompt").
+ApiResult<std::vector<int32_t>> OnePrompt(const json& p, const std::string& where,
+                                          const ModelInfo& model) {
   if (p.is_string())  // json-access: is_string checked
     return model.tok->Encode(p.get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
-  if (p.is_array() && !p.empty() && p[0].is_number_integer())
-    return TokenArray(p, "prompt", n_vocab);
-  if (p.is_array() && p.size() == 1 && p[0].is_string())  // json-access: is_string checked
-    return model.tok->Encode(p[0].get<std::string>(), true, true);
-  if (p.is_array() && p.size() == 1 && p[0].is_array()) return TokenArray(p[0], "prompt", n_vocab);
-  return Bad("prompt",
-             "must be a string, an array of token ids, or a one-element array of either (batches "
-             "are not supported)");
+  if (p.is_array()) {
+    auto ids = TokenArray(p, where.c_str(), model.tok->n_vocab());
+    if (!ids.ok()) return ApiError(ids.error().status(), "prompt");  // the message says which
+    return ids;
+  }
+  return ApiError(Status::InvalidArgument(where + ": must be a string or an array of token ids"),
+                  "prompt");
+}
+
+// `prompt`: a string, an array of token ids, or a batch (an array of strings or of token-id
+// arrays; at most ApiLimits::max_prompts).
+ApiResult<std::vector<std::vector<int32_t>>> CompletionPrompts(const json& body,
+                                                               const ModelInfo& model) {
+  if (!Present(body, "prompt")) return Bad("prompt", "is required");
+  const json& p = body["prompt"];
+  std::vector<std::vector<int32_t>> out;
+  if (p.is_string() || (p.is_array() && !p.empty() && p[0].is_number_integer())) {
+    ASSIGN_OR_RETURN_API(std::vector<int32_t> ids, OnePrompt(p, "prompt", model));
+    out.push_back(std::move(ids));
+    return out;
+  }
+  if (!p.is_array() || p.empty())
+    return Bad("prompt",
+               "must be a string, an array of token ids, or a non-empty array of strings or of "
+               "token-id arrays");
+  if (p.size() > static_cast<size_t>(model.limits.max_prompts))
+    return Bad("prompt", fmt::format("a batch holds at most {} prompts, got {}",
+                                     model.limits.max_prompts, p.size()));
+  for (size_t i = 0; i < p.size(); ++i) {
+    const std::string where = p.size() == 1 ? "prompt" : fmt::format("prompt[{}]", i);
+    ASSIGN_OR_RETURN_API(std::vector<int32_t> ids, OnePrompt(p[i], where, model));
+    out.push_back(std::move(ids));
+  }
+  return out;
 }
 
 ApiResult<std::vector<int32_t>> ChatPrompt(const json& body, const ModelInfo& model) {
@@ -90,6 +116,15 @@ struct FieldContext {
   Endpoint endpoint;
   std::string_view priority_header;
 };
+
+// echo (completions): the prompt is prepended to each choice's text (and, with logprobs, its
+// tokens to the logprobs). Chat has no echo: true is refused by name.
+ApiError ParseEcho(const FieldContext& f, GenRequest* g) {
+  RETURN_IF_API_ERROR(http::Fields(f.body).Bool("echo", &g->echo));
+  if (g->echo && f.endpoint == Endpoint::kChat)
+    return Bad("echo", "is not supported for chat completions");
+  return {};
+}
 
 // Sampling: OpenAI defaults (temperature 1, top_p 1, no top-k / min-p).
 ApiError ParseSampling(const FieldContext& f, GenRequest* g) {
@@ -122,17 +157,19 @@ ApiError ParseSampling(const FieldContext& f, GenRequest* g) {
 ApiError ParseLengths(const FieldContext& f, GenRequest* g) {
   const auto& limits = f.model.limits;
   std::optional<int64_t> max_tokens;
-  RETURN_IF_API_ERROR(http::Fields(f.body).Int("max_tokens", 1, limits.max_tokens, &max_tokens));
+  // 0 only with echo (the prompt alone comes back).
+  RETURN_IF_API_ERROR(
+      http::Fields(f.body).Int("max_tokens", g->echo ? 0 : 1, limits.max_tokens, &max_tokens));
   if (f.endpoint == Endpoint::kChat) {
     std::optional<int64_t> mct;
     RETURN_IF_API_ERROR(
         http::Fields(f.body).Int("max_completion_tokens", 1, limits.max_tokens, &mct));
     if (mct) max_tokens = mct;
   }
-  const int64_t room = f.model.max_model_len - static_cast<int64_t>(g->submit.prompt.size());
   int64_t want =
       max_tokens ? *max_tokens : (f.endpoint == Endpoint::kCompletions ? 16 : limits.max_tokens);
-  g->submit.max_tokens = static_cast<int>(std::min(want, room));
+  g->max_tokens = static_cast<int>(want);
+  g->submit.max_tokens = g->MaxTokensFor(g->prompts[0].size(), f.model.max_model_len);
   return {};
 }
 
@@ -143,6 +180,10 @@ ApiError ParseChoices(const FieldContext& f, GenRequest* g) {
   std::optional<int64_t> iv;
   RETURN_IF_API_ERROR(http::Fields(f.body).Int("n", 1, f.model.limits.max_n, &iv));
   if (iv) s.n = static_cast<int>(*iv);
+  const size_t choices = g->prompts.size() * static_cast<size_t>(s.n);
+  if (choices > static_cast<size_t>(f.model.limits.max_choices))
+    return Bad("n", fmt::format("{} prompts x n = {} choices, more than the {} allowed",
+                                g->prompts.size(), choices, f.model.limits.max_choices));
   iv.reset();
   if (f.endpoint == Endpoint::kCompletions) {
     RETURN_IF_API_ERROR(http::Fields(f.body).Int("logprobs", 0, max_top, &iv));
@@ -231,9 +272,9 @@ ApiError ParsePriorityAndDeadline(const FieldContext& f, GenRequest* g) {
 
 using FieldParser = ApiError (*)(const FieldContext&, GenRequest*);
 // In this order (the first error wins, as clients see it).
-constexpr FieldParser kFieldParsers[] = {ParseSampling,           ParseLengths,    ParseChoices,
-                                         ParseStopStrings,        ParseStopTokens, ParseStreaming,
-                                         ParsePriorityAndDeadline};
+constexpr FieldParser kFieldParsers[] = {
+    ParseSampling,    ParseEcho,       ParseLengths,   ParseChoices,
+    ParseStopStrings, ParseStopTokens, ParseStreaming, ParsePriorityAndDeadline};
 
 }  // namespace
 
@@ -269,21 +310,31 @@ ApiResult<std::string> ApplyChatTemplate(const json& messages, bool add_generati
   return std::move(*r);
 }
 
-ApiResult<std::vector<int32_t>> ParsePrompt(Endpoint endpoint, const json& body,
-                                            const ModelInfo& model) {
-  ApiResult<std::vector<int32_t>> prompt =
-      endpoint == Endpoint::kCompletions ? CompletionPrompt(body, model) : ChatPrompt(body, model);
-  if (!prompt.ok()) return prompt;
-  if (prompt->empty()) return Bad("prompt", "is empty (and the model adds no BOS token)");
-  const int64_t n_prompt = static_cast<int64_t>(prompt->size());
-  if (n_prompt >= model.max_model_len)
-    return ApiError(
-        Status::OutOfRange(fmt::format(
-            "prompt: the prompt has {} tokens, but the model's context size is {} tokens "
-            "(the prompt must be shorter to leave room for at least one generated token)",
-            n_prompt, model.max_model_len)),
-        "prompt");
-  return prompt;
+ApiResult<std::vector<std::vector<int32_t>>> ParsePrompt(Endpoint endpoint, const json& body,
+                                                         const ModelInfo& model) {
+  std::vector<std::vector<int32_t>> prompts;
+  if (endpoint == Endpoint::kCompletions) {
+    ASSIGN_OR_RETURN_API(prompts, CompletionPrompts(body, model));
+  } else {
+    ASSIGN_OR_RETURN_API(std::vector<int32_t> ids, ChatPrompt(body, model));
+    prompts.push_back(std::move(ids));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string which = prompts.size() == 1 ? "prompt" : fmt::format("prompt[{}]", i);
+    if (prompts[i].empty())
+      return ApiError(
+          Status::InvalidArgument(which + ": is empty (and the model adds no BOS token)"),
+          "prompt");
+    const int64_t n_prompt = static_cast<int64_t>(prompts[i].size());
+    if (n_prompt >= model.max_model_len)
+      return ApiError(
+          Status::OutOfRange(fmt::format(
+              "{}: the prompt has {} tokens, but the model's context size is {} tokens "
+              "(the prompt must be shorter to leave room for at least one generated token)",
+              which, n_prompt, model.max_model_len)),
+          "prompt");
+  }
+  return prompts;
 }
 
 ApiResult<GenRequest> ParseGenRequest(Endpoint endpoint, const json& body, const ModelInfo& model,
@@ -291,9 +342,11 @@ ApiResult<GenRequest> ParseGenRequest(Endpoint endpoint, const json& body, const
   if (!body.is_object()) return Bad("body", "must be a JSON object");
   GenRequest g;
   g.endpoint = endpoint;
-  ASSIGN_OR_RETURN_API(g.submit.prompt, ParsePrompt(endpoint, body, model));
+  ASSIGN_OR_RETURN_API(g.prompts, ParsePrompt(endpoint, body, model));
+  g.submit.prompt = g.prompts[0];
   const FieldContext f{body, model, endpoint, priority_header};
   for (FieldParser parse : kFieldParsers) RETURN_IF_API_ERROR(parse(f, &g));
+  if (g.echo && g.submit.logprobs) g.submit.prompt_logprobs = g.submit.top_logprobs;
   return g;
 }
 

@@ -10,6 +10,7 @@
 // Thread contract: free functions, no shared state; StopMatcher is one-per-completion.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -34,6 +35,8 @@ struct ApiLimits {
   size_t max_stop_bytes = 256;  // per stop string
   int max_top_logprobs = 20;
   int max_messages = 4096;
+  int max_prompts = 64;   // prompts in one /v1/completions batch
+  int max_choices = 128;  // prompts x n
 };
 
 // What the parser needs to know about the served model.
@@ -49,11 +52,26 @@ struct ModelInfo {
 
 struct GenRequest {
   Endpoint endpoint = Endpoint::kCompletions;
+  // The engine request of prompts[0]; a batch's other prompts are submitted as copies of it with
+  // their own prompt and max_tokens (MaxTokensFor). prompt_logprobs is set for echo + logprobs.
   engine::sched::SubmitRequest submit;  // prompt, sampling, max_tokens, ids, priority, n, logprobs
-  std::vector<std::string> stop;        // stop strings (not included in the output)
+  // Every prompt's ids: one for chat and a single completions prompt; a batch in order (choice
+  // index of prompt p, sample j = p * n + j).
+  std::vector<std::vector<int32_t>> prompts;
+  int max_tokens = 16;  // as asked (0 only with echo), before clamping to each prompt's room
+  bool echo = false;    // completions: prompt text (and logprobs) first in every choice
+  std::vector<std::string> stop;  // stop strings (not included in the output)
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
   std::optional<int64_t> deadline_ms;  // relative deadline; the caller turns it into a TimePoint
+
+  // The engine's max_tokens for a prompt of `prompt_size` tokens: what was asked, clamped to the
+  // room the context leaves; at least 1 (max_tokens 0 with echo runs one step for the prompt's
+  // logprobs; its token is dropped).
+  int MaxTokensFor(size_t prompt_size, int max_model_len) const {
+    const int64_t room = max_model_len - static_cast<int64_t>(prompt_size);
+    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_tokens, room)));
+  }
 };
 
 // Parses a /v1/completions or /v1/chat/completions body. `priority_header` is the x-strata-tier
@@ -69,10 +87,13 @@ http::ApiResult<std::string> ApplyChatTemplate(const nlohmann::json& messages,
                                                bool add_generation_prompt, const ModelInfo& model,
                                                const nlohmann::json& extra_vars = nullptr);
 
-// The prompt's token ids: /v1/completions `prompt` (text or ids) or the chat `messages` rendered
-// with the template and tokenized. Checked against the context size.
-http::ApiResult<std::vector<int32_t>> ParsePrompt(Endpoint endpoint, const nlohmann::json& body,
-                                                  const ModelInfo& model);
+// The prompts' token ids: /v1/completions `prompt` (a string, token ids, or a batch: an array of
+// strings or of token-id arrays, at most ApiLimits::max_prompts) or the chat `messages` rendered
+// with the template and tokenized (one prompt). Each is checked (non-empty, shorter than the
+// context, ids in the vocabulary); errors name `prompt` (the message says which: "prompt[2]: ...").
+http::ApiResult<std::vector<std::vector<int32_t>>> ParsePrompt(Endpoint endpoint,
+                                                               const nlohmann::json& body,
+                                                               const ModelInfo& model);
 
 // Holds back text that could still become a stop string. Push() returns the text that can be
 // released now; once a stop string is found, the text before it is returned and matched() is true

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
@@ -363,6 +365,251 @@ TEST_F(ServerTest, StreamingSseFramingAndUsage) {
       Post("/v1/completions",
            {{"prompt", "hello"}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}});
   EXPECT_EQ(text, ns["choices"][0]["text"]);
+}
+
+// --- Batch prompts and echo (/v1/completions) ---
+
+size_t CodePointCount(const std::string& s) {
+  size_t n = 0;
+  for (char ch : s) n += (static_cast<unsigned char>(ch) & 0xC0) != 0x80 ? 1 : 0;
+  return n;
+}
+
+// The legacy logprobs invariants: the token strings, concatenated, are the start of the text (the
+// end may hold a flushed partial character), and each text_offset is the code points before it.
+void ExpectTokensSpellTheText(const json& choice) {
+  const json& lp = choice["logprobs"];
+  std::string joined;
+  ASSERT_EQ(lp["tokens"].size(), lp["text_offset"].size());
+  for (size_t i = 0; i < lp["tokens"].size(); ++i) {
+    EXPECT_EQ(lp["text_offset"][i].get<size_t>(), CodePointCount(joined)) << i;
+    joined += lp["tokens"][i].get<std::string>();
+  }
+  const std::string text = choice["text"].get<std::string>();
+  EXPECT_EQ(text.substr(0, joined.size()), joined);
+}
+
+TEST_F(ServerTest, BatchPromptsGiveOneChoicePerPromptAndSampleInOpenAIOrder) {
+  StartEngine();
+  const json prompts = {"hello", "world", json::array({5, 6, 7})};
+  json base = {{"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}, {"n", 2}};
+  std::vector<std::string> singles;
+  int st = 0;
+  int prompt_tokens = 0;
+  for (const json& p : prompts) {
+    json b = base;
+    b["prompt"] = p;
+    b["n"] = 1;
+    json r = Post("/v1/completions", b, &st);
+    ASSERT_EQ(st, 200) << r;
+    singles.push_back(r["choices"][0]["text"]);
+    prompt_tokens += r["usage"]["prompt_tokens"].get<int>();
+  }
+  json b = base;
+  b["prompt"] = prompts;
+  json r = Post("/v1/completions", b, &st);
+  ASSERT_EQ(st, 200) << r;
+  ASSERT_EQ(r["choices"].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(r["choices"][i]["index"], i);
+    EXPECT_EQ(r["choices"][i]["text"], singles[i / 2]) << "choice " << i;  // prompt i / n
+    EXPECT_EQ(r["choices"][i]["finish_reason"], "length");
+  }
+  EXPECT_EQ(r["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 30);
+  // Streamed: chunks carry their choice's index; per index the same text, one finish each.
+  b["stream"] = true;
+  auto s = HttpCall(port_, "POST", "/v1/completions", b.dump());
+  ASSERT_EQ(s.status, 200);
+  std::map<int, std::string> texts;
+  std::map<int, int> finishes;
+  for (auto& e : SseData(s.body)) {
+    if (e == "[DONE]") continue;
+    json c = json::parse(e);
+    ASSERT_EQ(c["choices"].size(), 1u);
+    const int idx = c["choices"][0]["index"];
+    texts[idx] += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finishes[idx] += 1;
+  }
+  ASSERT_EQ(texts.size(), 6u);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(texts[i], singles[static_cast<size_t>(i / 2)]) << i;
+    EXPECT_EQ(finishes[i], 1) << i;
+  }
+  // A one-element batch is a single prompt.
+  b = base;
+  b["prompt"] = json::array({"hello"});
+  b["n"] = 1;
+  r = Post("/v1/completions", b, &st);
+  ASSERT_EQ(st, 200);
+  ASSERT_EQ(r["choices"].size(), 1u);
+  EXPECT_EQ(r["choices"][0]["text"], singles[0]);
+}
+
+TEST_F(ServerTest, BatchPromptErrorsNamePromptBeforeAnythingRuns) {
+  // The engine is not started: a request that got submitted would hang, so a 400 proves it was
+  // refused at the edge.
+  auto expect_400 = [&](const json& body, const std::string& param, const std::string& what) {
+    int st = 0;
+    json r = Post("/v1/completions", body, &st);
+    EXPECT_EQ(st, 400) << body;
+    EXPECT_EQ(r["error"]["param"], param) << r;
+    EXPECT_NE(r["error"]["message"].get<std::string>().find(what), std::string::npos) << r;
+  };
+  expect_400({{"prompt", json::array({json::array({1, 2}), json::array()})}}, "prompt",
+             "prompt[1]: is empty");
+  expect_400({{"prompt", json::array({json::array({1}), json::array({1, 100000})})}}, "prompt",
+             "prompt[1]: token id 100000 is outside the vocabulary");
+  expect_400({{"prompt", json::array({"a", 7})}}, "prompt", "prompt[1]: must be a string");
+  expect_400({{"prompt", json::array()}}, "prompt", "non-empty");
+  expect_400({{"prompt", std::vector<std::string>(65, "x")}}, "prompt", "at most 64 prompts");
+  expect_400({{"prompt", std::vector<std::string>(9, "x")}, {"n", 16}}, "n", "144 choices");
+  std::vector<int32_t> too_long(kMaxLen, 5);
+  expect_400({{"prompt", json::array({json::array({1}), too_long})}}, "prompt",
+             "prompt[1]: the prompt has 256 tokens");
+  EXPECT_EQ(api_->live_jobs(), 0);
+}
+
+TEST_F(ServerTest, EchoPrependsThePromptWithItsLogprobs) {
+  StartEngine();
+  int st = 0;
+  json plain = Post("/v1/completions",
+                    {{"prompt", "hello"},
+                     {"max_tokens", 6},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
+                     {"logprobs", 3}},
+                    &st);
+  ASSERT_EQ(st, 200);
+  json r = Post("/v1/completions",
+                {{"prompt", "hello"},
+                 {"max_tokens", 6},
+                 {"temperature", 0},
+                 {"ignore_eos", true},
+                 {"logprobs", 3},
+                 {"echo", true}},
+                &st);
+  ASSERT_EQ(st, 200) << r;
+  const json& c = r["choices"][0];
+  EXPECT_EQ(c["text"].get<std::string>().substr(0, 5), "hello");
+  const std::vector<int32_t> ids = tok_->Encode("hello", true, true);
+  const json& lp = c["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), ids.size() + 6);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());  // the first prompt token has no context
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  // Each prompt position's logprob is the fake model's log-softmax after the tokens before it.
+  std::vector<float> row(tok_->n_vocab());
+  for (size_t i = 1; i < ids.size(); ++i) {
+    std::vector<int32_t> hist(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(i));
+    runner_->Logits(engine::sched::FakeModelRunner::Chain(hist), static_cast<int>(i) - 1, row);
+    double mx = *std::max_element(row.begin(), row.end()), sum = 0;
+    for (float v : row) sum += std::exp(v - mx);
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(),
+                row[static_cast<size_t>(ids[i])] - (mx + std::log(sum)), 1e-4)
+        << i;
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 3u) << i;
+  }
+  // The completion part is the plain request's, shifted by the prompt.
+  EXPECT_EQ(c["text"].get<std::string>(), "hello" + plain["choices"][0]["text"].get<std::string>());
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(lp["tokens"][ids.size() + i], plain["choices"][0]["logprobs"]["tokens"][i]);
+    EXPECT_EQ(lp["token_logprobs"][ids.size() + i],
+              plain["choices"][0]["logprobs"]["token_logprobs"][i]);
+  }
+  ExpectTokensSpellTheText(c);
+  ExpectTokensSpellTheText(plain["choices"][0]);
+
+  // Streamed, n = 2: the first chunk of each choice carries the prompt and its logprobs; the
+  // concatenation equals the non-streamed choice.
+  auto s = HttpCall(port_, "POST", "/v1/completions",
+                    json{{"prompt", "hello"},
+                         {"max_tokens", 6},
+                         {"temperature", 0},
+                         {"ignore_eos", true},
+                         {"logprobs", 3},
+                         {"echo", true},
+                         {"n", 2},
+                         {"stream", true}}
+                        .dump());
+  ASSERT_EQ(s.status, 200);
+  std::map<int, std::string> texts;
+  std::map<int, json> tokens;
+  for (auto& e : SseData(s.body)) {
+    if (e == "[DONE]") continue;
+    json ch = json::parse(e)["choices"][0];
+    const int idx = ch["index"];
+    if (!texts.count(idx)) {
+      EXPECT_EQ(ch["text"].get<std::string>().substr(0, 5), "hello");
+    }
+    texts[idx] += ch["text"].get<std::string>();
+    if (!ch["logprobs"].is_null())
+      for (auto& t : ch["logprobs"]["tokens"]) tokens[idx].push_back(t);
+  }
+  ASSERT_EQ(texts.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(texts[i], c["text"]) << i;
+    EXPECT_EQ(tokens[i], lp["tokens"]) << i;
+  }
+}
+
+TEST_F(ServerTest, EchoWithZeroMaxTokensReturnsThePromptAlone) {
+  StartEngine();
+  int st = 0;
+  json r = Post("/v1/completions",
+                {{"prompt", json::array({"hello", "abc"})},
+                 {"max_tokens", 0},
+                 {"echo", true},
+                 {"logprobs", 1}},
+                &st);
+  ASSERT_EQ(st, 200) << r;
+  ASSERT_EQ(r["choices"].size(), 2u);
+  EXPECT_EQ(r["choices"][0]["text"], "hello");
+  EXPECT_EQ(r["choices"][1]["text"], "abc");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["choices"][0]["logprobs"]["tokens"].size(), tok_->Encode("hello", true, true).size());
+  EXPECT_EQ(r["usage"]["completion_tokens"], 0);
+  ExpectTokensSpellTheText(r["choices"][1]);
+  auto s = HttpCall(
+      port_, "POST", "/v1/completions",
+      json{{"prompt", "hello"}, {"max_tokens", 0}, {"echo", true}, {"stream", true}}.dump());
+  ASSERT_EQ(s.status, 200);
+  std::string text;
+  for (auto& e : SseData(s.body))
+    if (e != "[DONE]") text += json::parse(e)["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text, "hello");
+  // Without echo, 0 stays out of range; chat has no echo.
+  Post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 0}}, &st);
+  EXPECT_EQ(st, 400);
+  json cr = Post("/v1/chat/completions",
+                 {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"echo", true}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(cr["error"]["param"], "echo");
+}
+
+TEST_F(ServerTest, CompletionTopLogprobsAreOrderedByProbability) {
+  StartEngine();
+  auto r =
+      HttpCall(port_, "POST", "/v1/completions",
+               json{{"prompt", "hello"}, {"max_tokens", 8}, {"logprobs", 5}, {"seed", 3}}.dump());
+  ASSERT_EQ(r.status, 200);
+  // Parsed keeping the key order as sent.
+  nlohmann::ordered_json body = nlohmann::ordered_json::parse(r.body);
+  const auto& tops = body["choices"][0]["logprobs"]["top_logprobs"];
+  ASSERT_EQ(tops.size(), 8u);
+  bool some_unsorted_by_key = false;
+  for (const auto& m : tops) {
+    ASSERT_GE(m.size(), 1u);
+    double prev = 1;
+    std::string prev_key;
+    for (const auto& [k, v] : m.items()) {
+      EXPECT_LE(v.get<double>(), prev) << m.dump();
+      prev = v.get<double>();
+      if (!prev_key.empty() && k < prev_key) some_unsorted_by_key = true;
+      prev_key = k;
+    }
+  }
+  EXPECT_TRUE(some_unsorted_by_key) << "the order should differ from a map's (by token string)";
+  ExpectTokensSpellTheText(json::parse(r.body)["choices"][0]);
 }
 
 bool Ascii(const std::string& s) {

@@ -18,7 +18,8 @@
 //   other is gathered into such a history first (same bits: Attend's arithmetic does not depend on
 //   the stride).
 // - want_hidden rows (embeddings) go through the whole last layer and the final norm like a row
-//   that wants logits; only the output projection is skipped for them.
+//   that wants logits; only the output projection is skipped for them. want_all_logits rows
+//   (prompt logprobs) are planned like want_hidden ones and all go through the output projection.
 #include "engine/runner/cpu_runner.h"
 
 #include <algorithm>
@@ -350,10 +351,11 @@ size_t CpuModelRunner::PlanStep(std::span<const BatchSeq> batch) {
     add_tiles(&items_, s);
     // The rows the last layer computes: every row of a want_hidden sequence (with its tiles), or
     // the last row of a want_logits one (one-token items).
-    if (b.want_hidden) {
+    if (b.want_hidden || b.want_all_logits) {
       for (size_t t = 0; t < ns; ++t) {
         out_rows_.push_back(row + t);
-        hidden_dst_.push_back(n_hidden++);
+        hidden_dst_.push_back(b.want_hidden ? n_hidden++ : -1);
+        if (b.want_all_logits) logit_rows_.push_back(out_rows_.size() - 1);
       }
       add_tiles(&out_items_, s);
     } else if (b.want_logits) {
@@ -364,7 +366,7 @@ size_t CpuModelRunner::PlanStep(std::span<const BatchSeq> batch) {
       for (int h = 0; h < cfg_.n_kv_heads; ++h)
         out_items_.push_back(AttnItem{static_cast<int32_t>(s), h, last - 1, last, len});
     }
-    if (b.want_logits) logit_rows_.push_back(out_rows_.size() - 1);
+    if (b.want_logits && !b.want_all_logits) logit_rows_.push_back(out_rows_.size() - 1);
     row += ns;
   }
   // Most expensive first so the dynamic hand-out ends balanced (order never affects results).
@@ -471,8 +473,9 @@ void CpuModelRunner::WriteOutputs(std::vector<float>* logits, std::vector<float>
                            cfg_.rms_eps);
     });
   }
-  // Final norm + output projection only for the last token of each sequence that wants logits,
-  // gathered into consecutive rows of xn_ so the output matrix is read once.
+  // Final norm + output projection only for the last token of each sequence that wants logits
+  // (every token of a want_all_logits one), gathered into consecutive rows of xn_ so the output
+  // matrix is read once.
   const size_t n_want = logit_rows_.size();
   logits->resize(n_want * n_vocab);
   if (n_want == 0) return;
@@ -490,6 +493,10 @@ Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* 
     if (batch[i].want_hidden && hidden == nullptr)
       return Status::InvalidArgument(SeqName(i, batch[i]) +
                                      " wants hidden rows but the hidden output is null");
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (batch[i].want_hidden && batch[i].want_all_logits)
+      return Status::InvalidArgument(SeqName(i, batch[i]) +
+                                     " wants hidden rows and all logits (one or the other)");
   if (batch.empty()) {
     logits->clear();
     if (hidden != nullptr) hidden->clear();

@@ -492,6 +492,65 @@ TEST_P(RunnerTest, HiddenRowsChunkAndBatchInvariant) {
   }
 }
 
+// want_all_logits (prompt logprobs): the logits of every token of the chunk. Row p of a one-shot
+// prefill equals the want_logits row of a one-shot prefill of positions [0, p] bit for bit (every
+// KV dtype), also batched with a logits-only sequence; chunked with F32 KV it equals the one shot;
+// with F32 KV close to the fp64 reference at every position.
+TEST_P(RunnerTest, AllLogitsRowsEqualTheLastRowOfEachPrefix) {
+  constexpr size_t kLen = 30;
+  const auto prompt = Prompt(kLen, static_cast<int>(n_vocab_), 41);
+  const auto other = Prompt(12, static_cast<int>(n_vocab_), 42);
+  ThreadPool pool(2);
+  for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kQ8_0}) {
+    SCOPED_TRACE(std::string(kv::KvDTypeName(dtype)));
+    const std::vector<int32_t> blocks = {4, 0}, other_blocks = {2};
+    std::vector<float> all;
+    {
+      auto storage = MakeStorage(model(), dtype, 8);
+      CpuModelRunner runner(model(), storage.get(), &pool);
+      BatchSeq batch[2] = {{2, other, 0, other_blocks, true}, {1, prompt, 0, blocks, true}};
+      batch[1].want_all_logits = true;
+      ASSERT_EQ(batch[1].logit_rows(), kLen);
+      ASSERT_TRUE(runner.Run(batch, &all).ok());
+      ASSERT_EQ(all.size(), (1 + kLen) * n_vocab_);
+    }
+    const float* rows = all.data() + n_vocab_;  // after the other sequence's row
+    for (size_t p : {size_t{0}, size_t{1}, size_t{13}, size_t{16}, kLen - 1}) {
+      auto storage = MakeStorage(model(), dtype, 8);
+      CpuModelRunner runner(model(), storage.get(), nullptr);
+      std::vector<float> want;
+      BatchSeq b{1, std::span<const int32_t>(prompt.data(), p + 1), 0, blocks, true};
+      ASSERT_TRUE(runner.Run(std::span<const BatchSeq>(&b, 1), &want).ok());
+      EXPECT_TRUE(BitEqual(rows + p * n_vocab_, want.data(), n_vocab_)) << "position " << p;
+    }
+    if (dtype != KvDType::kF32) continue;
+    // Chunked (7 + 23 tokens): the same rows.
+    auto storage = MakeStorage(model(), dtype, 8);
+    CpuModelRunner runner(model(), storage.get(), &pool);
+    std::vector<float> a, b;
+    BatchSeq c1{1, std::span<const int32_t>(prompt.data(), 7), 0, blocks, false};
+    c1.want_all_logits = true;
+    ASSERT_TRUE(runner.Run(std::span<const BatchSeq>(&c1, 1), &a).ok());
+    BatchSeq c2{1, std::span<const int32_t>(prompt.data() + 7, kLen - 7), 7, blocks, true};
+    c2.want_all_logits = true;
+    ASSERT_TRUE(runner.Run(std::span<const BatchSeq>(&c2, 1), &b).ok());
+    a.insert(a.end(), b.begin(), b.end());
+    ASSERT_EQ(a.size(), kLen * n_vocab_);
+    EXPECT_TRUE(BitEqual(a.data(), rows, kLen * n_vocab_));
+    auto ref = ::strata::testing::ReferenceModel::Create(*ref_file_);
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    std::vector<size_t> positions(kLen);
+    for (size_t p = 0; p < kLen; ++p) positions[p] = p;
+    const auto plain = ref->Forward(prompt, positions);
+    ref->set_round_activations(true);
+    const auto rounded = ref->Forward(prompt, positions);
+    RefCheck check{GetParam().cfg.file_type};
+    for (size_t p = 0; p < kLen; ++p)
+      check.Add(rows + p * n_vocab_, plain[p], rounded[p], "position " + std::to_string(p));
+    check.Finish();
+  }
+}
+
 TEST(RunnerBatch, HiddenRowsNeedAnOutput) {
   Built b = Build(SmallConfig(synth::FileType::kQ8_0));
   ASSERT_NE(b.model, nullptr);

@@ -7,6 +7,8 @@
 // over positions [0, start_pos + i] of that sequence (reading earlier K/V from its blocks — which
 // may be shared prefix-cache blocks), and produces
 //   - when `want_logits`: the logits of the LAST token of the chunk;
+//   - when `want_all_logits`: the logits of EVERY token of the chunk (prompt logprobs), in token
+//     order — the last of them is the row `want_logits` alone would give, bit for bit;
 //   - when `want_hidden`: the final-normed hidden state (the input of the output projection,
 //     hidden_dim() floats) of EVERY token of the chunk — what an embedding request pools.
 // Batch invariance: a sequence's outputs must not depend on which other sequences share the batch
@@ -29,7 +31,11 @@ struct BatchSeq {
   int start_pos = 0;                     // position of tokens[0]
   std::span<const int32_t> block_table;  // must cover start_pos + tokens.size() positions
   bool want_logits = false;
-  bool want_hidden = false;  // final-normed hidden rows of every token (needs hidden_dim() > 0)
+  bool want_hidden = false;      // final-normed hidden rows of every token (needs hidden_dim() > 0)
+  bool want_all_logits = false;  // logits of every token (not with want_hidden)
+
+  // Logits rows this entry produces: tokens.size() with want_all_logits, else 1 with want_logits.
+  size_t logit_rows() const { return want_all_logits ? tokens.size() : want_logits ? 1 : 0; }
 };
 
 class ModelRunner {
@@ -39,7 +45,7 @@ class ModelRunner {
   // Width of the rows want_hidden produces (the model dimension); 0 when this runner has no
   // hidden-state output (then a want_hidden entry is an error).
   virtual int hidden_dim() const { return 0; }
-  // Fills logits: one row of n_vocab floats per BatchSeq with want_logits, in batch order; and,
+  // Fills logits: logit_rows() rows of n_vocab floats per BatchSeq, in batch order; and,
   // when `hidden` is not null, hidden: hidden_dim() floats per token of every want_hidden BatchSeq,
   // in batch order (a want_hidden entry with a null `hidden` is an InvalidArgument error).
   // Both vectors are resized as needed (the runner may keep capacity across calls).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -98,6 +99,13 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   auto state = MakeRequestState(0, std::move(req), clock_->Now());
   state->salt = std::move(salt);
   if (embed) state->embed_sum.assign(static_cast<size_t>(hidden_dim_), 0.0);
+  if (!embed && state->req.prompt_logprobs >= 0) {
+    auto lp = std::make_shared<PromptLogprobs>();
+    lp->top_k = std::min(state->req.prompt_logprobs, n_vocab_);
+    lp->logprob.assign(static_cast<size_t>(prompt_tokens), std::nanf(""));
+    lp->top.resize(static_cast<size_t>(prompt_tokens) * static_cast<size_t>(lp->top_k));
+    state->prompt_lp = std::move(lp);
+  }
   for (int i = 0; i < (embed ? 0 : n); ++i) {
     SamplingParams p = sp;
     p.seed = sp.seed + static_cast<uint64_t>(i);
@@ -332,7 +340,7 @@ bool Engine::RefreshPrefetches() {
   if (!kv_cfg_.enable_prefix_cache) return false;
   bool started = false;
   for (RequestState* r : sched_.waiting()) {
-    if (!r->is_embed()) started |= MaybePrefetch(r);  // embeddings use no cached blocks
+    if (!r->reads_no_cache()) started |= MaybePrefetch(r);  // they use no cached blocks
   }
   return started;
 }
@@ -386,11 +394,13 @@ void Engine::FlushKvTier() {
       [&](int32_t block, const kv::BlockHash& hash, uint32_t tag) { OnEvict(block, hash, tag); });
 }
 
-void Engine::Emit(RequestState* r, int index, int32_t token, FinishReason why, Sampler* sampler) {
+void Engine::Emit(RequestState* r, int index, int32_t token, FinishReason why, Sampler* sampler,
+                  std::shared_ptr<const PromptLogprobs> prompt_lp) {
   TokenEvent ev;
   ev.index = index;
   ev.token = token;
   ev.finish = why;
+  ev.prompt_logprobs = std::move(prompt_lp);
   if (r->req.logprobs) {
     ev.logprob = sampler->LastLogprob(token);
     const int k = std::min(r->req.top_logprobs, n_vocab_);
@@ -414,6 +424,38 @@ void Engine::Emit(RequestState* r, int index, int32_t token, FinishReason why, S
   r->stream->Push(ev);
 }
 
+void Engine::RecordPromptLogprobs(const ScheduledSeq& e, const float* rows) {
+  PromptLogprobs& lp = *e.req->prompt_lp;
+  const std::span<const int32_t> prompt(e.req->req.prompt);
+  const size_t v = static_cast<size_t>(n_vocab_);
+  const size_t k = static_cast<size_t>(lp.top_k);
+  for (int t = 0; t < e.num_tokens; ++t) {
+    // Row t predicts the token after position start_pos + t.
+    const size_t next = static_cast<size_t>(e.start_pos) + static_cast<size_t>(t) + 1;
+    if (next >= prompt.size()) break;
+    const float* row = rows + static_cast<size_t>(t) * v;
+    // The log-softmax as Sampler::LastLogprob computes it (max, then a double sum of exps).
+    float mx = -std::numeric_limits<float>::infinity();
+    for (size_t i = 0; i < v; ++i) mx = std::max(mx, row[i]);
+    double sum = 0.0;
+    for (size_t i = 0; i < v; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
+    const float lse = mx + static_cast<float>(std::log(sum));
+    lp.logprob[next] = row[static_cast<size_t>(prompt[next])] - lse;
+    if (k == 0) continue;
+    std::iota(id_scratch_.begin(), id_scratch_.end(), 0);
+    std::partial_sort(id_scratch_.begin(), id_scratch_.begin() + static_cast<std::ptrdiff_t>(k),
+                      id_scratch_.end(), [&](int32_t a, int32_t b) {
+                        const float la = row[static_cast<size_t>(a)],
+                                    lb = row[static_cast<size_t>(b)];
+                        return la != lb ? la > lb : a < b;
+                      });
+    for (size_t i = 0; i < k; ++i) {
+      const int32_t id = id_scratch_[i];
+      lp.top[next * k + i] = TopLogprob{id, row[static_cast<size_t>(id)] - lse};
+    }
+  }
+}
+
 void Engine::SampleAndCommit(const ScheduledSeq& e, std::span<const float> logits) {
   RequestState* r = e.req;
   const std::span<const int32_t> banned = r->req.ignore_eos
@@ -426,9 +468,12 @@ void Engine::SampleAndCommit(const ScheduledSeq& e, std::span<const float> logit
     for (SequenceState& s : r->seqs)
       first_tokens_.push_back(s.sampler->Sample(logits, prompt, banned));
     sched_.Fork(r);
+    const bool send_prompt_lp = r->wants_prompt_logits();
+    r->prompt_lp_sent = true;  // from now on the request may read the prefix cache again
     for (size_t i = 0; i < r->seqs.size(); ++i) {
       const FinishReason why = sched_.AppendToken(r, static_cast<int>(i), first_tokens_[i]);
-      Emit(r, static_cast<int>(i), first_tokens_[i], why, r->seqs[i].sampler.get());
+      Emit(r, static_cast<int>(i), first_tokens_[i], why, r->seqs[i].sampler.get(),
+           send_prompt_lp ? r->prompt_lp : nullptr);
     }
     generated_tokens_ += static_cast<int64_t>(r->seqs.size());
     if (r->phase == RequestState::Phase::kFinished) finished_requests_ += 1;
@@ -436,8 +481,10 @@ void Engine::SampleAndCommit(const ScheduledSeq& e, std::span<const float> logit
   }
   SequenceState& s = r->seqs[static_cast<size_t>(e.seq_index)];
   const int32_t token = s.sampler->Sample(logits, s.tokens, banned);
+  const bool send_prompt_lp = r->wants_prompt_logits();  // n == 1: its first token
+  r->prompt_lp_sent = true;
   const FinishReason why = sched_.AppendToken(r, e.seq_index, token);
-  Emit(r, e.seq_index, token, why, s.sampler.get());
+  Emit(r, e.seq_index, token, why, s.sampler.get(), send_prompt_lp ? r->prompt_lp : nullptr);
   generated_tokens_ += 1;
   if (r->phase == RequestState::Phase::kFinished) finished_requests_ += 1;
 }
@@ -500,8 +547,9 @@ Status Engine::Step() {
       b.block_table = std::span<const int32_t>(kv_.BlockTable(e.kv_id));
       b.want_logits = e.sample && !e.req->is_embed();
       b.want_hidden = e.req->is_embed();
+      b.want_all_logits = e.req->wants_prompt_logits() && e.start_pos < e.req->prompt_len;
       batch_.push_back(b);
-      rows += b.want_logits ? 1 : 0;
+      rows += static_cast<int>(b.logit_rows());
       hidden_rows += b.want_hidden ? e.num_tokens : 0;
       tokens_computed_ += e.num_tokens;
     }
@@ -528,16 +576,19 @@ Status Engine::Step() {
       for (RequestId id : ids) EndRequest(id, FinishReason::kError, status);
     } else {
       size_t row = 0, hidden_row = 0;
-      for (const ScheduledSeq& e : out.seqs) {
+      for (size_t i = 0; i < out.seqs.size(); ++i) {
+        const ScheduledSeq& e = out.seqs[i];
         sched_.CommitComputed(e);
         if (e.req->is_embed()) {
           AccumulateEmbedding(e, hidden_.data() + hidden_row * static_cast<size_t>(hidden_dim_));
           hidden_row += static_cast<size_t>(e.num_tokens);
           continue;
         }
-        if (!e.sample) continue;
-        SampleAndCommit(e, std::span<const float>(logits_).subspan(row * v, v));
-        ++row;
+        const size_t n_rows = batch_[i].logit_rows();
+        if (batch_[i].want_all_logits) RecordPromptLogprobs(e, logits_.data() + row * v);
+        row += n_rows;
+        // The sampled row is the chunk's last one.
+        if (e.sample) SampleAndCommit(e, std::span<const float>(logits_).subspan((row - 1) * v, v));
       }
       if (decode_only) {
         decode_steps_ += 1;

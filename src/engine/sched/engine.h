@@ -19,6 +19,11 @@
 // and after the last one it pushes the one final event carrying the L2-normalised mean and frees
 // the request's blocks.
 //
+// Prompt logprobs (SubmitRequest::prompt_logprobs >= 0): until they are delivered the request's
+// prompt chunks run with BatchSeq::want_all_logits and it reads no cached prefix (see
+// RequestState::reads_no_cache); after each chunk the engine records the log-softmax of the next
+// prompt token and the top-k at each position, and the first token events carry them.
+//
 // Tiered KV (AttachKvTier): each step, a waiting request whose reusable blocks are not all in the
 // pool — a new request, one whose cached blocks were evicted while it waited, or a preempted one
 // (single completion) — has the missing blocks prefetched from the lower tiers (the scheduler holds
@@ -164,7 +169,10 @@ class Engine : private kv::KvManager::Listener {
   // pushes the pooled vector and finishes the request.
   void AccumulateEmbedding(const ScheduledSeq& e, const float* rows);
   void FinishEmbedding(RequestState* r);
-  void Emit(RequestState* r, int index, int32_t token, FinishReason why, sampler::Sampler* sampler);
+  // Prompt logprobs of the positions a want_all_logits chunk predicts (rows = its logits).
+  void RecordPromptLogprobs(const ScheduledSeq& e, const float* rows);
+  void Emit(RequestState* r, int index, int32_t token, FinishReason why, sampler::Sampler* sampler,
+            std::shared_ptr<const PromptLogprobs> prompt_lp = nullptr);
   void EndRequest(RequestId id, FinishReason why, const Status& error);
   // Removes a never-started request from the queue bound's count (no-op when it is not counted:
   // already dequeued or displaced).

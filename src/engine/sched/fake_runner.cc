@@ -82,7 +82,7 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
     rb.reserve(batch.size());
     for (const BatchSeq& b : batch)
       rb.push_back(RecordedSeq{b.seq_id, b.start_pos, static_cast<int>(b.tokens.size()),
-                               b.want_logits, b.want_hidden});
+                               b.want_logits, b.want_hidden, b.want_all_logits});
     batches_.push_back(std::move(rb));
   }
   const int bs = cfg_.block_size;
@@ -127,7 +127,7 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
                     " but its slot holds position " + std::to_string(s.pos));
       }
     }
-    rows += b.want_logits ? 1 : 0;
+    rows += b.logit_rows();
     if (b.want_hidden) {
       if (hidden == nullptr || cfg_.hidden_dim <= 0)
         return Fail(who + ": wants hidden rows the runner cannot give");
@@ -164,10 +164,16 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
       h = Mix(h, t, p);
       At(b.block_table[static_cast<size_t>(p / bs)], p % bs) = Slot{p, t, h};
       if (b.want_hidden) Hidden(h, p, std::span<float>(hidden->data() + hidden_row++ * hd, hd));
+      if (b.want_all_logits) {
+        Logits(h, p,
+               std::span<float>(logits->data() + row * static_cast<size_t>(cfg_.n_vocab),
+                                static_cast<size_t>(cfg_.n_vocab)));
+        ++row;
+      }
       ++p;
     }
     next_pos_[b.seq_id] = p;
-    if (b.want_logits) {
+    if (b.want_logits && !b.want_all_logits) {
       Logits(h, p - 1,
              std::span<float>(logits->data() + row * static_cast<size_t>(cfg_.n_vocab),
                               static_cast<size_t>(cfg_.n_vocab)));

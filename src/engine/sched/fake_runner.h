@@ -16,7 +16,8 @@
 // batch also maps (a missed copy-on-write).
 // Hidden-state output (want_hidden, for embedding requests): every token of such a chunk gets
 // hidden_dim values that are a function of chain(its position) — so they too depend on the whole
-// history read back through the block table — see Hidden().
+// history read back through the block table — see Hidden(). want_all_logits: every token of the
+// chunk gets the logits row Logits(chain(its position), position), in token order.
 // Every batch is recorded so tests can check budgets.
 // Thread contract: single-threaded (the engine thread), like any ModelRunner.
 #pragma once
@@ -49,6 +50,7 @@ class FakeModelRunner final : public runner::ModelRunner {
     int num_tokens;
     bool want_logits;
     bool want_hidden = false;
+    bool want_all_logits = false;
   };
   using RecordedBatch = std::vector<RecordedSeq>;
 

@@ -91,6 +91,10 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
                                    std::to_string(top_logprobs));
   if (top_logprobs > 0 && !logprobs)
     return Status::InvalidArgument("top_logprobs: requires logprobs = true");
+  if (prompt_logprobs < -1 || prompt_logprobs > kMaxTopLogprobs)
+    return Status::InvalidArgument("prompt_logprobs: must be in [-1, " +
+                                   std::to_string(kMaxTopLogprobs) + "], got " +
+                                   std::to_string(prompt_logprobs));
   if (adapter.size() > kMaxAdapterBytes)
     return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) +
                                    " bytes");
@@ -110,6 +114,8 @@ Status SubmitRequest::ValidateEmbed(int n_vocab, int max_model_len) const {
                                    std::to_string(n));
   if (logprobs || top_logprobs != 0)
     return Status::InvalidArgument("logprobs: not available for an embedding request");
+  if (prompt_logprobs != -1)
+    return Status::InvalidArgument("prompt_logprobs: not available for an embedding request");
   if (tenant.size() > kMaxTenantBytes)
     return Status::InvalidArgument("tenant: longer than " + std::to_string(kMaxTenantBytes) +
                                    " bytes");

@@ -20,6 +20,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,6 +67,12 @@ struct SubmitRequest {
   int n = 1;              // completions; they share the prompt's KV blocks
   bool logprobs = false;  // report the sampled token's logprob
   int top_logprobs = 0;   // 0..20 most likely tokens with their logprobs (needs logprobs)
+  // Prompt logprobs (echo): -1 = none; k in 0..20 = the logprob of every prompt token given the
+  // tokens before it, plus the k most likely tokens at each prompt position (PromptLogprobs),
+  // delivered on the first token event of every completion. Such a request reads no cached prefix
+  // (every prompt position's logits are needed: no prefix-cache hit, no tier adoption, no
+  // shared-prefix deferral) until those are delivered; its blocks are registered as usual.
+  int prompt_logprobs = -1;
   // Facts the engine binds into the request's prefix-cache salt (with the model's: see
   // Engine::SetModelSalt), so requests that differ in them never share KV blocks:
   std::string tenant;  // isolates the prefix cache; owns the tiered-KV quota ("" = default tenant);
@@ -90,6 +97,19 @@ struct TopLogprob {
   float logprob = 0.0f;
 };
 
+// Prompt logprobs of one request (SubmitRequest::prompt_logprobs), the log-softmax of the model's
+// raw logits (no penalties, bans or temperature — as vLLM's prompt_logprobs). Position 0 has no
+// context: logprob[0] is NaN and its top row is empty.
+struct PromptLogprobs {
+  int top_k = 0;
+  std::vector<float> logprob;   // [prompt size]: log P(prompt[i] | prompt[0, i))
+  std::vector<TopLogprob> top;  // [prompt size * top_k]: at position i, most likely first
+  std::span<const TopLogprob> TopAt(size_t i) const {
+    return std::span<const TopLogprob>(top).subspan(i * static_cast<size_t>(top_k),
+                                                    static_cast<size_t>(top_k));
+  }
+};
+
 // One sampled token of completion `index`, or a terminal event. The last event of a completion
 // has finish != kNone: for kStop it carries the matched stop/EOG token; for kLength the last
 // generated token; for kCancelled/kError token == -1 (and `error` says why for kError: the
@@ -104,6 +124,8 @@ struct TokenEvent {
   FinishReason finish = FinishReason::kNone;
   Status error;
   std::vector<float> embedding;  // kEmbed: the pooled vector, on the final (kStop) event only
+  // SubmitRequest::prompt_logprobs >= 0: on the first token event of each completion (shared).
+  std::shared_ptr<const PromptLogprobs> prompt_logprobs;
 
   std::span<const TopLogprob> top_logprobs() const {
     return {top.data(), static_cast<size_t>(num_top)};

@@ -204,7 +204,8 @@ void Scheduler::DropInflight(RequestState* r) {
 }
 
 bool Scheduler::ShouldDefer(RequestState* r) {
-  if (!defer_enabled_ || inflight_.empty() || r->is_embed()) return false;  // could not use a hit
+  if (!defer_enabled_ || inflight_.empty() || r->reads_no_cache())
+    return false;  // could not use a hit
   EnsureHashes(r);
   // Blocks a prefix hit could cover: MatchPrefix leaves at least one token to compute.
   size_t len = 0;
@@ -326,12 +327,13 @@ bool Scheduler::PlanAdmission(RequestState* r, int budget) {
   staged_ = {};
   for (size_t i = 0; i < n; ++i) {
     SequenceState& s = r->seqs[i];
-    // An embedding computes every position: no prefix match (its table is created by Allocate).
-    if (s.live() && !r->is_embed())
+    // An embedding (or a request that needs prompt logits) computes every position: no prefix
+    // match (its table is created by Allocate).
+    if (s.live() && !r->reads_no_cache())
       hit_[i] = plan_.MatchPrefix(s.kv_id, s.tokens, salt, r->tenant_tag);
   }
   SequenceState& first = r->seqs[0];
-  if (r->tier != nullptr && !r->is_embed() && fill_ && n == 1 && first.live() &&
+  if (r->tier != nullptr && !r->reads_no_cache() && fill_ && n == 1 && first.live() &&
       hit_[0] % block_size_ == 0) {
     const TierStaging::Staged staged =
         r->tier->StagedFrom(hit_[0] / block_size_, static_cast<int>(first.tokens.size()));

@@ -163,6 +163,10 @@ struct RequestState {
   // final-normed hidden rows computed so far (hidden_dim entries; restarted at position 0, so a
   // preempted request recomputes it).
   std::vector<double> embed_sum;
+  // Prompt logprobs (SubmitRequest::prompt_logprobs >= 0, set by the engine): filled as prompt
+  // chunks are computed (a recompute rewrites the same values), handed to the first token events.
+  std::shared_ptr<PromptLogprobs> prompt_lp;
+  bool prompt_lp_sent = false;
 
   // Scheduler-internal, valid during Schedule().
   int64_t key_level = 0;
@@ -172,6 +176,11 @@ struct RequestState {
   int seats() const;  // sequence slots held while running
   bool tier_fetching() const { return tier != nullptr && tier->fetching(); }  // held by a prefetch
   bool is_embed() const { return req.kind == RequestKind::kEmbed; }
+  // Needs the logits of every prompt position (prompt logprobs not yet delivered).
+  bool wants_prompt_logits() const { return prompt_lp != nullptr && !prompt_lp_sent; }
+  // Computes every prompt position: reads no cached prefix (no hit, no tier adoption, no
+  // shared-prefix deferral). Embeddings always; prompt-logprobs requests until delivered.
+  bool reads_no_cache() const { return is_embed() || wants_prompt_logits(); }
 };
 
 // Builds a RequestState from a validated request (n sequences, tokens reserved to their final

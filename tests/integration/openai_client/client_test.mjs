@@ -34,6 +34,45 @@ await check('completions.create', async () => {
   assert.ok(r.usage.prompt_tokens > 0);
 });
 
+await check('completions.create batch prompts', async () => {
+  const prompts = ['Once upon a time', 'Hello'];
+  const singles = [];
+  for (const prompt of prompts) {
+    const r = await client.completions.create({ model, prompt, max_tokens: 6, temperature: 0, ignore_eos: true });
+    singles.push(r.choices[0].text);
+  }
+  const r = await client.completions.create({ model, prompt: prompts, n: 2, max_tokens: 6, temperature: 0, ignore_eos: true });
+  assert.equal(r.choices.length, 4);
+  r.choices.forEach((c, i) => {
+    assert.equal(c.index, i);
+    assert.equal(c.text, singles[Math.floor(i / 2)]);  // prompt i / n
+  });
+  assert.equal(r.usage.completion_tokens, 24);
+  const stream = await client.completions.create({ model, prompt: prompts, max_tokens: 6, temperature: 0, ignore_eos: true, stream: true });
+  const texts = ['', ''];
+  for await (const chunk of stream) for (const c of chunk.choices) texts[c.index] += c.text;
+  assert.deepEqual(texts, singles);
+});
+
+await check('completions.create echo with logprobs', async () => {
+  const plain = await client.completions.create({ model, prompt: 'Hello', max_tokens: 5, temperature: 0, ignore_eos: true });
+  const r = await client.completions.create({ model, prompt: 'Hello', max_tokens: 5, temperature: 0, ignore_eos: true, echo: true, logprobs: 2 });
+  const c = r.choices[0];
+  assert.equal(c.text, 'Hello' + plain.choices[0].text);
+  const lp = c.logprobs;
+  assert.equal(lp.token_logprobs[0], null);  // the first prompt token has no context
+  assert.equal(lp.tokens.join(''), c.text.slice(0, lp.tokens.join('').length));
+  assert.ok(lp.tokens.length > 5);
+  assert.equal(lp.text_offset[0], 0);
+  for (let i = 1; i < lp.tokens.length; i++) {
+    assert.equal(typeof lp.token_logprobs[i], 'number');
+    const vals = Object.values(lp.top_logprobs[i]);
+    for (let j = 1; j < vals.length; j++) assert.ok(vals[j - 1] >= vals[j], 'top_logprobs ordered by probability');
+  }
+  const only = await client.completions.create({ model, prompt: 'Hello', max_tokens: 0, echo: true });
+  assert.equal(only.choices[0].text, 'Hello');
+});
+
 await check('chat.completions.create', async () => {
   const r = await client.chat.completions.create({
     model, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello!' }],
