@@ -29,7 +29,22 @@ Status SamplingParams::Validate() const {
   if (!std::isfinite(presence_penalty) || std::fabs(presence_penalty) > 2.0f)
     return Status::InvalidArgument("presence_penalty must be in [-2, 2]");
   if (penalty_last_n < -1) return Status::InvalidArgument("penalty_last_n must be >= -1");
+  for (const LogitBias& b : logit_bias) {
+    if (b.id < 0) return Status::InvalidArgument("logit_bias: token ids must be >= 0");
+    if (!std::isfinite(b.bias) || std::fabs(b.bias) > kMaxLogitBias)
+      return Status::InvalidArgument("logit_bias: biases must be in [-100, 100]");
+  }
   return Status::Ok();
+}
+
+uint64_t ChoiceSeed(uint64_t seed, int index) {
+  if (index == 0) return seed;
+  // SplitMix64's finaliser over the seed offset by index golden-ratio steps.
+  uint64_t z = seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index));
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
 }
 
 Sampler::Sampler(const SamplingParams& params, size_t n_vocab)
@@ -45,6 +60,8 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
                         std::span<const int32_t> banned) {
   const size_t n = std::min(n_vocab_, logits.size());
   std::copy(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(n), work_.begin());
+  for (const LogitBias& b : p_.logit_bias)
+    if (b.id >= 0 && static_cast<size_t>(b.id) < n) work_[static_cast<size_t>(b.id)] += b.bias;
 
   // Penalties over the window of recent tokens.
   bool penalise =

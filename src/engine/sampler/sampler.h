@@ -1,9 +1,12 @@
-// Token sampling: greedy, temperature, top-k, top-p, min-p, repetition/frequency/presence
-// penalties, seeded randomness (same seed + same logits -> same tokens).
+// Token sampling: logit bias, greedy, temperature, top-k, top-p, min-p,
+// repetition/frequency/presence penalties, seeded randomness (same seed + same logits -> same
+// tokens).
 //
-// Order of operations (as llama.cpp's default chain and vLLM apply them): penalties over the
-// recent history -> banned tokens -> (temperature == 0: argmax, ties to the lower id) ->
-// top-k -> top-p -> min-p -> temperature -> softmax -> draw with the seeded generator.
+// Order of operations (as llama.cpp's default chain and vLLM apply them): logit bias (added to the
+// model's logits) -> penalties over the recent history -> banned tokens -> (temperature == 0:
+// argmax, ties to the lower id) -> top-k -> top-p -> min-p -> temperature -> softmax -> draw with
+// the seeded generator. LastLogprob reports the biased, penalised distribution (vLLM applies the
+// bias as a logits processor, so its logprobs reflect it too).
 // Thread contract: one Sampler per sequence, single-threaded. No heap allocation per token after
 // construction.
 #pragma once
@@ -18,6 +21,13 @@
 
 namespace strata::engine::sampler {
 
+// OpenAI's logit_bias entry: `bias` (in [-100, 100]) is added to token `id`'s logit.
+struct LogitBias {
+  int32_t id = 0;
+  float bias = 0.0f;
+};
+inline constexpr float kMaxLogitBias = 100.0f;
+
 struct SamplingParams {
   float temperature = 0.8f;  // 0 = greedy
   int top_k = 40;            // <= 0: off
@@ -29,12 +39,22 @@ struct SamplingParams {
   float presence_penalty = 0.0f;   // OpenAI style: - (count > 0) * p
   int penalty_last_n = 64;         // history window for penalties (-1: whole history, 0: off)
   uint64_t seed = 0xC0FFEE;
+  // Added to the logits before everything else; ids must be < n_vocab (checked by the request's
+  // Validate; the sampler skips ids outside its vocabulary). Empty: logits untouched.
+  std::vector<LogitBias> logit_bias;
 
   static SamplingParams Greedy();
   // Rejects NaN/negative temperature, top_p outside (0, 1], min_p outside [0, 1], penalties that
-  // are non-finite or repetition_penalty <= 0; the message names the parameter.
+  // are non-finite or repetition_penalty <= 0, logit_bias entries with a negative id or a bias
+  // outside [-100, 100]; the message names the parameter.
   Status Validate() const;
 };
+
+// The seed of completion `index` (0-based) of a request seeded with `seed`: completion 0 uses
+// `seed` itself (so a single completion samples exactly as with that seed alone); completion
+// i > 0 uses SplitMix64(seed ^ (golden ratio * i)), so the streams of nearby seeds never overlap
+// (with seed + i, seed 8's completions were seed 7's shifted by one).
+uint64_t ChoiceSeed(uint64_t seed, int index);
 
 class Sampler {
  public:
