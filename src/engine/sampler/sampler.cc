@@ -54,14 +54,39 @@ Sampler::Sampler(const SamplingParams& params, size_t n_vocab)
       work_(n_vocab),
       idx_(n_vocab),
       probs_(n_vocab),
-      counts_(n_vocab, 0) {}
+      counts_(n_vocab, 0) {
+  for (const LogitBias& b : p_.logit_bias)
+    if (b.bias >= kMaxLogitBias && b.id >= 0 && static_cast<size_t>(b.id) < n_vocab)
+      exclusive_.push_back(b.id);
+  exclusive_logits_.resize(exclusive_.size());
+}
+
+void Sampler::ApplyLogitBias(size_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (const LogitBias& b : p_.logit_bias) {
+    if (b.id < 0 || static_cast<size_t>(b.id) >= n) continue;
+    float& v = work_[static_cast<size_t>(b.id)];
+    if (b.bias <= -kMaxLogitBias)
+      v = kNegInf;
+    else if (b.bias < kMaxLogitBias)
+      v += b.bias;
+  }
+  if (exclusive_.empty()) return;
+  for (size_t k = 0; k < exclusive_.size(); ++k)
+    exclusive_logits_[k] = static_cast<size_t>(exclusive_[k]) < n
+                               ? work_[static_cast<size_t>(exclusive_[k])]
+                               : kNegInf;
+  std::fill(work_.begin(), work_.begin() + static_cast<std::ptrdiff_t>(n), kNegInf);
+  for (size_t k = 0; k < exclusive_.size(); ++k)
+    if (static_cast<size_t>(exclusive_[k]) < n)
+      work_[static_cast<size_t>(exclusive_[k])] = exclusive_logits_[k];
+}
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history,
                         std::span<const int32_t> banned) {
   const size_t n = std::min(n_vocab_, logits.size());
   std::copy(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(n), work_.begin());
-  for (const LogitBias& b : p_.logit_bias)
-    if (b.id >= 0 && static_cast<size_t>(b.id) < n) work_[static_cast<size_t>(b.id)] += b.bias;
+  if (!p_.logit_bias.empty()) ApplyLogitBias(n);
 
   // Penalties over the window of recent tokens.
   bool penalise =

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -173,6 +174,33 @@ TEST(SamplerTest, LogitBiasMinus100BansTheToken) {
   Sampler s(p, l.size());
   for (int i = 0; i < 2000; ++i) ASSERT_NE(s.Sample(l, {}), argmax);
   EXPECT_LT(s.LastLogprob(argmax), -90.0f);
+}
+
+// The ends of the range are exact: on a peaky model (runner-up 300 nats below the top) +100 still
+// forces the token and -100 still bans it; several +100 tokens share the selection.
+TEST(SamplerTest, LogitBiasEndsHoldOnAnyLogitScale) {
+  std::vector<float> l = {0.0f, 400.0f, 100.0f, 0.5f};
+  SamplingParams p = Random(5);
+  p.logit_bias = {{.id = 0, .bias = 100.0f}};
+  Sampler force(p, l.size());
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(force.Sample(l, {}), 0);
+  EXPECT_EQ(force.LastLogprob(0), 0.0f);
+  p.logit_bias = {{.id = 1, .bias = -100.0f}};
+  Sampler ban(p, l.size());
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(ban.Sample(l, {}), 2);
+  EXPECT_EQ(ban.LastLogprob(1), -std::numeric_limits<float>::infinity());
+  p = Random(6);
+  p.logit_bias = {{.id = 0, .bias = 100.0f}, {.id = 3, .bias = 100.0f}};
+  Sampler pair(p, l.size());
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 2000; ++i) seen[pair.Sample(l, {})]++;
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[3], seen[0]) << "the +100 tokens keep their own logits (0.5 > 0)";
+  p = SamplingParams::Greedy();
+  p.logit_bias = {{.id = 2, .bias = 99.0f}};  // inside the range: added, 199 < 400
+  Sampler add(p, l.size());
+  EXPECT_EQ(add.Sample(l, {}), 1);
 }
 
 TEST(SamplerTest, SmallLogitBiasShiftsTheLogit) {
