@@ -132,7 +132,7 @@ Status RunGenerate(const GenerateOptions& o) {
       if (!o.json && !text.empty()) std::fputc('\n', stdout);  // the error starts its own line
       return step.status();
     }
-    logits = std::move(*step);
+    logits = *step;
   }
   std::string rest = decoder.Flush();
   text += rest;

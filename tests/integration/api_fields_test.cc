@@ -30,38 +30,38 @@ constexpr const char* kTemplate =
 class ApiFields : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    tmpl_ = (std::filesystem::temp_directory_path() /
-             ("strata_api_fields_tmpl_" + std::to_string(getpid()) + ".jinja"))
-                .string();
-    std::ofstream(tmpl_) << kTemplate;
-    server_ = new ServeProcess({"--chat-template-file", tmpl_});
+    template_path = (std::filesystem::temp_directory_path() /
+                     ("strata_api_fields_tmpl_" + std::to_string(getpid()) + ".jinja"))
+                        .string();
+    std::ofstream(template_path) << kTemplate;
+    serve = new ServeProcess({"--chat-template-file", template_path});
   }
   static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-    std::filesystem::remove(tmpl_);
+    delete serve;
+    serve = nullptr;
+    std::filesystem::remove(template_path);
   }
-  void SetUp() override { ASSERT_GT(server_->port(), 0) << "strata serve did not start"; }
+  void SetUp() override { ASSERT_GT(serve->port(), 0) << "strata serve did not start"; }
 
   static json Post(const std::string& path, const json& body, int* status = nullptr,
                    const std::vector<std::string>& headers = {}) {
-    auto r = HttpCall(server_->port(), "POST", path, body.dump(), headers);
+    auto r = HttpCall(serve->port(), "POST", path, body.dump(), headers);
     if (status) *status = r.status;
     return json::parse(r.body, nullptr, false);
   }
-  static json Chat(json extra) {
+  static json Chat(const json& extra) {
     json body = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}}, {"max_tokens", 4}};
     if (extra.is_object()) body.update(extra);
     return body;
   }
-  static json Completion(json extra) {
+  static json Completion(const json& extra) {
     json body = {{"prompt", "Once upon a time"}, {"max_tokens", 4}};
     if (extra.is_object()) body.update(extra);
     return body;
   }
 
-  static inline std::string tmpl_;
-  static inline ServeProcess* server_ = nullptr;
+  static inline std::string template_path;
+  static inline ServeProcess* serve = nullptr;
 };
 
 TEST_F(ApiFields, UnsupportedFieldsAre400sNamingThem) {
@@ -233,16 +233,16 @@ TEST_F(ApiFields, CreatedIsEachResponsesTimeAndIdsAreRandomAcrossProcesses) {
       }
     }
   };
-  collect(server_->port());
+  collect(serve->port());
   {
-    ServeProcess second({"--chat-template-file", tmpl_});  // another process, same flags
+    ServeProcess second({"--chat-template-file", template_path});  // another process, same flags
     ASSERT_GT(second.port(), 0);
     collect(second.port());
   }
   EXPECT_EQ(ids.size(), 12u) << "ids repeat across requests or processes";
   // Streamed chunks: one id, this response's time.
   auto s =
-      HttpCall(server_->port(), "POST", "/v1/completions", Completion({{"stream", true}}).dump());
+      HttpCall(serve->port(), "POST", "/v1/completions", Completion({{"stream", true}}).dump());
   std::set<std::string> chunk_ids;
   for (const auto& e : SseData(s.body)) {
     if (e == "[DONE]") continue;
@@ -301,7 +301,7 @@ TEST_F(ApiFields, ReturnTokenIdsStreamedAndNot) {
     EXPECT_EQ(d["content"],
               chat ? whole["choices"][0]["message"]["content"] : whole["choices"][0]["text"]);
     body["stream"] = true;
-    auto s = HttpCall(server_->port(), "POST", path, body.dump());
+    auto s = HttpCall(serve->port(), "POST", path, body.dump());
     ASSERT_EQ(s.status, 200);
     json streamed = json::array();
     int n = 0;
