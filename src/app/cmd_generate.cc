@@ -127,7 +127,12 @@ Status RunGenerate(const GenerateOptions& o) {
     }
     if (i + 1 == o.max_tokens) break;
     if (seq->n_past() >= seq->n_ctx()) break;
-    ASSIGN_OR_RETURN(logits, seq->Eval(std::span<const int32_t>(&next, 1)));
+    auto step = seq->Eval(std::span<const int32_t>(&next, 1));
+    if (!step.ok()) {
+      if (!o.json && !text.empty()) std::fputc('\n', stdout);  // the error starts its own line
+      return step.status();
+    }
+    logits = *step;
   }
   std::string rest = decoder.Flush();
   text += rest;
@@ -146,7 +151,7 @@ Status RunGenerate(const GenerateOptions& o) {
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   } else {
     if (!rest.empty()) std::fwrite(rest.data(), 1, rest.size(), stdout);
-    std::fputc('\n', stdout);
+    std::fputc('\n', stdout);  // the text ends its line (a shell prompt never follows it)
   }
   std::fprintf(stderr,
                "prompt: %zu tokens in %.3f s (%.1f tokens/s) | generation: %zu tokens in %.3f s "

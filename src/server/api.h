@@ -128,8 +128,7 @@ class Api {
   http::MetricsRegistry metrics_;
   std::string model_labels_;
   http::Readiness readiness_;
-  int64_t created_ = 0;
-  std::atomic<uint64_t> next_id_{1};
+  int64_t created_ = 0;  // the server's start: the model object's `created`
   http::Chain chain_;
 
   mutable Mutex mu_;

@@ -12,6 +12,7 @@
 #include "http/sse.h"
 #include "server/api.h"
 #include "server/api_internal.h"
+#include "server/response_id.h"
 
 namespace strata::server {
 
@@ -39,14 +40,19 @@ struct Api::Job {
     size_t text_chars = 0;  // code points of the token strings so far (the next text_offset)
     bool done = false;
     std::string finish;
+    std::vector<int32_t> token_ids;  // every sampled token (return_token_ids)
+    size_t ids_sent = 0;             // streamed: token_ids[0, ids_sent) went out in chunks
+    bool streamed = false;           // streamed: this choice's first chunk went out
   };
   GenRequest req;
   // One engine request per prompt (a batch), all submitted together; choice p * n + j is
   // completion j of handles[p].
   std::vector<engine::sched::RequestHandle> handles;
   std::shared_ptr<http::Responder> out;
-  std::string id;
-  std::string labels;  // model_name + tier (the priority label)
+  std::string id;           // random (response_id.h)
+  int64_t created = 0;      // this response's creation time (Unix seconds)
+  bool sent_first = false;  // streamed: the first chunk (prompt_token_ids) went out
+  std::string labels;       // model_name + tier (the priority label)
   std::atomic<bool> gone{false};
   bool finished = false;  // on the work strand: Process returned true, the job is forgotten
   std::vector<Choice> choices;
@@ -211,8 +217,19 @@ const EngineErrorKind* FindEngineError(const Status& s) {
 
 // Engine fields (SubmitRequest::Validate names them first) that are also the client's OpenAI
 // params.
-constexpr std::string_view kEngineFields[] = {
-    "prompt", "max_tokens", "n", "top_logprobs", "stop_token_ids", "tenant", "priority"};
+constexpr std::string_view kEngineFields[] = {"prompt",       "max_tokens",     "n",
+                                              "top_logprobs", "stop_token_ids", "tenant",
+                                              "priority",     "logit_bias"};
+
+// return_token_ids: the prompt's ids on the response (and, streamed, on the first chunk); a batch
+// has one list per prompt (each choice also carries its own prompt's, where vLLM has it).
+void AddPromptIds(const Api::Job& job, json* obj) {
+  if (!job.req.return_token_ids) return;
+  if (job.req.prompts.size() > 1)
+    (*obj)["prompt_token_ids"] = job.req.prompts;
+  else
+    (*obj)["prompt_token_ids"] = job.req.submit.prompt;
+}
 
 }  // namespace
 
@@ -312,8 +329,8 @@ std::shared_ptr<Api::Job> Api::NewJob(Endpoint ep, GenRequest g,
   for (const auto& p : job->req.prompts) job->prompt_tokens += static_cast<int>(p.size());
   auto priority = std::string(engine::sched::PriorityName(job->req.submit.priority));
   job->labels = http::Labels({{"model_name", model_.name}, {"tier", priority}});
-  job->id =
-      fmt::format("{}-{:x}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
+  job->id = NewResponseId(ep == Endpoint::kChat ? "chatcmpl" : "cmpl");
+  job->created = UnixSecondsNow();
   const size_t n = static_cast<size_t>(job->req.submit.n);
   job->choices.resize(job->handles.size() * n);
   for (size_t i = 0; i < job->choices.size(); ++i) {
@@ -337,9 +354,11 @@ void Api::StartStream(Job& job) {
                        {"finish_reason", nullptr}});
   json chunk = {{"id", job.id},
                 {"object", "chat.completion.chunk"},
-                {"created", created_},
+                {"created", job.created},
                 {"model", model_.name},
                 {"choices", choices}};
+  AddPromptIds(job, &chunk);
+  job.sent_first = true;
   job.out->Write(http::SseEvent(Dump(chunk)));
 }
 
@@ -459,6 +478,7 @@ bool Api::OnEvent(Job& job, size_t sub, const TokenEvent& ev) {
   if (ev.token >= 0) {
     SteadyTime now = std::chrono::steady_clock::now();
     ++job.completion_tokens;
+    if (job.req.return_token_ids) c.token_ids.push_back(ev.token);
     if (!job.have_first) {
       job.have_first = true;
       job.first_token = now;
@@ -504,11 +524,20 @@ void Api::StreamDelta(Job& job, size_t index, const std::string& delta) {
     choice["delta"] = delta.empty() ? json::object() : json{{"content", delta}};
   else
     choice["text"] = delta;
+  if (job.req.return_token_ids) {  // the ids sampled since this choice's last chunk
+    choice["token_ids"] = std::vector<int32_t>(
+        c.token_ids.begin() + static_cast<std::ptrdiff_t>(c.ids_sent), c.token_ids.end());
+    c.ids_sent = c.token_ids.size();
+    if (!chat && !c.streamed) choice["prompt_token_ids"] = job.req.prompts[c.sub];  // vLLM's place
+  }
+  c.streamed = true;
   json chunk = {{"id", job.id},
                 {"object", job.chunk_object()},
-                {"created", created_},
+                {"created", job.created},
                 {"model", model_.name},
                 {"choices", json::array({choice})}};
+  if (!job.sent_first) AddPromptIds(job, &chunk);
+  job.sent_first = true;
   job.out->Write(http::SseEvent(Dump(chunk)));
 }
 
@@ -560,10 +589,11 @@ void Api::Finish(Job& job) {
   }
   json resp = {{"id", job.id},
                {"object", job.chat() ? "chat.completion" : "text_completion"},
-               {"created", created_},
+               {"created", job.created},
                {"model", model_.name},
                {"choices", FinalChoices(job)},
                {"usage", usage}};
+  AddPromptIds(job, &resp);
   job.out->Respond(OrderedJsonResponse(200, resp));
 }
 
@@ -575,7 +605,7 @@ void Api::FinishStream(Job& job, const json& usage) {
     job.out->Write(
         http::SseEvent(http::ErrorBody(job.error_message, "server_error", "", "engine_error")));
   } else if (job.req.include_usage) {
-    json chunk = {{"id", job.id},         {"object", job.chunk_object()}, {"created", created_},
+    json chunk = {{"id", job.id},         {"object", job.chunk_object()}, {"created", job.created},
                   {"model", model_.name}, {"choices", json::array()},     {"usage", usage}};
     job.out->Write(http::SseEvent(Dump(chunk)));
   }
@@ -594,6 +624,10 @@ json Api::FinalChoices(const Job& job) const {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     else
       choice["text"] = c.text;
+    if (job.req.return_token_ids) {
+      choice["token_ids"] = c.token_ids;
+      if (!chat) choice["prompt_token_ids"] = job.req.prompts[c.sub];  // where vLLM has it
+    }
     choices.push_back(choice);
   }
   return choices;

@@ -7,6 +7,7 @@
 
 #include "http/json_fields.h"
 #include "tokenizer/chat/builtin_templates.h"
+#include "server/openai_fields.h"
 
 namespace strata::server {
 namespace {
@@ -150,6 +151,7 @@ ApiError ParseSampling(const FieldContext& f, GenRequest* g) {
   RETURN_IF_API_ERROR(fields.Int("seed", INT64_MIN, INT64_MAX, &iv));
   sp.seed = iv ? static_cast<uint64_t>(*iv)
                : std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}();
+  ASSIGN_OR_RETURN_API(sp.logit_bias, ParseLogitBias(body, f.model.tok->n_vocab()));
   return ApiError(sp.Validate());
 }
 
@@ -243,19 +245,30 @@ ApiError ParseStopTokens(const FieldContext& f, GenRequest* g) {
 
 ApiError ParseStreaming(const FieldContext& f, GenRequest* g) {
   RETURN_IF_API_ERROR(http::Fields(f.body).Bool("stream", &g->stream));
+  RETURN_IF_API_ERROR(http::Fields(f.body).Bool("return_token_ids", &g->return_token_ids));
   if (!Present(f.body, "stream_options")) return {};
   const json& so = f.body["stream_options"];
   if (!so.is_object()) return Bad("stream_options", "must be an object");
   return http::Fields(so, "stream_options.").Bool("include_usage", &g->include_usage);
 }
 
+// vLLM's integer priority (lower runs first) onto the classes: < 0 gold, 0 silver, > 0 bronze.
+engine::sched::Priority PriorityOfInteger(int64_t v) {
+  using engine::sched::Priority;
+  return v < 0 ? Priority::kGold : v == 0 ? Priority::kSilver : Priority::kBronze;
+}
+
 // Strata extensions: priority (body `priority` wins over the x-strata-tier header) and deadline.
 ApiError ParsePriorityAndDeadline(const FieldContext& f, GenRequest* g) {
   std::string priority_name(f.priority_header);
-  if (Present(f.body, "priority")) {
-    if (!f.body["priority"].is_string())
-      return Bad("priority", "must be one of gold, silver, bronze");
-    priority_name = f.body["priority"].get<std::string>();  // json-access: is_string checked
+  if (const json* p = http::Fields(f.body).Find("priority"); p && p->is_number_integer()) {
+    ASSIGN_OR_RETURN_API(int64_t v, http::AsInt(*p, "priority", INT64_MIN, INT64_MAX));
+    g->submit.priority = PriorityOfInteger(v);
+    priority_name.clear();  // the body wins over the header
+  } else if (p) {
+    if (!p->is_string())
+      return Bad("priority", "must be one of gold, silver, bronze, or an integer");
+    priority_name = p->get<std::string>();  // json-access: is_string checked
   }
   if (!priority_name.empty()) {
     auto t = engine::sched::ParsePriority(priority_name);
@@ -342,6 +355,7 @@ ApiResult<GenRequest> ParseGenRequest(Endpoint endpoint, const json& body, const
   if (!body.is_object()) return Bad("body", "must be a JSON object");
   GenRequest g;
   g.endpoint = endpoint;
+  RETURN_IF_API_ERROR(CheckFieldSupport(endpoint, body));
   ASSIGN_OR_RETURN_API(g.prompts, ParsePrompt(endpoint, body, model));
   g.submit.prompt = g.prompts[0];
   const FieldContext f{body, model, endpoint, priority_header};

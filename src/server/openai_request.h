@@ -4,9 +4,11 @@
 // Errors: every parse function returns an http::ApiError: InvalidArgument (or OutOfRange for a
 // prompt longer than the context) whose message starts with the offending parameter's name and a
 // colon ("max_tokens: ..."), with that parameter carried as the error's `param` field (the server
-// writes it into the OpenAI error body as is). Unknown fields are ignored.
-// Shape: ParseGenRequest = prompt (template + tokenize) -> a table of field parsers over the body
-// (one small function per group of OpenAI fields) -> the engine request.
+// writes it into the OpenAI error body as is). Unknown fields are ignored; OpenAI fields Strata
+// does not implement are refused by name (openai_fields.h has the table of every field).
+// Shape: ParseGenRequest = unsupported fields (CheckFieldSupport) -> prompt (template + tokenize)
+// -> a table of field parsers over the body (one small function per group of OpenAI fields) -> the
+// engine request.
 // Thread contract: free functions, no shared state; StopMatcher is one-per-completion.
 #pragma once
 
@@ -63,6 +65,7 @@ struct GenRequest {
   std::vector<std::string> stop;  // stop strings (not included in the output)
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
+  bool return_token_ids = false;       // vLLM's extension: prompt_token_ids + each choice's ids
   std::optional<int64_t> deadline_ms;  // relative deadline; the caller turns it into a TimePoint
 
   // The engine's max_tokens for a prompt of `prompt_size` tokens: what was asked, clamped to the
@@ -75,7 +78,8 @@ struct GenRequest {
 };
 
 // Parses a /v1/completions or /v1/chat/completions body. `priority_header` is the x-strata-tier
-// header (may be empty); the body's `priority` wins over it.
+// header (may be empty); the body's `priority` wins over it. `priority` is a class name (gold,
+// silver, bronze) or an integer as vLLM's (lower runs first): < 0 gold, 0 silver, > 0 bronze.
 http::ApiResult<GenRequest> ParseGenRequest(Endpoint endpoint, const nlohmann::json& body,
                                             const ModelInfo& model,
                                             std::string_view priority_header = {});

@@ -41,6 +41,21 @@ TEST(CliTest, GenerateStreamsTextAndTimingLine) {
   EXPECT_NE(r.err.find("generation:"), std::string::npos);
 }
 
+// The streamed text is exactly the generated text followed by one newline (the --json text of the
+// same greedy run), so the shell prompt or the next output starts on its own line.
+TEST(CliTest, GenerateTextEndsWithANewline) {
+  for (const char* prompt : {"Hello", "Once upon a time"}) {
+    const std::string args = std::string("generate -p '") + prompt + "' -n 8 --temperature 0";
+    RunResult text = RunStrata(args);
+    RunResult json = RunStrata(args + " --json");
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    ASSERT_EQ(json.exit_code, 0) << json.err;
+    ASSERT_FALSE(text.out.empty());
+    EXPECT_EQ(text.out.back(), '\n');
+    EXPECT_EQ(text.out, nlohmann::json::parse(json.out)["text"].get<std::string>() + "\n");
+  }
+}
+
 TEST(CliTest, GenerateEverySharedModel) {
   for (const char* m :
        {"tiny-llama3-Q4_K_M.gguf", "tiny-qwen2-Q8_0.gguf", "llama-2-tiny-random.gguf"}) {

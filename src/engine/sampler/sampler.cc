@@ -29,7 +29,22 @@ Status SamplingParams::Validate() const {
   if (!std::isfinite(presence_penalty) || std::fabs(presence_penalty) > 2.0f)
     return Status::InvalidArgument("presence_penalty must be in [-2, 2]");
   if (penalty_last_n < -1) return Status::InvalidArgument("penalty_last_n must be >= -1");
+  for (const LogitBias& b : logit_bias) {
+    if (b.id < 0) return Status::InvalidArgument("logit_bias: token ids must be >= 0");
+    if (!std::isfinite(b.bias) || std::fabs(b.bias) > kMaxLogitBias)
+      return Status::InvalidArgument("logit_bias: biases must be in [-100, 100]");
+  }
   return Status::Ok();
+}
+
+uint64_t ChoiceSeed(uint64_t seed, int index) {
+  if (index == 0) return seed;
+  // SplitMix64's finaliser over the seed offset by index golden-ratio steps.
+  uint64_t z = seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index));
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
 }
 
 Sampler::Sampler(const SamplingParams& params, size_t n_vocab)
@@ -39,12 +54,39 @@ Sampler::Sampler(const SamplingParams& params, size_t n_vocab)
       work_(n_vocab),
       idx_(n_vocab),
       probs_(n_vocab),
-      counts_(n_vocab, 0) {}
+      counts_(n_vocab, 0) {
+  for (const LogitBias& b : p_.logit_bias)
+    if (b.bias >= kMaxLogitBias && b.id >= 0 && static_cast<size_t>(b.id) < n_vocab)
+      exclusive_.push_back(b.id);
+  exclusive_logits_.resize(exclusive_.size());
+}
+
+void Sampler::ApplyLogitBias(size_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (const LogitBias& b : p_.logit_bias) {
+    if (b.id < 0 || static_cast<size_t>(b.id) >= n) continue;
+    float& v = work_[static_cast<size_t>(b.id)];
+    if (b.bias <= -kMaxLogitBias)
+      v = kNegInf;
+    else if (b.bias < kMaxLogitBias)
+      v += b.bias;
+  }
+  if (exclusive_.empty()) return;
+  for (size_t k = 0; k < exclusive_.size(); ++k)
+    exclusive_logits_[k] = static_cast<size_t>(exclusive_[k]) < n
+                               ? work_[static_cast<size_t>(exclusive_[k])]
+                               : kNegInf;
+  std::fill(work_.begin(), work_.begin() + static_cast<std::ptrdiff_t>(n), kNegInf);
+  for (size_t k = 0; k < exclusive_.size(); ++k)
+    if (static_cast<size_t>(exclusive_[k]) < n)
+      work_[static_cast<size_t>(exclusive_[k])] = exclusive_logits_[k];
+}
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history,
                         std::span<const int32_t> banned) {
   const size_t n = std::min(n_vocab_, logits.size());
   std::copy(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(n), work_.begin());
+  if (!p_.logit_bias.empty()) ApplyLogitBias(n);
 
   // Penalties over the window of recent tokens.
   bool penalise =

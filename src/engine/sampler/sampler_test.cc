@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <set>
 
 namespace strata::engine::sampler {
 namespace {
@@ -125,6 +128,126 @@ TEST(SamplerTest, ValidateNamesTheParameter) {
   p.min_p = 2.0f;
   EXPECT_FALSE(p.Validate().ok());
   EXPECT_TRUE(SamplingParams().Validate().ok());
+}
+
+// Logits like a model's: a spread of a few units over a small vocabulary.
+std::vector<float> SpreadLogits(size_t n) {
+  std::vector<float> l(n);
+  for (size_t i = 0; i < n; ++i) l[i] = std::sin(static_cast<float>(i) * 1.7f) * 3;
+  return l;
+}
+
+SamplingParams Random(uint64_t seed) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = seed;
+  return p;
+}
+
+TEST(SamplerTest, LogitBiasPlus100ForcesTheToken) {
+  const auto l = SpreadLogits(64);
+  SamplingParams p = Random(3);
+  p.logit_bias = {{.id = 17, .bias = 100.0f}};
+  Sampler s(p, l.size());
+  for (int i = 0; i < 500; ++i) ASSERT_EQ(s.Sample(l, {}), 17);
+  EXPECT_NEAR(s.LastLogprob(17), 0.0f, 1e-4) << "logprobs reflect the biased distribution";
+  p = SamplingParams::Greedy();
+  p.logit_bias = {{.id = 5, .bias = 100.0f}};
+  Sampler g(p, l.size());
+  EXPECT_EQ(g.Sample(l, {}), 5);
+}
+
+TEST(SamplerTest, LogitBiasMinus100BansTheToken) {
+  const auto l = SpreadLogits(8);
+  const int32_t argmax = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  SamplingParams p = SamplingParams::Greedy();
+  Sampler plain(p, l.size());
+  ASSERT_EQ(plain.Sample(l, {}), argmax);
+  p.logit_bias = {{.id = argmax, .bias = -100.0f}};
+  Sampler g(p, l.size());
+  EXPECT_NE(g.Sample(l, {}), argmax);
+  p = Random(9);
+  p.logit_bias = {{.id = argmax, .bias = -100.0f}};
+  Sampler s(p, l.size());
+  for (int i = 0; i < 2000; ++i) ASSERT_NE(s.Sample(l, {}), argmax);
+  EXPECT_LT(s.LastLogprob(argmax), -90.0f);
+}
+
+// The ends of the range are exact: on a peaky model (runner-up 300 nats below the top) +100 still
+// forces the token and -100 still bans it; several +100 tokens share the selection.
+TEST(SamplerTest, LogitBiasEndsHoldOnAnyLogitScale) {
+  std::vector<float> l = {0.0f, 400.0f, 100.0f, 0.5f};
+  SamplingParams p = Random(5);
+  p.logit_bias = {{.id = 0, .bias = 100.0f}};
+  Sampler force(p, l.size());
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(force.Sample(l, {}), 0);
+  EXPECT_EQ(force.LastLogprob(0), 0.0f);
+  p.logit_bias = {{.id = 1, .bias = -100.0f}};
+  Sampler ban(p, l.size());
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(ban.Sample(l, {}), 2);
+  EXPECT_EQ(ban.LastLogprob(1), -std::numeric_limits<float>::infinity());
+  p = Random(6);
+  p.logit_bias = {{.id = 0, .bias = 100.0f}, {.id = 3, .bias = 100.0f}};
+  Sampler pair(p, l.size());
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 2000; ++i) seen[pair.Sample(l, {})]++;
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[3], seen[0]) << "the +100 tokens keep their own logits (0.5 > 0)";
+  p = SamplingParams::Greedy();
+  p.logit_bias = {{.id = 2, .bias = 99.0f}};  // inside the range: added, 199 < 400
+  Sampler add(p, l.size());
+  EXPECT_EQ(add.Sample(l, {}), 1);
+}
+
+TEST(SamplerTest, SmallLogitBiasShiftsTheLogit) {
+  std::vector<float> l = {1.0f, 2.0f, 3.0f};
+  SamplingParams p = SamplingParams::Greedy();
+  p.logit_bias = {{.id = 0, .bias = 2.5f}, {.id = 99, .bias = 50.0f}};  // 99: outside, skipped
+  Sampler s(p, 3);
+  EXPECT_EQ(s.Sample(l, {}), 0);  // 3.5 > 3
+  double z = std::exp(3.5) + std::exp(2.0) + std::exp(3.0);
+  EXPECT_NEAR(s.LastLogprob(0), 3.5 - std::log(z), 1e-5);
+}
+
+TEST(SamplerTest, NoLogitBiasSamplesAsBefore) {
+  const auto l = SpreadLogits(100);
+  SamplingParams p = Random(42);
+  SamplingParams zero = p;
+  zero.logit_bias = {{.id = 3, .bias = 0.0f}};
+  Sampler a(p, l.size()), b(zero, l.size());
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(a.Sample(l, {}), b.Sample(l, {}));
+}
+
+TEST(SamplerTest, ValidateChecksLogitBias) {
+  SamplingParams p;
+  p.logit_bias = {{.id = 1, .bias = 100.5f}};
+  EXPECT_NE(p.Validate().message().find("logit_bias"), std::string::npos);
+  p.logit_bias = {{.id = -1, .bias = 1.0f}};
+  EXPECT_NE(p.Validate().message().find("logit_bias"), std::string::npos);
+  p.logit_bias = {{.id = 1, .bias = NAN}};
+  EXPECT_FALSE(p.Validate().ok());
+  p.logit_bias = {{.id = 1, .bias = -100.0f}, {.id = 2, .bias = 100.0f}};
+  EXPECT_TRUE(p.Validate().ok());
+}
+
+TEST(ChoiceSeed, ZeroIsTheSeedAndNearbySeedsShareNoStream) {
+  EXPECT_EQ(ChoiceSeed(7, 0), 7u);
+  EXPECT_EQ(ChoiceSeed(0xC0FFEE, 0), 0xC0FFEEu);
+  std::set<uint64_t> seven, eight;
+  for (int i = 0; i < 64; ++i) {
+    seven.insert(ChoiceSeed(7, i));
+    eight.insert(ChoiceSeed(8, i));
+  }
+  EXPECT_EQ(seven.size(), 64u);
+  EXPECT_EQ(eight.size(), 64u);
+  for (uint64_t s : seven) EXPECT_EQ(eight.count(s), 0u) << s;
+  // Before: seed + i, so seed 8's choice 0 was seed 7's choice 1.
+  EXPECT_NE(ChoiceSeed(7, 1), 8u);
+  EXPECT_EQ(ChoiceSeed(7, 3), ChoiceSeed(7, 3));
 }
 
 }  // namespace

@@ -108,7 +108,7 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   }
   for (int i = 0; i < (embed ? 0 : n); ++i) {
     SamplingParams p = sp;
-    p.seed = sp.seed + static_cast<uint64_t>(i);
+    p.seed = sampler::ChoiceSeed(sp.seed, i);
     state->seqs[static_cast<size_t>(i)].sampler =
         std::make_unique<Sampler>(p, static_cast<size_t>(n_vocab_));
   }

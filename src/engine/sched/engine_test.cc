@@ -568,7 +568,7 @@ TEST(EngineSim, NCompletionsSharePromptBlocksAndMatchSeededSingles) {
   for (int i = 0; i < 4; ++i) {
     SubmitRequest single = r;
     single.n = 1;
-    single.sampling.seed = 1000 + static_cast<uint64_t>(i);
+    single.sampling.seed = sampler::ChoiceSeed(1000, i);
     Sim one(256, Cfg());
     auto sid = one.Submit(single);
     one.RunToCompletion();
@@ -576,6 +576,31 @@ TEST(EngineSim, NCompletionsSharePromptBlocksAndMatchSeededSingles) {
     distinct.insert(sim.results[*id][i].tokens);
   }
   EXPECT_GT(distinct.size(), 1u);
+}
+
+// Completion i's stream comes from ChoiceSeed(seed, i): the completions of seed 7 and seed 8 share
+// no stream (with seed + i, seed 8's completion 0 was seed 7's completion 1).
+TEST(EngineSim, NearbySeedsShareNoCompletionStream) {
+  auto run = [](uint64_t seed) {
+    Sim sim(256, Cfg());
+    SubmitRequest r = Req(MakePrompt(16, 3), 16);
+    r.sampling = SamplingParams();
+    r.sampling.temperature = 1.5f;
+    r.sampling.top_k = 0;
+    r.sampling.min_p = 0;
+    r.sampling.top_p = 1;
+    r.sampling.seed = seed;
+    r.n = 4;
+    auto id = sim.Submit(r);
+    sim.RunToCompletion();
+    std::set<std::vector<int32_t>> out;
+    for (int i = 0; i < 4; ++i) out.insert(sim.results[*id][i].tokens);
+    return out;
+  };
+  const auto a = run(7), b = run(8);
+  EXPECT_EQ(a.size(), 4u);
+  EXPECT_EQ(b.size(), 4u);
+  for (const auto& t : a) EXPECT_EQ(b.count(t), 0u) << "a completion of seed 7 reappears in seed 8";
 }
 
 TEST(EngineSim, StopIdsMaxTokensAndIgnoreEos) {

@@ -60,6 +60,10 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
   if (prompt.empty()) return Status::InvalidArgument("prompt: must contain at least one token");
   RETURN_IF_ERROR(CheckIds("prompt", prompt, n_vocab));
   if (Status s = sampling.Validate(); !s.ok()) return s.WithContext("sampling");
+  for (const sampler::LogitBias& b : sampling.logit_bias)
+    if (b.id >= n_vocab)
+      return Status::InvalidArgument("logit_bias: token id " + std::to_string(b.id) +
+                                     " is out of range [0, " + std::to_string(n_vocab) + ")");
   if (max_tokens < 1)
     return Status::InvalidArgument("max_tokens: must be >= 1, got " + std::to_string(max_tokens));
   if (static_cast<int64_t>(prompt.size()) + max_tokens > max_model_len) {

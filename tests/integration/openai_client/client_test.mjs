@@ -132,5 +132,37 @@ await check('error: wrong key is a 401 AuthenticationError', async () => {
   await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
 });
 
+// logit_bias (issue 14): +100 selects the token exclusively, -100 bans it; the ids come back with
+// vLLM's return_token_ids (an extra body field the SDK passes through).
+await check('completions.create logit_bias', async () => {
+  const base = { model, prompt: 'Once upon a time', max_tokens: 6, temperature: 0, ignore_eos: true, return_token_ids: true };
+  const plain = await client.completions.create(base);
+  const ids = plain.choices[0].token_ids;
+  assert.equal(ids.length, 6);
+  const forced = ids[0] === 300 ? 301 : 300;
+  const r = await client.completions.create({ ...base, logit_bias: { [String(forced)]: 100 } });
+  assert.deepEqual(r.choices[0].token_ids, Array(6).fill(forced));
+  const banned = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Hello!' }], max_tokens: 8, temperature: 0, ignore_eos: true,
+    return_token_ids: true, logit_bias: { [String(ids[0])]: -100 },
+  });
+  assert.ok(!banned.choices[0].token_ids.includes(ids[0]));
+  await assert.rejects(client.completions.create({ ...base, logit_bias: { '99999999': 5 } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'logit_bias');
+});
+
+await check('error: an unsupported field (tools) is a 400 naming it', async () => {
+  await assert.rejects(
+    client.chat.completions.create({
+      model, messages: [{ role: 'user', content: 'Weather?' }], max_tokens: 4,
+      tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: {} } } }],
+    }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'tools' &&
+      /not supported yet/.test(e.message));
+  await assert.rejects(
+    client.completions.create({ model, prompt: 'x', max_tokens: 4, suffix: ' the end' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'suffix' && /not supported/.test(e.message));
+});
+
 console.log(failures === 0 ? 'all checks passed' : `${failures} check(s) failed`);
 process.exit(failures === 0 ? 0 : 1);
