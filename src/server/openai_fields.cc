@@ -67,6 +67,7 @@ ApiError CacheRetentionInMemory(const Fields& f, std::string_view key) {
 ApiError TextModalityOnly(const Fields& f, std::string_view key) {
   const json& v = Value(f, key);
   if (v.is_array() && v.size() == 1 && v[0].is_string() &&
+      // json-access: is_string checked
       v[0].get_ref<const std::string&>() == "text")
     return {};
   return NotSupported(f, key, "(only [\"text\"])");
@@ -226,10 +227,13 @@ http::ApiResult<std::vector<engine::sampler::LogitBias>> ParseLogitBias(const js
     if (id < 0 || static_cast<uint64_t>(id) >= n_vocab)
       return fields.Error("logit_bias",
                           fmt::format("token id {} is out of the vocabulary [0, {})", id, n_vocab));
+    // json-access: is_number checked first
     if (!v.is_number() || !std::isfinite(v.get<double>()) ||
+        // json-access: is_number checked first
         std::fabs(v.get<double>()) > engine::sampler::kMaxLogitBias)
       return fields.Error("logit_bias",
                           fmt::format("the bias of token {} must be a number in [-100, 100]", id));
+    // json-access: is_number checked
     out.push_back({.id = static_cast<int32_t>(id), .bias = static_cast<float>(v.get<double>())});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
