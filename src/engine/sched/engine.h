@@ -4,14 +4,15 @@
 //
 // Step = drain the inbox and cancellations -> Scheduler::Schedule (blocks for every scheduled token
 // are allocated there, copy-on-write copies planned) -> block copies -> ModelRunner::Run over the
-// whole batch -> per sampled sequence: Sampler (per completion, seeded with
-// sampler::ChoiceSeed(seed, index), penalties over prompt + generated) -> commit (num_computed,
-// prefix-cache registration, append token, finish on stop ids / EOG / max_tokens, free blocks) ->
-// push TokenEvents. n > 1: completion i samples with ChoiceSeed(seed, i) (seed itself for i = 0);
-// the n first tokens are all drawn from the prompt's logits, then completions 1..n-1 are forked
-// from completion 0 (sharing its blocks). Allocation: after a request is admitted, a step allocates
-// nothing per token except the growth of the caller-visible event buffer (amortised) — token
-// vectors are reserved to prompt + max_tokens, batch/logits/scratch vectors keep their capacity.
+// whole batch -> per sampled sequence: Sampler (per completion, seeded with ChoiceSeed, penalties
+// over prompt + generated) -> commit (num_computed, prefix-cache registration, append token, finish
+// on stop ids / EOG / max_tokens, free blocks) -> push TokenEvents.
+// n > 1: completion i samples with sampler::ChoiceSeed(seed, i) (seed itself for i = 0); the n
+// first tokens are all drawn from the prompt's logits, then completions 1..n-1 are forked from
+// completion 0 (sharing its blocks).
+// Allocation: after a request is admitted, a step allocates nothing per token except the growth of
+// the caller-visible event buffer (amortised) — token vectors are reserved to prompt + max_tokens,
+// batch/logits/scratch vectors keep their capacity.
 //
 // Embedding requests (SubmitRequest::kind == kEmbed; the runner must have hidden-state output,
 // hidden_dim() > 0): their prompt chunks are batched like any other, with BatchSeq::want_hidden;
