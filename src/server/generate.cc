@@ -643,7 +643,7 @@ int Api::CutAtShutdown(std::chrono::milliseconds wait) {
     jobs = jobs_;
   }
   for (const auto& j : jobs) {
-    engine_->Cancel(j->handle.id);
+    for (const auto& h : j->handles) engine_->Cancel(h.id);
     j->out->Post([this, j] {
       if (j->finished) return;  // finished meanwhile: its response is complete
       j->finished = true;

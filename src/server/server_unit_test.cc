@@ -991,6 +991,8 @@ TEST_F(ServerTest, DeeplyNestedBodyIs400NamingTheBody) {
   // Brackets inside strings are not nesting.
   json ok = Post("/tokenize", {{"content", std::string(1000, '[')}});
   EXPECT_EQ(ok["count"], 1000);
+}
+
 // --- Issue 14: every OpenAI field does what it says or is refused by name. ---
 
 ModelInfo InfoFor(const tokenizer::Tokenizer* tok, const tokenizer::chat::ChatTemplate* tmpl) {
