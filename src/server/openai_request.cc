@@ -6,8 +6,8 @@
 #include <random>
 
 #include "http/json_fields.h"
-#include "tokenizer/chat/builtin_templates.h"
 #include "server/openai_fields.h"
+#include "tokenizer/chat/builtin_templates.h"
 
 namespace strata::server {
 namespace {
