@@ -11,6 +11,7 @@
 #include "http/json_fields.h"
 #include "http/openai_error.h"
 #include "server/api_internal.h"
+#include "tokenizer/utf8.h"
 
 namespace strata::server {
 
@@ -214,26 +215,6 @@ std::string Base64(std::string_view in) {
   return out;
 }
 
-// Whether `s` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
-bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (size_t k = 1; k < n; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc >> 6) != 0x2) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n;
-  }
-  return true;
-}
-
 // At most this many inputs in one /v1/embeddings request (OpenAI allows 2048; each input is one
 // engine request, so the cap bounds one request's share of the queue).
 constexpr size_t kMaxEmbeddingInputs = 256;
@@ -424,7 +405,7 @@ HttpResponse Api::Tokenize(Exchange& ex) {
     json pieces = json::array();
     for (int32_t id : ids) {
       std::string piece = model_.tok->TokenToPiece(id, true);
-      json p = IsValidUtf8(piece) ? json(piece) : json::array();
+      json p = tokenizer::IsValidUtf8(piece) ? json(piece) : json::array();
       if (!p.is_string())
         for (char c : piece) p.push_back(static_cast<unsigned char>(c));
       pieces.push_back({{"id", id}, {"piece", std::move(p)}});

@@ -13,6 +13,7 @@
 #include "server/api.h"
 #include "server/api_internal.h"
 #include "server/response_id.h"
+#include "tokenizer/utf8.h"
 
 namespace strata::server {
 
@@ -82,42 +83,10 @@ size_t CodePoints(std::string_view s) {
   return n;
 }
 
-// `s` with every byte that does not start a valid UTF-8 sequence (strict: no overlongs, no
-// surrogates, nothing above U+10FFFF, no cut-off tail) replaced by U+FFFD.
-std::string ValidUtf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    const size_t len = b < 0x80           ? 1
-                       : (b >> 5) == 0x6  ? 2
-                       : (b >> 4) == 0xE  ? 3
-                       : (b >> 3) == 0x1E ? 4
-                                          : 0;
-    bool ok = len > 0 && i + len <= s.size();
-    uint32_t cp = len == 1 ? b : len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
-    for (size_t k = 1; ok && k < len; ++k) {
-      const auto c = static_cast<unsigned char>(s[i + k]);
-      ok = (c & 0xC0) == 0x80;
-      cp = (cp << 6) | (c & 0x3F);
-    }
-    constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    ok = ok && cp >= kMin[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    if (ok) {
-      out.append(s.substr(i, len));
-      i += len;
-    } else {
-      out.append("\xEF\xBF\xBD");
-      ++i;
-    }
-  }
-  return out;
-}
-
 // An alternative token's string (top_logprobs): its piece as text, invalid or partial UTF-8
 // replaced by U+FFFD (so pieces that show alike are one key of a completions map).
 std::string AltPiece(const tokenizer::Tokenizer& tok, int32_t id) {
-  return ValidUtf8(tok.TokenToPiece(id));
+  return tokenizer::SanitizeUtf8(tok.TokenToPiece(id));
 }
 
 // Records one reported token on the choice. `text` is what the token adds to the choice's text

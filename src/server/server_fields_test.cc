@@ -1,7 +1,7 @@
 // Server tests of the OpenAI request fields (issue 14): the field table covers every OpenAI
 // completions/chat field and refuses unsupported ones by name, logit_bias, n x seed streams,
 // created/ids, integer priority and return_token_ids — in process, over the fixture of
-// server_test_fixture.h.
+// server_test_util.h.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -11,7 +11,7 @@
 
 #include "server/openai_fields.h"
 #include "server/openai_request.h"
-#include "server/server_test_fixture.h"
+#include "server/server_test_util.h"
 
 namespace strata::server {
 namespace {

@@ -19,7 +19,7 @@
 #include "server/api.h"
 #include "server/openai_fields.h"
 #include "server/openai_request.h"
-#include "server/server_test_fixture.h"
+#include "server/server_test_util.h"
 
 namespace strata::server {
 namespace {

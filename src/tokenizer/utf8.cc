@@ -70,8 +70,8 @@ std::string SanitizeUtf8(std::string_view s) {
 }
 
 const ByteUnicodeMap& ByteUnicodeMap::Get() {
-  static const ByteUnicodeMap map;
-  return map;
+  static const ByteUnicodeMap kMap;
+  return kMap;
 }
 
 ByteUnicodeMap::ByteUnicodeMap() {
@@ -96,3 +96,16 @@ std::string ByteUnicodeMap::EncodeString(std::string_view bytes) const {
 }
 
 }  // namespace strata::tokenizer::internal
+
+namespace strata::tokenizer {
+
+bool IsValidUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const internal::Utf8Step st = internal::DecodeUtf8Step(s.substr(i));
+    if (st.kind != internal::Utf8Step::kValid) return false;
+    i += st.len;
+  }
+  return true;
+}
+
+}  // namespace strata::tokenizer

@@ -1,5 +1,7 @@
-// UTF-8 and GPT-2 byte-to-unicode helpers shared by the tokenizers (internal to tokenizer/).
-// All functions are pure and thread-safe; none of them throws or reads past the given bounds.
+// UTF-8 and GPT-2 byte-to-unicode helpers shared by the tokenizers (internal to tokenizer/), and
+// the two UTF-8 checks the server shares with them (IsValidUtf8, SanitizeUtf8 in
+// strata::tokenizer). All functions are pure and thread-safe; none of them throws or reads past the
+// given bounds.
 #pragma once
 
 #include <array>
@@ -25,9 +27,9 @@ void AppendUtf8(uint32_t cp, std::string* out);
 // Result of examining the bytes at the start of `s` as one UTF-8 sequence.
 struct Utf8Step {
   enum Kind { kValid, kInvalid, kIncomplete } kind;
-  size_t len;     // kValid: bytes of the code point; kInvalid: bytes to replace by one U+FFFD;
-                  // kIncomplete: all of `s` (a valid but unfinished prefix)
-  uint32_t cp;    // kValid only
+  size_t len;   // kValid: bytes of the code point; kInvalid: bytes to replace by one U+FFFD;
+                // kIncomplete: all of `s` (a valid but unfinished prefix)
+  uint32_t cp;  // kValid only
 };
 // Strict decoding (no overlongs, no surrogates, nothing above U+10FFFF). `s` must be non-empty.
 Utf8Step DecodeUtf8Step(std::string_view s);
@@ -55,3 +57,13 @@ class ByteUnicodeMap {
 };
 
 }  // namespace strata::tokenizer::internal
+
+namespace strata::tokenizer {
+
+// Whether `s` is well-formed UTF-8 (strict, as DecodeUtf8Step: no overlongs, surrogates, code
+// points above U+10FFFF or unfinished tail).
+bool IsValidUtf8(std::string_view s);
+// `s` with every invalid sequence (maximal subpart) and an unfinished tail replaced by U+FFFD.
+inline std::string SanitizeUtf8(std::string_view s) { return internal::SanitizeUtf8(s); }
+
+}  // namespace strata::tokenizer
