@@ -4,7 +4,7 @@
 Every client JSON field is read through src/http/json_fields.h (http::Fields, AsInt, AsString,
 TokenIds), which answers a 400 naming the field; `.value(`, `.get<`, `.get_ref<` and `.at(` throw
 on a wrong type or a missing key and end the request as a 500 (or, before the last-resort guard,
-the process). This scans src/server and src/http (not tests, not json_fields.cc itself) and fails
+the process). This scans src/server, src/http and src/gateway (not tests, not json_fields.cc itself) and fails
 on any such call unless the line, or the line above it, carries the reviewed-use marker
 `json-access:` followed by why (e.g. `// json-access: engine data`, `// json-access: is_string
 checked`). A textual check on purpose: cheap, no compiler, and it errs on the side of asking.
@@ -17,7 +17,7 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DIRS = ["src/server", "src/http"]
+DIRS = ["src/server", "src/http", "src/gateway"]
 EXEMPT = {"src/http/json_fields.cc"}
 PATTERN = re.compile(r"\.\s*(value|at)\s*\(|\.\s*get(_ref)?\s*<")
 MARKER = "json-access:"

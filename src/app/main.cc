@@ -34,6 +34,7 @@ int Run(int argc, char** argv) {
   RegisterGenerate(app, &exit_code);
   RegisterBench(app, &exit_code);
   RegisterServe(app, &exit_code);
+  RegisterGateway(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -23,8 +23,10 @@ class ServeProcess {
   // later flags override earlier ones (CLI11 keeps the last value).
   explicit ServeProcess(std::vector<std::string> extra)
       : ServeProcess(DefaultArgs(), std::move(extra)) {}
-  // Starts `<base...> <extra...>` (base[0] is the binary).
-  ServeProcess(std::vector<std::string> base, std::vector<std::string> extra) {
+  // Starts `<base...> <extra...>` (base[0] is the binary) and waits for the line holding
+  // `ready_marker` after "listening on ..." (`strata gateway` prints "strata gateway: ready").
+  ServeProcess(std::vector<std::string> base, std::vector<std::string> extra,
+               std::string ready_marker = "strata serve: ready") {
     std::vector<std::string> args = std::move(base);
     args.insert(args.end(), extra.begin(), extra.end());
     int out[2];
@@ -52,7 +54,7 @@ class ServeProcess {
       buf += c;
       if (c != '\n') continue;
       if (port_ == 0 && std::regex_search(buf, m, re)) port_ = std::stoi(m[1]);
-      if (port_ != 0 && buf.find("strata serve: ready") != std::string::npos)
+      if (port_ != 0 && buf.find(ready_marker) != std::string::npos)
         break;  // model loaded
     }
     out_fd_ = out[0];

@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Benchmarks `strata gateway` with `strata bench serve` — the figures of the gateway issue.
+
+Starts N fresh `strata serve` replicas of one model on 127.0.0.1 (cold caches for every run),
+`strata gateway` in front with a chosen balancer policy, runs `strata bench serve` through it,
+and reads the replicas' and the gateway's /metrics. Runs are interleaved (cost, baseline, cost,
+...) and every figure is the median of --reps runs. Prints the CPU with the figures.
+
+Scenarios:
+  shared-prefix  G groups x Q questions on S-token system prompts: TTFT p90 and prefix hit rate,
+                 cost router vs round robin (target: ratio <= 1/3, hit rate >= 80 %)
+  random         random prompts without a shared prefix: max/min requests per replica (<= 1.2)
+  one-prompt     one system prompt shared by every request: max replica load / mean (<= 1.5)
+  kill           kill -9 of one replica during a run: failed requests that had not started
+                 streaming (target 0), time to ejection (target <= 1 s), readmission
+  overhead       TTFT through the gateway vs direct to the replica, one request at a time
+
+Usage: scripts/bench_gateway.py SCENARIO [--replicas N] [--reps R] [--model PATH] [--json FILE]
+Python 3 standard library only; needs build/bin/strata.
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STRATA = os.path.join(ROOT, "build", "bin", "strata")
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip() + f" ({os.cpu_count()} vCPUs)"
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+class Proc:
+    """A child `strata` process that printed 'listening on http://127.0.0.1:PORT' and `ready`."""
+
+    def __init__(self, args, ready, log):
+        self.log = open(log, "w")
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.port = 0
+        deadline = time.time() + 120
+        for line in self.p.stdout:
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+            if ready in line:
+                break
+            if time.time() > deadline:
+                break
+        if not self.port:
+            raise RuntimeError(f"{args[1]} did not start; see {log}")
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        for _ in self.p.stdout:
+            pass
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+            self.p.wait(timeout=30)
+        self.log.close()
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def metric_sum(text, name, label_filter=""):
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and (line[len(name)] in "{ ") and label_filter in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def metric_by(text, name, label):
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        m = re.search(label + r'="([^"]*)"', line)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+class Cluster:
+    def __init__(self, a, policy, work, ports=None):
+        self.work = work
+        self.replicas = []
+        ports = ports or [0] * a.replicas
+        for i, port in enumerate(ports):
+            self.replicas.append(self.start_replica(a, port, i))
+        self.urls = [f"http://127.0.0.1:{r.port}" for r in self.replicas]
+        cfg = os.path.join(work, "gateway.yaml")
+        with open(cfg, "w") as f:
+            f.write("pools:\n  - name: general\n    replicas:\n")
+            for u in self.urls:
+                f.write(f"      - {u}\n")
+            f.write("routes:\n  - name: default\n    to: general\n")
+            f.write(f"balancer:\n  policy: {policy}\n")
+            f.write("health:\n  interval_ms: 200\n  timeout_ms: 500\n  eject_after_failures: 1\n"
+                    "  ejection_base_ms: 500\n  ejection_max_ms: 2000\n")
+            f.write("access_log: off\n")
+        self.gateway = Proc([STRATA, "gateway", "--config", cfg, "--port", "0"],
+                            "strata gateway: ready", os.path.join(work, "gateway.log"))
+        self.url = f"http://127.0.0.1:{self.gateway.port}"
+        for _ in range(200):
+            try:
+                get(self.url + "/ready")
+                break
+            except Exception:
+                time.sleep(0.05)
+        time.sleep(1.0)  # first metrics and KV-event polls
+
+    def start_replica(self, a, port, i):
+        return Proc([STRATA, "serve", "--model", a.model, "--port", str(port), "--threads", "1",
+                     "--kv-cache-memory", a.kv_cache_memory],
+                    "strata serve: ready", os.path.join(self.work, f"replica{i}.log"))
+
+    def replica_metrics(self):
+        return [get(u + "/metrics") for u in self.urls]
+
+    def stop(self):
+        self.gateway.kill(signal.SIGTERM)
+        for r in self.replicas:
+            r.kill()
+
+
+def bench(url, args, work, name):
+    out = os.path.join(work, name + ".json")
+    cmd = [STRATA, "bench", "serve", "--base-url", url, "--no-progress", "--json", out] + args
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"bench serve failed: {r.stderr[-2000:]}")
+    with open(out) as f:
+        return json.load(f)
+
+
+def prefix_hit_rate(cluster):
+    q = h = 0.0
+    for m in cluster.replica_metrics():
+        q += metric_sum(m, "strata:prefix_cache_queries_total")
+        h += metric_sum(m, "strata:prefix_cache_hits_total")
+    return h / q if q else 0.0
+
+
+def per_replica(cluster):
+    m = get(cluster.url + "/metrics")
+    counts = metric_by(m, "strata_gateway:requests_total", "replica")
+    return [counts.get(u, 0.0) for u in cluster.urls]
+
+
+def sp_args(a, seed, groups, per_group):
+    return ["--dataset", "shared-prefix", "--sp-num-groups", str(groups), "--sp-prompts-per-group",
+            str(per_group), "--sp-system-prompt-len", str(a.system_prompt_len),
+            "--sp-question-len", "32", "--sp-output-len", str(a.output_len), "--seed", str(seed),
+            "--request-rate", str(a.rate), "--max-concurrency", str(a.concurrency)]
+
+
+def scenario_shared_prefix(a, work):
+    rows = {"cost": [], "round_robin": []}
+    for rep in range(a.reps):
+        order = ["cost", "round_robin"] if rep % 2 == 0 else ["round_robin", "cost"]
+        for policy in order:
+            c = Cluster(a, policy, work)
+            try:
+                rep_json = bench(c.url, sp_args(a, rep + 1, a.groups, a.questions), work, policy)
+                rows[policy].append({"ttft_p90_ms": rep_json["ttft_ms"]["p90"],
+                                     "ttft_p50_ms": rep_json["ttft_ms"]["median"],
+                                     "hit_rate": prefix_hit_rate(c),
+                                     "failed": rep_json.get("failed", 0)})
+            finally:
+                c.stop()
+            print(f"  rep {rep + 1} {policy}: {rows[policy][-1]}", flush=True)
+    med = {p: {k: statistics.median(r[k] for r in v) for k in v[0]} for p, v in rows.items()}
+    med["ratio_ttft_p90"] = med["cost"]["ttft_p90_ms"] / max(1e-9, med["round_robin"]["ttft_p90_ms"])
+    return med
+
+
+def scenario_spread(a, work, groups, per_group, dataset):
+    rows = []
+    for rep in range(a.reps):
+        c = Cluster(a, "cost", work)
+        try:
+            if dataset == "random":
+                args = ["--dataset", "random", "--num-prompts", str(a.num_prompts),
+                        "--random-input-len", "256", "--random-output-len", str(a.output_len),
+                        "--seed", str(rep + 1), "--request-rate", str(a.rate),
+                        "--max-concurrency", str(a.concurrency)]
+            else:
+                args = sp_args(a, rep + 1, groups, per_group)
+            bench(c.url, args, work, dataset)
+            counts = per_replica(c)
+        finally:
+            c.stop()
+        mean = sum(counts) / len(counts)
+        rows.append({"counts": counts, "max_over_min": max(counts) / max(1.0, min(counts)),
+                     "max_over_mean": max(counts) / max(1e-9, mean)})
+        print(f"  rep {rep + 1}: {rows[-1]}", flush=True)
+    return {"runs": rows,
+            "median_max_over_min": statistics.median(r["max_over_min"] for r in rows),
+            "median_max_over_mean": statistics.median(r["max_over_mean"] for r in rows)}
+
+
+def scenario_kill(a, work):
+    rows = []
+    for rep in range(a.reps):
+        ports = [free_port() for _ in range(a.replicas)]
+        c = Cluster(a, "cost", work, ports)
+        result = {}
+        try:
+            args = ["--dataset", "random", "--num-prompts", "100000", "--random-input-len", "64",
+                    "--random-output-len", str(a.output_len), "--seed", str(rep + 1),
+                    "--request-rate", str(a.rate), "--max-concurrency", str(a.concurrency),
+                    "--max-duration-s", str(a.duration)]
+            out = {}
+            t = threading.Thread(target=lambda: out.update(bench(c.url, args, work, "kill")))
+            t.start()
+            time.sleep(a.duration / 3)
+            victim = c.replicas[0]
+            victim.kill()
+            killed = time.time()
+            ejected_after = None
+            pattern = f'replica_eligible{{pool="general",replica="{c.urls[0]}"}} 0'
+            while time.time() - killed < 5:
+                if pattern in get(c.url + "/metrics"):
+                    ejected_after = time.time() - killed
+                    break
+                time.sleep(0.02)
+            time.sleep(a.duration / 3 - (time.time() - killed))
+            c.replicas[0] = c.start_replica(a, ports[0], 0)
+            back = time.time()
+            readmitted_after = None
+            pattern_up = f'replica_eligible{{pool="general",replica="{c.urls[0]}"}} 1'
+            while time.time() - back < 10:
+                if pattern_up in get(c.url + "/metrics"):
+                    readmitted_after = time.time() - back
+                    break
+                time.sleep(0.05)
+            t.join()
+            counts = per_replica(c)
+            result = {"completed": out.get("completed"), "failed": out.get("failed"),
+                      "failed_before_streaming": out.get("failed_before_first_token"),
+                      "ejected_after_s": ejected_after, "readmitted_after_s": readmitted_after,
+                      "served_by_restarted_replica_total": counts[0]}
+        finally:
+            c.stop()
+        rows.append(result)
+        print(f"  rep {rep + 1}: {result}", flush=True)
+    return {"runs": rows}
+
+
+def scenario_overhead(a, work):
+    rows = {"direct": [], "gateway": []}
+    args_base = ["--dataset", "random", "--num-prompts", str(a.num_prompts), "--random-input-len",
+                 "64", "--random-output-len", "8", "--max-concurrency", "1"]
+    saved = a.replicas
+    a.replicas = 1
+    for rep in range(a.reps):
+        c = Cluster(a, "cost", work)
+        try:
+            order = ["direct", "gateway"] if rep % 2 == 0 else ["gateway", "direct"]
+            for where in order:
+                url = c.urls[0] if where == "direct" else c.url
+                r = bench(url, args_base + ["--seed", str(rep + 1)], work, where)
+                rows[where].append({"ttft_p50_ms": r["ttft_ms"]["median"],
+                                    "ttft_p99_ms": r["ttft_ms"]["p99"]})
+        finally:
+            c.stop()
+        print(f"  rep {rep + 1}: direct {rows['direct'][-1]} gateway {rows['gateway'][-1]}",
+              flush=True)
+    a.replicas = saved
+    med = {w: {k: statistics.median(r[k] for r in v) for k in v[0]} for w, v in rows.items()}
+    med["p50_added_ms"] = med["gateway"]["ttft_p50_ms"] - med["direct"]["ttft_p50_ms"]
+    med["p99_added_ms"] = med["gateway"]["ttft_p99_ms"] - med["direct"]["ttft_p99_ms"]
+    return med
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("scenario", choices=["shared-prefix", "random", "one-prompt", "kill", "overhead"])
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--model", default=os.path.join(ROOT, "build", "models", "strata-tiny.gguf"))
+    ap.add_argument("--kv-cache-memory", default="64MiB")
+    ap.add_argument("--groups", type=int, default=8)
+    ap.add_argument("--questions", type=int, default=16)
+    ap.add_argument("--system-prompt-len", type=int, default=1024)
+    ap.add_argument("--output-len", type=int, default=16)
+    ap.add_argument("--num-prompts", type=int, default=200)
+    ap.add_argument("--rate", default="inf")
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--duration", type=float, default=60)
+    ap.add_argument("--json", help="write the figures here too")
+    a = ap.parse_args()
+    print(f"CPU: {cpu_name()}; model {a.model}; {a.replicas} replicas; {a.reps} reps", flush=True)
+    with tempfile.TemporaryDirectory(prefix="strata-bench-gw-") as work:
+        if a.scenario == "shared-prefix":
+            res = scenario_shared_prefix(a, work)
+        elif a.scenario == "random":
+            res = scenario_spread(a, work, 0, 0, "random")
+        elif a.scenario == "one-prompt":
+            res = scenario_spread(a, work, 1, a.num_prompts, "shared-prefix")
+        elif a.scenario == "kill":
+            res = scenario_kill(a, work)
+        else:
+            res = scenario_overhead(a, work)
+    res = {"scenario": a.scenario, "cpu": cpu_name(), "args": vars(a), "result": res}
+    print(json.dumps(res, indent=2))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

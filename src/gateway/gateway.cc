@@ -1,0 +1,609 @@
+#include "gateway/gateway.h"
+
+#include <fmt/format.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
+
+#include "gateway/gateway_metrics.h"
+#include "gateway/routes.h"
+#include "http/auth.h"
+#include "http/client.h"
+#include "http/json_fields.h"
+#include "http/openai_error.h"
+
+namespace strata::gateway {
+
+namespace asio = boost::asio;
+using http::Exchange;
+using http::HttpResponse;
+using nlohmann::json;
+
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+// One proxied request, from admission to its last byte. Shared by the callbacks of admission and
+// of the upstream call; fields after `admitted` are touched by one callback at a time (admission's
+// done, then the upstream's done callbacks, which run one after another).
+struct Gateway::Job {
+  std::shared_ptr<const Snapshot> snap;
+  std::shared_ptr<http::Responder> out;
+  std::shared_ptr<Cancel> cancel = std::make_shared<Cancel>();
+  Clock::time_point start;
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string path, body;
+  std::string tenant, route, pool, model;
+  Priority priority = Priority::kSilver;
+  std::vector<std::pair<std::string, std::string>> headers;  // forwarded upstream
+  PromptInfo prompt;
+  std::string text_key;  // without token ids: the prompt bytes, for history affinity
+  int64_t max_tokens = 0;
+  std::shared_ptr<ReplicaSet> replicas;
+  std::string api_key;
+  Admission::Ticket ticket = 0;
+  bool admitted = false;
+  std::vector<std::string> tried;
+  int attempts = 0;
+  Pick pick;
+  Clock::time_point admitted_at, dispatched_at;
+  std::atomic<bool> finished{false};
+
+  RequestRecord Record(int status, const UpstreamResult* r, Clock::time_point now) const {
+    RequestRecord rec;
+    rec.tenant = tenant;
+    rec.route = route;
+    rec.pool = pool;
+    rec.replica = pick.url;
+    rec.path = path;
+    rec.model = model;
+    rec.priority = priority;
+    rec.reason = attempts > 0 ? RouteReasonName(pick.reason) : "";
+    rec.status = status;
+    rec.attempts = attempts;
+    rec.prompt_tokens = prompt.tokens;
+    rec.prompt_estimated = prompt.estimated;
+    rec.cached_tokens = pick.cached_tokens;
+    rec.cost_s = pick.cost_s;
+    rec.total_s = Seconds(now - start);
+    rec.admission_s = admitted ? Seconds(admitted_at - start) : Seconds(now - start);
+    if (r && attempts > 0) rec.ttft_s = Seconds(dispatched_at - start) + r->first_chunk_s;
+    rec.upstream = r;
+    return rec;
+  }
+};
+
+namespace {
+
+constexpr int64_t kDefaultMaxTokens = 256;  // the token-bucket charge when max_tokens is absent
+
+HttpResponse JsonResponse(int status, const json& j) {
+  HttpResponse r;
+  r.status = status;
+  r.body = j.dump();
+  return r;
+}
+
+// The tenant of a request: the one whose key the Authorization header carries ("" when keys are
+// not required and none matched).
+const TenantConfig* TenantOf(const GatewayConfig& cfg, const http::HttpRequest& req) {
+  std::string_view auth = req.Header("authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth.size() <= kBearer.size() || auth.substr(0, kBearer.size()) != kBearer) return nullptr;
+  return cfg.TenantForKey(auth.substr(kBearer.size()));
+}
+
+// The request's priority: the body's `priority` (a tier name or the replicas' integer), else the
+// `x-strata-priority` header, else the tenant's default, else silver.
+http::ApiResult<Priority> PriorityOf(const json& body, const http::HttpRequest& req,
+                                     const TenantConfig* tenant) {
+  http::Fields f(body);
+  if (const json* p = f.Find("priority")) {
+    if (p->is_string()) {
+      auto name = ParsePriorityName(p->get_ref<const std::string&>());  // json-access: is_string
+      if (!name.ok()) return http::ApiError::Param("priority", name.status().message());
+      return *name;
+    }
+    std::optional<int64_t> v;
+    RETURN_IF_API_ERROR(f.Int("priority", INT32_MIN, INT32_MAX, &v));
+    return PriorityFromInt(*v);
+  }
+  if (std::string_view h = req.Header("x-strata-priority"); !h.empty()) {
+    auto name = ParsePriorityName(h);
+    if (!name.ok())
+      return http::ApiError(Status::InvalidArgument("x-strata-priority: must be gold, silver or "
+                                                    "bronze"),
+                            "x-strata-priority");
+    return *name;
+  }
+  if (tenant && tenant->default_priority) return *tenant->default_priority;
+  return Priority::kSilver;
+}
+
+// The headers a replica gets from the client's request (identity, tracing, tenant).
+std::vector<std::pair<std::string, std::string>> ForwardedHeaders(const http::HttpRequest& req,
+                                                                  const std::string& tenant) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (std::string_view name : {"traceparent", "tracestate", "x-request-id"})
+    if (std::string_view v = req.Header(name); !v.empty()) out.emplace_back(name, v);
+  if (!tenant.empty()) out.emplace_back("x-strata-tenant", tenant);
+  return out;
+}
+
+Endpoint EndpointOf(std::string_view path) {
+  if (path == "/v1/chat/completions") return Endpoint::kChat;
+  if (path == "/v1/embeddings") return Endpoint::kEmbeddings;
+  return Endpoint::kCompletions;
+}
+
+// The first prompt's text (without token ids: the key of history affinity).
+std::string TextKey(Endpoint e, const json& body) {
+  const json* p = http::Fields(body).Find(e == Endpoint::kChat         ? "messages"
+                                          : e == Endpoint::kEmbeddings ? "input"
+                                                                       : "prompt");
+  if (!p) return {};
+  if (p->is_string()) return p->get_ref<const std::string&>();  // json-access: is_string
+  if (p->is_array() && !p->empty() && p->front().is_string())
+    return p->front().get_ref<const std::string&>();  // json-access: is_string
+  return p->dump();  // chat messages: their JSON text is stable enough for affinity
+}
+
+}  // namespace
+
+Gateway::~Gateway() {
+  Stop();
+  MutexLock lock(&log_mu_);
+  if (log_owned_ && log_) std::fclose(log_);
+}
+
+Result<std::unique_ptr<Gateway>> Gateway::Create(std::shared_ptr<const GatewayConfig> cfg) {
+  std::unique_ptr<Gateway> g(new Gateway());
+  g->upstreams_ = std::make_unique<Upstreams>();
+  g->admission_ = std::make_unique<Admission>(cfg);
+  DeclareGatewayMetrics(&g->metrics_);
+  ASSIGN_OR_RETURN(auto snap, g->Build(cfg, nullptr));
+  {
+    MutexLock lock(&g->mu_);
+    g->snap_ = std::move(snap);
+  }
+  {
+    MutexLock lock(&g->log_mu_);
+    if (cfg->access_log == "stderr") {
+      g->log_ = stderr;
+    } else if (cfg->access_log != "off" && !cfg->access_log.empty()) {
+      g->log_ = std::fopen(cfg->access_log.c_str(), "a");
+      if (!g->log_) return Status::IoError("access_log: cannot open " + cfg->access_log);
+      g->log_owned_ = true;
+    }
+  }
+  g->chain_ = std::make_unique<http::Chain>(g->MakeChain());
+  g->readiness_.SetReady(true);
+  return g;
+}
+
+Result<std::shared_ptr<const Snapshot>> Gateway::Build(std::shared_ptr<const GatewayConfig> cfg,
+                                                       const Snapshot* previous) {
+  auto s = std::make_shared<Snapshot>();
+  s->cfg = cfg;
+  s->generation = previous ? previous->generation + 1 : 1;
+  for (const PoolConfig& p : cfg->pools) {
+    if (!p.tokenizer.empty()) {
+      auto prev = previous ? previous->cfg->FindPool(p.name) : nullptr;
+      auto it = previous ? previous->tokenizers.find(p.name) : decltype(s->tokenizers)::iterator{};
+      if (prev && prev->tokenizer == p.tokenizer && previous && it != previous->tokenizers.end()) {
+        s->tokenizers.emplace(p.name, it->second);
+      } else {
+        auto tok = PoolTokenizer::Load(p.tokenizer);
+        if (!tok.ok())
+          return Status::InvalidArgument(
+              fmt::format("pools.{}.tokenizer: {}", p.name, tok.status().message()));
+        s->tokenizers.emplace(p.name, std::move(*tok));
+      }
+    }
+    std::shared_ptr<ReplicaSet> set;
+    if (previous) {
+      auto it = previous->pools.find(p.name);
+      if (it != previous->pools.end()) {
+        set = it->second;
+        set->Update(p, cfg->balancer, cfg->health);
+      }
+    }
+    if (!set) {
+      set = std::make_shared<ReplicaSet>(upstreams_->io(), p, cfg->balancer, cfg->health);
+      if (started_) set->Start();
+    }
+    s->pools.emplace(p.name, std::move(set));
+  }
+  return std::shared_ptr<const Snapshot>(std::move(s));
+}
+
+Status Gateway::Reload(std::shared_ptr<const GatewayConfig> cfg) {
+  auto old = snapshot();
+  ASSIGN_OR_RETURN(auto next, Build(cfg, old.get()));
+  for (const auto& [name, set] : old->pools)
+    if (!next->pools.contains(name)) set->Stop();  // in-flight requests keep the object alive
+  admission_->Reconfigure(cfg);
+  {
+    MutexLock lock(&mu_);
+    snap_ = std::move(next);
+  }
+  metrics_.Add(std::string(kReloadsTotal), http::Labels({{"result", "ok"}}), 1);
+  return Status::Ok();
+}
+
+std::shared_ptr<const Snapshot> Gateway::snapshot() const {
+  MutexLock lock(&mu_);
+  return snap_;
+}
+
+uint64_t Gateway::generation() const { return snapshot()->generation; }
+
+void Gateway::Start() {
+  if (started_) return;
+  started_ = true;
+  upstreams_->Start();
+  for (const auto& [name, set] : snapshot()->pools) set->Start();
+  StartTicker();
+}
+
+void Gateway::Stop() {
+  if (!started_ || stopped_.exchange(true)) return;
+  for (const auto& [name, set] : snapshot()->pools) set->Stop();
+  upstreams_->Stop();
+}
+
+void Gateway::StartDraining() { readiness_.StartDraining(); }
+
+// Every 50 ms: admission's waiters past their bound are rejected; every 2 s: /v1/models refresh.
+void Gateway::StartTicker() {
+  asio::co_spawn(
+      upstreams_->io(),
+      [this]() -> asio::awaitable<void> {
+        asio::steady_timer timer(co_await asio::this_coro::executor);
+        int ticks = 0;
+        while (!stopped_.load()) {
+          admission_->Tick(Clock::now());
+          if (ticks++ % 40 == 0) RefreshModels();
+          timer.expires_after(std::chrono::milliseconds(50));
+          boost::system::error_code ec;
+          co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        }
+      },
+      asio::detached);
+}
+
+http::Chain Gateway::MakeChain() {
+  auto on = [this](HttpResponse (Gateway::*fn)(Exchange&)) {
+    return [this, fn](Exchange& ex) { return (this->*fn)(ex); };
+  };
+  auto proxy = on(&Gateway::Proxy);
+  std::vector<http::Route> routes = {
+      // method, path, label, prefix, auth, ready, json_body, handler
+      {"GET", "/health", "/health", false, false, false, false, on(&Gateway::Health)},
+      {"GET", "/ready", "/ready", false, false, false, false, on(&Gateway::Ready)},
+      {"GET", "/metrics", "/metrics", false, false, false, false, on(&Gateway::Metrics)},
+      {"GET", "/v1/models", "/v1/models", false, true, false, false, on(&Gateway::Models)},
+      {"POST", "/v1/completions", "/v1/completions", false, true, true, true, proxy},
+      {"POST", "/v1/chat/completions", "/v1/chat/completions", false, true, true, true, proxy},
+      {"POST", "/v1/embeddings", "/v1/embeddings", false, true, true, true, proxy},
+  };
+  // Auth reads the current snapshot's tenants, so a reload changes keys without a new chain.
+  http::Step auth = [this](Exchange& ex) -> std::optional<HttpResponse> {
+    if (!ex.route || !ex.route->auth) return std::nullopt;
+    auto snap = snapshot();
+    if (!snap->cfg->keys_required() || TenantOf(*snap->cfg, ex.request)) return std::nullopt;
+    HttpResponse r = http::ErrorResponse(401, "invalid or missing API key");
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return r;
+  };
+  return http::Chain(std::move(routes),
+                     {auth, http::RequireReady(&readiness_), http::ParseJsonBody()});
+}
+
+void Gateway::Handle(http::HttpRequest req, std::shared_ptr<http::Responder> out) {
+  Exchange ex{std::move(req), std::move(out), nullptr, nullptr};
+  HttpResponse r = chain_->Run(ex);
+  if (r.status == http::kDeferred) return;
+  const std::string route = ex.route ? ex.route->label : "other";
+  metrics_.Add(std::string(kHttpRequestsTotal),
+               http::Labels({{"path", route}, {"status", std::to_string(r.status)}}), 1);
+  ex.out->Respond(std::move(r));
+}
+
+void Gateway::OnInternalError(std::string_view method, std::string_view path) {
+  (void)method;
+  const http::Route* r = chain_->Find(path);
+  metrics_.Add(std::string(kInternalErrorsTotal), http::Labels({{"path", r ? r->label : "other"}}),
+               1);
+}
+
+HttpResponse Gateway::Health(Exchange&) { return JsonResponse(200, {{"status", "ok"}}); }
+
+// Ready when not draining and at least one pool has a replica that can take work.
+HttpResponse Gateway::Ready(Exchange&) {
+  if (readiness_.draining()) return readiness_.Probe();
+  auto snap = snapshot();
+  for (const auto& [name, set] : snap->pools)
+    if (set->any_eligible()) return JsonResponse(200, {{"status", "ready"}});
+  return http::ErrorResponse(503, "no pool has a healthy replica");
+}
+
+HttpResponse Gateway::Metrics(Exchange&) {
+  RefreshPoolGauges(*snapshot(), *admission_, &metrics_);
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = metrics_.Render();
+  return r;
+}
+
+HttpResponse Gateway::Models(Exchange&) {
+  MutexLock lock(&models_mu_);
+  HttpResponse r;
+  r.body = models_body_.empty() ? R"({"object":"list","data":[]})" : models_body_;
+  return r;
+}
+
+// Asks one replica of every pool for its models and keeps the union (id → first object seen,
+// with the pool added as `strata_pool`). Runs on the upstream thread.
+void Gateway::RefreshModels() {
+  auto snap = snapshot();
+  asio::co_spawn(
+      upstreams_->io(),
+      [this, snap]() -> asio::awaitable<void> {
+        json data = json::array();
+        std::set<std::string> seen;
+        for (const auto& [pool, set] : snap->pools) {
+          const PoolConfig* pc = snap->cfg->FindPool(pool);
+          for (const ReplicaView& v : set->Snapshot()) {
+            if (!v.eligible) continue;
+            auto url = http::ParseUrl(v.url);
+            if (!url.ok()) continue;
+            http::HttpClient client(upstreams_->io(), *url, pc ? pc->api_key : "");
+            std::string body;
+            auto res = co_await client.Request(
+                "GET", "/v1/models", "", Clock::now() + std::chrono::seconds(2),
+                [&body](std::string_view piece) {
+                  if (body.size() + piece.size() > (1u << 20))
+                    return Status::OutOfRange("models list too large");
+                  body.append(piece);
+                  return Status::Ok();
+                });
+            if (!res.status.ok() || res.http_status != 200) continue;
+            json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+            const json* list = http::Fields(j).Find("data");
+            if (!list || !list->is_array()) continue;
+            for (const json& m : *list) {
+              const json* id = http::Fields(m).Find("id");
+              if (!m.is_object() || !id || !id->is_string()) continue;
+              const std::string& name =
+                  id->get_ref<const std::string&>();  // json-access: is_string
+              if (!seen.insert(name).second) continue;
+              json copy = m;
+              copy["strata_pool"] = pool;
+              data.push_back(std::move(copy));
+            }
+            break;  // one replica answers for its pool
+          }
+        }
+        MutexLock lock(&models_mu_);
+        models_body_ = json{{"object", "list"}, {"data", std::move(data)}}.dump();
+      },
+      asio::detached);
+}
+
+HttpResponse Gateway::Proxy(Exchange& ex) {
+  auto job = std::make_shared<Job>();
+  job->start = Clock::now();
+  job->snap = snapshot();
+  job->out = ex.out;
+  job->path = ex.request.path;
+  job->endpoint = EndpointOf(ex.request.path);
+  const GatewayConfig& cfg = *job->snap->cfg;
+  const TenantConfig* tenant = TenantOf(cfg, ex.request);
+  if (tenant) job->tenant = tenant->name;
+  http::Fields f(ex.body);
+  std::string model, lora;
+  if (auto e = f.String("model", &model); !e.ok()) return http::ErrorResponse(e);
+  if (auto e = f.String("lora", &lora); !e.ok()) return http::ErrorResponse(e);
+  job->model = model;
+  auto prio = PriorityOf(ex.body, ex.request, tenant);
+  if (!prio.ok()) return http::ErrorResponse(prio.error());
+  job->priority = *prio;
+  std::optional<int64_t> max_tokens;
+  if (auto e = f.Int("max_tokens", 0, INT32_MAX, &max_tokens); !e.ok())
+    return http::ErrorResponse(e);
+  if (!max_tokens)
+    if (auto e = f.Int("max_completion_tokens", 0, INT32_MAX, &max_tokens); !e.ok())
+      return http::ErrorResponse(e);
+  job->max_tokens =
+      job->endpoint == Endpoint::kEmbeddings ? 0 : max_tokens.value_or(kDefaultMaxTokens);
+
+  // Prompt lengths are measured per pool tokenizer, lazily, at most once per tokenizer.
+  std::map<const PoolTokenizer*, PromptInfo> measured;
+  auto measure = [&](const PoolConfig& pool) -> const PromptInfo& {
+    auto it = job->snap->tokenizers.find(pool.name);
+    const PoolTokenizer* tok = it == job->snap->tokenizers.end() ? nullptr : it->second.get();
+    auto m = measured.find(tok);
+    if (m == measured.end())
+      m = measured
+              .emplace(tok, tok ? tok->Measure(job->endpoint, ex.body)
+                                : EstimatePrompt(job->endpoint, ex.body))
+              .first;
+    return m->second;
+  };
+  RequestFacts facts{model, lora.empty() ? model : lora, job->tenant, job->priority, &ex.request};
+  const RouteConfig* route =
+      MatchRoute(cfg, facts, [&](const PoolConfig& p) { return measure(p).tokens; });
+  if (!route) return http::ErrorResponse(404, "no route matches this request", "model");
+  const PoolConfig* pool = cfg.FindPool(route->to);
+  auto set = job->snap->pools.find(route->to);
+  if (!pool || set == job->snap->pools.end())
+    return http::ErrorResponse(503, "route '" + route->name + "' has no pool");
+  job->route = route->name;
+  job->pool = pool->name;
+  job->replicas = set->second;
+  job->api_key = pool->api_key;
+  job->prompt = measure(*pool);
+  if (job->prompt.ids.empty()) job->text_key = TextKey(job->endpoint, ex.body);
+  job->headers = ForwardedHeaders(ex.request, job->tenant);
+
+  // The replica takes the integer priority; a tier name is rewritten (other bodies pass as sent).
+  const json* p = f.Find("priority");
+  if (p && p->is_string()) {
+    json copy = ex.body;
+    copy["priority"] = PriorityToInt(job->priority);
+    job->body = copy.dump();
+  } else {
+    job->body = std::move(ex.request.body);
+  }
+  std::weak_ptr<Cancel> weak = job->cancel;
+  job->out->OnClose([weak] {
+    if (auto c = weak.lock()) c->Fire();
+  });
+  in_flight_.fetch_add(1);
+
+  AdmitRequest ar{job->tenant, job->pool, job->priority, job->prompt.tokens + job->max_tokens,
+                  job->start};
+  admission_->Admit(
+      std::move(ar), [this, job](Result<Admission::Ticket> t, std::optional<Rejection> rej) {
+        if (!t.ok() || rej) {
+          HttpResponse r = http::ErrorResponse(
+              429, rej ? rej->message : std::string(t.status().message()), rej ? rej->reason : "");
+          const double after = rej ? std::max(1.0, std::ceil(rej->retry_after_s)) : 1.0;
+          r.headers.emplace_back("Retry-After", fmt::format("{:.0f}", after));
+          metrics_.Add(std::string(kRejectionsTotal),
+                       http::Labels({{"route", job->route},
+                                     {"pool", job->pool},
+                                     {"reason", rej ? rej->reason : "admission"}}),
+                       1);
+          RespondError(job, std::move(r));
+          return;
+        }
+        job->ticket = *t;
+        job->admitted = true;
+        job->admitted_at = Clock::now();
+        Admitted(job);
+      });
+  return HttpResponse{http::kDeferred, {}, {}, {}};
+}
+
+void Gateway::Admitted(const std::shared_ptr<Job>& job) {
+  if (job->cancel->fired()) {
+    Finish(job, 499, nullptr);
+    return;
+  }
+  Dispatch(job);
+}
+
+void Gateway::Dispatch(const std::shared_ptr<Job>& job) {
+  PickRequest pr{job->prompt.ids, job->text_key, job->prompt.tokens,
+                 job->max_tokens, job->tenant,   job->tried};
+  auto pick = job->replicas->Choose(pr, Clock::now());
+  if (!pick.ok()) {
+    RespondError(job, http::ErrorResponse(
+                          503, fmt::format("pool '{}': {}", job->pool, pick.status().message())));
+    return;
+  }
+  if (job->attempts > 0) pick->reason = RouteReason::kRetry;
+  job->pick = *pick;
+  job->dispatched_at = Clock::now();
+  job->tried.push_back(pick->url);
+  ++job->attempts;
+  job->replicas->OnSent(pick->url, *pick, pr);
+  metrics_.Add(std::string(kRoutingDecisionsTotal),
+               http::Labels({{"route", job->route},
+                             {"pool", job->pool},
+                             {"reason", std::string(RouteReasonName(pick->reason))}}),
+               1);
+  UpstreamCall call;
+  call.url = pick->url;
+  call.path = job->path;
+  call.body = job->body;
+  call.headers = job->headers;
+  call.api_key = job->api_key;
+  call.deadline = Clock::now() + job->snap->cfg->upstream.timeout;
+  std::vector<std::pair<std::string, std::string>> extra = {{"x-strata-route", job->route},
+                                                            {"x-strata-replica", pick->url}};
+  upstreams_->Call(std::move(call), job->out, std::move(extra), job->cancel,
+                   [this, job](UpstreamResult r) { OnUpstreamDone(job, std::move(r)); });
+}
+
+void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, UpstreamResult r) {
+  const bool transport_ok = r.status.ok() || r.http_status > 0;
+  job->replicas->OnFinished(job->pick.url, transport_ok, r.http_status, Clock::now());
+  ObserveUpstream(job->pool, job->pick.url, r, &metrics_);
+  if (r.kind == UpstreamResult::Kind::kRetryable && !job->cancel->fired() &&
+      job->attempts <= job->snap->cfg->upstream.retries) {
+    metrics_.Add(std::string(kRetriesTotal),
+                 http::Labels({{"route", job->route}, {"pool", job->pool}}), 1);
+    Dispatch(job);
+    return;
+  }
+  if (r.kind == UpstreamResult::Kind::kRetryable) {
+    // Out of retries, nothing was written: relay the upstream's 5xx, or a 502 naming the failure.
+    HttpResponse resp;
+    if (r.http_status > 0) {
+      resp.status = r.http_status;
+      resp.content_type = r.content_type.empty() ? "application/json" : r.content_type;
+      resp.body = r.body;
+      resp.headers = r.headers;
+    } else {
+      resp = http::ErrorResponse(
+          502, fmt::format("upstream {} failed: {}", job->pick.url, r.status.message()));
+    }
+    resp.headers.emplace_back("x-strata-route", job->route);
+    resp.headers.emplace_back("x-strata-replica", job->pick.url);
+    const int status = resp.status;
+    job->out->Respond(std::move(resp));
+    Finish(job, status, &r);
+    return;
+  }
+  const int status = r.kind == UpstreamResult::Kind::kClientGone        ? 499
+                     : r.kind == UpstreamResult::Kind::kFailedMidStream ? 502
+                                                                        : r.http_status;
+  Finish(job, status, &r);
+}
+
+void Gateway::RespondError(const std::shared_ptr<Job>& job, HttpResponse resp) {
+  if (!job->route.empty()) resp.headers.emplace_back("x-strata-route", job->route);
+  const int status = resp.status;
+  job->out->Respond(std::move(resp));
+  Finish(job, status, nullptr);
+}
+
+void Gateway::Finish(const std::shared_ptr<Job>& job, int status, const UpstreamResult* r) {
+  if (job->finished.exchange(true)) return;
+  const Clock::time_point now = Clock::now();
+  if (job->admitted) {
+    if (r && r->prompt_tokens >= 0)
+      admission_->Settle(job->ticket,
+                         r->prompt_tokens + std::max<int64_t>(0, r->completion_tokens));
+    else if (r && r->stream_chunks > 0)
+      admission_->Settle(job->ticket, job->prompt.tokens + r->stream_chunks);
+    admission_->Release(job->ticket, now);
+  }
+  const RequestRecord rec = job->Record(status, r, now);
+  ObserveRequest(rec, &metrics_);
+  AccessLog(rec);
+  in_flight_.fetch_sub(1);
+}
+
+void Gateway::AccessLog(const RequestRecord& rec) {
+  MutexLock lock(&log_mu_);
+  if (!log_) return;
+  std::fputs(AccessLogLine(rec, std::chrono::system_clock::now()).c_str(), log_);
+  std::fflush(log_);
+}
+
+}  // namespace strata::gateway

@@ -1,0 +1,116 @@
+// Gateway: the service behind `strata gateway` — one OpenAI-compatible endpoint in front of many
+// replicas. A request passes: auth (API key → tenant) → JSON body → route (the config's ordered
+// decision list, by model, adapter, priority, tenant, headers and prompt length) → admission
+// (tenant token/request buckets, concurrency, pool capacity; gold may wait) → the pool's
+// ReplicaSet picks a replica by predicted seconds → Upstreams relays the call (SSE as it arrives)
+// → a failure before the first byte reached the client is retried once on another replica.
+//
+// Configuration snapshots: the config, its pools' ReplicaSets and tokenizers form one immutable
+// Snapshot; Reload() swaps it (SIGHUP). A request holds the snapshot it started with until it
+// ends; ReplicaSets of pools that remain are updated in place, so their health and load state
+// carry over.
+//
+// Ownership: Gateway owns the upstream I/O thread (Upstreams), the pools' polling, the admission
+// state and the metrics registry.
+// Thread contract: Handle() is called concurrently from the front HttpServer's I/O threads;
+// Reload/Start/Stop/StartDraining from one controlling thread. Completion callbacks run on the
+// upstream thread.
+// Errors: every client error is an OpenAI error body (401 bad key, 400 bad body, 404 no route or
+// unknown path, 429 over a limit with Retry-After, 502 upstream failure, 503 no healthy replica or
+// draining); Create/Reload return InvalidArgument when a pool's tokenizer cannot be loaded.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "base/mutex.h"
+#include "base/status.h"
+#include "gateway/admission.h"
+#include "gateway/config.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/prompt.h"
+#include "gateway/proxy.h"
+#include "gateway/replica_set.h"
+#include "http/chain.h"
+#include "http/prometheus.h"
+#include "http/server.h"
+
+namespace strata::gateway {
+
+// One configuration generation: immutable once built.
+struct Snapshot {
+  std::shared_ptr<const GatewayConfig> cfg;
+  std::map<std::string, std::shared_ptr<ReplicaSet>, std::less<>> pools;
+  // Pool name → its tokenizer (absent: prompt lengths are estimated from bytes).
+  std::map<std::string, std::shared_ptr<const PoolTokenizer>, std::less<>> tokenizers;
+  uint64_t generation = 0;
+};
+
+class Gateway {
+ public:
+  static Result<std::unique_ptr<Gateway>> Create(std::shared_ptr<const GatewayConfig> cfg);
+  ~Gateway();  // Stop()
+
+  // Starts the upstream thread, the pools' health checks and polls, and the admission ticker.
+  void Start();
+  // Stops polling and the upstream thread (in-flight upstream calls end). Idempotent.
+  void Stop();
+  // New requests get 503 "draining"; in-flight ones finish.
+  void StartDraining();
+  // Swaps in a new configuration; in-flight requests keep theirs.
+  Status Reload(std::shared_ptr<const GatewayConfig> cfg);
+
+  void Handle(http::HttpRequest req, std::shared_ptr<http::Responder> out);
+  // Told by the HTTP server's last-resort guard.
+  void OnInternalError(std::string_view method, std::string_view path);
+
+  int64_t in_flight() const { return in_flight_.load(); }
+  uint64_t generation() const;
+  std::shared_ptr<const Snapshot> snapshot() const;
+  http::MetricsRegistry& metrics() { return metrics_; }
+
+  struct Job;  // one proxied request (gateway.cc)
+
+ private:
+  Gateway() = default;
+  Result<std::shared_ptr<const Snapshot>> Build(std::shared_ptr<const GatewayConfig> cfg,
+                                                const Snapshot* previous);
+  http::Chain MakeChain();
+  http::HttpResponse Health(http::Exchange& ex);
+  http::HttpResponse Ready(http::Exchange& ex);
+  http::HttpResponse Metrics(http::Exchange& ex);
+  http::HttpResponse Models(http::Exchange& ex);
+  http::HttpResponse Proxy(http::Exchange& ex);
+  void Admitted(const std::shared_ptr<Job>& job);
+  void Dispatch(const std::shared_ptr<Job>& job);
+  void OnUpstreamDone(const std::shared_ptr<Job>& job, UpstreamResult r);
+  void Finish(const std::shared_ptr<Job>& job, int status, const UpstreamResult* r);
+  void RespondError(const std::shared_ptr<Job>& job, http::HttpResponse resp);
+  void AccessLog(const RequestRecord& rec);
+  void RefreshModels();
+  void StartTicker();
+
+  mutable Mutex mu_;
+  std::shared_ptr<const Snapshot> snap_ GUARDED_BY(mu_);
+  std::unique_ptr<Upstreams> upstreams_;
+  std::unique_ptr<Admission> admission_;
+  std::unique_ptr<http::Chain> chain_;
+  http::Readiness readiness_;
+  http::MetricsRegistry metrics_;
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<bool> stopped_{false};
+  bool started_ = false;
+  // /v1/models: the union of the replicas' models, refreshed on the upstream thread.
+  mutable Mutex models_mu_;
+  std::string models_body_ GUARDED_BY(models_mu_);
+  // The access log (stderr, a file, or none).
+  Mutex log_mu_;
+  std::FILE* log_ GUARDED_BY(log_mu_) = nullptr;
+  bool log_owned_ GUARDED_BY(log_mu_) = false;
+};
+
+}  // namespace strata::gateway

@@ -1,0 +1,130 @@
+#include "gateway/gateway_metrics.h"
+
+#include <fmt/format.h>
+
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "gateway/admission.h"
+#include "gateway/gateway.h"
+#include "gateway/proxy.h"
+
+namespace strata::gateway {
+namespace {
+
+using Type = http::MetricsRegistry::Type;
+
+const std::vector<double> kLatencyBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                             0.5,   1,      2.5,   5,    10,    30,   60,  120};
+
+struct Family {
+  std::string_view name;
+  Type type;
+  std::string_view help;
+  bool latency = false;
+};
+
+constexpr Family kFamilies[] = {
+    {kRequestsTotal, Type::kCounter,
+     "Proxied requests by route, pool, replica and the client's status code (499: client gone)."},
+    {kHttpRequestsTotal, Type::kCounter,
+     "Requests answered by the gateway itself (health, metrics, models, errors before routing)."},
+    {kInternalErrorsTotal, Type::kCounter, "Exceptions caught by the HTTP server's last resort."},
+    {kTtftSeconds, Type::kHistogram,
+     "Time to first token through the gateway (arrival to the first relayed body byte).", true},
+    {kRequestSeconds, Type::kHistogram, "End-to-end request time through the gateway.", true},
+    {kAdmissionSeconds, Type::kHistogram, "Time a request waited in admission.", true},
+    {kUpstreamSeconds, Type::kHistogram, "Duration of one upstream call.", true},
+    {kUpstreamTtftSeconds, Type::kHistogram,
+     "Upstream call start to its first body byte, per replica.", true},
+    {kUpstreamErrorsTotal, Type::kCounter,
+     "Upstream calls that failed, by kind (connect, 5xx, mid_stream)."},
+    {kRetriesTotal, Type::kCounter,
+     "Requests retried on another replica after failing before the first byte."},
+    {kRejectionsTotal, Type::kCounter, "Requests refused with 429, by reason."},
+    {kRoutingDecisionsTotal, Type::kCounter,
+     "Replica choices by reason (affinity, load, fallback, retry)."},
+    {kCachedTokensTotal, Type::kCounter,
+     "Prompt tokens the balancer predicted the chosen replica had cached."},
+    {kPromptTokensTotal, Type::kCounter, "Prompt tokens routed (measured or estimated)."},
+    {kEjectionsTotal, Type::kCounter, "Replicas ejected by passive outlier detection."},
+    {kReplicaUp, Type::kGauge,
+     "1 when a replica takes new work (healthy, not ejected, not draining)."},
+    {kReplicaInFlight, Type::kGauge, "Requests the gateway has in flight on a replica."},
+    {kPoolInFlight, Type::kGauge, "Requests admitted to a pool and not yet finished."},
+    {kReloadsTotal, Type::kCounter, "Configuration reloads (SIGHUP) by result."},
+};
+
+}  // namespace
+
+void DeclareGatewayMetrics(http::MetricsRegistry* m) {
+  for (const Family& f : kFamilies)
+    m->Declare(std::string(f.name), f.type, std::string(f.help),
+               f.latency ? kLatencyBuckets : std::vector<double>{});
+}
+
+void ObserveRequest(const RequestRecord& rec, http::MetricsRegistry* m) {
+  const std::string code = std::to_string(rec.status);
+  m->Add(kRequestsTotal,
+         http::Labels(
+             {{"route", rec.route}, {"pool", rec.pool}, {"replica", rec.replica}, {"code", code}}),
+         1);
+  const std::string rp = http::Labels({{"route", rec.route}, {"pool", rec.pool}});
+  m->Observe(kRequestSeconds, rp, rec.total_s);
+  m->Observe(kAdmissionSeconds, rp, rec.admission_s);
+  if (rec.ttft_s >= 0 && rec.status >= 200 && rec.status < 300)
+    m->Observe(kTtftSeconds, rp, rec.ttft_s);
+  if (rec.attempts > 0) {
+    m->Add(kPromptTokensTotal, rp, static_cast<double>(rec.prompt_tokens));
+    m->Add(kCachedTokensTotal, rp, static_cast<double>(rec.cached_tokens));
+  }
+}
+
+void ObserveUpstream(std::string_view pool, std::string_view replica, const UpstreamResult& r,
+                     http::MetricsRegistry* m) {
+  const std::string labels = http::Labels({{"pool", pool}, {"replica", replica}});
+  m->Observe(kUpstreamSeconds, labels, r.total_s);
+  if (r.first_chunk_s > 0) m->Observe(kUpstreamTtftSeconds, labels, r.first_chunk_s);
+  std::string_view kind;
+  if (r.kind == UpstreamResult::Kind::kRetryable) kind = r.http_status > 0 ? "5xx" : "connect";
+  if (r.kind == UpstreamResult::Kind::kFailedMidStream) kind = "mid_stream";
+  if (!kind.empty())
+    m->Add(kUpstreamErrorsTotal,
+           http::Labels({{"pool", pool}, {"replica", replica}, {"kind", kind}}), 1);
+}
+
+void RefreshPoolGauges(const Snapshot& snap, const Admission& admission, http::MetricsRegistry* m) {
+  for (const auto& [pool, set] : snap.pools) {
+    m->Set(kPoolInFlight, http::Labels({{"pool", pool}}),
+           static_cast<double>(admission.in_flight(pool)));
+    for (const ReplicaView& v : set->Snapshot()) {
+      const std::string labels = http::Labels({{"pool", pool}, {"replica", v.url}});
+      m->Set(kReplicaUp, labels, v.eligible ? 1 : 0);
+      m->Set(kReplicaInFlight, labels, static_cast<double>(v.in_flight));
+      m->Set(kEjectionsTotal, labels, static_cast<double>(v.ejections));
+    }
+  }
+}
+
+std::string AccessLogLine(const RequestRecord& rec, std::chrono::system_clock::time_point now) {
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  auto dash = [](std::string_view v) { return v.empty() ? std::string_view("-") : v; };
+  const UpstreamResult* u = rec.upstream;
+  return fmt::format(
+      "{} gateway tenant={} path={} model={} priority={} route={} pool={} replica={} status={} "
+      "total_ms={:.1f} ttft_ms={:.1f} admission_ms={:.1f} prompt_tokens={}{} cached_tokens={} "
+      "completion_tokens={} attempts={} reason={} cost_s={:.4f}\n",
+      ts, dash(rec.tenant), dash(rec.path), dash(rec.model), PriorityName(rec.priority),
+      dash(rec.route), dash(rec.pool), dash(rec.replica), rec.status, rec.total_s * 1e3,
+      rec.ttft_s >= 0 ? rec.ttft_s * 1e3 : -1.0, rec.admission_s * 1e3, rec.prompt_tokens,
+      rec.prompt_estimated ? "~" : "", rec.cached_tokens,
+      u && u->completion_tokens >= 0 ? u->completion_tokens : (u ? u->stream_chunks : 0),
+      rec.attempts, dash(rec.reason), rec.cost_s);
+}
+
+}  // namespace strata::gateway

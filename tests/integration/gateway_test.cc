@@ -1,0 +1,357 @@
+// `strata gateway` end to end: real `strata serve` replicas (the bundled tiny model, one thread)
+// behind a real gateway process, all on 127.0.0.1. Covers proxying (JSON and SSE, answers equal
+// to the replica's own), the x-strata-route / x-strata-replica headers, routing rules, tenants
+// (401, 429 + Retry-After), failover after kill -9 with ejection and readmission, SIGHUP reload,
+// /v1/models, /metrics and prefix affinity.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "integration/http_test_client.h"
+#include "integration/serve_process.h"
+
+namespace strata::testing {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// A port that was free a moment ago (for a replica that must come back on the same address).
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 0;
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::unique_ptr<ServeProcess> StartReplica(int port = 0) {
+  return std::make_unique<ServeProcess>(std::vector<std::string>{
+      "--port", std::to_string(port), "--threads", "1", "--kv-cache-memory", "32MiB"});
+}
+
+std::string Url(int port) { return "http://127.0.0.1:" + std::to_string(port); }
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("strata-gw-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    gateway_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string WriteConfig(const std::string& yaml) {
+    const std::string path = (dir_ / "gateway.yaml").string();
+    std::ofstream(path) << yaml;
+    return path;
+  }
+  void StartGateway(const std::string& yaml) {
+    const std::string path = WriteConfig(yaml);
+    gateway_ = std::make_unique<ServeProcess>(
+        std::vector<std::string>{STRATA_BIN, "gateway", "--config", path, "--port", "0"},
+        std::vector<std::string>{}, "strata gateway: ready");
+    ASSERT_GT(gateway_->port(), 0) << gateway_->startup_output();
+  }
+  // Waits until the gateway's /ready is 200 (its health checks saw a replica).
+  void WaitReady() {
+    for (int i = 0; i < 200; ++i) {
+      if (HttpCall(gateway_->port(), "GET", "/ready").status == 200) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    FAIL() << "gateway never became ready";
+  }
+  HttpReply Complete(const json& body, const std::vector<std::string>& headers = {}) {
+    return HttpCall(gateway_->port(), "POST", "/v1/completions", body.dump(), headers);
+  }
+  std::string Metrics() { return HttpCall(gateway_->port(), "GET", "/metrics").body; }
+
+  fs::path dir_;
+  std::unique_ptr<ServeProcess> gateway_;
+};
+
+std::string OnePool(const std::vector<int>& ports, const std::string& extra = "") {
+  std::string yaml = "pools:\n  - name: general\n    replicas:\n";
+  for (int p : ports) yaml += "      - " + Url(p) + "\n";
+  yaml += "routes:\n  - name: default\n    to: general\n";
+  yaml +=
+      "health:\n  interval_ms: 100\n  timeout_ms: 500\n  eject_after_failures: 1\n"
+      "  ejection_base_ms: 200\n  ejection_max_ms: 1000\n";
+  yaml += "access_log: off\n" + extra;
+  return yaml;
+}
+
+TEST(GatewayCli, RefusesABadConfigNamingTheKey) {
+  const fs::path path = fs::temp_directory_path() / ("strata-gw-bad-" + std::to_string(getpid()));
+  std::ofstream(path) << "pools:\n  - name: a\n    replicas: [ftp://x]\nroutes:\n  - name: r\n"
+                         "    to: a\n";
+  const std::string cmd =
+      std::string(STRATA_BIN) + " gateway --port 0 --config " + path.string() + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int rc = pclose(p);
+  fs::remove(path);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("pools[0].replicas[0]"), std::string::npos) << out;
+}
+
+TEST_F(GatewayTest, ProxiesJsonAndSseWithRouteAndReplicaHeaders) {
+  auto r1 = StartReplica(), r2 = StartReplica();
+  ASSERT_GT(r1->port(), 0);
+  ASSERT_GT(r2->port(), 0);
+  StartGateway(OnePool({r1->port(), r2->port()}));
+  WaitReady();
+  const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"temperature", 0}};
+  HttpReply direct = HttpCall(r1->port(), "POST", "/v1/completions", req.dump());
+  ASSERT_EQ(direct.status, 200) << direct.body;
+  const std::string want = json::parse(direct.body)["choices"][0]["text"];
+  std::set<std::string> replicas;
+  for (int i = 0; i < 6; ++i) {
+    HttpReply r = Complete(req);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.headers["x-strata-route"], "default");
+    replicas.insert(r.headers["x-strata-replica"]);
+    EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want);
+  }
+  for (const std::string& u : replicas)
+    EXPECT_TRUE(u == Url(r1->port()) || u == Url(r2->port())) << u;
+
+  // SSE: the same events as the replica sends, ending in [DONE].
+  json sreq = req;
+  sreq["stream"] = true;
+  HttpReply ds = HttpCall(r2->port(), "POST", "/v1/completions", sreq.dump());
+  HttpReply gs = Complete(sreq);
+  ASSERT_EQ(gs.status, 200) << gs.body;
+  EXPECT_NE(gs.headers["content-type"].find("text/event-stream"), std::string::npos);
+  EXPECT_EQ(gs.headers["x-strata-route"], "default");
+  auto dev = SseData(ds.body), gev = SseData(gs.body);
+  ASSERT_FALSE(gev.empty());
+  EXPECT_EQ(gev.back(), "[DONE]");
+  EXPECT_EQ(gev.size(), dev.size());
+
+  // /v1/models is the union of the pool's models; /metrics has the gateway's families.
+  std::string models;
+  for (int i = 0; i < 100 && models.find("strata-tiny") == std::string::npos; ++i) {
+    models = HttpCall(gateway_->port(), "GET", "/v1/models").body;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(models.find("strata-tiny"), std::string::npos) << models;
+  const std::string m = Metrics();
+  EXPECT_NE(m.find("strata_gateway:requests_total{route=\"default\",pool=\"general\""),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("strata_gateway:time_to_first_token_seconds_bucket"), std::string::npos);
+  EXPECT_NE(m.find("strata_gateway:routing_decisions_total"), std::string::npos);
+}
+
+TEST_F(GatewayTest, RoutesByPriorityHeaderAndModel) {
+  auto a = StartReplica(), b = StartReplica();
+  ASSERT_GT(a->port(), 0);
+  ASSERT_GT(b->port(), 0);
+  StartGateway("pools:\n  - name: a\n    replicas: [" + Url(a->port()) +
+               "]\n  - name: b\n"
+               "    replicas: [" +
+               Url(b->port()) +
+               "]\n"
+               "routes:\n"
+               "  - name: gold\n    match: {priority: gold}\n    to: b\n"
+               "  - name: blue\n    match: {header: {x-team: blue}}\n    to: b\n"
+               "  - name: legal\n    match: {adapter_prefix: finetune-legal-}\n    to: b\n"
+               "  - name: rest\n    to: a\n"
+               "access_log: off\n");
+  WaitReady();
+  const json base = {{"prompt", "Hi"}, {"max_tokens", 2}};
+  HttpReply r = Complete(base);
+  EXPECT_EQ(r.headers["x-strata-route"], "rest");
+  EXPECT_EQ(r.headers["x-strata-replica"], Url(a->port()));
+  json gold = base;
+  gold["priority"] = "gold";
+  r = Complete(gold);
+  EXPECT_EQ(r.status, 200) << r.body;  // the replica got the integer priority
+  EXPECT_EQ(r.headers["x-strata-route"], "gold");
+  EXPECT_EQ(r.headers["x-strata-replica"], Url(b->port()));
+  r = Complete(base, {"X-Team: blue"});
+  EXPECT_EQ(r.headers["x-strata-route"], "blue");
+  // The adapter (`model` here) picks the route; the replica does not serve it: its 404 is relayed.
+  json legal = base;
+  legal["model"] = "finetune-legal-v2";
+  r = Complete(legal);
+  EXPECT_EQ(r.headers["x-strata-route"], "legal");
+  EXPECT_EQ(r.status, 404) << r.body;
+  // A bad priority is the gateway's own 400, naming the field.
+  json bad = base;
+  bad["priority"] = "platinum";
+  r = Complete(bad);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("priority"), std::string::npos);
+}
+
+TEST_F(GatewayTest, TenantsNeedAKeyAndGet429WithRetryAfter) {
+  auto a = StartReplica();
+  ASSERT_GT(a->port(), 0);
+  StartGateway(OnePool({a->port()},
+                       "tenants:\n  - name: acme\n    api_keys: [k-acme]\n"
+                       "    requests_per_minute: 2\n"));
+  WaitReady();
+  const json req = {{"prompt", "Hi"}, {"max_tokens", 2}};
+  EXPECT_EQ(Complete(req).status, 401);
+  EXPECT_EQ(Complete(req, {"Authorization: Bearer wrong"}).status, 401);
+  EXPECT_EQ(Complete(req, {"Authorization: Bearer k-acme"}).status, 200);
+  EXPECT_EQ(Complete(req, {"Authorization: Bearer k-acme"}).status, 200);
+  HttpReply r = Complete(req, {"Authorization: Bearer k-acme"});
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_FALSE(r.headers["retry-after"].empty());
+  EXPECT_GE(std::atoi(r.headers["retry-after"].c_str()), 1);
+  EXPECT_NE(r.body.find("requests_per_minute"), std::string::npos) << r.body;
+  EXPECT_NE(Metrics().find("strata_gateway:rejections_total"), std::string::npos);
+}
+
+TEST_F(GatewayTest, Kill9FailsOverEjectsAndReadmits) {
+  const int p1 = FreePort();
+  auto r1 = StartReplica(p1);
+  auto r2 = StartReplica();
+  ASSERT_GT(r1->port(), 0);
+  ASSERT_GT(r2->port(), 0);
+  StartGateway(OnePool({r1->port(), r2->port()}));
+  WaitReady();
+  const json req = {{"prompt", "Hello"}, {"max_tokens", 2}};
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(Complete(req).status, 200);
+  r1->Signal(SIGKILL);
+  r1->Wait(5);
+  const auto killed = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) {
+    HttpReply r = Complete(req);
+    EXPECT_EQ(r.status, 200) << r.body;  // a connect failure is retried on the other replica
+    EXPECT_EQ(r.headers["x-strata-replica"], Url(r2->port()));
+  }
+  const std::string down =
+      "strata_gateway:replica_eligible{pool=\"general\",replica=\"" + Url(p1) + "\"} 0";
+  bool ejected = false;
+  while (!ejected && std::chrono::steady_clock::now() - killed < std::chrono::seconds(3)) {
+    ejected = Metrics().find(down) != std::string::npos;
+    if (!ejected) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(ejected) << Metrics();
+  EXPECT_LT(std::chrono::steady_clock::now() - killed,
+            std::chrono::seconds(1) + std::chrono::milliseconds(500));
+  EXPECT_NE(Metrics().find("strata_gateway:retries_total"), std::string::npos);
+
+  // Back on the same address: readmitted by the health checks.
+  r1 = StartReplica(p1);
+  ASSERT_EQ(r1->port(), p1);
+  const std::string up =
+      "strata_gateway:replica_eligible{pool=\"general\",replica=\"" + Url(p1) + "\"} 1";
+  bool back = false;
+  for (int i = 0; i < 200 && !back; ++i) {
+    back = Metrics().find(up) != std::string::npos;
+    if (!back) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_TRUE(back) << Metrics();
+}
+
+TEST_F(GatewayTest, SighupReloadsAndKeepsTheOldConfigOnError) {
+  auto a = StartReplica();
+  ASSERT_GT(a->port(), 0);
+  StartGateway(OnePool({a->port()}));
+  WaitReady();
+  const json req = {{"prompt", "Hi"}, {"max_tokens", 2}};
+  EXPECT_EQ(Complete(req).headers["x-strata-route"], "default");
+  std::string next = OnePool({a->port()});
+  next.replace(next.find("name: default"), 13, "name: renamed");
+  WriteConfig(next);
+  gateway_->Signal(SIGHUP);
+  std::string route;
+  for (int i = 0; i < 100 && route != "renamed"; ++i) {
+    route = Complete(req).headers["x-strata-route"];
+    if (route != "renamed") std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(route, "renamed");
+  WriteConfig("pools: [oops");  // invalid: the running config stays
+  gateway_->Signal(SIGHUP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  HttpReply r = Complete(req);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["x-strata-route"], "renamed");
+  EXPECT_NE(Metrics().find("strata_gateway:config_reloads_total{result=\"error\"} 1"),
+            std::string::npos);
+  // SIGTERM drains and exits 0.
+  gateway_->Signal(SIGTERM);
+  EXPECT_EQ(gateway_->Wait(10), 0);
+}
+
+TEST_F(GatewayTest, ClientDisconnectCancelsTheUpstreamRequest) {
+  auto a = StartReplica();
+  ASSERT_GT(a->port(), 0);
+  StartGateway(OnePool({a->port()}));
+  WaitReady();
+  const json req = {{"prompt", "Tell me a long story"},
+                    {"max_tokens", 4000},
+                    {"stream", true},
+                    {"ignore_eos", true}};
+  {
+    HttpConn c(gateway_->port());
+    ASSERT_TRUE(c.Send("POST", "/v1/completions", req.dump()));
+    ASSERT_TRUE(
+        c.ReadUntil([](const std::string& b) { return b.find("data: ") != std::string::npos; }));
+  }  // closed mid-stream
+  bool idle = false;
+  for (int i = 0; i < 200 && !idle; ++i) {
+    const std::string m = HttpCall(a->port(), "GET", "/metrics").body;
+    idle = m.find("strata:num_requests_running{model_name=\"strata-tiny\"} 0") != std::string::npos;
+    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_TRUE(idle) << "the replica still runs the abandoned request";
+}
+
+TEST_F(GatewayTest, RepeatedPrefixGoesWhereItIsCached) {
+  auto r1 = StartReplica(), r2 = StartReplica();
+  ASSERT_GT(r1->port(), 0);
+  ASSERT_GT(r2->port(), 0);
+  StartGateway(OnePool({r1->port(), r2->port()}));
+  WaitReady();
+  // A 256-token id prompt (16 blocks of 16): after the first request, its blocks are on one
+  // replica, which the balancer learns from the replica's KV events.
+  std::vector<int> ids;
+  for (int i = 0; i < 256; ++i) ids.push_back(100 + (i * 37) % 400);
+  const json req = {{"prompt", ids}, {"max_tokens", 1}};
+  HttpReply first = Complete(req);
+  ASSERT_EQ(first.status, 200) << first.body;
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // a KV-event poll or two
+  for (int i = 0; i < 4; ++i) {
+    HttpReply r = Complete(req);
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(r.headers["x-strata-replica"], first.headers["x-strata-replica"]);
+  }
+  const std::string m = Metrics();
+  EXPECT_NE(m.find("strata_gateway:routing_decisions_total{route=\"default\",pool=\"general\","
+                   "reason=\"affinity\"}"),
+            std::string::npos)
+      << m;
+}
+
+}  // namespace
+}  // namespace strata::testing
