@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "integration/http_test_client.h"
+#include "integration/run_strata.h"
 #include "integration/serve_process.h"
 
 namespace strata::testing {
@@ -191,7 +192,7 @@ TEST_F(GatewayTest, RoutesByPriorityHeaderAndModel) {
   json gold = base;
   gold["priority"] = "gold";
   r = Complete(gold);
-  EXPECT_EQ(r.status, 200) << r.body;  // the replica got the integer priority
+  EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers["x-strata-route"], "gold");
   EXPECT_EQ(r.headers["x-strata-replica"], Url(b->port()));
   r = Complete(base, {"X-Team: blue"});
@@ -351,6 +352,22 @@ TEST_F(GatewayTest, RepeatedPrefixGoesWhereItIsCached) {
                    "reason=\"affinity\"}"),
             std::string::npos)
       << m;
+}
+
+// The server's hostile-request battery through the gateway: random invalid requests of every
+// route, relayed or refused, never a 5xx, and the gateway alive at the end.
+TEST_F(GatewayTest, FloodOfInvalidRequestsNo5xxAndTheGatewaySurvives) {
+  auto a = StartReplica();
+  ASSERT_GT(a->port(), 0);
+  StartGateway(OnePool({a->port()}));
+  WaitReady();
+  RunResult r = RunStrata("bench flood --port " + std::to_string(gateway_->port()) +
+                          " --server-pid " + std::to_string(gateway_->pid()) +
+                          " --requests 5000 --connections 8 --timeout 20 --seed 5");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find(" 5xx 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("server alive and answering; ok"), std::string::npos) << r.out;
+  EXPECT_EQ(Complete({{"prompt", "Hi"}, {"max_tokens", 2}}).status, 200);
 }
 
 }  // namespace
