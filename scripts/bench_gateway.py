@@ -268,7 +268,7 @@ def scenario_kill(a, work):
             t.join()
             counts = per_replica(c)
             result = {"completed": out.get("completed"), "failed": out.get("failed"),
-                      "failed_before_streaming": out.get("failed_before_first_token"),
+                      "failed_before_first_token": out.get("failed_before_first_token"),
                       "ejected_after_s": ejected_after, "readmitted_after_s": readmitted_after,
                       "served_by_restarted_replica_total": counts[0]}
         finally:

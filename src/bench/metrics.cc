@@ -49,6 +49,7 @@ Aggregate ComputeAggregate(const std::vector<RequestRecord>& records, double dur
     ++a.num_requests;
     if (!r.success) {
       ++a.failed;
+      if (r.ttft_s <= 0) ++a.failed_before_first_token;
       if (a.first_error.empty()) a.first_error = r.error;
       continue;
     }

@@ -53,6 +53,7 @@ struct Aggregate {
   int64_t num_requests = 0;  // requests attempted (completed + failed)
   int64_t completed = 0;
   int64_t failed = 0;
+  int64_t failed_before_first_token = 0;  // failed without a token received (a retry was safe)
   std::string first_error;
   double duration_s = 0;
   int64_t total_input_tokens = 0;   // completed requests only

@@ -44,6 +44,17 @@ std::vector<RequestRecord> HandMade() {
   };
 }
 
+TEST(Aggregate, SplitsFailuresBeforeAndAfterTheFirstToken) {
+  RequestRecord cut;  // failed mid-stream: it had its first token
+  cut.error = "reading the response body: end of stream";
+  cut.ttft_s = 0.2;
+  RequestRecord refused;
+  refused.error = "connect: refused";
+  Aggregate a = ComputeAggregate({cut, refused, refused}, 1.0, {});
+  EXPECT_EQ(a.failed, 3);
+  EXPECT_EQ(a.failed_before_first_token, 2);
+}
+
 TEST(Summarize, StdIsThePopulationStandardDeviationLikeNumpy) {
   Summary s = Summarize({2, 4, 4, 4, 5, 5, 7, 9});  // np.std(...) == 2.0
   EXPECT_DOUBLE_EQ(s.mean, 5.0);
@@ -58,6 +69,7 @@ TEST(Aggregate, CountsThroughputAndSummaries) {
   EXPECT_EQ(a.completed, 4);
   EXPECT_EQ(a.failed, 1);
   EXPECT_EQ(a.first_error, "HTTP 500: boom");
+  EXPECT_EQ(a.failed_before_first_token, 1);  // it never got a token
   EXPECT_EQ(a.total_output_tokens, 21);
   EXPECT_EQ(a.total_input_tokens, 200);
   EXPECT_DOUBLE_EQ(a.request_throughput, 2.0);

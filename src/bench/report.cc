@@ -124,6 +124,7 @@ json ReportToJson(const Report& r) {
   j["ignore_eos"] = r.options.ignore_eos;
   j["completed"] = a.completed;
   j["failed"] = a.failed;
+  j["failed_before_first_token"] = a.failed_before_first_token;
   j["not_sent"] = r.not_sent;
   j["first_error"] = a.first_error.empty() ? json(nullptr) : json(a.first_error);
   j["duration_s"] = a.duration_s;
@@ -164,6 +165,8 @@ std::string FormatReport(const Report& r) {
                                          : std::string("-")));
   line("Successful requests:", std::to_string(a.completed));
   line("Failed requests:", std::to_string(a.failed));
+  if (a.failed)
+    line("  of them before the first token:", std::to_string(a.failed_before_first_token));
   if (r.not_sent) line("Not sent (max duration):", std::to_string(r.not_sent));
   line("Benchmark duration (s):", f2(a.duration_s));
   line("Total input tokens:", std::to_string(a.total_input_tokens));

@@ -105,7 +105,7 @@ const TenantConfig* TenantOf(const GatewayConfig& cfg, const http::HttpRequest& 
 }
 
 // The request's priority: the body's `priority` (a tier name or the replicas' integer), else the
-// `x-strata-priority` header, else the tenant's default, else silver.
+// `x-strata-tier` header (the replicas' names for both), else the tenant's default, else silver.
 http::ApiResult<Priority> PriorityOf(const json& body, const http::HttpRequest& req,
                                      const TenantConfig* tenant) {
   http::Fields f(body);
@@ -119,12 +119,12 @@ http::ApiResult<Priority> PriorityOf(const json& body, const http::HttpRequest& 
     RETURN_IF_API_ERROR(f.Int("priority", INT32_MIN, INT32_MAX, &v));
     return PriorityFromInt(*v);
   }
-  if (std::string_view h = req.Header("x-strata-priority"); !h.empty()) {
+  if (std::string_view h = req.Header("x-strata-tier"); !h.empty()) {
     auto name = ParsePriorityName(h);
     if (!name.ok())
-      return http::ApiError(Status::InvalidArgument("x-strata-priority: must be gold, silver or "
-                                                    "bronze"),
-                            "x-strata-priority");
+      return http::ApiError(
+          Status::InvalidArgument("x-strata-tier: must be gold, silver or bronze"),
+          "x-strata-tier");
     return *name;
   }
   if (tenant && tenant->default_priority) return *tenant->default_priority;
@@ -133,11 +133,13 @@ http::ApiResult<Priority> PriorityOf(const json& body, const http::HttpRequest& 
 
 // The headers a replica gets from the client's request (identity, tracing, tenant).
 std::vector<std::pair<std::string, std::string>> ForwardedHeaders(const http::HttpRequest& req,
-                                                                  const std::string& tenant) {
+                                                                  const std::string& tenant,
+                                                                  Priority priority) {
   std::vector<std::pair<std::string, std::string>> out;
   for (std::string_view name : {"traceparent", "tracestate", "x-request-id"})
     if (std::string_view v = req.Header(name); !v.empty()) out.emplace_back(name, v);
   if (!tenant.empty()) out.emplace_back("x-strata-tenant", tenant);
+  out.emplace_back("x-strata-tier", PriorityName(priority));  // the body's `priority` wins there
   return out;
 }
 
@@ -163,6 +165,12 @@ std::string TextKey(Endpoint e, const json& body) {
 
 Gateway::~Gateway() {
   Stop();
+  // The pools' polling state lives on the upstream io_context: drop them before it goes.
+  {
+    MutexLock lock(&mu_);
+    snap_.reset();
+  }
+  upstreams_.reset();
   MutexLock lock(&log_mu_);
   if (log_owned_ && log_) std::fclose(log_);
 }
@@ -456,17 +464,9 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   job->api_key = pool->api_key;
   job->prompt = measure(*pool);
   if (job->prompt.ids.empty()) job->text_key = TextKey(job->endpoint, ex.body);
-  job->headers = ForwardedHeaders(ex.request, job->tenant);
+  job->headers = ForwardedHeaders(ex.request, job->tenant, job->priority);
 
-  // The replica takes the integer priority; a tier name is rewritten (other bodies pass as sent).
-  const json* p = f.Find("priority");
-  if (p && p->is_string()) {
-    json copy = ex.body;
-    copy["priority"] = PriorityToInt(job->priority);
-    job->body = copy.dump();
-  } else {
-    job->body = std::move(ex.request.body);
-  }
+  job->body = std::move(ex.request.body);  // forwarded as sent
   std::weak_ptr<Cancel> weak = job->cancel;
   job->out->OnClose([weak] {
     if (auto c = weak.lock()) c->Fire();
