@@ -1,0 +1,600 @@
+// The gateway config's YAML decoder: one table of fields per section, each field a small function
+// that decodes its node (type and range checked) into the struct; then the cross-field checks
+// (names unique, routes reach pools, API keys unique). yaml-cpp throws; its exceptions are caught
+// at the one entry point, ParseGatewayConfig.
+#include "gateway/config.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+
+#include "http/auth.h"
+#include "http/client.h"
+#include "tokenizer/chat/builtin_templates.h"
+
+namespace strata::gateway {
+namespace {
+
+using std::chrono::milliseconds;
+
+Status Bad(const std::string& path, std::string_view what) {
+  return Status::InvalidArgument((path.empty() ? std::string("(top level)") : path) + ": " +
+                                 std::string(what));
+}
+std::string Join(const std::string& path, std::string_view name) {
+  return path.empty() ? std::string(name) : path + "." + std::string(name);
+}
+std::string At(const std::string& path, size_t i) { return fmt::format("{}[{}]", path, i); }
+
+// ---- scalar decoders ----
+
+Result<int64_t> DecodeInt(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) {
+  long long v = 0;
+  if (!n.IsScalar() || !YAML::convert<long long>::decode(n, v))
+    return Bad(path, fmt::format("expected an integer in [{}, {}]", lo, hi));
+  if (v < lo || v > hi) return Bad(path, fmt::format("must be in [{}, {}], got {}", lo, hi, v));
+  return static_cast<int64_t>(v);
+}
+
+// A finite number in [lo, hi] (or (lo, hi] when lo_open).
+Result<double> DecodeNumber(const YAML::Node& n, const std::string& path, double lo, double hi,
+                            bool lo_open = false) {
+  const std::string range = fmt::format("{}{}, {}]", lo_open ? "(" : "[", lo, hi);
+  double v = 0;
+  if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v))
+    return Bad(path, "expected a number in " + range);
+  if ((lo_open ? v <= lo : v < lo) || v > hi)
+    return Bad(path, fmt::format("must be in {}, got {}", range, v));
+  return v;
+}
+
+Result<std::string> DecodeString(const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) return Bad(path, "expected a string");
+  return n.Scalar();
+}
+
+Result<std::vector<std::string>> DecodeStringList(const YAML::Node& n, const std::string& path) {
+  std::vector<std::string> v;
+  if (n.IsNull()) return v;
+  if (!n.IsSequence()) return Bad(path, "expected a list of strings");
+  for (size_t i = 0; i < n.size(); ++i) {
+    ASSIGN_OR_RETURN(std::string s, DecodeString(n[i], At(path, i)));
+    v.push_back(std::move(s));
+  }
+  return v;
+}
+
+// A mapping of string keys to string values, in document order; duplicate keys are errors.
+Result<std::vector<std::pair<std::string, std::string>>> DecodeStringPairs(
+    const YAML::Node& n, const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> v;
+  if (n.IsNull()) return v;
+  if (!n.IsMap()) return Bad(path, "expected a mapping of name: value");
+  for (const auto& kv : n) {
+    if (!kv.first.IsScalar()) return Bad(path, "keys must be strings");
+    const std::string key = kv.first.Scalar();
+    ASSIGN_OR_RETURN(std::string value, DecodeString(kv.second, Join(path, key)));
+    for (const auto& kv_seen : v) {
+      if (kv_seen.first == key) return Bad(Join(path, key), "duplicate key");
+    }
+    v.emplace_back(key, std::move(value));
+  }
+  return v;
+}
+
+Result<Priority> DecodePriority(const YAML::Node& n, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
+  auto p = ParsePriorityName(s);
+  if (!p.ok()) return Bad(path, fmt::format("expected gold, silver or bronze (got \"{}\")", s));
+  return *p;
+}
+
+constexpr std::pair<std::string_view, BalancePolicy> kPolicies[] = {
+    {"cost", BalancePolicy::kCost},
+    {"round_robin", BalancePolicy::kRoundRobin},
+    {"random", BalancePolicy::kRandom},
+    {"least_loaded", BalancePolicy::kLeastLoaded}};
+
+Result<BalancePolicy> DecodePolicy(const YAML::Node& n, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
+  for (const auto& [name, p] : kPolicies) {
+    if (s == name) return p;
+  }
+  return Bad(path,
+             fmt::format("expected cost, round_robin, random or least_loaded (got \"{}\")", s));
+}
+
+// ---- sections: a table of fields per struct ----
+
+template <typename T>
+struct Field {
+  std::string_view name;
+  std::function<Status(const YAML::Node& n, const std::string& path, T* out)> decode;
+};
+template <typename T>
+using Fields = std::vector<Field<T>>;
+
+std::string Suggest(std::string_view name, const std::vector<std::string_view>& known) {
+  if (name.size() > 64) return "";
+  auto distance = [](std::string_view a, std::string_view b) {  // Levenshtein
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string_view best;
+  size_t best_d = std::max<size_t>(2, name.size() / 3) + 1;
+  for (std::string_view k : known) {
+    const size_t d = distance(name, k);
+    if (d < best_d) best = k, best_d = d;
+  }
+  return best.empty() ? "" : " (did you mean " + std::string(best) + "?)";
+}
+
+template <typename T>
+Status DecodeSection(const Fields<T>& fields, const YAML::Node& n, const std::string& path,
+                     T* out) {
+  if (n.IsNull()) return Status::Ok();
+  if (!n.IsMap()) return Bad(path, "expected a mapping");
+  std::set<std::string> seen;
+  for (const auto& kv : n) {
+    if (!kv.first.IsScalar()) return Bad(path, "keys must be strings");
+    const std::string name = kv.first.Scalar();
+    auto it = std::find_if(fields.begin(), fields.end(),
+                           [&](const Field<T>& f) { return f.name == name; });
+    if (it == fields.end()) {
+      std::vector<std::string_view> known;
+      for (const auto& f : fields) known.push_back(f.name);
+      return Bad(Join(path, name), "unknown key" + Suggest(name, known));
+    }
+    if (!seen.insert(name).second) return Bad(Join(path, name), "duplicate key");
+    RETURN_IF_ERROR(it->decode(kv.second, Join(path, name), out));
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status DecodeList(const Fields<T>& fields, const YAML::Node& n, const std::string& path,
+                  std::vector<T>* out) {
+  if (n.IsNull()) return Status::Ok();
+  if (!n.IsSequence()) return Bad(path, "expected a list");
+  for (size_t i = 0; i < n.size(); ++i) {
+    T item;
+    RETURN_IF_ERROR(DecodeSection(fields, n[i], At(path, i), &item));
+    out->push_back(std::move(item));
+  }
+  return Status::Ok();
+}
+
+// Field makers.
+template <typename T>
+Field<T> Str(std::string_view name, std::string T::*m) {
+  return {name, [m](const YAML::Node& n, const std::string& path, T* out) {
+            ASSIGN_OR_RETURN(out->*m, DecodeString(n, path));
+            return Status::Ok();
+          }};
+}
+template <typename T>
+Field<T> OptStr(std::string_view name, std::optional<std::string> T::*m) {
+  return {name, [m](const YAML::Node& n, const std::string& path, T* out) {
+            ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
+            out->*m = std::move(s);
+            return Status::Ok();
+          }};
+}
+template <typename T, typename V>
+Field<T> Int(std::string_view name, V T::*m, int64_t lo, int64_t hi) {
+  return {name, [m, lo, hi](const YAML::Node& n, const std::string& path, T* out) {
+            ASSIGN_OR_RETURN(int64_t v, DecodeInt(n, path, lo, hi));
+            out->*m = static_cast<V>(v);
+            return Status::Ok();
+          }};
+}
+template <typename T>
+Field<T> OptInt(std::string_view name, std::optional<int64_t> T::*m, int64_t lo, int64_t hi) {
+  return {name, [m, lo, hi](const YAML::Node& n, const std::string& path, T* out) {
+            ASSIGN_OR_RETURN(int64_t v, DecodeInt(n, path, lo, hi));
+            out->*m = v;
+            return Status::Ok();
+          }};
+}
+template <typename T>
+Field<T> Num(std::string_view name, double T::*m, double lo, double hi, bool lo_open = false) {
+  return {name, [m, lo, hi, lo_open](const YAML::Node& n, const std::string& path, T* out) {
+            ASSIGN_OR_RETURN(out->*m, DecodeNumber(n, path, lo, hi, lo_open));
+            return Status::Ok();
+          }};
+}
+// A duration given as an integer count of milliseconds.
+template <typename T, typename D>
+Field<T> Millis(std::string_view name, D T::*m, int64_t lo_ms, int64_t hi_ms) {
+  return {name, [m, lo_ms, hi_ms](const YAML::Node& n, const std::string& path, T* out) {
+            ASSIGN_OR_RETURN(int64_t v, DecodeInt(n, path, lo_ms, hi_ms));
+            out->*m = std::chrono::duration_cast<D>(milliseconds(v));
+            return Status::Ok();
+          }};
+}
+// A duration given in seconds (a number; fractions allowed), stored as D.
+template <typename T, typename D>
+Field<T> Seconds(std::string_view name, D T::*m, double lo_s, double hi_s) {
+  return {name, [m, lo_s, hi_s](const YAML::Node& n, const std::string& path, T* out) {
+            ASSIGN_OR_RETURN(double v, DecodeNumber(n, path, lo_s, hi_s, /*lo_open=*/true));
+            out->*m = std::chrono::duration_cast<D>(std::chrono::duration<double>(v));
+            return Status::Ok();
+          }};
+}
+
+constexpr int64_t kDayMs = 86'400'000;
+constexpr int64_t kMaxCount = 1'000'000'000;
+constexpr double kMaxRate = 1e15;
+
+const Fields<DnsConfig>& DnsFields() {
+  using D = DnsConfig;
+  static const Fields<D> k = {Str<D>("name", &D::name), Int<D>("port", &D::port, 1, 65535),
+                              Millis<D>("interval_ms", &D::interval, 100, kDayMs)};
+  return k;
+}
+
+const Fields<PoolConfig>& PoolFields() {
+  using P = PoolConfig;
+  static const Fields<P> k = {
+      Str<P>("name", &P::name),
+      {"replicas",
+       [](const YAML::Node& n, const std::string& path, P* out) {
+         ASSIGN_OR_RETURN(out->replicas, DecodeStringList(n, path));
+         return Status::Ok();
+       }},
+      {"dns",
+       [](const YAML::Node& n, const std::string& path, P* out) {
+         out->dns.emplace();
+         return DecodeSection(DnsFields(), n, path, &*out->dns);
+       }},
+      Str<P>("tokenizer", &P::tokenizer),
+      Str<P>("chat_template", &P::chat_template),
+      {"labels",
+       [](const YAML::Node& n, const std::string& path, P* out) {
+         ASSIGN_OR_RETURN(auto pairs, DecodeStringPairs(n, path));
+         out->labels = {pairs.begin(), pairs.end()};
+         return Status::Ok();
+       }},
+      Str<P>("api_key", &P::api_key),
+      Int<P>("max_in_flight", &P::max_in_flight, 0, kMaxCount),
+  };
+  return k;
+}
+
+Status DecodeHeaders(const YAML::Node& n, const std::string& path, RouteMatch* out) {
+  ASSIGN_OR_RETURN(auto pairs, DecodeStringPairs(n, path));
+  for (auto& [name, value] : pairs) {
+    if (name.empty()) return Bad(path, "a header name is empty");
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    out->headers.emplace_back(std::move(name), std::move(value));
+  }
+  return Status::Ok();
+}
+
+constexpr int64_t kMaxPromptTokens = int64_t{1} << 40;
+
+const Fields<RouteMatch>& MatchFields() {
+  using M = RouteMatch;
+  static const Fields<M> k = {
+      OptStr<M>("model", &M::model),
+      OptStr<M>("adapter", &M::adapter),
+      OptStr<M>("adapter_prefix", &M::adapter_prefix),
+      OptStr<M>("tenant", &M::tenant),
+      {"priority",
+       [](const YAML::Node& n, const std::string& path, M* out) {
+         ASSIGN_OR_RETURN(out->priority, DecodePriority(n, path));
+         return Status::Ok();
+       }},
+      OptInt<M>("min_prompt_tokens", &M::min_prompt_tokens, 0, kMaxPromptTokens),
+      OptInt<M>("max_prompt_tokens", &M::max_prompt_tokens, 0, kMaxPromptTokens),
+      {"header", DecodeHeaders},  // the spelling
+      {"headers", DecodeHeaders},
+  };
+  return k;
+}
+
+const Fields<RouteConfig>& RouteFields() {
+  using R = RouteConfig;
+  static const Fields<R> k = {
+      Str<R>("name", &R::name),
+      {"match",
+       [](const YAML::Node& n, const std::string& path, R* out) {
+         if (n.IsNull()) return Status::Ok();  // `match:` alone = the default route
+         out->match.emplace();
+         return DecodeSection(MatchFields(), n, path, &*out->match);
+       }},
+      Str<R>("to", &R::to),
+  };
+  return k;
+}
+
+const Fields<TenantConfig>& TenantFields() {
+  using T = TenantConfig;
+  static const Fields<T> k = {
+      Str<T>("name", &T::name),
+      {"api_keys",
+       [](const YAML::Node& n, const std::string& path, T* out) {
+         ASSIGN_OR_RETURN(out->api_keys, DecodeStringList(n, path));
+         return Status::Ok();
+       }},
+      Num<T>("tokens_per_minute", &T::tokens_per_minute, 0, kMaxRate),
+      Num<T>("requests_per_minute", &T::requests_per_minute, 0, kMaxRate),
+      Int<T>("max_concurrency", &T::max_concurrency, 0, kMaxCount),
+      {"default_priority",
+       [](const YAML::Node& n, const std::string& path, T* out) {
+         ASSIGN_OR_RETURN(out->default_priority, DecodePriority(n, path));
+         return Status::Ok();
+       }},
+  };
+  return k;
+}
+
+Field<AdmissionConfig> MaxWait(std::string_view name, Priority p) {
+  return {name, [p](const YAML::Node& n, const std::string& path, AdmissionConfig* out) {
+            ASSIGN_OR_RETURN(int64_t v, DecodeInt(n, path, 0, 10 * 60 * 1000));
+            out->max_wait[static_cast<size_t>(p)] = milliseconds(v);
+            return Status::Ok();
+          }};
+}
+
+const Fields<AdmissionConfig>& AdmissionFields() {
+  static const Fields<AdmissionConfig> k = {MaxWait("gold_max_wait_ms", Priority::kGold),
+                                            MaxWait("silver_max_wait_ms", Priority::kSilver),
+                                            MaxWait("bronze_max_wait_ms", Priority::kBronze)};
+  return k;
+}
+
+const Fields<HealthConfig>& HealthFields() {
+  using H = HealthConfig;
+  static const Fields<H> k = {
+      Millis<H>("interval_ms", &H::interval, 10, kDayMs),
+      Millis<H>("timeout_ms", &H::timeout, 1, kDayMs),
+      Int<H>("eject_after_failures", &H::eject_after_failures, 1, 1000),
+      Millis<H>("ejection_base_ms", &H::ejection_base, 1, kDayMs),
+      Millis<H>("ejection_max_ms", &H::ejection_max, 1, kDayMs),
+  };
+  return k;
+}
+
+Field<BalancerConfig> TierSeconds(KvTier t) {
+  return {KvTierName(t), [t](const YAML::Node& n, const std::string& path, BalancerConfig* out) {
+            ASSIGN_OR_RETURN(out->tier_seconds_per_block[static_cast<size_t>(t)],
+                             DecodeNumber(n, path, 0, 1000));
+            return Status::Ok();
+          }};
+}
+
+const Fields<BalancerConfig>& TierFields() {
+  static const Fields<BalancerConfig> k = {TierSeconds(KvTier::kPool), TierSeconds(KvTier::kRam),
+                                           TierSeconds(KvTier::kDisk), TierSeconds(KvTier::kRedis)};
+  return k;
+}
+
+const Fields<BalancerConfig>& BalancerFields() {
+  using B = BalancerConfig;
+  static const Fields<B> k = {
+      {"policy",
+       [](const YAML::Node& n, const std::string& path, B* out) {
+         ASSIGN_OR_RETURN(out->policy, DecodePolicy(n, path));
+         return Status::Ok();
+       }},
+      Millis<B>("metrics_interval_ms", &B::metrics_interval, 10, kDayMs),
+      Millis<B>("kv_events_interval_ms", &B::kv_events_interval, 10, kDayMs),
+      Int<B>("history_ttl_s", &B::history_ttl, 1, 7 * 86400),
+      Num<B>("default_prefill_tokens_per_s", &B::default_prefill_tokens_per_s, 0, 1e12, true),
+      Num<B>("default_decode_step_s", &B::default_decode_step_s, 0, 1000),
+      {"tier_seconds_per_block", [](const YAML::Node& n, const std::string& path,
+                                    B* out) { return DecodeSection(TierFields(), n, path, out); }},
+  };
+  return k;
+}
+
+const Fields<UpstreamConfig>& UpstreamFields() {
+  using U = UpstreamConfig;
+  static const Fields<U> k = {Seconds<U>("timeout_s", &U::timeout, 0, 86400.0),
+                              Int<U>("retries", &U::retries, 0, 10)};
+  return k;
+}
+
+template <typename T>
+Field<GatewayConfig> Section(std::string_view name, T GatewayConfig::*m,
+                             const Fields<T>& (*fields)()) {
+  return {name, [m, fields](const YAML::Node& n, const std::string& path, GatewayConfig* out) {
+            return DecodeSection(fields(), n, path, &(out->*m));
+          }};
+}
+template <typename T>
+Field<GatewayConfig> List(std::string_view name, std::vector<T> GatewayConfig::*m,
+                          const Fields<T>& (*fields)()) {
+  return {name, [m, fields](const YAML::Node& n, const std::string& path, GatewayConfig* out) {
+            return DecodeList(fields(), n, path, &(out->*m));
+          }};
+}
+
+const Fields<GatewayConfig>& TopFields() {
+  using G = GatewayConfig;
+  static const Fields<G> k = {
+      List("pools", &G::pools, PoolFields),
+      List("routes", &G::routes, RouteFields),
+      List("tenants", &G::tenants, TenantFields),
+      Section("admission", &G::admission, AdmissionFields),
+      Section("health", &G::health, HealthFields),
+      Section("balancer", &G::balancer, BalancerFields),
+      Section("upstream", &G::upstream, UpstreamFields),
+      Str<G>("access_log", &G::access_log),
+  };
+  return k;
+}
+
+// ---- cross-field checks ----
+
+// Names appear in metrics labels, headers and log lines: 1-64 of [A-Za-z0-9._-].
+Status CheckName(const std::string& name, const std::string& path) {
+  const bool ok = !name.empty() && name.size() <= 64 &&
+                  std::all_of(name.begin(), name.end(), [](unsigned char c) {
+                    return std::isalnum(c) || c == '-' || c == '_' || c == '.';
+                  });
+  if (ok) return Status::Ok();
+  if (name.empty()) return Bad(path, "is required");
+  return Bad(path, "must be 1 to 64 letters, digits, '-', '_' or '.'");
+}
+
+Status CheckPool(const PoolConfig& p, const std::string& path) {
+  RETURN_IF_ERROR(CheckName(p.name, Join(path, "name")));
+  if (p.replicas.empty() && !p.dns) return Bad(path, "needs replicas: or dns:");
+  std::set<std::string> seen;
+  for (size_t i = 0; i < p.replicas.size(); ++i) {
+    const std::string where = At(Join(path, "replicas"), i);
+    auto url = http::ParseUrl(p.replicas[i]);
+    if (!url.ok()) return Bad(where, "not an http:// URL (" + url.status().message() + ")");
+    if (!seen.insert(url->ToString()).second) return Bad(where, "duplicate replica URL");
+  }
+  if (p.dns && p.dns->name.empty()) return Bad(Join(path, "dns.name"), "is required");
+  if (!p.chat_template.empty() && tokenizer::chat::FindBuiltinTemplate(p.chat_template) == nullptr)
+    return Bad(Join(path, "chat_template"),
+               fmt::format("unknown built-in chat template '{}' (one of: {})", p.chat_template,
+                           tokenizer::chat::BuiltinTemplateNames()));
+  return Status::Ok();
+}
+
+Status CheckRoute(const GatewayConfig& c, const RouteConfig& r, const std::string& path) {
+  RETURN_IF_ERROR(CheckName(r.name, Join(path, "name")));
+  if (r.to.empty()) return Bad(Join(path, "to"), "is required (a pool name)");
+  if (c.FindPool(r.to) == nullptr) return Bad(Join(path, "to"), "no pool named '" + r.to + "'");
+  if (r.match && r.match->min_prompt_tokens && r.match->max_prompt_tokens &&
+      *r.match->min_prompt_tokens > *r.match->max_prompt_tokens)
+    return Bad(Join(path, "match"),
+               fmt::format("min_prompt_tokens {} is greater than max_prompt_tokens {}",
+                           *r.match->min_prompt_tokens, *r.match->max_prompt_tokens));
+  return Status::Ok();
+}
+
+Status CheckTenants(const GatewayConfig& c) {
+  std::set<std::string> names, keys;
+  for (size_t i = 0; i < c.tenants.size(); ++i) {
+    const TenantConfig& t = c.tenants[i];
+    const std::string path = At("tenants", i);
+    RETURN_IF_ERROR(CheckName(t.name, Join(path, "name")));
+    if (!names.insert(t.name).second)
+      return Bad(Join(path, "name"), "duplicate tenant '" + t.name + "'");
+    for (size_t k = 0; k < t.api_keys.size(); ++k) {
+      const std::string where = At(Join(path, "api_keys"), k);
+      if (t.api_keys[k].empty()) return Bad(where, "an API key is empty");
+      // The key itself is a secret: never echoed in the error.
+      if (!keys.insert(t.api_keys[k]).second) return Bad(where, "duplicate API key");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Validate(const GatewayConfig& c) {
+  if (c.pools.empty()) return Bad("pools", "at least one pool is required");
+  std::set<std::string> names;
+  for (size_t i = 0; i < c.pools.size(); ++i) {
+    RETURN_IF_ERROR(CheckPool(c.pools[i], At("pools", i)));
+    if (!names.insert(c.pools[i].name).second)
+      return Bad(At("pools", i) + ".name", "duplicate pool '" + c.pools[i].name + "'");
+  }
+  if (c.routes.empty()) return Bad("routes", "at least one route is required");
+  names.clear();
+  for (size_t i = 0; i < c.routes.size(); ++i) {
+    RETURN_IF_ERROR(CheckRoute(c, c.routes[i], At("routes", i)));
+    if (!names.insert(c.routes[i].name).second)
+      return Bad(At("routes", i) + ".name", "duplicate route '" + c.routes[i].name + "'");
+  }
+  RETURN_IF_ERROR(CheckTenants(c));
+  if (c.health.ejection_base > c.health.ejection_max)
+    return Bad("health.ejection_base_ms", "must not exceed health.ejection_max_ms");
+  if (c.access_log.empty()) return Bad("access_log", "expected stderr, off or a file path");
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view BalancePolicyName(BalancePolicy p) {
+  for (const auto& [name, v] : kPolicies) {
+    if (v == p) return name;
+  }
+  return "?";
+}
+
+const PoolConfig* GatewayConfig::FindPool(std::string_view name) const {
+  for (const PoolConfig& p : pools) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+const TenantConfig* GatewayConfig::FindTenant(std::string_view name) const {
+  for (const TenantConfig& t : tenants) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+const TenantConfig* GatewayConfig::TenantForKey(std::string_view key) const {
+  const TenantConfig* found = nullptr;
+  for (const TenantConfig& t : tenants) {
+    for (const std::string& k : t.api_keys) {  // every key compared: no early exit on a match
+      if (http::ConstantTimeEquals(k, key) && found == nullptr) found = &t;
+    }
+  }
+  return found;
+}
+
+bool GatewayConfig::keys_required() const {
+  return std::any_of(tenants.begin(), tenants.end(),
+                     [](const TenantConfig& t) { return !t.api_keys.empty(); });
+}
+
+Result<std::shared_ptr<const GatewayConfig>> ParseGatewayConfig(std::string_view yaml_text) {
+  if (yaml_text.size() > kMaxGatewayConfigBytes)
+    return Status::InvalidArgument(
+        fmt::format("gateway config: larger than {} bytes", kMaxGatewayConfigBytes));
+  auto c = std::make_shared<GatewayConfig>();
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml_text));
+    if (!root.IsMap() && !root.IsNull()) return Bad("", "expected a mapping");
+    RETURN_IF_ERROR(DecodeSection(TopFields(), root, "", c.get()));
+  } catch (const std::exception& e) {  // YAML::Exception (syntax, DeepRecursion), bad_alloc
+    return Status::InvalidArgument(std::string("YAML error: ") + e.what());
+  }
+  RETURN_IF_ERROR(Validate(*c));
+  return std::shared_ptr<const GatewayConfig>(std::move(c));
+}
+
+Result<std::shared_ptr<const GatewayConfig>> LoadGatewayConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot open gateway config " + path);
+  std::string text;
+  char buf[64 << 10];
+  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxGatewayConfigBytes)
+      return Status::InvalidArgument(
+          fmt::format("{}: larger than {} bytes", path, kMaxGatewayConfigBytes));
+  }
+  if (in.bad()) return Status::IoError("cannot read " + path);
+  auto c = ParseGatewayConfig(text);
+  if (!c.ok()) return c.status().WithContext(path);
+  return c;
+}
+
+}  // namespace strata::gateway

@@ -1,0 +1,139 @@
+// gateway/config: the gateway's configuration (`strata gateway --config gateway.yaml`) — pools of
+// replicas, the ordered route list, tenants with their limits, and the admission, health,
+// balancer and upstream settings — parsed strictly from YAML into an immutable snapshot.
+//
+// YAML keys are the member names below (durations carry their unit: `interval_ms`, `timeout_s`,
+// `history_ttl_s`); examples/gateway.yaml documents every key. Unknown keys, duplicate keys,
+// wrong types, out-of-range numbers (negative, NaN, too large), URLs that are not http://, routes
+// to pools that do not exist, duplicate pool/route/tenant names and duplicate API keys are errors.
+// Every error names the key path: "pools[1].replicas[0]: not an http:// URL (...)".
+// Hostile input (deep nesting, huge files, aliases) yields an error, never a crash: the text is
+// bounded (kMaxGatewayConfigBytes) and yaml-cpp's depth guard and exceptions are caught here.
+//
+// Ownership: ParseGatewayConfig returns a shared immutable snapshot; a reload (SIGHUP) builds a
+// new one, and requests keep the snapshot they started with.
+// Thread contract: a parsed GatewayConfig is never modified; reading it from many threads is safe.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "gateway/types.h"
+
+namespace strata::gateway {
+
+// The largest config text ParseGatewayConfig / LoadGatewayConfig accept.
+inline constexpr size_t kMaxGatewayConfigBytes = 1 << 20;
+
+// A DNS name re-resolved every `interval`; each address becomes a replica http://addr:port.
+struct DnsConfig {
+  std::string name;
+  uint16_t port = 8080;
+  std::chrono::milliseconds interval{5000};  // YAML: interval_ms
+};
+
+struct PoolConfig {
+  std::string name;
+  std::vector<std::string> replicas;  // "http://host:port" (validated with http::ParseUrl)
+  std::optional<DnsConfig> dns;
+  std::string tokenizer;  // GGUF path ("" = estimate from bytes)
+  // A built-in chat template name (tokenizer/chat/builtin_templates.h) the pool's replicas were
+  // started with (`--chat-template NAME`); "" = the tokenizer GGUF's own template.
+  std::string chat_template;
+  std::map<std::string, std::string> labels;
+  std::string api_key;    // sent upstream as Bearer ("" = none)
+  int max_in_flight = 0;  // pool capacity bound in requests (0 = unbounded)
+};
+
+struct RouteMatch {
+  std::optional<std::string> model, adapter, adapter_prefix, tenant;
+  std::optional<Priority> priority;
+  std::optional<int64_t> min_prompt_tokens, max_prompt_tokens;  // inclusive bounds
+  std::vector<std::pair<std::string, std::string>> headers;     // names lower-cased
+  // Whether a prompt-length condition is present (the prompt is measured only then).
+  bool needs_prompt_tokens() const {
+    return min_prompt_tokens.has_value() || max_prompt_tokens.has_value();
+  }
+};
+
+// YAML: `match:` absent (or null) = the default route, it matches everything.
+struct RouteConfig {
+  std::string name;
+  std::optional<RouteMatch> match;
+  std::string to;  // a pool name
+};
+
+struct TenantConfig {
+  std::string name;
+  std::vector<std::string> api_keys;
+  double tokens_per_minute = 0, requests_per_minute = 0;  // 0 = unlimited
+  int max_concurrency = 0;                                // 0 = unlimited
+  std::optional<Priority> default_priority;
+};
+
+// YAML: gold_max_wait_ms, silver_max_wait_ms, bronze_max_wait_ms. How long a request of that
+// priority may wait for capacity instead of an immediate 429 (0 = never waits).
+struct AdmissionConfig {
+  std::array<std::chrono::milliseconds, kNumPriorities> max_wait{
+      std::chrono::milliseconds(2000), std::chrono::milliseconds(0), std::chrono::milliseconds(0)};
+};
+
+struct HealthConfig {
+  std::chrono::milliseconds interval{500}, timeout{1000};  // interval_ms, timeout_ms
+  int eject_after_failures = 3;
+  std::chrono::milliseconds ejection_base{1000}, ejection_max{30000};  // ejection_{base,max}_ms
+};
+
+enum class BalancePolicy { kCost, kRoundRobin, kRandom, kLeastLoaded };
+// "cost" | "round_robin" | "random" | "least_loaded".
+std::string_view BalancePolicyName(BalancePolicy p);
+
+struct BalancerConfig {
+  BalancePolicy policy = BalancePolicy::kCost;
+  std::chrono::milliseconds metrics_interval{500}, kv_events_interval{250};  // *_ms
+  std::chrono::seconds history_ttl{120};                                     // history_ttl_s
+  double default_prefill_tokens_per_s = 2000, default_decode_step_s = 0.02;
+  // Transfer time of one block found only in that tier, indexed by KvTier. YAML:
+  // tier_seconds_per_block: {pool, ram, disk, redis}.
+  double tier_seconds_per_block[kNumKvTiers] = {0, 1e-4, 1e-3, 3e-3};
+};
+
+struct UpstreamConfig {
+  std::chrono::milliseconds timeout{600000};  // YAML: timeout_s
+  int retries = 1;
+};
+
+struct GatewayConfig {
+  std::vector<PoolConfig> pools;
+  std::vector<RouteConfig> routes;
+  std::vector<TenantConfig> tenants;
+  AdmissionConfig admission;
+  HealthConfig health;
+  BalancerConfig balancer;
+  UpstreamConfig upstream;
+  std::string access_log = "stderr";  // "stderr" | "off" | a file path
+
+  const PoolConfig* FindPool(std::string_view name) const;
+  const TenantConfig* FindTenant(std::string_view name) const;
+  // The tenant owning API key `key` (every key is compared, in constant time), or nullptr.
+  const TenantConfig* TenantForKey(std::string_view key) const;
+  bool keys_required() const;  // any tenant has api_keys
+};
+
+// Errors (InvalidArgument) name the key path: "pools[1].replicas[0]: not an http:// URL",
+// "routes[2].to: no pool named 'x'".
+Result<std::shared_ptr<const GatewayConfig>> ParseGatewayConfig(std::string_view yaml_text);
+// Reads and parses a file (NotFound / IoError when unreadable; larger than
+// kMaxGatewayConfigBytes → InvalidArgument). Errors are prefixed with the path.
+Result<std::shared_ptr<const GatewayConfig>> LoadGatewayConfig(const std::string& path);
+
+}  // namespace strata::gateway
