@@ -7,6 +7,7 @@
 // clang-format on
 
 #include <algorithm>
+#include <cmath>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -654,7 +655,7 @@ Result<Pick> ReplicaSet::Choose(const PickRequest& r, Clock::time_point now) {
       const double per_chunk = static_cast<double>(kTextChunkBytes) *
                                static_cast<double>(std::max<int64_t>(r.prompt_tokens, 0)) /
                                static_cast<double>(r.text_key.size());
-      text_block = std::max(1, static_cast<int>(per_chunk));
+      text_block = std::max(1, static_cast<int>(std::lround(per_chunk)));
     }
     for (size_t i = 0; i < views.size(); ++i) {
       ReplicaView& v = views[i];
