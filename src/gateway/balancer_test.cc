@@ -6,16 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <boost/asio/io_context.hpp>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <numeric>
 #include <random>
 #include <set>
 
-#include "gateway/replica_set.h"
 #include "gateway/fake_replica_test_util.h"
+#include "gateway/replica_set.h"
 
 namespace strata::gateway {
 namespace {
@@ -174,7 +174,8 @@ class Sim {
   // Sends one request: `group` < 0 = no shared prefix; prefix/suffix lengths in tokens.
   std::string Send(int group, int64_t prefix, int64_t suffix, int64_t max_tokens) {
     std::vector<int32_t> tokens;
-    for (int64_t i = 0; i < prefix; ++i) tokens.push_back(static_cast<int32_t>(1000 * group + i % 997));
+    for (int64_t i = 0; i < prefix; ++i)
+      tokens.push_back(static_cast<int32_t>(1000 * group + i % 997));
     for (int64_t i = 0; i < suffix; ++i) tokens.push_back(static_cast<int32_t>(rng_() % 30000));
     PickRequest req;
     req.tokens = tokens;
@@ -206,10 +207,10 @@ class Sim {
     for (SimReplica& r : reps_) {
       double running = static_cast<double>(r.decoding.size()) + (r.queue.empty() ? 0 : 1);
       double waiting = r.queue.empty() ? 0 : static_cast<double>(r.queue.size() - 1);
-      EXPECT_TRUE(set_->ObserveMetrics(
-                          r.url, testing::FakeReplica::MetricsText(waiting, running, r.prompt_total),
-                          now_)
-                      .ok());
+      EXPECT_TRUE(
+          set_->ObserveMetrics(
+                  r.url, testing::FakeReplica::MetricsText(waiting, running, r.prompt_total), now_)
+              .ok());
     }
     last_poll_ = now_;
   }
@@ -290,10 +291,10 @@ TEST(BalancerSim, SharedSystemPromptDoesNotPinTrafficToOneReplica) {
 TEST(BalancerSim, PrefixMissAvoidsTheOverloadedReplica) {
   Sim sim(4);
   // Replica 0 is overloaded (60 waiting, 8 running) and holds nothing; the others are idle.
-  ASSERT_TRUE(sim.set()
-                  .ObserveMetrics(sim.rep(0).url, testing::FakeReplica::MetricsText(60, 8, 0),
-                                  sim.now())
-                  .ok());
+  ASSERT_TRUE(
+      sim.set()
+          .ObserveMetrics(sim.rep(0).url, testing::FakeReplica::MetricsText(60, 8, 0), sim.now())
+          .ok());
   std::map<std::string, int> got;
   for (int i = 0; i < 30; ++i) ++got[sim.Send(/*group=*/-1, 0, 500, 64)];  // one metrics window
   EXPECT_EQ(got[sim.rep(0).url], 0);
@@ -304,16 +305,28 @@ TEST(BalancerSim, PrefixMissAvoidsTheOverloadedReplica) {
 // that looked best at the last poll.
 TEST(BalancerSim, OneMetricsWindowSpreadsBySentSincePoll) {
   Sim sim(4);
+  // At the poll, replica 0 looks best (empty queue); the others have one request waiting.
+  for (size_t i = 1; i < 4; ++i)
+    ASSERT_TRUE(
+        sim.set()
+            .ObserveMetrics(sim.rep(i).url, testing::FakeReplica::MetricsText(1, 0, 0), sim.now())
+            .ok());
   std::map<std::string, int> got;
   for (int i = 0; i < 8; ++i) ++got[sim.Send(-1, 0, 800, 32)];  // no poll in between
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(got[sim.rep(i).url], 2) << i;
+  EXPECT_EQ(got[sim.rep(0).url], 2);
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(got[sim.rep(i).url], 2) << i;
   auto views = sim.set().Snapshot();
   for (const ReplicaView& v : views) {
     EXPECT_EQ(v.sent_since_poll_requests, 2);
     EXPECT_EQ(v.sent_since_poll_tokens, 1600);
     EXPECT_EQ(v.in_flight, 2);
   }
-  sim.Poll();  // the replica's own numbers now include them
+  // Equal states: the window's requests rotate over the replicas.
+  sim.Poll();
+  got.clear();
+  for (int i = 0; i < 8; ++i) ++got[sim.Send(-1, 0, 800, 32)];
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(got[sim.rep(i).url], 2) << i;
+  sim.Poll();  // the replicas' own numbers now include them
   for (const ReplicaView& v : sim.set().Snapshot()) EXPECT_EQ(v.sent_since_poll_requests, 0);
 }
 

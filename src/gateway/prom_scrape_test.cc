@@ -39,10 +39,18 @@ TEST(PromScrape, ParsesSamplesLabelsCommentsAndTimestamps) {
 }
 
 TEST(PromScrape, MalformedLinesAreErrorsNamingTheLine) {
-  const char* bad[] = {
-      "m{a=\"1\" 2\n",         "m{a=1} 2\n",         "m{=\"1\"} 2\n", "m 1 2 3\n",
-      "m abc\n",               "m 0x10\n",           "m\n",           "{a=\"b\"} 1\n",
-      "m{a=\"unterminated} 1", "ok 1\nm{a=\"b\"}} 1", "m 1e999\n",     "m infinity\n"};
+  const char* bad[] = {"m{a=\"1\" 2\n",
+                       "m{a=1} 2\n",
+                       "m{=\"1\"} 2\n",
+                       "m 1 2 3\n",
+                       "m abc\n",
+                       "m 0x10\n",
+                       "m\n",
+                       "{a=\"b\"} 1\n",
+                       "m{a=\"unterminated} 1",
+                       "ok 1\nm{a=\"b\"}} 1",
+                       "m 1e999\n",
+                       "m infinity\n"};
   for (const char* t : bad) {
     auto r = ParsePromText(t);
     EXPECT_FALSE(r.ok()) << t;

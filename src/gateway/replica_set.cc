@@ -7,7 +7,6 @@
 // clang-format on
 
 #include <algorithm>
-#include <cmath>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -15,6 +14,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -79,8 +79,14 @@ ReplicaView ViewOf(const Replica& r) {
   v.eligible = r.Eligible();
   v.metrics = r.metrics;
   v.in_flight = r.in_flight;
-  v.sent_since_poll_tokens = r.sent_tokens - r.polled_tokens;
-  v.sent_since_poll_requests = r.sent_requests - r.polled_requests;
+  // Sent since the poll and not finished: at most in_flight of them (a request that finished
+  // before the next poll never shows in the replica's numbers and no longer loads it). Their
+  // tokens are scaled down in proportion.
+  const int64_t since_requests = std::max<int64_t>(0, r.sent_requests - r.polled_requests);
+  const int64_t since_tokens = std::max<int64_t>(0, r.sent_tokens - r.polled_tokens);
+  v.sent_since_poll_requests = std::min(since_requests, r.in_flight);
+  v.sent_since_poll_tokens =
+      since_requests == 0 ? 0 : since_tokens * v.sent_since_poll_requests / since_requests;
   v.model_salt = r.model_salt;
   v.block_size = r.block_size;
   v.publishes_events = r.publishes == Publishes::kYes;
@@ -324,7 +330,7 @@ Status ObserveMetricsIn(ReplicaSet::State& s, const std::string& url, std::strin
   }
   double dt = std::chrono::duration<double>(now - r.last_metrics_at).count();
   if (has_prompt && r.last_prompt_total >= 0 && prompt_total > r.last_prompt_total &&
-      r.last_waiting > 0 && dt > 0) {
+      r.last_waiting > 0 && waiting > 0 && dt > 0) {
     double sample = (prompt_total - r.last_prompt_total) / dt;
     double& rate = r.metrics.prefill_tokens_per_s;
     rate = rate > 0 ? (1 - kRateEwmaWeight) * rate + kRateEwmaWeight * sample : sample;

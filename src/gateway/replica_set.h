@@ -7,8 +7,9 @@
 //     says "draining" → draining (no new work); anything else or a transport error → unhealthy;
 //   GET /metrics every balancer.metrics_interval → ReplicaMetrics (strata:num_requests_waiting,
 //     strata:num_requests_running, strata:kv_cache_usage_perc; the prefill rate is the rate of
-//     strata:prompt_tokens_total over poll windows that began with waiting > 0 — the replica was
-//     busy prefilling the whole window — smoothed by an EWMA with weight 0.3 for the new sample);
+//     strata:prompt_tokens_total over poll windows that began and ended with waiting > 0 — the
+//     replica was busy prefilling the whole window — smoothed by an EWMA with weight 0.3 for the
+//     new sample);
 //     a failed or unparsable poll marks the metrics invalid (the cost then uses in_flight);
 //   GET /v1/kv/events?since=<cursor>&max=4096 every balancer.kv_events_interval (the wire format is
 //     the replica's, gw-design Part A): `reset` or a new `instance` forgets what was learned;
@@ -29,6 +30,10 @@
 // a gateway-only salt. Without ids (text prompt, no tokenizer), history keys over chained 64-byte
 // chunks of the prompt text (kTextChunkBytes; each chunk's bytes hashed as ids 0..255 with a salt
 // of "text" and the tenant), where one chunk counts as 64 × prompt_tokens / text bytes tokens.
+// Accounting: OnSent counts a request in in_flight and in "sent since the last metrics poll"
+// (requests, and its predicted prefill tokens = prompt − cached); a poll resets the latter to what
+// was sent after the poll was issued. A view's sent_since_poll_requests is capped at in_flight
+// (a request that finished before the next poll no longer loads the replica).
 // Routing history (OnSent): the request's keys are recorded for the replica it went to, believed
 // for balancer.history_ttl on replicas that do not publish events, and for max(1 s, 2 ×
 // kv_events_interval) on those that do (it bridges the time until their events say so).

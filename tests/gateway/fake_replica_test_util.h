@@ -135,8 +135,10 @@ class FakeReplica {
     std::lock_guard<std::mutex> l(mu_);
     for (const auto& h : hashes) {
       std::string hex = cachekey::HashToHex(h);
-      if (op == "add") held_[tier].insert(hex);
-      else held_[tier].erase(hex);
+      if (op == "add")
+        held_[tier].insert(hex);
+      else
+        held_[tier].erase(hex);
       log_.push_back({++cursor_, op, tier, hex});
     }
   }
@@ -150,11 +152,11 @@ class FakeReplica {
     if (reset) {
       ++resets_;
       for (const auto& [tier, set] : held_)
-        events.push_back({{"op", "add"}, {"tier", tier}, {"hashes", std::vector(set.begin(), set.end())}});
+        events.push_back(
+            {{"op", "add"}, {"tier", tier}, {"hashes", std::vector(set.begin(), set.end())}});
     } else {
       for (const Event& e : log_)
-        if (e.seq > since)
-          events.push_back({{"op", e.op}, {"tier", e.tier}, {"hashes", {e.hash}}});
+        if (e.seq > since) events.push_back({{"op", e.op}, {"tier", e.tier}, {"hashes", {e.hash}}});
     }
     std::string salt_hex;
     for (uint8_t b : model_salt_) salt_hex += fmt::format("{:02x}", b);
