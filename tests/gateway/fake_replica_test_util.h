@@ -1,0 +1,247 @@
+// A fake `strata serve` replica for deterministic gateway tests: an in-process http::HttpServer on
+// 127.0.0.1, port 0, that serves what the test chooses —
+//   GET  /ready           the chosen status and body (200 {"status":"ready"} by default);
+//   GET  /metrics         the chosen Prometheus text (MetricsText() builds the gauges we read);
+//   GET  /v1/kv/events    a model of the replica's event ring (AddBlocks/RemoveBlocks, Restart),
+//                         or a chosen status (404: "does not publish");
+//   POST /v1/completions, /v1/chat/completions, /v1/embeddings
+//                         the chosen status, body and latency (a delayed answer waits on its own
+//                         thread, never on an I/O thread); SetStream(n) answers SSE with n chunks.
+// Counts the requests per path. Thread contract: every method is thread-safe.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cachekey/block_hash.h"
+#include "http/server.h"
+
+namespace strata::gateway::testing {
+
+class FakeReplica {
+ public:
+  FakeReplica() {
+    http::HttpServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.io_threads = 2;
+    auto s = http::HttpServer::Start(
+        o, [this](http::HttpRequest req, std::shared_ptr<http::Responder> out) {
+          Handle(std::move(req), std::move(out));
+        });
+    if (s.ok()) server_ = std::move(*s);
+  }
+  ~FakeReplica() {
+    std::vector<std::thread> delayed;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      delayed.swap(delayed_);
+    }
+    for (std::thread& t : delayed) t.join();  // answered before the server goes away
+    Stop();
+  }
+  FakeReplica(const FakeReplica&) = delete;
+  FakeReplica& operator=(const FakeReplica&) = delete;
+
+  bool ok() const { return server_ != nullptr; }
+  uint16_t port() const { return port_ ? port_ : (server_ ? server_->port() : 0); }
+  std::string url() const { return fmt::format("http://127.0.0.1:{}", port()); }
+  // Closes the listener and every connection (a dead replica: connections are refused).
+  void Stop() {
+    if (server_) port_ = server_->port();
+    if (server_) server_->Stop();
+  }
+
+  void SetReady(int status, std::string body) {
+    std::lock_guard<std::mutex> l(mu_);
+    ready_status_ = status;
+    ready_body_ = std::move(body);
+  }
+  void SetMetrics(std::string text) {
+    std::lock_guard<std::mutex> l(mu_);
+    metrics_ = std::move(text);
+  }
+  static std::string MetricsText(double waiting, double running, double prompt_tokens_total,
+                                 double kv_usage = 0) {
+    return fmt::format(
+        "# HELP strata:num_requests_waiting Requests waiting.\n"
+        "# TYPE strata:num_requests_waiting gauge\n"
+        "strata:num_requests_waiting{{model_name=\"m\"}} {}\n"
+        "strata:num_requests_running{{model_name=\"m\"}} {}\n"
+        "strata:kv_cache_usage_perc{{model_name=\"m\"}} {}\n"
+        "strata:prompt_tokens_total{{model_name=\"m\",tier=\"silver\"}} {}\n",
+        waiting, running, kv_usage, prompt_tokens_total);
+  }
+  void SetCompletion(int status, std::string body, std::chrono::milliseconds latency) {
+    std::lock_guard<std::mutex> l(mu_);
+    completion_status_ = status;
+    completion_body_ = std::move(body);
+    latency_ = latency;
+  }
+  void SetStream(int chunks) {
+    std::lock_guard<std::mutex> l(mu_);
+    stream_chunks_ = chunks;
+  }
+
+  // KV events model.
+  void SetKvEventsStatus(int status) {  // 200 = the event ring below; 404 = does not publish
+    std::lock_guard<std::mutex> l(mu_);
+    kv_status_ = status;
+  }
+  void SetKvIdentity(int block_size, std::vector<uint8_t> model_salt) {
+    std::lock_guard<std::mutex> l(mu_);
+    block_size_ = block_size;
+    model_salt_ = std::move(model_salt);
+  }
+  void AddBlocks(const std::vector<cachekey::BlockHash>& hashes, std::string tier = "pool") {
+    Log("add", std::move(tier), hashes);
+  }
+  void RemoveBlocks(const std::vector<cachekey::BlockHash>& hashes, std::string tier = "pool") {
+    Log("remove", std::move(tier), hashes);
+  }
+  // A new process: a new instance id, nothing held, the cursor numbering starts again.
+  void Restart() {
+    std::lock_guard<std::mutex> l(mu_);
+    ++instance_;
+    log_.clear();
+    held_.clear();
+    cursor_ = 0;
+  }
+  int64_t resets_served() const { return resets_.load(); }
+
+  int64_t count(const std::string& path) const {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = counts_.find(path);
+    return it == counts_.end() ? 0 : it->second;
+  }
+
+ private:
+  struct Event {
+    int64_t seq;
+    std::string op, tier, hash;
+  };
+
+  void Log(std::string op, std::string tier, const std::vector<cachekey::BlockHash>& hashes) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& h : hashes) {
+      std::string hex = cachekey::HashToHex(h);
+      if (op == "add")
+        held_[tier].insert(hex);
+      else
+        held_[tier].erase(hex);
+      log_.push_back({++cursor_, op, tier, hex});
+    }
+  }
+
+  std::string EventsBody(const std::string& query) {
+    int64_t since = 0;
+    size_t p = query.find("since=");
+    if (p != std::string::npos) since = std::atoll(query.c_str() + p + 6);
+    nlohmann::json events = nlohmann::json::array();
+    const bool reset = since <= 0 || since > cursor_;
+    if (reset) {
+      ++resets_;
+      for (const auto& [tier, set] : held_)
+        events.push_back(
+            {{"op", "add"}, {"tier", tier}, {"hashes", std::vector(set.begin(), set.end())}});
+    } else {
+      for (const Event& e : log_)
+        if (e.seq > since) events.push_back({{"op", e.op}, {"tier", e.tier}, {"hashes", {e.hash}}});
+    }
+    std::string salt_hex;
+    for (uint8_t b : model_salt_) salt_hex += fmt::format("{:02x}", b);
+    nlohmann::json j = {{"instance", fmt::format("inst{}", instance_)},
+                        {"block_size", block_size_},
+                        {"model_salt", salt_hex},
+                        {"cursor", cursor_},
+                        {"reset", reset},
+                        {"events", events}};
+    return j.dump();
+  }
+
+  void Handle(http::HttpRequest req, std::shared_ptr<http::Responder> out) {
+    std::unique_lock<std::mutex> l(mu_);
+    ++counts_[req.path];
+    http::HttpResponse r;
+    if (req.path == "/ready") {
+      r.status = ready_status_;
+      r.body = ready_body_;
+    } else if (req.path == "/metrics") {
+      r.content_type = "text/plain; version=0.0.4";
+      r.body = metrics_;
+    } else if (req.path == "/v1/kv/events") {
+      r.status = kv_status_;
+      r.body = kv_status_ == 200 ? EventsBody(req.query) : R"({"error":{"message":"not found"}})";
+    } else if (req.method == "POST") {
+      Generate(std::move(out), l);
+      return;
+    } else {
+      r.status = 404;
+      r.body = R"({"error":{"message":"not found"}})";
+    }
+    l.unlock();
+    out->Respond(std::move(r));
+  }
+
+  void Generate(std::shared_ptr<http::Responder> out, std::unique_lock<std::mutex>& l) {
+    const int status = completion_status_, chunks = stream_chunks_;
+    const std::string body = completion_body_;
+    const auto latency = latency_;
+    auto answer = [out, status, chunks, body] {
+      if (chunks > 0 && status == 200) {
+        out->Begin("text/event-stream", {});
+        for (int i = 0; i < chunks; ++i) out->Write("data: " + body + "\n\n");
+        out->Write("data: [DONE]\n\n");
+        out->End();
+        return;
+      }
+      http::HttpResponse r;
+      r.status = status;
+      r.body = body;
+      out->Respond(std::move(r));
+    };
+    if (latency.count() <= 0) {
+      l.unlock();
+      answer();
+      return;
+    }
+    delayed_.emplace_back([answer, latency] {
+      std::this_thread::sleep_for(latency);
+      answer();
+    });
+  }
+
+  std::unique_ptr<http::HttpServer> server_;
+  uint16_t port_ = 0;
+  mutable std::mutex mu_;
+  int ready_status_ = 200;
+  std::string ready_body_ = R"({"status":"ready"})";
+  std::string metrics_ = MetricsText(0, 0, 0);
+  int completion_status_ = 200;
+  std::string completion_body_ =
+      R"({"id":"cmpl-fake","object":"text_completion","choices":[{"index":0,"text":"ok","finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}})";
+  std::chrono::milliseconds latency_{0};
+  int stream_chunks_ = 0;
+  int kv_status_ = 200;
+  int block_size_ = 16;
+  std::vector<uint8_t> model_salt_ = {0x01, 0x02};
+  int instance_ = 1;
+  int64_t cursor_ = 0;
+  std::vector<Event> log_;
+  std::map<std::string, std::set<std::string>> held_;
+  std::atomic<int64_t> resets_{0};
+  std::map<std::string, int64_t> counts_;
+  std::vector<std::thread> delayed_;
+};
+
+}  // namespace strata::gateway::testing
