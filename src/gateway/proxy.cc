@@ -159,9 +159,10 @@ Status Relay::OnHead(const http::ResponseHead& h) {
     if (Forwarded(k)) r_.headers.emplace_back(k, v);
   sse_ = StartsWithNoCase(r_.content_type, "text/event-stream");
   const bool sized = h.content_length.has_value() && *h.content_length <= o_.max_buffered_body;
+  const bool no_body = h.status == 204 || h.status == 304;  // sent whole, with their status
   if (h.status >= 500) {
     mode_ = Mode::kCapture;
-  } else if (h.status >= 200 && h.status < 300 && (sse_ || !sized)) {
+  } else if (h.status >= 200 && h.status < 300 && !no_body && (sse_ || !sized)) {
     mode_ = Mode::kStream;
   } else {
     mode_ = Mode::kBuffer;
@@ -359,11 +360,12 @@ Result<http::HttpClient*> Upstreams::ClientFor(const std::string& url) {
 void Upstreams::Call(UpstreamCall c, std::shared_ptr<http::Responder> out, Headers extra_headers,
                      std::shared_ptr<Cancel> cancel, std::function<void(UpstreamResult)> done) {
   in_flight_.fetch_add(1);
-  if (!running_.load() || stopping_.load()) {
+  if (!running_.load() || stopping_.load() || out == nullptr) {
     in_flight_.fetch_sub(1);
     UpstreamResult r;
     r.kind = UpstreamResult::Kind::kRetryable;
-    r.status = Status::Unavailable("gateway upstreams not running");
+    r.status = out == nullptr ? Status::InvalidArgument("Upstreams::Call: no responder")
+                              : Status::Unavailable("gateway upstreams not running");
     done(std::move(r));
     return;
   }

@@ -112,7 +112,8 @@ class Upstreams {
   void Start();
   // Aborts the calls in flight (their `done` runs: kRetryable or kFailedMidStream with
   // Unavailable "gateway stopping"), waits for them (≤ 2 s), stops the io_context and joins the
-  // thread. Work others spawned on io() is abandoned. Idempotent.
+  // thread. Work others spawned on io() is abandoned (stop it first). Idempotent; never call it
+  // from the upstream thread. Start after Stop does nothing.
   void Stop();
 
   // Runs the call on the upstream thread. 2xx/4xx: relayed to `out` as they arrive (SSE and
@@ -122,7 +123,8 @@ class Upstreams {
   // `cancel` fired (client gone) → the upstream socket is closed at once (the replica sees the
   // disconnect and cancels), kClientGone. The caller wires out->OnClose to cancel->Fire. `done`
   // runs exactly once, on the upstream thread (inline on the caller's thread when not started or
-  // stopped: kRetryable, Unavailable). `cancel` may be null.
+  // stopped: kRetryable, Unavailable; or for a null `out`: InvalidArgument). `cancel` may be
+  // null. `done` must not throw.
   void Call(UpstreamCall c, std::shared_ptr<http::Responder> out,
             std::vector<std::pair<std::string, std::string>> extra_headers,
             std::shared_ptr<Cancel> cancel, std::function<void(UpstreamResult)> done);
