@@ -81,7 +81,9 @@ struct UpstreamResult {
   int http_status = 0;  // the replica's status; 0 when no response header arrived
   Status status;        // OK for kDone; else what went wrong (Unavailable, DeadlineExceeded, ...)
   // kRetryable with a response header: what the replica sent (body of a 5xx up to
-  // max_error_body), so the caller can relay it if it does not retry.
+  // max_error_body), so the caller can relay it if it does not retry. Relay it only when
+  // http_status >= 500; a kRetryable with a smaller http_status is a transport failure after the
+  // header (a short or malformed body): answer 502 then.
   std::string content_type, body;
   std::vector<std::pair<std::string, std::string>> headers;  // the forwarded subset
   double header_s = 0, first_chunk_s = 0, total_s = 0;       // from the call's start (0 = never)

@@ -117,7 +117,7 @@ ResponseHead HeadOf(const http::response_parser<http::buffer_body>& parser) {
   h.status = static_cast<int>(msg.result_int());
   for (const auto& f : msg)
     h.headers.emplace_back(Lower(std::string_view(f.name_string().data(), f.name_string().size())),
-                           std::string(f.value().data(), f.value().size()));
+                           std::string(f.value().data(), f.value().size()));  // json-access: Beast
   h.chunked = parser.chunked();
   if (auto len = parser.content_length()) h.content_length = *len;
   return h;

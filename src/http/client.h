@@ -92,7 +92,8 @@ class HttpClient {
   struct RequestOptions {
     // Sent after the client's own headers (a name set twice keeps the extra value). Names that
     // belong to the transport are ignored: host, content-length, transfer-encoding, connection,
-    // keep-alive, te, trailer, upgrade, proxy-*; so is a name or value with CR, LF or NUL.
+    // keep-alive, te, trailer, upgrade, expect, proxy-*; so is a name or value with CR, LF or
+    // NUL.
     std::vector<std::pair<std::string, std::string>> headers;
     HeadSink on_head;                      // may be empty
     bool deliver_error_body = false;       // non-2xx bodies go to on_body too (error_body stays "")
