@@ -49,7 +49,7 @@
 
 #include "base/status.h"
 #include "cachekey/block_hash.h"
-#include "gateway/config_types.h"
+#include "gateway/config.h"
 #include "gateway/prefix_index.h"
 #include "gateway/types.h"
 

@@ -56,7 +56,7 @@
 
 #include "base/status.h"
 #include "gateway/balancer.h"
-#include "gateway/config_types.h"
+#include "gateway/config.h"
 #include "gateway/prefix_index.h"
 #include "gateway/types.h"
 

@@ -74,10 +74,110 @@ std::string Describe(const beast::error_code& ec) {
 }
 }  // namespace
 
+std::string_view ResponseHead::Header(std::string_view lower_name) const {
+  for (const auto& [k, v] : headers)
+    if (k == lower_name) return v;
+  return {};
+}
+
+void RequestAbort::Abort() {
+  aborted_ = true;
+  if (stream_ == nullptr) return;
+  beast::error_code ec;
+  stream_->socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_->socket().close(ec);
+}
+
+namespace {
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
+
+// Request headers a caller may not set: they describe this hop's framing and connection.
+bool TransportHeader(std::string_view lower_name) {
+  static constexpr std::string_view kNames[] = {"host",       "content-length", "transfer-encoding",
+                                                "connection", "keep-alive",     "te",
+                                                "trailer",    "upgrade",        "expect"};
+  for (std::string_view n : kNames)
+    if (lower_name == n) return true;
+  return lower_name.substr(0, 6) == "proxy-";
+}
+
+bool Printable(std::string_view s) {
+  return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+ResponseHead HeadOf(const http::response_parser<http::buffer_body>& parser) {
+  ResponseHead h;
+  const auto& msg = parser.get();
+  h.status = static_cast<int>(msg.result_int());
+  for (const auto& f : msg)
+    h.headers.emplace_back(Lower(std::string_view(f.name_string().data(), f.name_string().size())),
+                           std::string(f.value().data(), f.value().size()));  // json-access: Beast
+  h.chunked = parser.chunked();
+  if (auto len = parser.content_length()) h.content_length = *len;
+  return h;
+}
+
+// The scope in which an abort handle points at a connection's socket.
+class AbortScope {
+ public:
+  AbortScope(RequestAbort* abort, beast::tcp_stream* stream, beast::tcp_stream** slot)
+      : slot_(abort ? slot : nullptr) {
+    if (slot_) *slot_ = stream;
+  }
+  ~AbortScope() {
+    if (slot_) *slot_ = nullptr;
+  }
+  AbortScope(const AbortScope&) = delete;
+  AbortScope& operator=(const AbortScope&) = delete;
+
+ private:
+  beast::tcp_stream** slot_;
+};
+
+HttpResult Aborted() {
+  HttpResult r = Fail(Status::Unavailable("request aborted"));
+  r.aborted = true;
+  return r;
+}
+
+}  // namespace
+
 asio::awaitable<HttpResult> HttpClient::Request(std::string method, std::string path,
                                                 std::string body, Clock::time_point deadline,
                                                 BodySink on_body) {
+  co_return co_await Request(std::move(method), std::move(path), std::move(body), deadline,
+                             std::move(on_body), RequestOptions{});
+}
+
+asio::awaitable<Status> HttpClient::Connect(Conn& conn, Clock::time_point deadline) {
+  beast::error_code ec;
+  if (!resolved_) {
+    tcp::resolver resolver(io_);
+    auto results = co_await resolver.async_resolve(url_.host, url_.port,
+                                                   asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return Status::Unavailable(fmt::format("resolve {}: {}", url_.host, ec.message()));
+    for (const auto& r : results) endpoints_.push_back(r.endpoint());
+    resolved_ = true;
+  }
+  conn.stream.expires_at(deadline);
+  co_await conn.stream.async_connect(endpoints_, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec)
+    co_return Status::Unavailable(fmt::format("connect {}: {}", url_.ToString(), Describe(ec)));
+  co_return Status::Ok();
+}
+
+asio::awaitable<HttpResult> HttpClient::Request(std::string method, std::string path,
+                                                std::string body, Clock::time_point deadline,
+                                                BodySink on_body, RequestOptions options) {
+  RequestAbort* abort = options.abort;
   for (int attempt = 0; attempt < 2; ++attempt) {
+    if (abort && abort->aborted()) co_return Aborted();
     std::unique_ptr<Conn> conn;
     bool reused = false;
     if (!idle_.empty()) {
@@ -86,27 +186,17 @@ asio::awaitable<HttpResult> HttpClient::Request(std::string method, std::string 
       reused = true;
     } else {
       conn = std::make_unique<Conn>(io_);
-      beast::error_code ec;
-      if (!resolved_) {
-        tcp::resolver resolver(io_);
-        auto results = co_await resolver.async_resolve(
-            url_.host, url_.port, asio::redirect_error(asio::use_awaitable, ec));
-        if (ec)
-          co_return Fail(
-              Status::Unavailable(fmt::format("resolve {}: {}", url_.host, ec.message())));
-        for (const auto& r : results) endpoints_.push_back(r.endpoint());
-        resolved_ = true;
-      }
-      conn->stream.expires_at(deadline);
-      co_await conn->stream.async_connect(endpoints_,
-                                          asio::redirect_error(asio::use_awaitable, ec));
-      if (ec)
-        co_return Fail(
-            Status::Unavailable(fmt::format("connect {}: {}", url_.ToString(), Describe(ec))));
+    }
+    AbortScope scope(abort, &conn->stream, abort ? &abort->stream_ : nullptr);
+    if (!reused) {
+      Status s = co_await Connect(*conn, deadline);
+      if (abort && abort->aborted()) co_return Aborted();
+      if (!s.ok()) co_return Fail(std::move(s));
     }
     bool retry = false, keep = false;
     HttpResult r =
-        co_await Once(*conn, reused, method, path, body, deadline, on_body, &retry, &keep);
+        co_await Once(*conn, reused, method, path, body, deadline, on_body, options, &retry, &keep);
+    if (abort && abort->aborted()) co_return Aborted();
     if (retry && attempt == 0) continue;
     if (keep) idle_.push_back(std::move(conn));
     co_return r;
@@ -117,12 +207,15 @@ asio::awaitable<HttpResult> HttpClient::Request(std::string method, std::string 
 asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std::string& method,
                                              const std::string& path, const std::string& body,
                                              Clock::time_point deadline, const BodySink& on_body,
-                                             bool* retry, bool* keep) {
+                                             const RequestOptions& options, bool* retry,
+                                             bool* keep) {
   HttpResult out;
   beast::error_code ec;
   conn.stream.expires_at(deadline);
-  http::request<http::string_body> req{method == "GET" ? http::verb::get : http::verb::post,
-                                       url_.path_prefix + path, 11};
+  const http::verb verb = http::string_to_verb(method);
+  if (verb == http::verb::unknown)
+    co_return Fail(Status::InvalidArgument(fmt::format("unknown HTTP method '{}'", method)));
+  http::request<http::string_body> req{verb, url_.path_prefix + path, 11};
   req.set(http::field::host, url_.host + ":" + url_.port);
   req.set(http::field::user_agent, "strata-bench");
   req.keep_alive(true);
@@ -133,6 +226,9 @@ asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std:
     req.body() = body;
     req.prepare_payload();
   }
+  for (const auto& [name, value] : options.headers)
+    if (!name.empty() && Printable(name) && Printable(value) && !TransportHeader(Lower(name)))
+      req.set(name, value);
   co_await http::async_write(conn.stream, req, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
     *retry = reused && ec != beast::error::timeout;
@@ -142,16 +238,24 @@ asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std:
   http::response_parser<http::buffer_body> parser;
   parser.body_limit(
       std::numeric_limits<std::uint64_t>::max());  // streams are bounded by the deadline
-  parser.header_limit(64 * 1024);
+  parser.header_limit(options.max_header_bytes);
   co_await http::async_read_header(conn.stream, conn.buffer, parser,
                                    asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
-    *retry = reused && ec != beast::error::timeout;
+    *retry = reused && ec != beast::error::timeout && ec != http::error::header_limit;
     out.status = Status::Unavailable(fmt::format("reading the response header: {}", Describe(ec)));
     co_return out;
   }
   out.http_status = static_cast<int>(parser.get().result_int());
+  if (options.on_head) {
+    Status s = options.on_head(HeadOf(parser));
+    if (!s.ok()) {
+      out.status = std::move(s);
+      co_return out;  // connection abandoned before the body: not kept
+    }
+  }
   const bool ok_status = out.http_status >= 200 && out.http_status < 300;
+  const bool deliver = ok_status || options.deliver_error_body;
   char chunk[16 * 1024];
   while (!parser.is_done()) {
     parser.get().body().data = chunk;
@@ -162,7 +266,7 @@ asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std:
     size_t n = sizeof(chunk) - parser.get().body().size;
     if (n > 0) {
       std::string_view piece(chunk, n);
-      if (ok_status) {
+      if (deliver) {
         Status s = on_body(piece);
         if (!s.ok()) {
           out.status = s;

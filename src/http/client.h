@@ -12,6 +12,10 @@
 // Errors: never thrown; HttpResult.status holds the first transport error (connection refused,
 // timeout, malformed response); HTTP 4xx/5xx are a successful transport with `http_status` set.
 // Only plain http:// URLs are supported (no TLS).
+// Proxying (RequestOptions, used by the gateway): extra request headers; `on_head` sees the status
+// and the response headers before any body byte; `deliver_error_body` hands non-2xx bodies to
+// `on_body` too; a RequestAbort closes the request's socket at once, at any stage (connecting,
+// waiting for the response header, reading the body), and the request fails with `aborted` set.
 #pragma once
 
 // clang-format off
@@ -26,6 +30,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,7 +51,33 @@ Result<Url> ParseUrl(std::string_view url);
 struct HttpResult {
   Status status;           // transport result
   int http_status = 0;     // 0 when no response header arrived
-  std::string error_body;  // the first 4 KiB of a non-2xx body
+  std::string error_body;  // the first 4 KiB of a non-2xx body (unless delivered to on_body)
+  bool aborted = false;    // the request was ended by RequestAbort::Abort()
+};
+
+// The status line and headers of a response, handed to RequestOptions::on_head before the body.
+struct ResponseHead {
+  int status = 0;
+  std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased, in wire order
+  bool chunked = false;                                      // Transfer-Encoding: chunked
+  std::optional<uint64_t> content_length;                    // absent: chunked or until EOF
+  // First header with this (lower-case) name, or "" when absent.
+  std::string_view Header(std::string_view lower_name) const;
+};
+
+// Ends one request from outside the coroutine that runs it. Thread contract: the client's (call
+// Abort() on the client's io_context thread; post to it from elsewhere). Reusable by one request.
+class RequestAbort {
+ public:
+  // Closes the request's socket now (pending reads/writes/connects complete with an error); a
+  // request not started yet, or between steps, fails at its next step. Idempotent.
+  void Abort();
+  bool aborted() const { return aborted_; }
+
+ private:
+  friend class HttpClient;
+  bool aborted_ = false;
+  boost::beast::tcp_stream* stream_ = nullptr;  // the socket in use, while the request runs
 };
 
 class HttpClient {
@@ -55,13 +86,33 @@ class HttpClient {
   // `on_body` returns non-OK to abort the request (the status is passed through).
   using BodySink = std::function<Status(std::string_view)>;
 
+  // Sees the response head before the body; returns non-OK to abort the request.
+  using HeadSink = std::function<Status(const ResponseHead&)>;
+
+  struct RequestOptions {
+    // Sent after the client's own headers (a name set twice keeps the extra value). Names that
+    // belong to the transport are ignored: host, content-length, transfer-encoding, connection,
+    // keep-alive, te, trailer, upgrade, expect, proxy-*; so is a name or value with CR, LF or
+    // NUL.
+    std::vector<std::pair<std::string, std::string>> headers;
+    HeadSink on_head;                      // may be empty
+    bool deliver_error_body = false;       // non-2xx bodies go to on_body too (error_body stays "")
+    uint32_t max_header_bytes = 64 << 10;  // a larger response header fails the request
+    RequestAbort* abort = nullptr;         // must outlive the request
+  };
+
   HttpClient(boost::asio::io_context& io, Url url, std::string api_key);
   ~HttpClient();
 
-  // `method` is "GET" or "POST"; `path` is appended to the URL's prefix; a non-empty body is sent
-  // as application/json. The body of a 2xx response goes to on_body.
+  // `method` is "GET" or "POST" (or another standard verb); `path` is appended to the URL's
+  // prefix; a non-empty body is sent as application/json. The body of a 2xx response goes to
+  // on_body.
   boost::asio::awaitable<HttpResult> Request(std::string method, std::string path, std::string body,
                                              Clock::time_point deadline, BodySink on_body);
+  // The same with proxying options.
+  boost::asio::awaitable<HttpResult> Request(std::string method, std::string path, std::string body,
+                                             Clock::time_point deadline, BodySink on_body,
+                                             RequestOptions options);
 
   // Closes idle connections (in-flight requests keep theirs).
   void CloseIdle();
@@ -76,7 +127,9 @@ class HttpClient {
   boost::asio::awaitable<HttpResult> Once(Conn& conn, bool reused, const std::string& method,
                                           const std::string& path, const std::string& body,
                                           Clock::time_point deadline, const BodySink& on_body,
-                                          bool* retry, bool* keep);
+                                          const RequestOptions& options, bool* retry, bool* keep);
+  // Resolves (once) and connects a new connection; a failure is the returned status.
+  boost::asio::awaitable<Status> Connect(Conn& conn, Clock::time_point deadline);
 
   boost::asio::io_context& io_;
   Url url_;

@@ -1,0 +1,423 @@
+#include "gateway/proxy.h"
+
+#include <fmt/format.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <cstdio>
+#include <exception>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "http/json_fields.h"
+#include "http/sse.h"
+
+namespace strata::gateway {
+
+namespace asio = boost::asio;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// ------------------------------------------------------------------------------------------------
+// Cancel
+
+void Cancel::Fire() {
+  std::map<uint64_t, std::function<void()>> subs;
+  {
+    MutexLock lock(&mu_);
+    if (fired_) return;
+    fired_ = true;
+    subs.swap(subs_);
+  }
+  for (auto& [id, fn] : subs) fn();
+}
+
+bool Cancel::fired() const {
+  MutexLock lock(&mu_);
+  return fired_;
+}
+
+uint64_t Cancel::Subscribe(std::function<void()> fn) {
+  {
+    MutexLock lock(&mu_);
+    if (!fired_) {
+      const uint64_t id = next_id_++;
+      subs_.emplace(id, std::move(fn));
+      return id;
+    }
+  }
+  fn();
+  return 0;
+}
+
+void Cancel::Unsubscribe(uint64_t id) {
+  MutexLock lock(&mu_);
+  subs_.erase(id);
+}
+
+std::string_view UpstreamKindName(UpstreamResult::Kind k) {
+  switch (k) {
+    case UpstreamResult::Kind::kDone:
+      return "done";
+    case UpstreamResult::Kind::kRetryable:
+      return "retryable";
+    case UpstreamResult::Kind::kFailedMidStream:
+      return "failed_mid_stream";
+    case UpstreamResult::Kind::kClientGone:
+      return "client_gone";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Response headers passed from the replica to the client (content-type travels on its own).
+bool Forwarded(std::string_view lower_name) {
+  static constexpr std::string_view kNames[] = {"cache-control", "retry-after", "x-request-id"};
+  for (std::string_view n : kNames)
+    if (lower_name == n) return true;
+  return false;
+}
+
+bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    char c = s[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != prefix[i]) return false;
+  }
+  return true;
+}
+
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Reads `usage.prompt_tokens` / `usage.completion_tokens` from a JSON text, when it has them.
+void ParseUsage(std::string_view text, UpstreamResult* r) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return;
+  http::Fields f(j);
+  const nlohmann::json* usage = nullptr;
+  if (!f.Object("usage", &usage).ok() || usage == nullptr) return;
+  http::Fields u(*usage, "usage.");
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  int64_t prompt = -1, completion = -1;
+  if (u.Int("prompt_tokens", 0, kMax, &prompt).ok()) r->prompt_tokens = prompt;
+  if (u.Int("completion_tokens", 0, kMax, &completion).ok()) r->completion_tokens = completion;
+}
+
+std::string MidStreamErrorEvent(std::string_view message) {
+  nlohmann::json e = {{"error",
+                       {{"message", fmt::format("upstream failed mid-stream: {}", message)},
+                        {"type", "server_error"},
+                        {"param", nullptr},
+                        {"code", "upstream_error"}}}};
+  return http::SseEvent(e.dump());
+}
+
+// The state of one relayed response: what the replica sent, what reached the client.
+class Relay {
+ public:
+  Relay(const UpstreamOptions& o, std::shared_ptr<http::Responder> out, Headers extra,
+        Clock::time_point start)
+      : o_(o), out_(std::move(out)), extra_(std::move(extra)), start_(start) {}
+
+  Status OnHead(const http::ResponseHead& h);
+  Status OnBody(std::string_view piece);
+  UpstreamResult Finish(const http::HttpResult& hr, bool stopping, Clock::time_point deadline);
+
+ private:
+  enum class Mode { kBuffer, kStream, kCapture };
+  Status Stream(std::string_view piece);
+  void BeginStream();
+  Headers ClientHeaders() const;
+  UpstreamResult Failed(const http::HttpResult& hr, bool stopping, Clock::time_point deadline);
+  UpstreamResult Completed();
+
+  const UpstreamOptions& o_;
+  std::shared_ptr<http::Responder> out_;
+  Headers extra_;
+  Clock::time_point start_;
+  UpstreamResult r_;
+  Mode mode_ = Mode::kBuffer;
+  bool sse_ = false, begun_ = false, capture_full_ = false, client_gone_ = false;
+  bool copy_ok_ = true;  // non-SSE stream: `body_` holds a copy for the usage (until too large)
+  std::string body_;
+  http::SseParser sse_parser_{1u << 20};
+  bool sse_ok_ = true;
+  std::vector<std::string> events_;
+};
+
+constexpr size_t kMaxUsageCopy = 1u << 20;
+
+Status Relay::OnHead(const http::ResponseHead& h) {
+  r_.http_status = h.status;
+  r_.header_s = Since(start_);
+  r_.content_type = std::string(h.Header("content-type"));
+  for (const auto& [k, v] : h.headers)
+    if (Forwarded(k)) r_.headers.emplace_back(k, v);
+  sse_ = StartsWithNoCase(r_.content_type, "text/event-stream");
+  const bool sized = h.content_length.has_value() && *h.content_length <= o_.max_buffered_body;
+  const bool no_body = h.status == 204 || h.status == 304;  // sent whole, with their status
+  if (h.status >= 500) {
+    mode_ = Mode::kCapture;
+  } else if (h.status >= 200 && h.status < 300 && !no_body && (sse_ || !sized)) {
+    mode_ = Mode::kStream;
+  } else {
+    mode_ = Mode::kBuffer;
+    if (h.content_length && *h.content_length > o_.max_buffered_body)
+      return Status::ResourceExhausted(
+          fmt::format("upstream {} response body of {} bytes is over the {}-byte bound", h.status,
+                      *h.content_length, o_.max_buffered_body));
+  }
+  return Status::Ok();
+}
+
+Status Relay::OnBody(std::string_view piece) {
+  r_.body_bytes += static_cast<int64_t>(piece.size());
+  switch (mode_) {
+    case Mode::kCapture:
+      body_.append(piece.substr(0, o_.max_error_body - std::min(o_.max_error_body, body_.size())));
+      if (body_.size() < o_.max_error_body) return Status::Ok();
+      capture_full_ = true;  // enough to relay; the rest is not read
+      return Status::ResourceExhausted("5xx body captured");
+    case Mode::kBuffer:
+      if (body_.size() + piece.size() > o_.max_buffered_body)
+        return Status::ResourceExhausted(
+            fmt::format("upstream response body over the {}-byte bound", o_.max_buffered_body));
+      body_.append(piece);
+      return Status::Ok();
+    case Mode::kStream:
+      return Stream(piece);
+  }
+  return Status::Ok();
+}
+
+Headers Relay::ClientHeaders() const {
+  Headers h = r_.headers;
+  h.insert(h.end(), extra_.begin(), extra_.end());
+  return h;
+}
+
+void Relay::BeginStream() {
+  begun_ = true;
+  r_.first_chunk_s = Since(start_);
+  out_->Begin(r_.content_type.empty() ? "application/octet-stream" : r_.content_type,
+              ClientHeaders());
+}
+
+Status Relay::Stream(std::string_view piece) {
+  if (out_->closed()) {
+    client_gone_ = true;
+    return Status::Unavailable("client disconnected");
+  }
+  if (!begun_) BeginStream();  // at the first body byte: a failure before it stays retryable
+  out_->Write(std::string(piece));
+  if (!sse_) {
+    if (copy_ok_ && body_.size() + piece.size() <= kMaxUsageCopy) {
+      body_.append(piece);
+    } else {
+      copy_ok_ = false;
+      body_.clear();
+    }
+    return Status::Ok();
+  }
+  if (!sse_ok_) return Status::Ok();
+  events_.clear();
+  sse_ok_ = sse_parser_.Feed(piece, &events_).ok();  // a hostile line: relayed, not parsed
+  for (const std::string& e : events_) {
+    if (e == "[DONE]") continue;
+    ++r_.stream_chunks;
+    if (e.find("\"usage\"") != std::string::npos) ParseUsage(e, &r_);
+  }
+  return Status::Ok();
+}
+
+UpstreamResult Relay::Failed(const http::HttpResult& hr, bool stopping,
+                             Clock::time_point deadline) {
+  Status why = hr.status;
+  if (stopping) {
+    why = Status::Unavailable("gateway stopping");
+  } else if (Clock::now() >= deadline) {
+    why =
+        Status::DeadlineExceeded(fmt::format("upstream deadline passed: {}", hr.status.message()));
+  }
+  r_.status = why;
+  if (begun_) {
+    if (sse_) out_->Write(MidStreamErrorEvent(why.message()));
+    out_->End();
+    r_.kind = UpstreamResult::Kind::kFailedMidStream;
+    return std::move(r_);
+  }
+  r_.kind = UpstreamResult::Kind::kRetryable;
+  if (mode_ != Mode::kCapture) r_.body.clear();
+  return std::move(r_);
+}
+
+UpstreamResult Relay::Completed() {
+  switch (mode_) {
+    case Mode::kCapture:
+      r_.kind = UpstreamResult::Kind::kRetryable;
+      r_.status = Status::Unavailable(fmt::format("upstream answered {}", r_.http_status));
+      r_.body = std::move(body_);
+      return std::move(r_);
+    case Mode::kBuffer: {
+      ParseUsage(body_, &r_);
+      http::HttpResponse resp;
+      resp.status = r_.http_status;
+      if (!r_.content_type.empty()) resp.content_type = r_.content_type;
+      resp.headers = ClientHeaders();
+      resp.body = std::move(body_);
+      r_.first_chunk_s = Since(start_);
+      out_->Respond(std::move(resp));
+      break;
+    }
+    case Mode::kStream:
+      if (!begun_) BeginStream();
+      out_->End();
+      if (!sse_ && copy_ok_) ParseUsage(body_, &r_);
+      break;
+  }
+  r_.kind = UpstreamResult::Kind::kDone;
+  r_.status = Status::Ok();
+  return std::move(r_);
+}
+
+UpstreamResult Relay::Finish(const http::HttpResult& hr, bool stopping,
+                             Clock::time_point deadline) {
+  UpstreamResult r;
+  const bool gone = client_gone_ || (hr.aborted && !stopping);
+  if (gone) {
+    if (begun_) out_->End();
+    r_.kind = UpstreamResult::Kind::kClientGone;
+    r_.status = Status::Unavailable("client disconnected");
+    r = std::move(r_);
+  } else if (!hr.status.ok() && !capture_full_) {
+    r = Failed(hr, stopping, deadline);
+  } else {
+    r = Completed();
+  }
+  r.total_s = Since(start_);
+  return r;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// Upstreams
+
+Upstreams::Upstreams() : Upstreams(UpstreamOptions{}) {}
+
+Upstreams::Upstreams(UpstreamOptions options) : options_(options) {}
+
+Upstreams::~Upstreams() { Stop(); }
+
+void Upstreams::Start() {
+  if (running_.load() || stopping_.load()) return;
+  work_ = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
+      io_.get_executor());
+  running_.store(true);
+  thread_ = std::thread([this] {
+    for (;;) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "strata gateway: exception on the upstream thread: %s\n", e.what());
+      } catch (...) {
+        std::fputs("strata gateway: unknown exception on the upstream thread\n", stderr);
+      }
+    }
+  });
+}
+
+void Upstreams::Stop() {
+  if (!running_.load() || stopping_.exchange(true)) return;
+  asio::post(io_, [this] {
+    for (auto& [id, abort] : active_) abort->Abort();
+  });
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  while (in_flight_.load() > 0 && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  work_.reset();
+  io_.stop();
+  if (thread_.joinable()) thread_.join();
+  running_.store(false);
+}
+
+Result<http::HttpClient*> Upstreams::ClientFor(const std::string& url) {
+  auto it = clients_.find(url);
+  if (it != clients_.end()) return it->second.get();
+  Result<http::Url> u = http::ParseUrl(url);
+  if (!u.ok()) return u.status();
+  auto client = std::make_unique<http::HttpClient>(io_, *u, "");
+  http::HttpClient* raw = client.get();
+  clients_.emplace(url, std::move(client));
+  return raw;
+}
+
+void Upstreams::Call(UpstreamCall c, std::shared_ptr<http::Responder> out, Headers extra_headers,
+                     std::shared_ptr<Cancel> cancel, std::function<void(UpstreamResult)> done) {
+  in_flight_.fetch_add(1);
+  if (!running_.load() || stopping_.load() || out == nullptr) {
+    in_flight_.fetch_sub(1);
+    UpstreamResult r;
+    r.kind = UpstreamResult::Kind::kRetryable;
+    r.status = out == nullptr ? Status::InvalidArgument("Upstreams::Call: no responder")
+                              : Status::Unavailable("gateway upstreams not running");
+    done(std::move(r));
+    return;
+  }
+  asio::co_spawn(io_,
+                 Run(std::move(c), std::move(out), std::move(extra_headers), std::move(cancel),
+                     std::move(done)),
+                 asio::detached);
+}
+
+asio::awaitable<void> Upstreams::Run(UpstreamCall c, std::shared_ptr<http::Responder> out,
+                                     Headers extra_headers, std::shared_ptr<Cancel> cancel,
+                                     std::function<void(UpstreamResult)> done) {
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline =
+      c.deadline == Clock::time_point{} ? start + options_.default_timeout : c.deadline;
+  Relay relay(options_, out, std::move(extra_headers), start);
+  auto abort = std::make_shared<http::RequestAbort>();
+  const uint64_t key = next_active_++;
+  active_.emplace(key, abort.get());
+  if (stopping_.load()) abort->Abort();
+  uint64_t sub = 0;
+  if (cancel) {
+    std::weak_ptr<http::RequestAbort> weak = abort;
+    sub = cancel->Subscribe([ex = io_.get_executor(), weak] {
+      asio::post(ex, [weak] {
+        if (auto a = weak.lock()) a->Abort();
+      });
+    });
+    if (cancel->fired()) abort->Abort();  // gone before the call started: never connect
+  }
+  http::HttpResult hr;
+  Result<http::HttpClient*> client = ClientFor(c.url);
+  if (!client.ok()) {
+    hr.status = client.status();
+  } else {
+    http::HttpClient::RequestOptions ro;
+    ro.headers = std::move(c.headers);
+    if (!c.api_key.empty()) ro.headers.emplace_back("authorization", "Bearer " + c.api_key);
+    ro.on_head = [&relay](const http::ResponseHead& h) { return relay.OnHead(h); };
+    ro.deliver_error_body = true;
+    ro.max_header_bytes = static_cast<uint32_t>(
+        std::min<size_t>(options_.max_header_bytes, std::numeric_limits<uint32_t>::max()));
+    ro.abort = abort.get();
+    hr = co_await (*client)->Request(
+        c.method, c.path, std::move(c.body), deadline,
+        [&relay](std::string_view piece) { return relay.OnBody(piece); }, std::move(ro));
+  }
+  if (cancel) cancel->Unsubscribe(sub);
+  active_.erase(key);
+  UpstreamResult r = relay.Finish(hr, stopping_.load() && !(cancel && cancel->fired()), deadline);
+  done(std::move(r));
+  in_flight_.fetch_sub(1);
+}
+
+}  // namespace strata::gateway
