@@ -149,18 +149,6 @@ Endpoint EndpointOf(std::string_view path) {
   return Endpoint::kCompletions;
 }
 
-// The first prompt's text (without token ids: the key of history affinity).
-std::string TextKey(Endpoint e, const json& body) {
-  const json* p = http::Fields(body).Find(e == Endpoint::kChat         ? "messages"
-                                          : e == Endpoint::kEmbeddings ? "input"
-                                                                       : "prompt");
-  if (!p) return {};
-  if (p->is_string()) return p->get_ref<const std::string&>();  // json-access: is_string
-  if (p->is_array() && !p->empty() && p->front().is_string())
-    return p->front().get_ref<const std::string&>();  // json-access: is_string
-  return p->dump();  // chat messages: their JSON text is stable enough for affinity
-}
-
 }  // namespace
 
 Gateway::~Gateway() {
@@ -209,10 +197,11 @@ Result<std::shared_ptr<const Snapshot>> Gateway::Build(std::shared_ptr<const Gat
     if (!p.tokenizer.empty()) {
       auto prev = previous ? previous->cfg->FindPool(p.name) : nullptr;
       auto it = previous ? previous->tokenizers.find(p.name) : decltype(s->tokenizers)::iterator{};
-      if (prev && prev->tokenizer == p.tokenizer && previous && it != previous->tokenizers.end()) {
+      if (prev && prev->tokenizer == p.tokenizer && prev->chat_template == p.chat_template &&
+          it != previous->tokenizers.end()) {
         s->tokenizers.emplace(p.name, it->second);
       } else {
-        auto tok = PoolTokenizer::Load(p.tokenizer);
+        auto tok = PoolTokenizer::Load(p.tokenizer, p.chat_template);
         if (!tok.ok())
           return Status::InvalidArgument(
               fmt::format("pools.{}.tokenizer: {}", p.name, tok.status().message()));
@@ -463,7 +452,7 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   job->replicas = set->second;
   job->api_key = pool->api_key;
   job->prompt = measure(*pool);
-  if (job->prompt.ids.empty()) job->text_key = TextKey(job->endpoint, ex.body);
+  if (job->prompt.ids.empty()) job->text_key = job->prompt.text;
   job->headers = ForwardedHeaders(ex.request, job->tenant, job->priority);
 
   job->body = std::move(ex.request.body);  // forwarded as sent

@@ -44,8 +44,11 @@ int FreePort() {
 }
 
 std::unique_ptr<ServeProcess> StartReplica(int port = 0) {
-  return std::make_unique<ServeProcess>(std::vector<std::string>{
-      "--port", std::to_string(port), "--threads", "1", "--kv-cache-memory", "32MiB"});
+  return std::make_unique<ServeProcess>(
+      std::vector<std::string>{STRATA_BIN, "serve", "--port", std::to_string(port), "--model",
+                               STRATA_DEFAULT_MODEL, "--threads", "1", "--kv-cache-memory",
+                               "32MiB"},
+      std::vector<std::string>{});
 }
 
 std::string Url(int port) { return "http://127.0.0.1:" + std::to_string(port); }
@@ -319,13 +322,16 @@ TEST_F(GatewayTest, ClientDisconnectCancelsTheUpstreamRequest) {
     ASSERT_TRUE(
         c.ReadUntil([](const std::string& b) { return b.find("data: ") != std::string::npos; }));
   }  // closed mid-stream
-  bool idle = false;
-  for (int i = 0; i < 200 && !idle; ++i) {
-    const std::string m = HttpCall(a->port(), "GET", "/metrics").body;
-    idle = m.find("strata:num_requests_running{model_name=\"strata-tiny\"} 0") != std::string::npos;
-    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  // The replica saw the disconnect: the request ended as `abort`, not by running to its length.
+  bool aborted = false;
+  std::string m;
+  for (int i = 0; i < 200 && !aborted; ++i) {
+    m = HttpCall(a->port(), "GET", "/metrics").body;
+    aborted = m.find("finished_reason=\"abort\"} 1") != std::string::npos;
+    if (!aborted) std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
-  EXPECT_TRUE(idle) << "the replica still runs the abandoned request";
+  EXPECT_TRUE(aborted) << m;
+  EXPECT_NE(m.find("strata:num_requests_running{model_name=\"strata-tiny\"} 0"), std::string::npos);
 }
 
 TEST_F(GatewayTest, RepeatedPrefixGoesWhereItIsCached) {
