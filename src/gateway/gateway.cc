@@ -468,7 +468,7 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
       std::move(ar), [this, job](Result<Admission::Ticket> t, std::optional<Rejection> rej) {
         if (!t.ok() || rej) {
           HttpResponse r = http::ErrorResponse(
-              429, rej ? rej->message : std::string(t.status().message()), rej ? rej->reason : "");
+              429, rej ? rej->message : std::string(t.status().message()));
           const double after = rej ? std::max(1.0, std::ceil(rej->retry_after_s)) : 1.0;
           r.headers.emplace_back("Retry-After", fmt::format("{:.0f}", after));
           metrics_.Add(std::string(kRejectionsTotal),

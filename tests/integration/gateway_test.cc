@@ -234,6 +234,38 @@ TEST_F(GatewayTest, TenantsNeedAKeyAndGet429WithRetryAfter) {
   EXPECT_NE(Metrics().find("strata_gateway:rejections_total"), std::string::npos);
 }
 
+TEST_F(GatewayTest, PoolCapacityGoldWaitsBronzeGets429) {
+  auto a = StartReplica();
+  ASSERT_GT(a->port(), 0);
+  std::string yaml = OnePool({a->port()});
+  yaml.replace(yaml.find("    replicas:"), 0, "    max_in_flight: 1\n");
+  yaml += "admission:\n  gold_max_wait_ms: 30000\n";
+  StartGateway(yaml);
+  WaitReady();
+  // One long request holds the pool's only slot (4 choices x 1900 tokens).
+  const json slow = {{"prompt", "Hi"}, {"max_tokens", 1900}, {"n", 4}, {"ignore_eos", true}};
+  HttpReply first;
+  std::thread t([&] { first = Complete(slow); });
+  bool busy = false;
+  for (int i = 0; i < 400 && !busy; ++i) {
+    busy = Metrics().find("strata_gateway:pool_in_flight{pool=\"general\"} 1") != std::string::npos;
+    if (!busy) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(busy);
+  json bronze = {{"prompt", "Hi"}, {"max_tokens", 2}, {"priority", "bronze"}};
+  HttpReply b = Complete(bronze);
+  json gold = bronze;
+  gold["priority"] = "gold";
+  HttpReply g = Complete(gold);  // waits (gold_max_wait_ms 2000) for the slot
+  t.join();
+  EXPECT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(b.status, 429) << b.body;
+  EXPECT_NE(b.body.find("max_in_flight"), std::string::npos) << b.body;
+  EXPECT_FALSE(b.headers["retry-after"].empty());
+  EXPECT_EQ(g.status, 200) << g.body;
+  EXPECT_NE(Metrics().find("reason=\"pool_capacity\""), std::string::npos);
+}
+
 TEST_F(GatewayTest, Kill9FailsOverEjectsAndReadmits) {
   const int p1 = FreePort();
   auto r1 = StartReplica(p1);
