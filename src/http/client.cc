@@ -169,6 +169,9 @@ asio::awaitable<Status> HttpClient::Connect(Conn& conn, Clock::time_point deadli
   co_await conn.stream.async_connect(endpoints_, asio::redirect_error(asio::use_awaitable, ec));
   if (ec)
     co_return Status::Unavailable(fmt::format("connect {}: {}", url_.ToString(), Describe(ec)));
+  // No Nagle: a request's header and body may leave as two writes; the second would wait for the
+  // server's delayed ACK (40 ms).
+  conn.stream.socket().set_option(tcp::no_delay(true), ec);
   co_return Status::Ok();
 }
 

@@ -143,6 +143,10 @@ class Session : public std::enable_shared_from_this<Session> {
     beast::error_code ec;
     auto ep = stream_.socket().remote_endpoint(ec);
     if (!ec) peer_ = ep.address().to_string() + ":" + std::to_string(ep.port());
+    // No Nagle: a response is written as several small pieces (the header, then each SSE event),
+    // and Nagle would hold each piece until the client ACKs the previous one — up to its delayed
+    // ACK (40 ms on Linux) added to the first token of every stream.
+    stream_.socket().set_option(tcp::no_delay(true), ec);
   }
   ~Session() {
     if (in_response_) impl_->owner->active_responses_.fetch_sub(1);
