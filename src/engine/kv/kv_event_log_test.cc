@@ -17,7 +17,8 @@ using Pair = std::pair<int, BlockHash>;  // (tier, hash)
 
 BlockHash H(uint32_t i) {
   BlockHash h{};
-  for (size_t k = 0; k < h.size(); ++k) h[k] = static_cast<uint8_t>((i * 2654435761u) >> (k % 4 * 8));
+  for (size_t k = 0; k < h.size(); ++k)
+    h[k] = static_cast<uint8_t>((i * 2654435761u) >> (k % 4 * 8));
   h[0] = static_cast<uint8_t>(i);
   h[1] = static_cast<uint8_t>(i >> 8);
   h[2] = static_cast<uint8_t>(i >> 16);
@@ -186,7 +187,7 @@ TEST(KvEventLog, HeldSetIsBoundedPerTier) {
   EXPECT_EQ(log.dropped_adds(), 6u);
   EXPECT_EQ(log.head(), c0 + 4);  // dropped adds are not published...
   log.Remove(KvEventTier::kPool, H(7));
-  EXPECT_EQ(log.head(), c0 + 4);  // ...nor their removes
+  EXPECT_EQ(log.head(), c0 + 4);     // ...nor their removes
   log.Add(KvEventTier::kRam, H(7));  // other tiers have their own bound
   EXPECT_EQ(log.held(KvEventTier::kRam), 1u);
   log.Remove(KvEventTier::kPool, H(0));

@@ -876,8 +876,8 @@ TEST(KvManagerEventsTest, RandomWorkloadKeepsTheLogEqualToTheCache) {
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
     }
     // Prompts share prefixes: a few families of up to 4 blocks.
-    std::vector<int32_t> prompt = Range(static_cast<int32_t>(1000 * (rng() % 4)),
-                                        static_cast<int>(4 + rng() % 14));
+    std::vector<int32_t> prompt =
+        Range(static_cast<int32_t>(1000 * (rng() % 4)), static_cast<int>(4 + rng() % 14));
     if (Needed(m, seq, static_cast<int>(prompt.size())) > m.NumFreeBlocks()) continue;
     Prefill(&m, seq, prompt, salt);
     live.push_back(seq);

@@ -71,7 +71,8 @@ inline std::string EntryPath(const std::string& dir, const BlockKey& key) {
 }
 
 // Runs a prefetch and waits for it.
-inline std::vector<std::vector<uint8_t>> PrefetchSync(TieredKvCache& cache, std::vector<BlockKey> keys,
+inline std::vector<std::vector<uint8_t>> PrefetchSync(TieredKvCache& cache,
+                                                      std::vector<BlockKey> keys,
                                                       std::string_view tenant = "") {
   auto h = cache.Prefetch(std::move(keys), tenant, nullptr);
   if (!WaitFor([&] { return h->ready(); })) return {};

@@ -61,7 +61,9 @@ class OpTimer {
       : ops_(ops), ns_(ns), start_(std::chrono::steady_clock::now()) {}
   ~OpTimer() {
     ops_->fetch_add(1, std::memory_order_relaxed);
-    ns_->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count(),
+    ns_->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now() - start_)
+                       .count(),
                    std::memory_order_relaxed);
   }
   OpTimer(const OpTimer&) = delete;
@@ -96,7 +98,9 @@ class PolicyIndex {
   };
 
   explicit PolicyIndex(const TierLimits& limits)
-      : capacity_(limits.capacity_bytes), ttl_s_(limits.ttl_s), default_quota_(limits.default_tenant_quota_bytes) {
+      : capacity_(limits.capacity_bytes),
+        ttl_s_(limits.ttl_s),
+        default_quota_(limits.default_tenant_quota_bytes) {
     for (const auto& [tenant, quota] : limits.tenant_quota_bytes) quotas_[tenant] = quota;
   }
 
@@ -144,7 +148,9 @@ class PolicyIndex {
     return removed;
   }
 
-  bool Expired(const Entry& e, double now) const { return ttl_s_ > 0 && now - e.written_s >= ttl_s_; }
+  bool Expired(const Entry& e, double now) const {
+    return ttl_s_ > 0 && now - e.written_s >= ttl_s_;
+  }
 
   // Looks a key up and marks it most recently used. An expired entry is removed and returned
   // through *expired (the result is then null).
@@ -152,8 +158,10 @@ class PolicyIndex {
     auto it = map_.find(key);
     if (it == map_.end()) return nullptr;
     if (Expired(it->second->e, now)) {
-      if (expired != nullptr) *expired = Erase(key);
-      else Erase(key);
+      if (expired != nullptr)
+        *expired = Erase(key);
+      else
+        Erase(key);
       return nullptr;
     }
     auto node = it->second;

@@ -90,8 +90,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
     if (config_.ram)
       ram_ = std::make_unique<RamTier>(config_.ram->limits, hooks_.clock, ObserverOf(TierId::kRam));
     if (config_.disk) {
-      ASSIGN_OR_RETURN(disk_, DiskTier::Open(*config_.disk, max_entry, hooks_.clock,
-                                             ObserverOf(TierId::kDisk)));
+      ASSIGN_OR_RETURN(
+          disk_, DiskTier::Open(*config_.disk, max_entry, hooks_.clock, ObserverOf(TierId::kDisk)));
     }
     if (config_.redis && observer_) {
       TierLimits track;

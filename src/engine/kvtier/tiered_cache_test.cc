@@ -205,8 +205,8 @@ TEST(TieredKvCacheTest, ShutdownPersistsRamIntoDisk) {
   EXPECT_EQ(cache->Stats().disk.entries, 0);
   cache->Shutdown();
   EXPECT_EQ(cache->Stats().disk.entries, 3);
-  cache->Shutdown();                                 // idempotent
-  cache->Demote(Key(9), "", Payload(kBlock, 9));     // ignored after shutdown
+  cache->Shutdown();                              // idempotent
+  cache->Demote(Key(9), "", Payload(kBlock, 9));  // ignored after shutdown
   std::atomic<bool> called{false};
   auto h = cache->Prefetch({Key(0)}, "", [&] { called = true; });
   EXPECT_TRUE(h->ready());
@@ -327,7 +327,7 @@ TEST(TieredKvCacheTest, CompressionRoundTripsThroughTheTiers) {
     TieredKvConfig c = DiskOnly(dir.path());
     c.ram = RamTierConfig{};
     c.ram->limits.capacity_bytes = 1 * kEntry;  // the second entry pushes the first to disk
-    c.io_threads = 1;  // one worker: writes apply in submission order
+    c.io_threads = 1;                           // one worker: writes apply in submission order
     c.compression = comp;
     auto cache = Make(c);
     ASSERT_TRUE(cache);
@@ -336,10 +336,12 @@ TEST(TieredKvCacheTest, CompressionRoundTripsThroughTheTiers) {
     std::vector<uint8_t> noise = Payload(kBlock, 7);
     cache->Demote(Key(0), "", compressible);
     cache->Demote(Key(1), "", noise);
-    ASSERT_TRUE(WaitFor([&] { return cache->Stats().ram.entries + cache->Stats().disk.entries == 2; }));
+    ASSERT_TRUE(
+        WaitFor([&] { return cache->Stats().ram.entries + cache->Stats().disk.entries == 2; }));
     TieredKvStats s = cache->Stats();
     EXPECT_EQ(s.disk.entries, 1);
-    EXPECT_LT(s.disk.bytes_used, static_cast<int64_t>(kBlock / 2)) << "compressible block stored compressed";
+    EXPECT_LT(s.disk.bytes_used, static_cast<int64_t>(kBlock / 2))
+        << "compressible block stored compressed";
     EXPECT_EQ(s.ram.bytes_used, static_cast<int64_t>(kEntry)) << "incompressible block stays raw";
     auto got = PrefetchSync(*cache, {Key(0), Key(1)});
     ASSERT_EQ(got.size(), 2u);
@@ -385,7 +387,8 @@ TEST(TieredKvCacheTest, CreateRejectsBadConfig) {
   EXPECT_NE(r.status().message().find("ram.capacity"), std::string::npos) << r.status().ToString();
   c = RamOnly();
   c.io_threads = 0;
-  EXPECT_NE(TieredKvCache::Create(c, kBlock, kFormat).status().message().find("io_threads"), std::string::npos);
+  EXPECT_NE(TieredKvCache::Create(c, kBlock, kFormat).status().message().find("io_threads"),
+            std::string::npos);
   EXPECT_FALSE(TieredKvCache::Create(RamOnly(), 0, kFormat).ok());
   TempDir dir;
   std::string file = dir.path() + "/plain-file";
@@ -410,7 +413,8 @@ TEST(TieredKvCacheTest, TenantQuotaInRamDemotesOnlyThatTenant) {
   ASSERT_TRUE(cache);
   cache->Demote(Key(100), "big", Payload(kBlock, 100));
   for (int i = 0; i < 4; ++i) cache->Demote(Key(i), "small", Payload(kBlock, i));
-  ASSERT_TRUE(WaitFor([&] { return cache->Stats().ram.entries == 3 && cache->Stats().disk.entries == 2; }));
+  ASSERT_TRUE(
+      WaitFor([&] { return cache->Stats().ram.entries == 3 && cache->Stats().disk.entries == 2; }));
   EXPECT_FALSE(FileExists(EntryPath(dir.path(), Key(100))));
   EXPECT_TRUE(FileExists(EntryPath(dir.path(), Key(0))));
   EXPECT_TRUE(FileExists(EntryPath(dir.path(), Key(1))));
