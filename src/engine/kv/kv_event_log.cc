@@ -44,7 +44,8 @@ size_t KvEventLog::HashKey::operator()(const cachekey::BlockHash& h) const {
   return v;
 }
 
-KvEventLog::KvEventLog(KvEventLogConfig config) : cfg_(config) {
+KvEventLog::KvEventLog(KvEventLogConfig config)
+    : cfg_{std::max<size_t>(config.capacity, 1), std::max<size_t>(config.max_held_per_tier, 1)} {
   const std::array<unsigned char, 16> bytes = RandomBytes();
   static constexpr char kHex[] = "0123456789abcdef";
   instance_.reserve(2 * bytes.size());
@@ -102,16 +103,17 @@ void KvEventLog::Record(KvEventOp op, KvEventTier tier, const cachekey::BlockHas
 void KvEventLog::Snapshot(KvEventPage* page) const {
   page->reset = true;
   page->cursor = head_;
+  // One pass over the held set (the only O(held) work under the mutex; readers only).
+  std::array<KvEventGroup, kNumKvEventTiers> groups;
   for (int t = 0; t < kNumKvEventTiers; ++t) {
-    const auto tier = static_cast<KvEventTier>(t);
-    const size_t n = held_count_[static_cast<size_t>(t)];
-    if (n == 0) continue;
-    KvEventGroup g{KvEventOp::kAdd, tier, {}};
-    g.hashes.reserve(n);
-    for (const auto& [hash, mask] : held_)
-      if ((mask & Bit(tier)) != 0) g.hashes.push_back(hash);
-    page->events.push_back(std::move(g));
+    groups[static_cast<size_t>(t)].tier = static_cast<KvEventTier>(t);
+    groups[static_cast<size_t>(t)].hashes.reserve(held_count_[static_cast<size_t>(t)]);
   }
+  for (const auto& [hash, mask] : held_)
+    for (int t = 0; t < kNumKvEventTiers; ++t)
+      if ((mask & (1u << t)) != 0) groups[static_cast<size_t>(t)].hashes.push_back(hash);
+  for (KvEventGroup& g : groups)
+    if (!g.hashes.empty()) page->events.push_back(std::move(g));
 }
 
 KvEventPage KvEventLog::Read(uint64_t since, size_t max) const {

@@ -51,9 +51,9 @@ std::string_view KvEventTierName(KvEventTier t);  // "pool" | "ram" | "disk" | "
 enum class KvEventOp : uint8_t { kAdd, kRemove };
 std::string_view KvEventOpName(KvEventOp op);  // "add" | "remove"
 
-struct KvEventLogConfig {
-  size_t capacity = 65536;                     // hash-events kept in the ring (>= 1)
-  size_t max_held_per_tier = size_t{1} << 20;  // pairs tracked per tier (>= 1)
+struct KvEventLogConfig {                      // 0 is taken as 1
+  size_t capacity = 65536;                     // hash-events kept in the ring
+  size_t max_held_per_tier = size_t{1} << 20;  // pairs tracked per tier
 };
 
 // Consecutive events with the same op and tier.

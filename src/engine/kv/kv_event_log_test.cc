@@ -169,6 +169,17 @@ TEST(KvEventLog, RingOverflowGivesAResetSnapshot) {
   EXPECT_EQ(snap.events[1].hashes, (std::vector<BlockHash>{H(100)}));
 }
 
+TEST(KvEventLog, ZeroSizesAreTakenAsOne) {
+  KvEventLog log({.capacity = 0, .max_held_per_tier = 0});
+  log.Add(KvEventTier::kPool, H(1));
+  log.Add(KvEventTier::kPool, H(2));  // over the bound of 1: dropped
+  EXPECT_EQ(log.held(KvEventTier::kPool), 1u);
+  EXPECT_FALSE(log.Read(log.head() - 1, 10).reset);
+  EXPECT_EQ(log.Read(log.head() - 1, 10).num_hashes(), 1u);
+  log.Remove(KvEventTier::kPool, H(1));
+  EXPECT_TRUE(log.Read(log.head() - 2, 10).reset);  // the ring keeps one event
+}
+
 TEST(KvEventLog, ForeignAndFutureCursorsReset) {
   KvEventLog a, b;
   a.Add(KvEventTier::kPool, H(1));
