@@ -179,6 +179,7 @@ class PolicyIndex {
       if (Expired(n.e, now)) keys.push_back(n.e.key);
     }
     std::vector<Entry> out;
+    out.reserve(keys.size());
     for (const BlockKey& k : keys) out.push_back(*Erase(k));
     return out;
   }
