@@ -71,6 +71,7 @@ TEST(KvEventsQuery, BadValuesNameTheParameter) {
 // block, so they share no block.
 std::vector<int32_t> Ids(int32_t start, int n) {
   std::vector<int32_t> v;
+  v.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) v.push_back(1 + (start + i) % 200);
   return v;
 }

@@ -430,7 +430,7 @@ TEST(KvTier, BlockEventsFollowBlocksThroughTheTiers) {
     std::vector<std::vector<int>> prompts;
     for (uint32_t seed = 30; seed < 35; ++seed) {
       prompts.push_back(Prompt(kLen, seed));
-      ASSERT_EQ(Complete(a.port(), prompts.back(), 2).rfind("<", 0), std::string::npos);
+      ASSERT_EQ(Complete(a.port(), prompts.back(), 2).rfind('<', 0), std::string::npos);
     }
     first = GatewayKeys(v, prompts[0]);
     ASSERT_EQ(first.size(), 12u);

@@ -244,6 +244,7 @@ TEST(KvEventLog, ConcurrentProducersAndReaders) {
   constexpr int kThreads = 4, kOps = 20000;
   std::atomic<bool> done{false};
   std::vector<std::thread> producers;
+  producers.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     producers.emplace_back([&log, t] {
       std::mt19937 rng(static_cast<uint32_t>(t));
@@ -259,6 +260,7 @@ TEST(KvEventLog, ConcurrentProducersAndReaders) {
   }
   std::vector<Follower> followers(2);
   std::vector<std::thread> readers;
+  readers.reserve(followers.size());
   for (Follower& f : followers) {
     readers.emplace_back([&log, &f, &done] {
       while (!done.load()) f.Poll(log, 100);

@@ -26,7 +26,7 @@ using testing::WaitFor;
 
 constexpr uint64_t kBlock = 4096;
 constexpr uint64_t kEntry = kEntryHeaderBytes + kBlock;  // tenant "" and no compression
-const char* kFormat = "test-format-v1";
+constexpr const char* kFormat = "test-format-v1";
 
 bool FileExists(const std::string& p) {
   struct stat st;
