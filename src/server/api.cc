@@ -11,6 +11,7 @@
 #include "http/json_fields.h"
 #include "http/openai_error.h"
 #include "server/api_internal.h"
+#include "server/kv_events.h"
 #include "tokenizer/utf8.h"
 
 namespace strata::server {
@@ -314,6 +315,7 @@ std::vector<http::Route> Api::Routes() {
       {"GET", "/health", "/health", false, false, false, false, on(&Api::Health)},
       {"GET", "/ready", "/ready", false, false, false, false, on(&Api::Ready)},
       {"GET", "/metrics", "/metrics", false, true, false, false, on(&Api::Metrics)},
+      {"GET", "/v1/kv/events", "/v1/kv/events", false, true, false, false, on(&Api::KvEvents)},
       {"GET", "/v1/models", "/v1/models", false, true, true, false, on(&Api::Models)},
       {"GET", "/v1/models/", "/v1/models/{id}", true, true, true, false, on(&Api::Model)},
       {"POST", "/v1/completions", "/v1/completions", false, true, true, true,
@@ -367,6 +369,17 @@ HttpResponse Api::Metrics(Exchange&) {
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body = metrics_.Render();
   return r;
+}
+
+// The block events a gateway polls (kv_events.h): no readiness needed, read under the log's short
+// lock, formatted here.
+HttpResponse Api::KvEvents(Exchange& ex) {
+  auto q = ParseKvEventsQuery(ex.request.query);
+  if (!q.ok()) return http::ErrorResponse(q.error());
+  const engine::kv::KvEventLog& log = engine_->kv_events();
+  const engine::kv::KvEventPage page = log.Read(q->since, q->max);
+  return OrderedJsonResponse(
+      200, KvEventsJson(page, {log.instance(), engine_->block_size(), engine_->model_salt()}));
 }
 
 json Api::ModelObject() const {

@@ -1,6 +1,6 @@
 // Api: the routes of `strata serve` on top of http::HttpServer and the serving Engine.
 //
-//   GET  /health /ready /metrics /v1/models /v1/models/{id}
+//   GET  /health /ready /metrics /v1/models /v1/models/{id} /v1/kv/events
 //   POST /v1/completions /v1/chat/completions /v1/embeddings /tokenize /detokenize /apply-template
 //
 // Routing is an http::Chain: match -> auth (Bearer) -> readiness -> JSON body (parsed once) ->
@@ -89,6 +89,7 @@ class Api {
   HttpResponse Health(http::Exchange& ex);
   HttpResponse Ready(http::Exchange& ex);
   HttpResponse Metrics(http::Exchange& ex);
+  HttpResponse KvEvents(http::Exchange& ex);
   HttpResponse Models(http::Exchange& ex);
   HttpResponse Model(http::Exchange& ex);
   HttpResponse Tokenize(http::Exchange& ex);

@@ -6,12 +6,16 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <thread>
 
+#include "cachekey/block_hash.h"
 #include "integration/http_test_client.h"
 #include "integration/serve_process.h"
 #include "testing/redis_process.h"
@@ -354,6 +358,117 @@ TEST(KvTier, TenantsDoNotShareBlocks) {
       HttpCall(a.port(), "POST", "/v1/completions", body.dump(), {"x-strata-tenant: bad tenant"})
           .status,
       400);
+}
+
+// What a gateway following GET /v1/kv/events knows: tier -> hex hashes.
+struct KvView {
+  uint64_t cursor = 0;
+  std::string model_salt_hex;
+  int block_size = 0;
+  std::map<std::string, std::set<std::string>> held;
+};
+
+// Polls until caught up; false on a bad answer.
+bool FollowEvents(int port, KvView* v) {
+  for (int i = 0; i < 10000; ++i) {
+    auto r = HttpCall(port, "GET", "/v1/kv/events?since=" + std::to_string(v->cursor));
+    json j = json::parse(r.body, nullptr, false);
+    if (r.status != 200 || !j.is_object()) return false;
+    if (j.at("reset").get<bool>()) v->held.clear();
+    v->model_salt_hex = j.at("model_salt").get<std::string>();
+    v->block_size = j.at("block_size").get<int>();
+    size_t n = 0;
+    for (const json& e : j.at("events")) {
+      auto& set = v->held[e.at("tier").get<std::string>()];
+      const bool add = e.at("op").get<std::string>() == "add";
+      for (const json& h : e.at("hashes")) {
+        if (add)
+          set.insert(h.get<std::string>());
+        else
+          set.erase(h.get<std::string>());
+        ++n;
+      }
+    }
+    const uint64_t next = j.at("cursor").get<uint64_t>();
+    if (n == 0 && next == v->cursor) return true;
+    v->cursor = next;
+  }
+  return false;
+}
+
+// The keys a gateway computes for an id prompt (no tenant) from the answer's salt and block size.
+std::set<std::string> GatewayKeys(const KvView& v, const std::vector<int>& prompt) {
+  std::vector<uint8_t> salt;
+  for (size_t i = 0; i + 1 < v.model_salt_hex.size(); i += 2)
+    salt.push_back(static_cast<uint8_t>(std::stoi(v.model_salt_hex.substr(i, 2), nullptr, 16)));
+  const std::vector<int32_t> ids(prompt.begin(), prompt.end());
+  std::set<std::string> out;
+  for (const auto& h : strata::cachekey::ComputeBlockHashes(
+           ids, v.block_size, strata::cachekey::RequestSalt(salt, {.adapter = "", .tenant = ""})))
+    out.insert(strata::cachekey::HashToHex(h));
+  return out;
+}
+
+// Block events through the real binary: blocks the pool evicts are removed from "pool" and show
+// up in "ram" (demotion); at a warm restart the disk tier's snapshot holds what was persisted.
+TEST(KvTier, BlockEventsFollowBlocksThroughTheTiers) {
+  const std::string dir = TempDir("strata-kvtier-events");
+  // strata-tiny: 4 KiB per block, so 160 KiB is 40 blocks: five 13-block prompts overflow it.
+  const std::vector<std::string> base = {STRATA_BIN,  "serve",   "--port",
+                                         "0",         "--model", STRATA_DEFAULT_MODEL,
+                                         "--threads", "2"};  // no default --kv-cache-memory
+  const std::vector<std::string> flags = {
+      "--max-model-len", "256", "--kv-cache-memory",   "160KiB", "--kv-tier-ram", "16MiB",
+      "--kv-tier-disk",  dir,   "--kv-tier-disk-size", "64MiB"};
+  std::set<std::string> first, all;
+  {
+    ServeProcess a(base, flags);
+    ASSERT_GT(a.port(), 0) << a.startup_output();
+    ASSERT_NE(a.startup_output().find(" 40 KV blocks"), std::string::npos) << a.startup_output();
+    KvView v;
+    ASSERT_TRUE(FollowEvents(a.port(), &v));
+    std::vector<std::vector<int>> prompts;
+    for (uint32_t seed = 30; seed < 35; ++seed) {
+      prompts.push_back(Prompt(kLen, seed));
+      ASSERT_EQ(Complete(a.port(), prompts.back(), 2).rfind('<', 0), std::string::npos);
+    }
+    first = GatewayKeys(v, prompts[0]);
+    ASSERT_EQ(first.size(), 12u);
+    for (const auto& p : prompts) {
+      auto k = GatewayKeys(v, p);
+      all.insert(k.begin(), k.end());
+    }
+    // Demotions are asynchronous: wait until every block of the first prompt is in RAM.
+    bool in_ram = false;
+    for (int i = 0; i < 500 && !in_ram; ++i) {
+      ASSERT_TRUE(FollowEvents(a.port(), &v));
+      in_ram =
+          std::includes(v.held["ram"].begin(), v.held["ram"].end(), first.begin(), first.end());
+      if (!in_ram) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_TRUE(in_ram);
+    for (const std::string& h : first) EXPECT_EQ(v.held["pool"].count(h), 0u) << h;  // evicted
+    EXPECT_LE(v.held["pool"].size(), 40u);
+    for (const std::string& h : GatewayKeys(v, prompts.back()))
+      EXPECT_EQ(v.held["pool"].count(h), 1u) << h;  // the newest prompt is still in the pool
+    // Every published hash is one of the prompts' keys.
+    for (const auto& [tier, set] : v.held)
+      for (const std::string& h : set) EXPECT_EQ(all.count(h), 1u) << tier << " " << h;
+    KvView fresh;  // a snapshot agrees with the followed stream
+    ASSERT_TRUE(FollowEvents(a.port(), &fresh));
+    EXPECT_EQ(fresh.held, v.held);
+    a.Signal(SIGTERM);
+    ASSERT_EQ(a.Wait(60), 0);  // persists the pool and RAM into the disk tier
+  }
+  ServeProcess b(base, flags);
+  ASSERT_GT(b.port(), 0);
+  KvView v;
+  ASSERT_TRUE(FollowEvents(b.port(), &v));
+  EXPECT_TRUE(v.held["pool"].empty());
+  EXPECT_TRUE(std::includes(v.held["disk"].begin(), v.held["disk"].end(), all.begin(), all.end()))
+      << v.held["disk"].size() << " disk blocks";
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 TEST(KvTier, BadTierFlagsAreClearErrors) {

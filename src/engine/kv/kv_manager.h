@@ -41,6 +41,9 @@
 // blocks loaded from a lower tier back into the pool: Apply takes blocks, lets the caller fill
 // them, and registers them as the sequence's next full blocks.
 //
+// Block events: SetEventLog makes every registration an `add` and every un-registration a `remove`
+// of tier pool in a KvEventLog (what a gateway polls for prefix-affinity routing).
+//
 // Misuse by the engine (a plan op on a sequence in the wrong state, CommitComputed on an unknown
 // seq) makes the plan invalid (fits() false) or, for direct calls, is checked with assert() in
 // debug builds and is a no-op in release builds.
@@ -59,6 +62,7 @@
 
 #include "base/status.h"
 #include "cachekey/block_hash.h"
+#include "engine/kv/kv_event_log.h"
 
 namespace strata::engine::kv {
 
@@ -184,6 +188,11 @@ class KvManager {
   };
   // Not owned; must outlive the manager (or be reset to nullptr).
   void SetListener(Listener* listener) { listener_ = listener; }
+  // Block events (kv_event_log.h): every hash registered in the prefix cache (computed or adopted)
+  // is an `add` of tier pool, every hash leaving it (evicted, un-registered) a `remove`. Not
+  // owned; must outlive the manager (or be reset to nullptr). Observation only: changes nothing
+  // else.
+  void SetEventLog(KvEventLog* log) { events_ = log; }
 
   const KvManagerConfig& config() const { return cfg_; }
   int block_size() const { return cfg_.block_size; }
@@ -282,6 +291,7 @@ class KvManager {
   uint64_t clock_ = 0;
   uint64_t epoch_ = 0;  // bumped by every change; a plan is valid only at the epoch it saw
   Listener* listener_ = nullptr;
+  KvEventLog* events_ = nullptr;
   int64_t query_tokens_ = 0, hit_tokens_ = 0, evicted_ = 0;
 };
 

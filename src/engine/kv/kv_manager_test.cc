@@ -803,6 +803,89 @@ TEST(KvManagerTierTest, AdoptAttachesAlreadyCachedHashesWithoutFillAndStopsWhenF
   EXPECT_EQ(cached, 3);
 }
 
+// ---- block events ----
+
+// The pool hashes a KvEventLog holds, read as a gateway would (a reset snapshot).
+std::set<BlockHash> LoggedPool(const KvEventLog& log) {
+  KvEventPage p = log.Read(0, 1);
+  EXPECT_TRUE(p.reset);
+  std::set<BlockHash> out;
+  for (const KvEventGroup& g : p.events)
+    if (g.tier == KvEventTier::kPool) out.insert(g.hashes.begin(), g.hashes.end());
+  return out;
+}
+
+std::set<BlockHash> CachedHashes(const KvManager& m) {
+  std::set<BlockHash> out;
+  m.ForEachCached([&](int32_t, const BlockHash& h, uint32_t) { out.insert(h); });
+  return out;
+}
+
+TEST(KvManagerEventsTest, EventLogMirrorsThePrefixCache) {
+  KvManager m = MakeManager(4, 4);
+  KvEventLog log;
+  m.SetEventLog(&log);
+  const auto salt = Salt("s");
+  const uint64_t c0 = log.head();
+  const auto prompt = Range(10, 9);  // two full blocks + 1
+  Prefill(&m, 1, prompt, salt);
+  const auto hashes = cachekey::ComputeBlockHashes(prompt, 4, salt);
+  KvEventPage p = log.Read(c0, 100);
+  ASSERT_FALSE(p.reset);
+  ASSERT_EQ(p.events.size(), 1u);
+  EXPECT_EQ(p.events[0].op, KvEventOp::kAdd);
+  EXPECT_EQ(p.events[0].tier, KvEventTier::kPool);
+  EXPECT_EQ(p.events[0].hashes, hashes);
+  m.Free(1);  // evictable blocks stay cached: no event
+  EXPECT_EQ(log.head(), p.cursor);
+  // A different prompt needs every block: both cached ones are evicted (deepest first).
+  Prefill(&m, 2, Range(100, 16), salt);
+  KvEventPage q = log.Read(p.cursor, 100);
+  ASSERT_GE(q.events.size(), 2u);
+  EXPECT_EQ(q.events[0].op, KvEventOp::kRemove);
+  EXPECT_EQ(q.events[0].hashes, (std::vector<BlockHash>{hashes[1], hashes[0]}));
+  EXPECT_EQ(LoggedPool(log), CachedHashes(m));
+  // Adopted blocks (loaded from a tier) are registered: add events too.
+  m.Free(2);
+  const auto other = cachekey::ComputeBlockHashes(Range(500, 8), 4, salt);
+  ASSERT_EQ(Match(m, 3, Range(500, 3), salt), 0);
+  ASSERT_EQ(AdoptBlocks(m, 3, other, [](size_t, int32_t) {}), 2);
+  EXPECT_EQ(LoggedPool(log), CachedHashes(m));
+  EXPECT_EQ(LoggedPool(log).count(other[1]), 1u);
+  // Rewriting a registered block (a caller slip) un-registers it: a remove.
+  CopyOp op;
+  ASSERT_TRUE(PrepareWrite(m, 3, 5, &op));
+  EXPECT_EQ(LoggedPool(log).count(other[1]), 0u);
+  EXPECT_EQ(LoggedPool(log), CachedHashes(m));
+  m.SetEventLog(nullptr);
+  m.Free(3);
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvManagerEventsTest, RandomWorkloadKeepsTheLogEqualToTheCache) {
+  KvManager m = MakeManager(16, 4);
+  KvEventLog log({.capacity = 32});  // small ring: LoggedPool reads snapshots, never the ring
+  m.SetEventLog(&log);
+  std::mt19937 rng(3);
+  const auto salt = Salt("r");
+  std::vector<SeqId> live;
+  for (SeqId seq = 1; seq < 400; ++seq) {
+    if (live.size() >= 3 || (!live.empty() && rng() % 3 == 0)) {
+      const size_t i = rng() % live.size();
+      m.Free(live[i]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    // Prompts share prefixes: a few families of up to 4 blocks.
+    std::vector<int32_t> prompt =
+        Range(static_cast<int32_t>(1000 * (rng() % 4)), static_cast<int>(4 + rng() % 14));
+    if (Needed(m, seq, static_cast<int>(prompt.size())) > m.NumFreeBlocks()) continue;
+    Prefill(&m, seq, prompt, salt);
+    live.push_back(seq);
+    ASSERT_EQ(LoggedPool(log), CachedHashes(m)) << "after seq " << seq;
+  }
+  EXPECT_INVARIANTS(m);
+}
+
 // ---- plan, then apply ----
 
 TEST(KvPlanTest, PlanningChangesNothingUntilApplied) {

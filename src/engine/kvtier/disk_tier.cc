@@ -86,19 +86,24 @@ double MtimeSeconds(const struct stat& st) {
 
 }  // namespace
 
-DiskTier::DiskTier(const DiskTierConfig& config, uint64_t max_entry_bytes, Clock clock)
+DiskTier::DiskTier(const DiskTierConfig& config, uint64_t max_entry_bytes, Clock clock,
+                   KeyObserver observer)
     : dir_(config.dir),
       fsync_(config.fsync),
       max_entry_bytes_(max_entry_bytes),
       clock_(std::move(clock)),
       index_(config.limits) {
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+  MutexLock lock(&mu_);
+  index_.SetObserver(std::move(observer));
 }
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierConfig& config,
-                                                 uint64_t max_entry_bytes, Clock clock) {
+                                                 uint64_t max_entry_bytes, Clock clock,
+                                                 KeyObserver observer) {
   if (config.dir.empty()) return Status::InvalidArgument("disk.dir: empty");
-  std::unique_ptr<DiskTier> tier(new DiskTier(config, max_entry_bytes, std::move(clock)));
+  std::unique_ptr<DiskTier> tier(
+      new DiskTier(config, max_entry_bytes, std::move(clock), std::move(observer)));
   RETURN_IF_ERROR(MakeDirs(tier->dir_));
   if (::access(tier->dir_.c_str(), R_OK | W_OK | X_OK) != 0) {
     return Status::IoError("kv disk tier: " + tier->dir_ + " is not writable: " + ErrnoText());

@@ -27,8 +27,11 @@ namespace strata::engine::kvtier {
 class DiskTier {
  public:
   // `max_entry_bytes`: files larger than this are treated as corrupt (never read into memory).
+  // `observer` (may be empty) hears every key entering or leaving the tier, from the startup scan
+  // on (tier_policy.h).
   static Result<std::unique_ptr<DiskTier>> Open(const DiskTierConfig& config,
-                                                uint64_t max_entry_bytes, Clock clock);
+                                                uint64_t max_entry_bytes, Clock clock,
+                                                KeyObserver observer = {});
 
   // Stores one encoded entry (atomically replacing an existing one).
   Status Put(const BlockKey& key, const std::string& tenant, const std::vector<uint8_t>& entry);
@@ -46,7 +49,8 @@ class DiskTier {
   const std::string& dir() const { return dir_; }
 
  private:
-  DiskTier(const DiskTierConfig& config, uint64_t max_entry_bytes, Clock clock);
+  DiskTier(const DiskTierConfig& config, uint64_t max_entry_bytes, Clock clock,
+           KeyObserver observer);
   Status Scan();
   void RemoveFileLocked(const BlockKey& key) REQUIRES(mu_);
 

@@ -3,9 +3,12 @@
 
 #include <stdlib.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,11 +71,49 @@ inline std::string EntryPath(const std::string& dir, const BlockKey& key) {
 }
 
 // Runs a prefetch and waits for it.
-inline std::vector<std::vector<uint8_t>> PrefetchSync(TieredKvCache& cache, std::vector<BlockKey> keys,
+inline std::vector<std::vector<uint8_t>> PrefetchSync(TieredKvCache& cache,
+                                                      std::vector<BlockKey> keys,
                                                       std::string_view tenant = "") {
   auto h = cache.Prefetch(std::move(keys), tenant, nullptr);
   if (!WaitFor([&] { return h->ready(); })) return {};
   return h->Take();
 }
+
+// Records a cache's block events (TierObserver) as the set of keys each tier holds, and counts
+// them. Thread-safe (observers run on worker threads).
+class TierEventRecorder {
+ public:
+  TierObserver Observer() {
+    return [this](TierId tier, const BlockKey& key, bool present) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& set = held_[static_cast<size_t>(tier)];
+      if (present) {
+        adds_ += set.insert(key).second ? 1 : 0;
+      } else {
+        removes_ += set.erase(key);
+      }
+      ++events_;
+    };
+  }
+  std::set<BlockKey> Held(TierId tier) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_[static_cast<size_t>(tier)];
+  }
+  bool Holds(TierId tier, const BlockKey& key) const { return Held(tier).count(key) != 0; }
+  int64_t events() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+  // Events that changed nothing (an add of a held key, a remove of an absent one).
+  int64_t redundant() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_ - adds_ - removes_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::array<std::set<BlockKey>, 3> held_;
+  int64_t events_ = 0, adds_ = 0, removes_ = 0;
+};
 
 }  // namespace strata::engine::kvtier::testing

@@ -2,8 +2,11 @@
 
 namespace strata::engine::kvtier {
 
-RamTier::RamTier(const TierLimits& limits, Clock clock)
-    : clock_(std::move(clock)), index_(limits) {}
+RamTier::RamTier(const TierLimits& limits, Clock clock, KeyObserver observer)
+    : clock_(std::move(clock)), index_(limits) {
+  MutexLock lock(&mu_);
+  index_.SetObserver(std::move(observer));
+}
 
 std::vector<StoredEntry> RamTier::Put(const BlockKey& key, std::string tenant,
                                       std::vector<uint8_t> entry) {

@@ -23,7 +23,8 @@ struct StoredEntry {
 
 class RamTier {
  public:
-  RamTier(const TierLimits& limits, Clock clock);
+  // `observer` (may be empty) hears every key entering or leaving the tier (tier_policy.h).
+  RamTier(const TierLimits& limits, Clock clock, KeyObserver observer = {});
 
   std::vector<StoredEntry> Put(const BlockKey& key, std::string tenant, std::vector<uint8_t> entry);
   // The stored bytes, or nullopt (miss or expired, counted). Hits are counted by the caller once

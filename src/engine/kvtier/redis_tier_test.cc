@@ -110,6 +110,32 @@ TEST_F(RedisTierTest, PublishedBlocksAreVisibleToAnotherReplica) {
   EXPECT_EQ(a->Stats().redis.write_ops, 3);
 }
 
+// Block events of Redis: the keys this replica wrote or found, forgotten on a miss, a delete of
+// its own, or when the TTL has passed.
+TEST_F(RedisTierTest, BlockEventsTrackWhatThisReplicaKnows) {
+  testing::TierEventRecorder ra, rb;
+  auto a = TieredKvCache::Create(RedisConfig(0.4), kBlock, "fmt", ra.Observer());
+  ASSERT_TRUE(a.ok());
+  for (int i = 0; i < 2; ++i) (*a)->Publish(Key(i), "", Payload(kBlock, i));
+  ASSERT_TRUE(WaitFor([&] { return ra.Held(TierId::kRedis).size() == 2; }));
+  // The TTL passes: Redis expires the keys itself and the tracker forgets them (its sweep).
+  ASSERT_TRUE(WaitFor([&] { return ra.Held(TierId::kRedis).empty(); }));
+  auto b = TieredKvCache::Create(RedisConfig(), kBlock, "fmt", rb.Observer());
+  ASSERT_TRUE(b.ok());
+  auto c = Make(RedisConfig());  // a third replica writes; b learns of the key by finding it
+  c->Publish(Key(5), "", Payload(kBlock, 5));
+  RedisClient client(server_->port());
+  ASSERT_TRUE(WaitFor([&] { return client.Command("EXISTS %b", RedisKey(5)) == "1"; }));
+  EXPECT_TRUE(rb.Held(TierId::kRedis).empty());
+  ASSERT_EQ(PrefetchSync(**b, {Key(5)}).size(), 1u);
+  EXPECT_TRUE(rb.Holds(TierId::kRedis, Key(5)));
+  // Deleted behind its back: the next lookup misses and b forgets it.
+  ASSERT_EQ(client.Command("DEL %b", RedisKey(5)), "1");
+  EXPECT_EQ(PrefetchSync(**b, {Key(5)}).size(), 0u);
+  EXPECT_FALSE(rb.Holds(TierId::kRedis, Key(5)));
+  EXPECT_EQ(rb.redundant(), 0);
+}
+
 TEST_F(RedisTierTest, TenantQuotaDeletesThatTenantsOldestKeysOnly) {
   TieredKvConfig c = RedisConfig();
   c.redis->limits.tenant_quota_bytes = {{"acme", kBlock * 5 / 2}};  // room for two entries

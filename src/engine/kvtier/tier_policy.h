@@ -1,6 +1,7 @@
 // Tier policy shared by the RAM and disk tiers: an index of entries with byte capacity (LRU
 // eviction), TTL (age since written) and per-tenant byte quotas (a tenant over its quota evicts
-// only its own least-recently-used entries), plus the counters every tier reports.
+// only its own least-recently-used entries), plus the counters every tier reports. An optional
+// KeyObserver hears every key entering or leaving an index (the replica's block events).
 //
 // Thread contract: PolicyIndex is thread-compatible (the owning tier holds a mutex around it);
 // TierCounters is thread-safe (atomics).
@@ -60,7 +61,9 @@ class OpTimer {
       : ops_(ops), ns_(ns), start_(std::chrono::steady_clock::now()) {}
   ~OpTimer() {
     ops_->fetch_add(1, std::memory_order_relaxed);
-    ns_->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count(),
+    ns_->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now() - start_)
+                       .count(),
                    std::memory_order_relaxed);
   }
   OpTimer(const OpTimer&) = delete;
@@ -73,6 +76,11 @@ class OpTimer {
 };
 
 enum class RemoveReason { kCapacity, kQuota, kTooLarge, kExpired };
+
+// Told, under the owning tier's lock, when a key enters (`present` true) or leaves (false) an
+// index — every insert, eviction, expiry and erase; a replaced key is neither. Must be quick and
+// must not call back into the tier.
+using KeyObserver = std::function<void(const BlockKey& key, bool present)>;
 
 template <typename V>
 class PolicyIndex {
@@ -90,8 +98,17 @@ class PolicyIndex {
   };
 
   explicit PolicyIndex(const TierLimits& limits)
-      : capacity_(limits.capacity_bytes), ttl_s_(limits.ttl_s), default_quota_(limits.default_tenant_quota_bytes) {
+      : capacity_(limits.capacity_bytes),
+        ttl_s_(limits.ttl_s),
+        default_quota_(limits.default_tenant_quota_bytes) {
     for (const auto& [tenant, quota] : limits.tenant_quota_bytes) quotas_[tenant] = quota;
+  }
+
+  // Reports every key already held as entering, then every later change (see KeyObserver).
+  void SetObserver(KeyObserver observer) {
+    observer_ = std::move(observer);
+    if (!observer_) return;
+    for (const Node& n : lru_) observer_(n.e.key, true);
   }
 
   uint64_t QuotaFor(const std::string& tenant) const {
@@ -104,9 +121,10 @@ class PolicyIndex {
   // comes back itself with kTooLarge.
   std::vector<Removed> Insert(Entry e) {
     std::vector<Removed> removed;
-    Erase(e.key);
+    const bool replaced = EraseEntry(e.key, /*notify=*/false).has_value();
     const uint64_t quota = QuotaFor(e.tenant);
     if ((capacity_ > 0 && e.bytes > capacity_) || (quota > 0 && e.bytes > quota)) {
+      if (replaced) Notify(e.key, false);
       removed.push_back({std::move(e), RemoveReason::kTooLarge});
       return removed;
     }
@@ -126,10 +144,13 @@ class PolicyIndex {
     bytes_ += e.bytes;
     lru_.push_back(Node{std::move(e), std::prev(ts.lru.end())});
     map_[lru_.back().e.key] = std::prev(lru_.end());
+    if (!replaced) Notify(lru_.back().e.key, true);
     return removed;
   }
 
-  bool Expired(const Entry& e, double now) const { return ttl_s_ > 0 && now - e.written_s >= ttl_s_; }
+  bool Expired(const Entry& e, double now) const {
+    return ttl_s_ > 0 && now - e.written_s >= ttl_s_;
+  }
 
   // Looks a key up and marks it most recently used. An expired entry is removed and returned
   // through *expired (the result is then null).
@@ -137,8 +158,10 @@ class PolicyIndex {
     auto it = map_.find(key);
     if (it == map_.end()) return nullptr;
     if (Expired(it->second->e, now)) {
-      if (expired != nullptr) *expired = Erase(key);
-      else Erase(key);
+      if (expired != nullptr)
+        *expired = Erase(key);
+      else
+        Erase(key);
       return nullptr;
     }
     auto node = it->second;
@@ -148,20 +171,7 @@ class PolicyIndex {
     return &node->e;
   }
 
-  std::optional<Entry> Erase(const BlockKey& key) {
-    auto it = map_.find(key);
-    if (it == map_.end()) return std::nullopt;
-    auto node = it->second;
-    map_.erase(it);
-    auto t = tenants_.find(node->e.tenant);
-    t->second.bytes -= node->e.bytes;
-    t->second.lru.erase(node->tenant_it);
-    if (t->second.lru.empty()) tenants_.erase(t);
-    bytes_ -= node->e.bytes;
-    Entry e = std::move(node->e);
-    lru_.erase(node);
-    return e;
-  }
+  std::optional<Entry> Erase(const BlockKey& key) { return EraseEntry(key, /*notify=*/true); }
 
   std::vector<Entry> SweepExpired(double now) {
     std::vector<BlockKey> keys;
@@ -169,6 +179,7 @@ class PolicyIndex {
       if (Expired(n.e, now)) keys.push_back(n.e.key);
     }
     std::vector<Entry> out;
+    out.reserve(keys.size());
     for (const BlockKey& k : keys) out.push_back(*Erase(k));
     return out;
   }
@@ -189,6 +200,26 @@ class PolicyIndex {
   }
 
  private:
+  void Notify(const BlockKey& key, bool present) const {
+    if (observer_) observer_(key, present);
+  }
+
+  std::optional<Entry> EraseEntry(const BlockKey& key, bool notify) {
+    auto it = map_.find(key);
+    if (it == map_.end()) return std::nullopt;
+    auto node = it->second;
+    map_.erase(it);
+    auto t = tenants_.find(node->e.tenant);
+    t->second.bytes -= node->e.bytes;
+    t->second.lru.erase(node->tenant_it);
+    if (t->second.lru.empty()) tenants_.erase(t);
+    bytes_ -= node->e.bytes;
+    Entry e = std::move(node->e);
+    lru_.erase(node);
+    if (notify) Notify(e.key, false);
+    return e;
+  }
+
   struct Node {
     Entry e;
     std::list<BlockKey>::iterator tenant_it;
@@ -206,6 +237,7 @@ class PolicyIndex {
   std::unordered_map<BlockKey, typename std::list<Node>::iterator, BlockKeyHash> map_;
   std::unordered_map<std::string, TenantState> tenants_;
   uint64_t bytes_ = 0;
+  KeyObserver observer_;
 };
 
 }  // namespace strata::engine::kvtier

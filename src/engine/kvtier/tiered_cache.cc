@@ -75,20 +75,31 @@ class TieredKvCacheImpl final : public TieredKvCache {
   // std::string_view when that header changes next.
   // NOLINTNEXTLINE(performance-unnecessary-value-param)
   TieredKvCacheImpl(const TieredKvConfig& config, uint64_t block_bytes, std::string format_id,
-                    TieredKvTestHooks hooks)
+                    TieredKvTestHooks hooks, TierObserver observer)
       : config_(config),
         block_bytes_(block_bytes),
         format_hash_(FormatHash(format_id)),
-        hooks_(std::move(hooks)) {
+        hooks_(std::move(hooks)),
+        observer_(std::move(observer)) {
     if (!hooks_.clock) hooks_.clock = WallClockSeconds;
   }
   ~TieredKvCacheImpl() override { Shutdown(); }
 
   Status Init() {
     const uint64_t max_entry = kEntryHeaderBytes + kMaxTenantBytes + block_bytes_;
-    if (config_.ram) ram_ = std::make_unique<RamTier>(config_.ram->limits, hooks_.clock);
+    if (config_.ram)
+      ram_ = std::make_unique<RamTier>(config_.ram->limits, hooks_.clock, ObserverOf(TierId::kRam));
     if (config_.disk) {
-      ASSIGN_OR_RETURN(disk_, DiskTier::Open(*config_.disk, max_entry, hooks_.clock));
+      ASSIGN_OR_RETURN(
+          disk_, DiskTier::Open(*config_.disk, max_entry, hooks_.clock, ObserverOf(TierId::kDisk)));
+    }
+    if (config_.redis && observer_) {
+      TierLimits track;
+      track.capacity_bytes = kMaxTrackedRedisKeys;  // one "byte" per key
+      track.ttl_s = config_.redis->limits.ttl_s;
+      MutexLock lock(&redis_known_mu_);
+      redis_known_ = std::make_unique<PolicyIndex<char>>(track);
+      redis_known_->SetObserver(ObserverOf(TierId::kRedis));
     }
     if (config_.redis) {
       ASSIGN_OR_RETURN(redis_, RedisTier::Create(*config_.redis, config_.io_threads, max_entry));
@@ -102,7 +113,8 @@ class TieredKvCacheImpl final : public TieredKvCache {
     }
     double sweep = 0;
     for (const TierLimits* l : {config_.ram ? &config_.ram->limits : nullptr,
-                                config_.disk ? &config_.disk->limits : nullptr}) {
+                                config_.disk ? &config_.disk->limits : nullptr,
+                                redis_known_ ? &config_.redis->limits : nullptr}) {
       if (l != nullptr && l->ttl_s > 0) {
         double s = std::clamp(l->ttl_s / 4, 0.05, 5.0);
         sweep = sweep == 0 ? s : std::min(sweep, s);
@@ -239,6 +251,7 @@ class TieredKvCacheImpl final : public TieredKvCache {
           lock.Unlock();
           if (ram_) ram_->SweepExpired();
           if (disk_) disk_->SweepExpired();
+          SweepRedisKnown();
           lock.Lock();
           next_sweep = std::chrono::steady_clock::now() + interval;
         }
@@ -260,8 +273,10 @@ class TieredKvCacheImpl final : public TieredKvCache {
       return;
     }
     if (task.publish) {
-      if (redis_ && config_.redis->write_through && redis_->Set(task.key, *entry))
+      if (redis_ && config_.redis->write_through && redis_->Set(task.key, *entry)) {
+        NoteRedis(task.key, RedisNote::kWritten);
         EnforceRedisQuota(task, entry->size());
+      }
       if (disk_ && config_.disk->write_through) (void)disk_->Put(task.key, task.tenant, *entry);
       return;
     }
@@ -287,8 +302,35 @@ class TieredKvCacheImpl final : public TieredKvCache {
         victims.push_back(r.entry.key);
     }
     for (const BlockKey& k : victims) {
-      if (redis_->Delete(k)) redis_->counters().evictions.fetch_add(1, std::memory_order_relaxed);
+      if (redis_->Delete(k)) {
+        redis_->counters().evictions.fetch_add(1, std::memory_order_relaxed);
+        NoteRedis(k, RedisNote::kGone);
+      }
     }
+  }
+
+  KeyObserver ObserverOf(TierId tier) const {
+    if (!observer_) return {};
+    return [obs = observer_, tier](const BlockKey& key, bool present) { obs(tier, key, present); };
+  }
+
+  // Block events of Redis (see tiered_cache.h): what this replica learnt about a key.
+  enum class RedisNote { kWritten, kFound, kGone };
+  void NoteRedis(const BlockKey& key, RedisNote note) {
+    if (!redis_known_) return;
+    MutexLock lock(&redis_known_mu_);
+    const double now = hooks_.clock();
+    if (note == RedisNote::kGone) {
+      redis_known_->Erase(key);
+    } else if (note == RedisNote::kWritten || redis_known_->Find(key, now, nullptr) == nullptr) {
+      redis_known_->Insert({key, "", 1, now, 0});  // a write restarts its TTL; a find refreshes LRU
+    }
+  }
+
+  void SweepRedisKnown() {
+    if (!redis_known_) return;
+    MutexLock lock(&redis_known_mu_);
+    redis_known_->SweepExpired(hooks_.clock());
   }
 
   // Verifies stored bytes; nullopt when corrupt.
@@ -339,10 +381,14 @@ class TieredKvCacheImpl final : public TieredKvCache {
           payload = Decode(*e, key, &meta);
           if (payload) {
             redis_->CountHit(e->size());
+            NoteRedis(key, RedisNote::kFound);
             if (ram_ || disk_) promotions.push_back({{key, meta.tenant, std::move(*e)}, false});
           } else {
             redis_->EraseCorrupt(key);
+            NoteRedis(key, RedisNote::kGone);
           }
+        } else {
+          NoteRedis(key, RedisNote::kGone);  // a miss (or an error): no longer vouched for
         }
       }
       if (!payload) break;
@@ -355,7 +401,10 @@ class TieredKvCacheImpl final : public TieredKvCache {
     for (Promotion& p : promotions) {
       if (p.from_disk && disk_to_redis) {
         WriteTask task{true, p.entry.key, p.entry.tenant, {}};
-        if (redis_->Set(p.entry.key, p.entry.bytes)) EnforceRedisQuota(task, p.entry.bytes.size());
+        if (redis_->Set(p.entry.key, p.entry.bytes)) {
+          NoteRedis(p.entry.key, RedisNote::kWritten);
+          EnforceRedisQuota(task, p.entry.bytes.size());
+        }
         if (!ram_) continue;
       }
       if (ram_) {
@@ -373,6 +422,7 @@ class TieredKvCacheImpl final : public TieredKvCache {
   const uint64_t block_bytes_;
   const uint64_t format_hash_;
   TieredKvTestHooks hooks_;
+  const TierObserver observer_;
   double sweep_interval_s_ = 0;
   std::unique_ptr<RamTier> ram_;
   std::unique_ptr<DiskTier> disk_;
@@ -380,6 +430,9 @@ class TieredKvCacheImpl final : public TieredKvCache {
   Mutex redis_quota_mu_;
   // Only when a Redis quota is configured (set by Init, before the workers start).
   std::unique_ptr<PolicyIndex<char>> redis_quota_ PT_GUARDED_BY(redis_quota_mu_);
+  Mutex redis_known_mu_;
+  // The Redis keys this replica knows are there (block events; only with an observer and Redis).
+  std::unique_ptr<PolicyIndex<char>> redis_known_ PT_GUARDED_BY(redis_known_mu_);
 
   mutable Mutex mu_;
   CondVar work_cv_;
@@ -423,22 +476,25 @@ Status TieredKvConfig::Validate() const {
 Result<std::unique_ptr<TieredKvCache>> CreateTieredKvCacheWithHooks(const TieredKvConfig& config,
                                                                     uint64_t block_bytes,
                                                                     std::string format_id,
-                                                                    TieredKvTestHooks hooks) {
+                                                                    TieredKvTestHooks hooks,
+                                                                    TierObserver observer) {
   RETURN_IF_ERROR(config.Validate());
   if (block_bytes == 0 || block_bytes > kMaxPayloadBytes) {
     return Status::InvalidArgument("kv tiers: block_bytes must be in [1, " +
                                    std::to_string(kMaxPayloadBytes) + "]");
   }
   auto cache = std::make_unique<TieredKvCacheImpl>(config, block_bytes, std::move(format_id),
-                                                   std::move(hooks));
+                                                   std::move(hooks), std::move(observer));
   RETURN_IF_ERROR(cache->Init());
   return std::unique_ptr<TieredKvCache>(std::move(cache));
 }
 
 Result<std::unique_ptr<TieredKvCache>> TieredKvCache::Create(const TieredKvConfig& config,
                                                              uint64_t block_bytes,
-                                                             std::string format_id) {
-  return CreateTieredKvCacheWithHooks(config, block_bytes, std::move(format_id), {});
+                                                             std::string format_id,
+                                                             TierObserver observer) {
+  return CreateTieredKvCacheWithHooks(config, block_bytes, std::move(format_id), {},
+                                      std::move(observer));
 }
 
 }  // namespace strata::engine::kvtier

@@ -50,6 +50,19 @@
 //   tries one connection; Stats().redis.up / last_error tell the caller whether it worked (so a
 //   server can warn at start that Redis is unreachable).
 //
+// Block events (optional TierObserver given to Create): the cache tells which keys each tier holds,
+//   so a replica can publish them (engine/kv/kv_event_log.h, GET /v1/kv/events).
+//   RAM and disk: exact — every entry stored, evicted (capacity, quota, demoted down), expired
+//   (on a lookup or by the sweep), deleted as corrupt, moved at shutdown; the disk tier reports
+//   every file its startup scan finds.
+//   Redis is shared and cannot be watched, so the cache tracks the keys THIS replica knows are
+//   there: ones it wrote (write-through, disk → Redis) or found by a lookup; a key is forgotten
+//   when a lookup misses it (or fails), when this replica deletes it (quota, corrupt), when its
+//   ttl_s has passed since it was written or last found, and beyond kMaxTrackedRedisKeys (least
+//   recently touched first). Not seen: keys written by other replicas that this one never looked
+//   up, and Redis's own maxmemory evictions or other replicas' deletions until a lookup misses.
+//   Without an observer none of this runs (no tracking memory).
+//
 // Thread contract: every public method is thread-safe; the engine calls Demote/Publish/Prefetch
 // from its thread and must never be blocked by I/O. Internally one or more worker threads do all
 // encoding, compression, I/O and network.
@@ -147,6 +160,15 @@ struct TieredKvStats {
   int64_t prefetched_blocks = 0;
 };
 
+// Which tier a block event is about.
+enum class TierId : uint8_t { kRam, kDisk, kRedis };
+// Told when `tier` starts (`present` true) or stops (false) holding `key`; see "Block events"
+// above. Called from worker threads (or Create's / Shutdown's caller) under the tier's own lock:
+// must be quick and must not call into the cache.
+using TierObserver = std::function<void(TierId tier, const BlockKey& key, bool present)>;
+// Redis keys tracked at most for block events (each costs ~200 bytes).
+inline constexpr size_t kMaxTrackedRedisKeys = 65536;
+
 // The result of one Prefetch. Thread contract: ready()/Take() may be called from any thread;
 // Take() only after ready() is true, once.
 class PrefetchHandle {
@@ -162,8 +184,10 @@ class PrefetchHandle {
 class TieredKvCache {
  public:
   // `block_bytes`: payload size of every entry (> 0). `format_id`: see the header comment.
+  // `observer`: block events (may be empty; see the header comment).
   static Result<std::unique_ptr<TieredKvCache>> Create(const TieredKvConfig& config,
-                                                       uint64_t block_bytes, std::string format_id);
+                                                       uint64_t block_bytes, std::string format_id,
+                                                       TierObserver observer = {});
   virtual ~TieredKvCache() = default;
 
   virtual uint64_t block_bytes() const = 0;

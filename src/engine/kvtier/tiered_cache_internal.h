@@ -17,7 +17,9 @@ struct TieredKvTestHooks {
 };
 
 Result<std::unique_ptr<TieredKvCache>> CreateTieredKvCacheWithHooks(const TieredKvConfig& config,
-                                                                   uint64_t block_bytes, std::string format_id,
-                                                                   TieredKvTestHooks hooks);
+                                                                    uint64_t block_bytes,
+                                                                    std::string format_id,
+                                                                    TieredKvTestHooks hooks,
+                                                                    TierObserver observer = {});
 
 }  // namespace strata::engine::kvtier

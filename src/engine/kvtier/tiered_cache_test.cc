@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
+#include <set>
 
 #include "engine/kvtier/kvtier_test_util.h"
 #include "engine/kvtier/tiered_cache_internal.h"
@@ -20,11 +21,12 @@ using testing::Key;
 using testing::Payload;
 using testing::PrefetchSync;
 using testing::TempDir;
+using testing::TierEventRecorder;
 using testing::WaitFor;
 
 constexpr uint64_t kBlock = 4096;
 constexpr uint64_t kEntry = kEntryHeaderBytes + kBlock;  // tenant "" and no compression
-const char* kFormat = "test-format-v1";
+constexpr const char* kFormat = "test-format-v1";
 
 bool FileExists(const std::string& p) {
   struct stat st;
@@ -203,8 +205,8 @@ TEST(TieredKvCacheTest, ShutdownPersistsRamIntoDisk) {
   EXPECT_EQ(cache->Stats().disk.entries, 0);
   cache->Shutdown();
   EXPECT_EQ(cache->Stats().disk.entries, 3);
-  cache->Shutdown();                                 // idempotent
-  cache->Demote(Key(9), "", Payload(kBlock, 9));     // ignored after shutdown
+  cache->Shutdown();                              // idempotent
+  cache->Demote(Key(9), "", Payload(kBlock, 9));  // ignored after shutdown
   std::atomic<bool> called{false};
   auto h = cache->Prefetch({Key(0)}, "", [&] { called = true; });
   EXPECT_TRUE(h->ready());
@@ -325,7 +327,7 @@ TEST(TieredKvCacheTest, CompressionRoundTripsThroughTheTiers) {
     TieredKvConfig c = DiskOnly(dir.path());
     c.ram = RamTierConfig{};
     c.ram->limits.capacity_bytes = 1 * kEntry;  // the second entry pushes the first to disk
-    c.io_threads = 1;  // one worker: writes apply in submission order
+    c.io_threads = 1;                           // one worker: writes apply in submission order
     c.compression = comp;
     auto cache = Make(c);
     ASSERT_TRUE(cache);
@@ -334,10 +336,12 @@ TEST(TieredKvCacheTest, CompressionRoundTripsThroughTheTiers) {
     std::vector<uint8_t> noise = Payload(kBlock, 7);
     cache->Demote(Key(0), "", compressible);
     cache->Demote(Key(1), "", noise);
-    ASSERT_TRUE(WaitFor([&] { return cache->Stats().ram.entries + cache->Stats().disk.entries == 2; }));
+    ASSERT_TRUE(
+        WaitFor([&] { return cache->Stats().ram.entries + cache->Stats().disk.entries == 2; }));
     TieredKvStats s = cache->Stats();
     EXPECT_EQ(s.disk.entries, 1);
-    EXPECT_LT(s.disk.bytes_used, static_cast<int64_t>(kBlock / 2)) << "compressible block stored compressed";
+    EXPECT_LT(s.disk.bytes_used, static_cast<int64_t>(kBlock / 2))
+        << "compressible block stored compressed";
     EXPECT_EQ(s.ram.bytes_used, static_cast<int64_t>(kEntry)) << "incompressible block stays raw";
     auto got = PrefetchSync(*cache, {Key(0), Key(1)});
     ASSERT_EQ(got.size(), 2u);
@@ -383,7 +387,8 @@ TEST(TieredKvCacheTest, CreateRejectsBadConfig) {
   EXPECT_NE(r.status().message().find("ram.capacity"), std::string::npos) << r.status().ToString();
   c = RamOnly();
   c.io_threads = 0;
-  EXPECT_NE(TieredKvCache::Create(c, kBlock, kFormat).status().message().find("io_threads"), std::string::npos);
+  EXPECT_NE(TieredKvCache::Create(c, kBlock, kFormat).status().message().find("io_threads"),
+            std::string::npos);
   EXPECT_FALSE(TieredKvCache::Create(RamOnly(), 0, kFormat).ok());
   TempDir dir;
   std::string file = dir.path() + "/plain-file";
@@ -408,10 +413,107 @@ TEST(TieredKvCacheTest, TenantQuotaInRamDemotesOnlyThatTenant) {
   ASSERT_TRUE(cache);
   cache->Demote(Key(100), "big", Payload(kBlock, 100));
   for (int i = 0; i < 4; ++i) cache->Demote(Key(i), "small", Payload(kBlock, i));
-  ASSERT_TRUE(WaitFor([&] { return cache->Stats().ram.entries == 3 && cache->Stats().disk.entries == 2; }));
+  ASSERT_TRUE(
+      WaitFor([&] { return cache->Stats().ram.entries == 3 && cache->Stats().disk.entries == 2; }));
   EXPECT_FALSE(FileExists(EntryPath(dir.path(), Key(100))));
   EXPECT_TRUE(FileExists(EntryPath(dir.path(), Key(0))));
   EXPECT_TRUE(FileExists(EntryPath(dir.path(), Key(1))));
+}
+
+}  // namespace
+}  // namespace strata::engine::kvtier
+
+// ---- block events (TierObserver) ----
+
+namespace strata::engine::kvtier {
+namespace {
+
+std::unique_ptr<TieredKvCache> MakeObserved(const TieredKvConfig& c, TierEventRecorder* rec,
+                                            TieredKvTestHooks hooks = {}) {
+  auto r = CreateTieredKvCacheWithHooks(c, kBlock, kFormat, std::move(hooks), rec->Observer());
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
+std::set<BlockKey> Keys(std::initializer_list<int> ids) {
+  std::set<BlockKey> out;
+  for (int i : ids) out.insert(Key(i));
+  return out;
+}
+
+TEST(TierEventsTest, RamAndDiskReportStoresEvictionsAndTheShutdownMove) {
+  TempDir dir;
+  TieredKvConfig c = DiskOnly(dir.path());
+  c.ram = RamTierConfig{};
+  c.ram->limits.capacity_bytes = 2 * kEntry;
+  c.io_threads = 1;
+  TierEventRecorder rec;
+  auto cache = MakeObserved(c, &rec);
+  ASSERT_TRUE(cache);
+  for (int i = 0; i < 5; ++i) cache->Demote(Key(i), "", Payload(kBlock, i));
+  ASSERT_TRUE(WaitFor([&] { return rec.Held(TierId::kDisk).size() == 3; }));
+  // RAM keeps the newest two; the three it evicted moved down to disk.
+  EXPECT_EQ(rec.Held(TierId::kRam), Keys({3, 4}));
+  EXPECT_EQ(rec.Held(TierId::kDisk), Keys({0, 1, 2}));
+  // A disk hit is promoted into RAM; the RAM entry it evicts moves down to disk.
+  ASSERT_EQ(PrefetchSync(*cache, {Key(0)}).size(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return rec.Holds(TierId::kRam, Key(0)); }));
+  EXPECT_EQ(rec.Held(TierId::kRam).size(), 2u);
+  EXPECT_EQ(rec.Held(TierId::kRam).size(), static_cast<size_t>(cache->Stats().ram.entries));
+  EXPECT_EQ(rec.Held(TierId::kDisk).size(), static_cast<size_t>(cache->Stats().disk.entries));
+  // Shutdown empties RAM into disk: removes for RAM, adds for what disk did not have.
+  cache->Shutdown();
+  EXPECT_TRUE(rec.Held(TierId::kRam).empty());
+  EXPECT_EQ(rec.Held(TierId::kDisk), Keys({0, 1, 2, 3, 4}));
+  EXPECT_EQ(rec.redundant(), 0);
+  EXPECT_TRUE(rec.Held(TierId::kRedis).empty());
+  cache.reset();
+  // A restarted cache reports every file its startup scan finds.
+  TierEventRecorder again;
+  auto restarted = MakeObserved(DiskOnly(dir.path()), &again);
+  ASSERT_TRUE(restarted);
+  EXPECT_EQ(again.Held(TierId::kDisk), Keys({0, 1, 2, 3, 4}));
+}
+
+TEST(TierEventsTest, ExpiryAndCorruptEntriesAreRemoves) {
+  std::atomic<double> now{1000};
+  TieredKvTestHooks hooks;
+  hooks.clock = [&now] { return now.load(); };
+  TempDir dir;
+  TieredKvConfig c = DiskOnly(dir.path());
+  c.ram = RamTierConfig{};
+  c.ram->limits.capacity_bytes = 100 * kEntry;
+  c.ram->limits.ttl_s = 1;  // sweeps every 0.25 s
+  TierEventRecorder rec;
+  auto cache = MakeObserved(c, &rec, hooks);
+  ASSERT_TRUE(cache);
+  cache->Demote(Key(1), "", Payload(kBlock, 1));
+  cache->Demote(Key(2), "", Payload(kBlock, 2));
+  ASSERT_TRUE(WaitFor([&] { return rec.Held(TierId::kRam) == Keys({1, 2}); }));
+  now = 1002;  // both expired: removed by a lookup or by the sweep
+  EXPECT_EQ(PrefetchSync(*cache, {Key(1)}).size(), 0u);
+  EXPECT_TRUE(WaitFor([&] { return rec.Held(TierId::kRam).empty(); }));
+  // A disk entry whose file is damaged is deleted on read: a remove.
+  cache->Shutdown();
+  cache.reset();
+  TierEventRecorder rec2;
+  auto disk = MakeObserved(DiskOnly(dir.path()), &rec2);
+  ASSERT_TRUE(disk);
+  disk->Demote(Key(3), "", Payload(kBlock, 3));
+  ASSERT_TRUE(WaitFor([&] { return rec2.Holds(TierId::kDisk, Key(3)); }));
+  const std::string path = testing::EntryPath(dir.path(), Key(3));
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(kEntry / 2)), 0);
+  EXPECT_EQ(PrefetchSync(*disk, {Key(3)}).size(), 0u);
+  EXPECT_FALSE(rec2.Holds(TierId::kDisk, Key(3)));
+  disk->Shutdown();  // before `now` goes out of scope
+}
+
+TEST(TierEventsTest, WithoutAnObserverNothingChanges) {
+  auto cache = Make(RamOnly());  // the plain Create: no observer
+  ASSERT_TRUE(cache);
+  cache->Demote(Key(1), "", Payload(kBlock, 1));
+  ASSERT_TRUE(WaitFor([&] { return cache->Stats().ram.entries == 1; }));
+  EXPECT_EQ(PrefetchSync(*cache, {Key(1)}).size(), 1u);
 }
 
 }  // namespace

@@ -34,10 +34,12 @@ Engine::Engine(ModelRunner* runner, const kv::KvManagerConfig& kv_config,
       kv_cfg_(kv_config),
       clock_(clock),
       copy_blocks_(std::move(copy_blocks)),
+      events_(std::make_shared<kv::KvEventLog>()),
       kv_(kv_config),
       sched_(sched_config, &kv_, kv_config.block_size, clock),
       n_vocab_(runner->n_vocab()),
       hidden_dim_(std::max(0, runner->hidden_dim())) {
+  kv_.SetEventLog(events_.get());
   const size_t v = static_cast<size_t>(n_vocab_);
   batch_.reserve(static_cast<size_t>(sched_config.max_num_seqs));
   logits_.reserve(static_cast<size_t>(sched_config.max_num_seqs) * v);

@@ -38,6 +38,10 @@
 // published (write-through) when the port wants them. FlushKvTier() demotes every cached block
 // (graceful shutdown, so a restarted server finds them on disk).
 //
+// Block events: the KV manager reports every block entering or leaving the prefix cache to the
+// engine's KvEventLog (kv_events()), with or without tiers; the log never changes what the engine
+// does.
+//
 // Prefix-cache salt: the engine composes every request's salt from the model salt
 // (SetModelSalt) and the request's facts (SubmitRequest::adapter, ::tenant); see cachekey.
 //
@@ -147,6 +151,15 @@ class Engine : private kv::KvManager::Listener {
 
   // Engine-thread-only views for tests.
   const kv::KvManager& kv() const { return kv_; }
+  // The block events of this engine's KV pool (every prefix-cache registration and eviction, see
+  // kv::KvEventLog), plus whatever the assembly forwards from the KV tiers (serving_engine.cc).
+  // Thread-safe; lives as long as the engine (shared: tier observers may hold it longer).
+  kv::KvEventLog& kv_events() const { return *events_; }
+  const std::shared_ptr<kv::KvEventLog>& shared_kv_events() const { return events_; }
+  // The model salt (SetModelSalt) and the KV block size: what a gateway needs to compute this
+  // engine's block keys. Thread-safe once the engine runs (read-only by then).
+  const std::vector<uint8_t>& model_salt() const { return model_salt_; }
+  int block_size() const { return kv_cfg_.block_size; }
   // The prefix-cache salt of the served model and KV format (cachekey::ModelSalt). Each request's
   // salt is composed from it and the request's facts (adapter, tenant: cachekey::RequestSalt), so
   // callers never build salts. Before Start()/Step()/Submit(); empty by default.
@@ -196,6 +209,7 @@ class Engine : private kv::KvManager::Listener {
   kv::KvManagerConfig kv_cfg_;
   const Clock* clock_;
   BlockCopyFn copy_blocks_;
+  std::shared_ptr<kv::KvEventLog> events_;  // before kv_, which reports into it
   kv::KvManager kv_;
   Scheduler sched_;
   const int n_vocab_;

@@ -15,6 +15,18 @@ std::string Fingerprint(std::span<const uint8_t> bytes) {
   const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
   return fmt::format("{:016x}{:016x}", h.high64, h.low64);
 }
+
+// The tiers' block events go into the engine's event log, next to the pool's (the log is shared,
+// so a tier worker never outlives it).
+kvtier::TierObserver TierEvents(const sched::Engine& engine) {
+  return [log = engine.shared_kv_events()](kvtier::TierId tier, const kvtier::BlockKey& key,
+                                           bool present) {
+    static constexpr kv::KvEventTier kTiers[] = {kv::KvEventTier::kRam, kv::KvEventTier::kDisk,
+                                                 kv::KvEventTier::kRedis};
+    log->Record(present ? kv::KvEventOp::kAdd : kv::KvEventOp::kRemove,
+                kTiers[static_cast<size_t>(tier)], key);
+  };
+}
 }  // namespace
 
 ServingEngine::~ServingEngine() { Stop(); }
@@ -88,7 +100,8 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(
       {s->fingerprint_, kv::KvDTypeName(config.kv_cache.dtype), config.kv_cache.block_size}));
   if (config.kv_tiers.enabled()) {
     ASSIGN_OR_RETURN(s->tiers_, kvtier::TieredKvCache::Create(config.kv_tiers, layout.BlockBytes(),
-                                                              FormatId(s->fingerprint_, layout)));
+                                                              FormatId(s->fingerprint_, layout),
+                                                              TierEvents(*s->engine_)));
     s->port_ = std::make_unique<TieredCachePort>(s->tiers_.get(), s->storage_.get(),
                                                  config.kv_tiers.max_queued_writes);
     s->engine_->AttachKvTier(s->port_.get(), config.kv_tier_prefetch_timeout_s);

@@ -3,6 +3,8 @@
 // `engine:` part of the ReplicaConfig tree, replica_config.h). Used by `strata bench offline` and
 // `strata serve`.
 //
+// Block events: the tier cache reports which blocks RAM/disk/Redis hold into the engine's
+// KvEventLog (sched::Engine::kv_events()), next to the pool's own events.
 // Ownership: owns every part; the Model is shared (the server also tokenizes with it).
 // Thread contract: as sched::Engine (Submit/Cancel/Stats from any thread; the engine thread runs
 // after Start()).
