@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/json_fields.h"
+#include "http/openai_error.h"
 #include "http/sse.h"
 
 namespace strata::gateway {
@@ -304,6 +305,22 @@ UpstreamResult Relay::Finish(const http::HttpResult& hr, bool stopping,
 
 }  // namespace
 
+http::HttpResponse KeptResponse(const UpstreamResult& r, Headers extra_headers) {
+  http::HttpResponse resp;
+  if (r.http_status >= 500) {
+    resp.status = r.http_status;
+    if (!r.content_type.empty()) resp.content_type = r.content_type;
+    resp.headers = r.headers;
+    resp.body = r.body;
+  } else {
+    const bool late = r.status.code() == StatusCode::kDeadlineExceeded;
+    resp = http::ErrorResponse(late ? 504 : 502,
+                               fmt::format("upstream replica failed: {}", r.status.message()));
+  }
+  resp.headers.insert(resp.headers.end(), extra_headers.begin(), extra_headers.end());
+  return resp;
+}
+
 // ------------------------------------------------------------------------------------------------
 // Upstreams
 
@@ -346,15 +363,18 @@ void Upstreams::Stop() {
   running_.store(false);
 }
 
-Result<http::HttpClient*> Upstreams::ClientFor(const std::string& url) {
+Result<std::shared_ptr<http::HttpClient>> Upstreams::ClientFor(const std::string& url) {
   auto it = clients_.find(url);
-  if (it != clients_.end()) return it->second.get();
+  if (it != clients_.end()) return it->second;
   Result<http::Url> u = http::ParseUrl(url);
   if (!u.ok()) return u.status();
-  auto client = std::make_unique<http::HttpClient>(io_, *u, "");
-  http::HttpClient* raw = client.get();
-  clients_.emplace(url, std::move(client));
-  return raw;
+  auto client = std::make_shared<http::HttpClient>(io_, *u, "");
+  clients_.emplace(url, client);
+  return client;
+}
+
+void Upstreams::Forget(const std::string& url) {
+  asio::post(io_, [this, url] { clients_.erase(url); });
 }
 
 void Upstreams::Call(UpstreamCall c, std::shared_ptr<http::Responder> out, Headers extra_headers,
@@ -397,7 +417,7 @@ asio::awaitable<void> Upstreams::Run(UpstreamCall c, std::shared_ptr<http::Respo
     if (cancel->fired()) abort->Abort();  // gone before the call started: never connect
   }
   http::HttpResult hr;
-  Result<http::HttpClient*> client = ClientFor(c.url);
+  Result<std::shared_ptr<http::HttpClient>> client = ClientFor(c.url);  // held: Forget may run
   if (!client.ok()) {
     hr.status = client.status();
   } else {

@@ -94,6 +94,12 @@ struct UpstreamResult {
 
 std::string_view UpstreamKindName(UpstreamResult::Kind k);  // "done" | "retryable" | ...
 
+// What to answer the client for a kRetryable result that will not be retried: the replica's 5xx
+// as it was kept (status, content-type, forwarded headers, body), else 502 with the OpenAI error
+// body naming the failure (504 when the deadline passed); `extra_headers` added either way.
+http::HttpResponse KeptResponse(const UpstreamResult& r,
+                                std::vector<std::pair<std::string, std::string>> extra_headers);
+
 struct UpstreamOptions {
   size_t max_header_bytes = 64 << 10;    // larger upstream response header: kRetryable
   size_t max_error_body = 64 << 10;      // 5xx body kept up to this (the rest is not read)
@@ -131,6 +137,10 @@ class Upstreams {
             std::vector<std::pair<std::string, std::string>> extra_headers,
             std::shared_ptr<Cancel> cancel, std::function<void(UpstreamResult)> done);
 
+  // Drops the keep-alive client of `url` (a replica that left the pool): its idle connections
+  // close; calls in flight on it finish first. Any thread.
+  void Forget(const std::string& url);
+
   // Calls running now (any thread).
   int in_flight() const { return in_flight_.load(); }
 
@@ -140,7 +150,7 @@ class Upstreams {
                                    std::shared_ptr<Cancel> cancel,
                                    std::function<void(UpstreamResult)> done);
   // The keep-alive client of `url` (upstream thread only); an error for a malformed URL.
-  Result<http::HttpClient*> ClientFor(const std::string& url);
+  Result<std::shared_ptr<http::HttpClient>> ClientFor(const std::string& url);
 
   UpstreamOptions options_;
   boost::asio::io_context io_;
@@ -150,7 +160,7 @@ class Upstreams {
   std::atomic<bool> stopping_{false};
   std::atomic<int> in_flight_{0};
   // Upstream thread only (declared after io_: destroyed before it).
-  std::map<std::string, std::unique_ptr<http::HttpClient>> clients_;
+  std::map<std::string, std::shared_ptr<http::HttpClient>> clients_;
   std::map<uint64_t, http::RequestAbort*> active_;
   uint64_t next_active_ = 1;
 };
