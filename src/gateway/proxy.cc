@@ -117,6 +117,41 @@ std::string MidStreamErrorEvent(std::string_view message) {
   return http::SseEvent(e.dump());
 }
 
+// Where complete SSE events end in a byte stream split anywhere (LF, CR or CRLF line ends): an
+// SSE stream is relayed event by event, so a failure mid-stream never leaves half an event in
+// front of the error event.
+class SseBoundary {
+ public:
+  // Scans the next bytes of the stream; returns how many of them end with the last complete
+  // event among them (0: none completed).
+  size_t Scan(std::string_view bytes) {
+    size_t end = 0;
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      const char c = bytes[i];
+      if (c == '\n' && last_cr_) {  // the LF of a CRLF
+        last_cr_ = false;
+        if (cr_ended_event_) end = i + 1;
+        continue;
+      }
+      last_cr_ = c == '\r';
+      cr_ended_event_ = false;
+      if (c == '\n' || c == '\r') {
+        if (at_line_start_) {  // an empty line: the event is complete
+          end = i + 1;
+          cr_ended_event_ = last_cr_;
+        }
+        at_line_start_ = true;
+      } else {
+        at_line_start_ = false;
+      }
+    }
+    return end;
+  }
+
+ private:
+  bool at_line_start_ = true, last_cr_ = false, cr_ended_event_ = false;
+};
+
 // The state of one relayed response: what the replica sent, what reached the client.
 class Relay {
  public:
@@ -131,6 +166,8 @@ class Relay {
  private:
   enum class Mode { kBuffer, kStream, kCapture };
   Status Stream(std::string_view piece);
+  // Writes bytes of the stream to the client (Begin first), counting SSE events and their usage.
+  void Emit(std::string bytes);
   void BeginStream();
   Headers ClientHeaders() const;
   UpstreamResult Failed(const http::HttpResult& hr, bool stopping, Clock::time_point deadline);
@@ -148,7 +185,12 @@ class Relay {
   http::SseParser sse_parser_{1u << 20};
   bool sse_ok_ = true;
   std::vector<std::string> events_;
+  SseBoundary boundary_;
+  std::string pending_;  // SSE bytes after the last complete event (not yet written)
+  bool aligned_ = true;  // false after an event longer than kMaxPendingEvent: passed through
 };
+
+constexpr size_t kMaxPendingEvent = 1u << 20;
 
 constexpr size_t kMaxUsageCopy = 1u << 20;
 
@@ -213,8 +255,6 @@ Status Relay::Stream(std::string_view piece) {
     client_gone_ = true;
     return Status::Unavailable("client disconnected");
   }
-  if (!begun_) BeginStream();  // at the first body byte: a failure before it stays retryable
-  out_->Write(std::string(piece));
   if (!sse_) {
     if (copy_ok_ && body_.size() + piece.size() <= kMaxUsageCopy) {
       body_.append(piece);
@@ -222,17 +262,38 @@ Status Relay::Stream(std::string_view piece) {
       copy_ok_ = false;
       body_.clear();
     }
+    Emit(std::string(piece));  // at the first body byte: a failure before it stays retryable
     return Status::Ok();
   }
-  if (!sse_ok_) return Status::Ok();
-  events_.clear();
-  sse_ok_ = sse_parser_.Feed(piece, &events_).ok();  // a hostile line: relayed, not parsed
-  for (const std::string& e : events_) {
-    if (e == "[DONE]") continue;
-    ++r_.stream_chunks;
-    if (e.find("\"usage\"") != std::string::npos) ParseUsage(e, &r_);
+  if (!aligned_) {
+    Emit(std::string(piece));
+    return Status::Ok();
+  }
+  pending_.append(piece);
+  const size_t end = boundary_.Scan(piece);
+  if (end > 0) {
+    const size_t n = pending_.size() - piece.size() + end;
+    Emit(pending_.substr(0, n));
+    pending_.erase(0, n);
+  } else if (pending_.size() > kMaxPendingEvent) {
+    aligned_ = false;  // a hostile or odd stream: relay it as it comes
+    Emit(std::exchange(pending_, {}));
   }
   return Status::Ok();
+}
+
+void Relay::Emit(std::string bytes) {
+  if (!begun_) BeginStream();
+  if (sse_ && sse_ok_) {
+    events_.clear();
+    sse_ok_ = sse_parser_.Feed(bytes, &events_).ok();  // a hostile line: relayed, not parsed
+    for (const std::string& e : events_) {
+      if (e == "[DONE]") continue;
+      ++r_.stream_chunks;
+      if (e.find("\"usage\"") != std::string::npos) ParseUsage(e, &r_);
+    }
+  }
+  out_->Write(std::move(bytes));
 }
 
 UpstreamResult Relay::Failed(const http::HttpResult& hr, bool stopping,
@@ -246,7 +307,9 @@ UpstreamResult Relay::Failed(const http::HttpResult& hr, bool stopping,
   }
   r_.status = why;
   if (begun_) {
-    if (sse_) out_->Write(MidStreamErrorEvent(why.message()));
+    if (sse_) {  // the partial event in pending_ is dropped: the client's events stay whole
+      out_->Write((aligned_ ? "" : "\n\n") + MidStreamErrorEvent(why.message()));
+    }
     out_->End();
     r_.kind = UpstreamResult::Kind::kFailedMidStream;
     return std::move(r_);
@@ -275,6 +338,8 @@ UpstreamResult Relay::Completed() {
       break;
     }
     case Mode::kStream:
+      if (!pending_.empty())
+        Emit(std::exchange(pending_, {}));  // a last event without its blank line
       if (!begun_) BeginStream();
       out_->End();
       if (!sse_ && copy_ok_) ParseUsage(body_, &r_);

@@ -645,9 +645,60 @@ TEST(Proxy, MalformedUpstreamResponsesGiveCleanResults) {
       const std::string log = out->log();
       EXPECT_EQ(log.rfind("begin text/event-stream;write data: {\"a\":1}\n\n;", 0), 0u) << log;
       EXPECT_NE(log.find("upstream_error"), std::string::npos) << log;
+      EXPECT_EQ(log.find("write data: {;"), std::string::npos) << log;  // no half event
       EXPECT_EQ(log.substr(log.size() - 4), "end;") << log;
       EXPECT_EQ(r->stream_chunks, 1);
     }
+  }
+}
+
+// Whether `w` ends with an empty line (LF, CR or CRLF line ends).
+bool EndsAnEvent(std::string_view w) {
+  size_t n = w.ends_with("\r\n") ? 2 : (w.ends_with("\n") || w.ends_with("\r")) ? 1 : 0;
+  if (n == 0 || w.size() <= n) return false;
+  const char before = w[w.size() - n - 1];
+  return before == '\n' || before == '\r';
+}
+
+// SSE is relayed event by event: an event split across upstream chunks reaches the client whole
+// (whatever the line ends), and a stream that dies before its first complete event is retryable.
+TEST(Proxy, SseIsRelayedInWholeEvents) {
+  const std::string head =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+  Upstreams ups;
+  ups.Start();
+  {
+    RawUpstream raw(head + Chunked("data: {\"x\":") + Chunked("1}\r") + Chunked("\n\r") +
+                        Chunked("\ndata: {\"y\":2}\r\rdata: [DO") + Chunked("NE]\n\n") +
+                        "0\r\n\r\n",
+                    false);
+    auto out = std::make_shared<RecordingResponder>();
+    auto r = CallDirect(ups, raw.url(), out);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->kind, Kind::kDone) << r->status.ToString();
+    EXPECT_EQ(r->stream_chunks, 2);
+    std::string log = out->log(), joined;
+    ASSERT_EQ(log.rfind("begin text/event-stream;", 0), 0u) << log;
+    ASSERT_EQ(log.substr(log.size() - 4), "end;") << log;
+    log = log.substr(24, log.size() - 28);
+    for (size_t pos = 0; pos < log.size();) {  // every write ends an event
+      ASSERT_EQ(log.compare(pos, 6, "write "), 0) << log;
+      const size_t semi = log.find(';', pos);
+      const std::string w = log.substr(pos + 6, semi - pos - 6);
+      EXPECT_TRUE(EndsAnEvent(w)) << w;
+      joined += w;
+      pos = semi + 1;
+    }
+    EXPECT_EQ(joined, "data: {\"x\":1}\r\n\r\ndata: {\"y\":2}\r\rdata: [DONE]\n\n");
+  }
+  {
+    RawUpstream raw(head + Chunked("data: {\"x\":"), false);  // dies inside its first event
+    auto out = std::make_shared<RecordingResponder>();
+    auto r = CallDirect(ups, raw.url(), out);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->kind, Kind::kRetryable);
+    EXPECT_EQ(r->http_status, 200);
+    EXPECT_EQ(out->log(), "");
   }
 }
 
