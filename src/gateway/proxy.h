@@ -9,10 +9,10 @@
 // Start/Stop from one controlling thread. io() is for other parts to co_spawn onto.
 // Relay (README.md "Upstream calls"): a 2xx or 4xx response is relayed to the client; a response
 // with a Content-Length up to max_buffered_body is sent whole with its status (Respond); any other
-// 2xx (SSE, chunked, until-EOF, or larger) is streamed as 200 chunk by chunk as it arrives
-// (Begin at the first body byte, then Write, End). 5xx, or a transport failure before anything
-// was written, is not relayed (kRetryable). Headers passed on from the replica: content-type,
-// cache-control, retry-after, x-request-id; never hop-by-hop ones.
+// 2xx (SSE, chunked, until-EOF, or larger) is streamed as 200 as it arrives — SSE in whole events,
+// others piece by piece (Begin at the first complete event / body byte, then Write, End). 5xx, or a
+// transport failure before anything was written, is not relayed (kRetryable). Headers passed on
+// from the replica: content-type, cache-control, retry-after, x-request-id; never hop-by-hop ones.
 // Errors: never thrown; every outcome (refused, timeout, malformed or oversized upstream response,
 // client gone) is an UpstreamResult.
 #pragma once
