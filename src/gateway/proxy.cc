@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/json_fields.h"
+#include "http/openai_error.h"
 #include "http/sse.h"
 
 namespace strata::gateway {
@@ -116,6 +117,41 @@ std::string MidStreamErrorEvent(std::string_view message) {
   return http::SseEvent(e.dump());
 }
 
+// Where complete SSE events end in a byte stream split anywhere (LF, CR or CRLF line ends): an
+// SSE stream is relayed event by event, so a failure mid-stream never leaves half an event in
+// front of the error event.
+class SseBoundary {
+ public:
+  // Scans the next bytes of the stream; returns how many of them end with the last complete
+  // event among them (0: none completed).
+  size_t Scan(std::string_view bytes) {
+    size_t end = 0;
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      const char c = bytes[i];
+      if (c == '\n' && last_cr_) {  // the LF of a CRLF
+        last_cr_ = false;
+        if (cr_ended_event_) end = i + 1;
+        continue;
+      }
+      last_cr_ = c == '\r';
+      cr_ended_event_ = false;
+      if (c == '\n' || c == '\r') {
+        if (at_line_start_) {  // an empty line: the event is complete
+          end = i + 1;
+          cr_ended_event_ = last_cr_;
+        }
+        at_line_start_ = true;
+      } else {
+        at_line_start_ = false;
+      }
+    }
+    return end;
+  }
+
+ private:
+  bool at_line_start_ = true, last_cr_ = false, cr_ended_event_ = false;
+};
+
 // The state of one relayed response: what the replica sent, what reached the client.
 class Relay {
  public:
@@ -130,6 +166,8 @@ class Relay {
  private:
   enum class Mode { kBuffer, kStream, kCapture };
   Status Stream(std::string_view piece);
+  // Writes bytes of the stream to the client (Begin first), counting SSE events and their usage.
+  void Emit(std::string bytes);
   void BeginStream();
   Headers ClientHeaders() const;
   UpstreamResult Failed(const http::HttpResult& hr, bool stopping, Clock::time_point deadline);
@@ -147,7 +185,12 @@ class Relay {
   http::SseParser sse_parser_{1u << 20};
   bool sse_ok_ = true;
   std::vector<std::string> events_;
+  SseBoundary boundary_;
+  std::string pending_;  // SSE bytes after the last complete event (not yet written)
+  bool aligned_ = true;  // false after an event longer than kMaxPendingEvent: passed through
 };
+
+constexpr size_t kMaxPendingEvent = 1u << 20;
 
 constexpr size_t kMaxUsageCopy = 1u << 20;
 
@@ -212,8 +255,6 @@ Status Relay::Stream(std::string_view piece) {
     client_gone_ = true;
     return Status::Unavailable("client disconnected");
   }
-  if (!begun_) BeginStream();  // at the first body byte: a failure before it stays retryable
-  out_->Write(std::string(piece));
   if (!sse_) {
     if (copy_ok_ && body_.size() + piece.size() <= kMaxUsageCopy) {
       body_.append(piece);
@@ -221,17 +262,38 @@ Status Relay::Stream(std::string_view piece) {
       copy_ok_ = false;
       body_.clear();
     }
+    Emit(std::string(piece));  // at the first body byte: a failure before it stays retryable
     return Status::Ok();
   }
-  if (!sse_ok_) return Status::Ok();
-  events_.clear();
-  sse_ok_ = sse_parser_.Feed(piece, &events_).ok();  // a hostile line: relayed, not parsed
-  for (const std::string& e : events_) {
-    if (e == "[DONE]") continue;
-    ++r_.stream_chunks;
-    if (e.find("\"usage\"") != std::string::npos) ParseUsage(e, &r_);
+  if (!aligned_) {
+    Emit(std::string(piece));
+    return Status::Ok();
+  }
+  pending_.append(piece);
+  const size_t end = boundary_.Scan(piece);
+  if (end > 0) {
+    const size_t n = pending_.size() - piece.size() + end;
+    Emit(pending_.substr(0, n));
+    pending_.erase(0, n);
+  } else if (pending_.size() > kMaxPendingEvent) {
+    aligned_ = false;  // a hostile or odd stream: relay it as it comes
+    Emit(std::exchange(pending_, {}));
   }
   return Status::Ok();
+}
+
+void Relay::Emit(std::string bytes) {
+  if (!begun_) BeginStream();
+  if (sse_ && sse_ok_) {
+    events_.clear();
+    sse_ok_ = sse_parser_.Feed(bytes, &events_).ok();  // a hostile line: relayed, not parsed
+    for (const std::string& e : events_) {
+      if (e == "[DONE]") continue;
+      ++r_.stream_chunks;
+      if (e.find("\"usage\"") != std::string::npos) ParseUsage(e, &r_);
+    }
+  }
+  out_->Write(std::move(bytes));
 }
 
 UpstreamResult Relay::Failed(const http::HttpResult& hr, bool stopping,
@@ -245,7 +307,9 @@ UpstreamResult Relay::Failed(const http::HttpResult& hr, bool stopping,
   }
   r_.status = why;
   if (begun_) {
-    if (sse_) out_->Write(MidStreamErrorEvent(why.message()));
+    if (sse_) {  // the partial event in pending_ is dropped: the client's events stay whole
+      out_->Write((aligned_ ? "" : "\n\n") + MidStreamErrorEvent(why.message()));
+    }
     out_->End();
     r_.kind = UpstreamResult::Kind::kFailedMidStream;
     return std::move(r_);
@@ -274,6 +338,8 @@ UpstreamResult Relay::Completed() {
       break;
     }
     case Mode::kStream:
+      if (!pending_.empty())
+        Emit(std::exchange(pending_, {}));  // a last event without its blank line
       if (!begun_) BeginStream();
       out_->End();
       if (!sse_ && copy_ok_) ParseUsage(body_, &r_);
@@ -303,6 +369,22 @@ UpstreamResult Relay::Finish(const http::HttpResult& hr, bool stopping,
 }
 
 }  // namespace
+
+http::HttpResponse KeptResponse(const UpstreamResult& r, Headers extra_headers) {
+  http::HttpResponse resp;
+  if (r.http_status >= 500) {
+    resp.status = r.http_status;
+    if (!r.content_type.empty()) resp.content_type = r.content_type;
+    resp.headers = r.headers;
+    resp.body = r.body;
+  } else {
+    const bool late = r.status.code() == StatusCode::kDeadlineExceeded;
+    resp = http::ErrorResponse(late ? 504 : 502,
+                               fmt::format("upstream replica failed: {}", r.status.message()));
+  }
+  resp.headers.insert(resp.headers.end(), extra_headers.begin(), extra_headers.end());
+  return resp;
+}
 
 // ------------------------------------------------------------------------------------------------
 // Upstreams
@@ -346,15 +428,18 @@ void Upstreams::Stop() {
   running_.store(false);
 }
 
-Result<http::HttpClient*> Upstreams::ClientFor(const std::string& url) {
+Result<std::shared_ptr<http::HttpClient>> Upstreams::ClientFor(const std::string& url) {
   auto it = clients_.find(url);
-  if (it != clients_.end()) return it->second.get();
+  if (it != clients_.end()) return it->second;
   Result<http::Url> u = http::ParseUrl(url);
   if (!u.ok()) return u.status();
-  auto client = std::make_unique<http::HttpClient>(io_, *u, "");
-  http::HttpClient* raw = client.get();
-  clients_.emplace(url, std::move(client));
-  return raw;
+  auto client = std::make_shared<http::HttpClient>(io_, *u, "");
+  clients_.emplace(url, client);
+  return client;
+}
+
+void Upstreams::Forget(const std::string& url) {
+  asio::post(io_, [this, url] { clients_.erase(url); });
 }
 
 void Upstreams::Call(UpstreamCall c, std::shared_ptr<http::Responder> out, Headers extra_headers,
@@ -397,7 +482,7 @@ asio::awaitable<void> Upstreams::Run(UpstreamCall c, std::shared_ptr<http::Respo
     if (cancel->fired()) abort->Abort();  // gone before the call started: never connect
   }
   http::HttpResult hr;
-  Result<http::HttpClient*> client = ClientFor(c.url);
+  Result<std::shared_ptr<http::HttpClient>> client = ClientFor(c.url);  // held: Forget may run
   if (!client.ok()) {
     hr.status = client.status();
   } else {

@@ -9,10 +9,10 @@
 // Start/Stop from one controlling thread. io() is for other parts to co_spawn onto.
 // Relay (README.md "Upstream calls"): a 2xx or 4xx response is relayed to the client; a response
 // with a Content-Length up to max_buffered_body is sent whole with its status (Respond); any other
-// 2xx (SSE, chunked, until-EOF, or larger) is streamed as 200 chunk by chunk as it arrives
-// (Begin at the first body byte, then Write, End). 5xx, or a transport failure before anything
-// was written, is not relayed (kRetryable). Headers passed on from the replica: content-type,
-// cache-control, retry-after, x-request-id; never hop-by-hop ones.
+// 2xx (SSE, chunked, until-EOF, or larger) is streamed as 200 as it arrives — SSE in whole events,
+// others piece by piece (Begin at the first complete event / body byte, then Write, End). 5xx, or a
+// transport failure before anything was written, is not relayed (kRetryable). Headers passed on
+// from the replica: content-type, cache-control, retry-after, x-request-id; never hop-by-hop ones.
 // Errors: never thrown; every outcome (refused, timeout, malformed or oversized upstream response,
 // client gone) is an UpstreamResult.
 #pragma once
@@ -94,6 +94,12 @@ struct UpstreamResult {
 
 std::string_view UpstreamKindName(UpstreamResult::Kind k);  // "done" | "retryable" | ...
 
+// What to answer the client for a kRetryable result that will not be retried: the replica's 5xx
+// as it was kept (status, content-type, forwarded headers, body), else 502 with the OpenAI error
+// body naming the failure (504 when the deadline passed); `extra_headers` added either way.
+http::HttpResponse KeptResponse(const UpstreamResult& r,
+                                std::vector<std::pair<std::string, std::string>> extra_headers);
+
 struct UpstreamOptions {
   size_t max_header_bytes = 64 << 10;    // larger upstream response header: kRetryable
   size_t max_error_body = 64 << 10;      // 5xx body kept up to this (the rest is not read)
@@ -131,6 +137,10 @@ class Upstreams {
             std::vector<std::pair<std::string, std::string>> extra_headers,
             std::shared_ptr<Cancel> cancel, std::function<void(UpstreamResult)> done);
 
+  // Drops the keep-alive client of `url` (a replica that left the pool): its idle connections
+  // close; calls in flight on it finish first. Any thread.
+  void Forget(const std::string& url);
+
   // Calls running now (any thread).
   int in_flight() const { return in_flight_.load(); }
 
@@ -140,7 +150,7 @@ class Upstreams {
                                    std::shared_ptr<Cancel> cancel,
                                    std::function<void(UpstreamResult)> done);
   // The keep-alive client of `url` (upstream thread only); an error for a malformed URL.
-  Result<http::HttpClient*> ClientFor(const std::string& url);
+  Result<std::shared_ptr<http::HttpClient>> ClientFor(const std::string& url);
 
   UpstreamOptions options_;
   boost::asio::io_context io_;
@@ -150,7 +160,7 @@ class Upstreams {
   std::atomic<bool> stopping_{false};
   std::atomic<int> in_flight_{0};
   // Upstream thread only (declared after io_: destroyed before it).
-  std::map<std::string, std::unique_ptr<http::HttpClient>> clients_;
+  std::map<std::string, std::shared_ptr<http::HttpClient>> clients_;
   std::map<uint64_t, http::RequestAbort*> active_;
   uint64_t next_active_ = 1;
 };

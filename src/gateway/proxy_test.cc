@@ -110,7 +110,7 @@ struct FakeReplica {
     http::HttpServerOptions so;
     so.port = 0;
     auto s = http::HttpServer::Start(
-        so, [this](http::HttpRequest req, std::shared_ptr<http::Responder> out) {
+        so, [this](const http::HttpRequest& req, std::shared_ptr<http::Responder> out) {
           handler(req, std::move(out));
         });
     EXPECT_TRUE(s.ok()) << s.status().ToString();
@@ -155,9 +155,9 @@ struct Front {
           out->OnClose([cancel] { cancel->Fire(); });
           UpstreamCall c;
           c.url = upstream_url;
-          c.method = req.method;
-          c.path = req.path;
-          c.body = req.body;
+          c.method = std::move(req.method);
+          c.path = std::move(req.path);
+          c.body = std::move(req.body);
           c.headers = {{"x-strata-tenant", "acme"}, {"connection", "close"}};
           c.api_key = "replica-key";
           c.deadline = Clock::now() + timeout;
@@ -195,7 +195,7 @@ class RawUpstream {
     EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
     EXPECT_EQ(::listen(fd_, 4), 0);
     socklen_t len = sizeof(a);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
     port_ = ntohs(a.sin_port);
     thread_ = std::thread([this] { Serve(); });
   }
@@ -249,9 +249,9 @@ std::string RefusedUrl() {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
   ::close(fd);
   return "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
 }
@@ -425,6 +425,12 @@ TEST(Proxy, ConnectRefusedIsRetryableAndWritesNothing) {
   EXPECT_EQ(r->status.code(), StatusCode::kUnavailable);
   EXPECT_NE(r->status.message().find("connect"), std::string::npos) << r->status.ToString();
   EXPECT_EQ(out->log(), "");
+  http::HttpResponse kept = KeptResponse(*r, {{"x-strata-replica", "r0"}});
+  EXPECT_EQ(kept.status, 502);
+  auto err = nlohmann::json::parse(kept.body, nullptr, false);
+  ASSERT_TRUE(err.is_object()) << kept.body;
+  EXPECT_NE(err["error"]["message"].dump().find("connect"), std::string::npos) << kept.body;
+  EXPECT_EQ(HeaderOf(kept.headers, "x-strata-replica"), "r0");
   // A malformed URL is a clean result too.
   auto bad = CallDirect(ups, "ftp://x", out);
   ASSERT_TRUE(bad);
@@ -456,6 +462,12 @@ TEST(Proxy, ServerErrorIsRetryableWithItsBodyKept) {
   EXPECT_EQ(HeaderOf(r->headers, "x-other"), "");
   EXPECT_GT(r->header_s, 0);
   EXPECT_EQ(out->log(), "");
+  // Not retried: the kept response is what the client gets.
+  http::HttpResponse kept = KeptResponse(*r, {{"x-strata-route", "general"}});
+  EXPECT_EQ(kept.status, 503);
+  EXPECT_EQ(kept.body, R"({"error":"draining"})");
+  EXPECT_EQ(HeaderOf(kept.headers, "retry-after"), "2");
+  EXPECT_EQ(HeaderOf(kept.headers, "x-strata-route"), "general");
   // A large 5xx body is captured up to the bound.
   UpstreamCall c;
   c.url = replica.url();
@@ -534,6 +546,59 @@ TEST(Proxy, JsonUsageIsParsedAndTheBodyRelayedExactly) {
   EXPECT_EQ(r2->completion_tokens, -1);
 }
 
+TEST(Proxy, ForgottenReplicaGetsAFreshClient) {
+  FakeReplica replica;
+  std::atomic<int> n{0};
+  replica.handler = [&](const http::HttpRequest&, std::shared_ptr<http::Responder> out) {
+    http::HttpResponse resp;
+    resp.body = "{\"n\":" + std::to_string(++n) + "}";
+    out->Respond(std::move(resp));
+  };
+  Upstreams ups;
+  ups.Start();
+  for (int i = 0; i < 3; ++i) {
+    auto out = std::make_shared<RecordingResponder>();
+    auto r = CallDirect(ups, replica.url(), out);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->kind, Kind::kDone);
+    EXPECT_EQ(out->response().body, "{\"n\":" + std::to_string(i + 1) + "}");
+    if (i == 1) ups.Forget(replica.url());
+  }
+  EXPECT_EQ(n.load(), 3);
+}
+
+TEST(Proxy, BodiesOverTheBufferBoundAreStreamedOrKeptBack) {
+  FakeReplica replica;
+  const std::string big(100, 'b');
+  replica.handler = [&](const http::HttpRequest& req, std::shared_ptr<http::Responder> out) {
+    http::HttpResponse resp;
+    resp.status = req.path == "/bad" ? 400 : 200;
+    resp.body = big;
+    out->Respond(std::move(resp));
+  };
+  UpstreamOptions o;
+  o.max_buffered_body = 16;
+  Upstreams ups(o);
+  ups.Start();
+  auto out = std::make_shared<RecordingResponder>();
+  auto r = CallDirect(ups, replica.url(), out);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, Kind::kDone);
+  EXPECT_EQ(out->log(), "begin application/json;write " + big + ";end;");
+  auto bad_out = std::make_shared<RecordingResponder>();
+  UpstreamCall c;
+  c.url = replica.url();
+  c.path = "/bad";
+  c.deadline = Clock::now() + 5s;
+  ResultBox box;
+  ups.Call(c, bad_out, {}, nullptr, [&](UpstreamResult res) { box.Set(std::move(res)); });
+  auto bad = box.Wait();
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->kind, Kind::kRetryable);
+  EXPECT_EQ(bad->status.code(), StatusCode::kResourceExhausted) << bad->status.ToString();
+  EXPECT_EQ(bad_out->log(), "");
+}
+
 // Malformed upstream responses: each gives a clean result, and nothing reaches the client unless
 // the response had started.
 TEST(Proxy, MalformedUpstreamResponsesGiveCleanResults) {
@@ -580,9 +645,60 @@ TEST(Proxy, MalformedUpstreamResponsesGiveCleanResults) {
       const std::string log = out->log();
       EXPECT_EQ(log.rfind("begin text/event-stream;write data: {\"a\":1}\n\n;", 0), 0u) << log;
       EXPECT_NE(log.find("upstream_error"), std::string::npos) << log;
+      EXPECT_EQ(log.find("write data: {;"), std::string::npos) << log;  // no half event
       EXPECT_EQ(log.substr(log.size() - 4), "end;") << log;
       EXPECT_EQ(r->stream_chunks, 1);
     }
+  }
+}
+
+// Whether `w` ends with an empty line (LF, CR or CRLF line ends).
+bool EndsAnEvent(std::string_view w) {
+  size_t n = w.ends_with("\r\n") ? 2 : (w.ends_with("\n") || w.ends_with("\r")) ? 1 : 0;
+  if (n == 0 || w.size() <= n) return false;
+  const char before = w[w.size() - n - 1];
+  return before == '\n' || before == '\r';
+}
+
+// SSE is relayed event by event: an event split across upstream chunks reaches the client whole
+// (whatever the line ends), and a stream that dies before its first complete event is retryable.
+TEST(Proxy, SseIsRelayedInWholeEvents) {
+  const std::string head =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+  Upstreams ups;
+  ups.Start();
+  {
+    RawUpstream raw(head + Chunked("data: {\"x\":") + Chunked("1}\r") + Chunked("\n\r") +
+                        Chunked("\ndata: {\"y\":2}\r\rdata: [DO") + Chunked("NE]\n\n") +
+                        "0\r\n\r\n",
+                    false);
+    auto out = std::make_shared<RecordingResponder>();
+    auto r = CallDirect(ups, raw.url(), out);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->kind, Kind::kDone) << r->status.ToString();
+    EXPECT_EQ(r->stream_chunks, 2);
+    std::string log = out->log(), joined;
+    ASSERT_EQ(log.rfind("begin text/event-stream;", 0), 0u) << log;
+    ASSERT_EQ(log.substr(log.size() - 4), "end;") << log;
+    log = log.substr(24, log.size() - 28);
+    for (size_t pos = 0; pos < log.size();) {  // every write ends an event
+      ASSERT_EQ(log.compare(pos, 6, "write "), 0) << log;
+      const size_t semi = log.find(';', pos);
+      const std::string w = log.substr(pos + 6, semi - pos - 6);
+      EXPECT_TRUE(EndsAnEvent(w)) << w;
+      joined += w;
+      pos = semi + 1;
+    }
+    EXPECT_EQ(joined, "data: {\"x\":1}\r\n\r\ndata: {\"y\":2}\r\rdata: [DONE]\n\n");
+  }
+  {
+    RawUpstream raw(head + Chunked("data: {\"x\":"), false);  // dies inside its first event
+    auto out = std::make_shared<RecordingResponder>();
+    auto r = CallDirect(ups, raw.url(), out);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->kind, Kind::kRetryable);
+    EXPECT_EQ(r->http_status, 200);
+    EXPECT_EQ(out->log(), "");
   }
 }
 
@@ -599,6 +715,7 @@ TEST(Proxy, SilentUpstreamEndsAtTheDeadline) {
   EXPECT_EQ(r->kind, Kind::kRetryable);
   EXPECT_EQ(r->status.code(), StatusCode::kDeadlineExceeded) << r->status.ToString();
   EXPECT_EQ(out->log(), "");
+  EXPECT_EQ(KeptResponse(*r, {}).status, 504);
   // A 5xx that never ends its body is cut at the capture bound, not at the deadline.
   RawUpstream endless(
       "HTTP/1.1 500 Oops\r\nContent-Length: 1000000\r\n\r\n" + std::string(70 << 10, 'x'), true);

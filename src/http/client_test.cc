@@ -28,7 +28,7 @@ using Clock = std::chrono::steady_clock;
 template <typename T>
 T RunOn(asio::io_context& io, asio::awaitable<T> aw) {
   std::optional<T> out;
-  asio::co_spawn(io, std::move(aw), [&](std::exception_ptr, T v) { out = std::move(v); });
+  asio::co_spawn(io, std::move(aw), [&](const std::exception_ptr&, T v) { out = std::move(v); });
   io.restart();
   io.run();
   return std::move(*out);
@@ -45,7 +45,7 @@ struct TestServer {
     HttpServerOptions so;
     so.port = 0;
     so.idle_timeout = idle_timeout;
-    auto s = HttpServer::Start(so, [this](HttpRequest req, std::shared_ptr<Responder> out) {
+    auto s = HttpServer::Start(so, [this](const HttpRequest& req, std::shared_ptr<Responder> out) {
       ++handled;
       HttpResponse r;
       if (req.path == "/hold") {  // never answers: a long prefill
