@@ -540,19 +540,9 @@ void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, UpstreamResult r) 
     return;
   }
   if (r.kind == UpstreamResult::Kind::kRetryable) {
-    // Out of retries, nothing was written: relay the upstream's 5xx, or a 502 naming the failure.
-    HttpResponse resp;
-    if (r.http_status > 0) {
-      resp.status = r.http_status;
-      resp.content_type = r.content_type.empty() ? "application/json" : r.content_type;
-      resp.body = r.body;
-      resp.headers = r.headers;
-    } else {
-      resp = http::ErrorResponse(
-          502, fmt::format("upstream {} failed: {}", job->pick.url, r.status.message()));
-    }
-    resp.headers.emplace_back("x-strata-route", job->route);
-    resp.headers.emplace_back("x-strata-replica", job->pick.url);
+    // Out of retries, nothing was written: the upstream's 5xx as it sent it, or a 502/504.
+    HttpResponse resp = KeptResponse(
+        r, {{"x-strata-route", job->route}, {"x-strata-replica", job->pick.url}});
     const int status = resp.status;
     job->out->Respond(std::move(resp));
     Finish(job, status, &r);
