@@ -18,6 +18,7 @@
 //   and, with `dns:`, the name is resolved every dns.interval; each address is a replica
 //     "http://<ip>:<port>" (IPv6 in brackets); addresses that disappear leave the pool (a static
 //     URL listed as well stays).
+// Every poll runs under the deadline health.timeout and sends the pool's api_key as Bearer.
 // Eligible = the last /ready was 200, not draining, not ejected. A new replica is not eligible
 // until its first /ready succeeded.
 // Passive health (OnFinished): eject_after_failures consecutive transport errors or 5xx eject the

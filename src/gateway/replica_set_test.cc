@@ -327,6 +327,24 @@ TEST(ReplicaSetDns, LocalhostResolvesToMembersAndLeavesWhenDnsIsRemoved) {
   set.Stop();
 }
 
+TEST(ReplicaSetAuth, PollsSendThePoolKeyAndFollowAReload) {
+  Upstream up;
+  FakeReplica fake;
+  ASSERT_TRUE(fake.ok());
+  PoolConfig pool = Pool({fake.url()});
+  pool.api_key = "k1";
+  ReplicaSet set(up.io(), pool, FastBalancer(), FastHealth());
+  set.Start();
+  ASSERT_TRUE(WaitFor([&] { return fake.last_auth() == "Bearer k1"; }));
+  pool.api_key = "k2";
+  set.Update(pool, FastBalancer(), FastHealth());
+  ASSERT_TRUE(WaitFor([&] { return fake.last_auth() == "Bearer k2"; }));
+  EXPECT_GT(fake.count("/ready"), 0);
+  EXPECT_GT(fake.count("/metrics"), 0);
+  EXPECT_GT(fake.count("/v1/kv/events"), 0);
+  set.Stop();
+}
+
 TEST(ReplicaSetDns, SetDnsMembersAddsAndRemoves) {
   boost::asio::io_context io;
   ReplicaSet set(io, Pool({"http://10.0.0.9:80"}), BalancerConfig{}, HealthConfig{});

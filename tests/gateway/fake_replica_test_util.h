@@ -119,6 +119,10 @@ class FakeReplica {
   }
   int64_t resets_served() const { return resets_.load(); }
 
+  std::string last_auth() const {  // the Authorization header of the last request
+    std::lock_guard<std::mutex> l(mu_);
+    return last_auth_;
+  }
   int64_t count(const std::string& path) const {
     std::lock_guard<std::mutex> l(mu_);
     auto it = counts_.find(path);
@@ -172,6 +176,7 @@ class FakeReplica {
   void Handle(http::HttpRequest req, std::shared_ptr<http::Responder> out) {
     std::unique_lock<std::mutex> l(mu_);
     ++counts_[req.path];
+    last_auth_ = std::string(req.Header("authorization"));
     http::HttpResponse r;
     if (req.path == "/ready") {
       r.status = ready_status_;
@@ -241,6 +246,7 @@ class FakeReplica {
   std::map<std::string, std::set<std::string>> held_;
   std::atomic<int64_t> resets_{0};
   std::map<std::string, int64_t> counts_;
+  std::string last_auth_;
   std::vector<std::thread> delayed_;
 };
 
