@@ -117,8 +117,8 @@ bool ParseHex(std::string_view hex, uint8_t* out, size_t n) {
 }
 
 const std::vector<uint8_t>& HistorySalt() {
-  static const std::vector<uint8_t> salt = cachekey::JoinSaltParts({"strata-gateway-history"});
-  return salt;
+  static const std::vector<uint8_t> kSalt = cachekey::JoinSaltParts({"strata-gateway-history"});
+  return kSalt;
 }
 
 // History keys of a text prompt: chained hashes of its 64-byte chunks (bytes as ids 0..255).
@@ -243,11 +243,6 @@ struct ReplicaSet::State : std::enable_shared_from_this<ReplicaSet::State> {
   void RemoveLocked(std::map<std::string, Replica, std::less<>>::iterator it) REQUIRES(mu) {
     prefix.Remove(it->first);
     reps.erase(it);
-  }
-  bool Alive(const std::string& url, uint64_t id) const EXCLUDES(mu) {
-    MutexLock lock(&mu);
-    auto it = reps.find(url);
-    return !stopped && it != reps.end() && it->second.id == id;
   }
   std::shared_ptr<asio::steady_timer> NewTimer() EXCLUDES(mu) {
     auto t = std::make_shared<asio::steady_timer>(io);

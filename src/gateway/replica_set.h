@@ -43,7 +43,8 @@
 // outside it). Start/Stop/Update from a controlling thread. Stop returns at once: pollers end at
 // their next wake-up (timers are cancelled; an HTTP poll in progress ends by its deadline); they
 // share ownership of the state, so the ReplicaSet may be destroyed before they end, but the
-// io_context must outlive them (run it until they end, or destroy it, which destroys them).
+// io_context must outlive them and the ReplicaSet (run it until they end, or destroy it, which
+// destroys them); it is run by ONE thread (the pollers' timers and clients are not locked).
 // Errors: Choose returns Unavailable naming the pool when no replica is eligible; malformed
 // upstream answers (metrics, events) are Status values, never a crash.
 #pragma once
