@@ -151,7 +151,7 @@ Status ParseOp(const nlohmann::json& e, size_t i, EventsPage* page) {
   if (!f.IsObject()) return Status::InvalidArgument(where + ": not an object");
   std::string op, tier;
   const nlohmann::json* hashes = nullptr;
-  for (http::ApiError err :
+  for (const http::ApiError& err :
        {f.String("op", &op), f.String("tier", &tier), f.Array("hashes", &hashes)})
     if (!err.ok()) return err.status();
   if (op != "add" && op != "remove") return Status::InvalidArgument(where + ".op: add or remove");
@@ -181,7 +181,7 @@ Result<EventsPage> ParseEventsPage(std::string_view body) {
   EventsPage p;
   std::string salt_hex;
   const nlohmann::json* events = nullptr;
-  for (http::ApiError err :
+  for (const http::ApiError& err :
        {f.String("instance", &p.instance), f.Int("block_size", 1, 1 << 20, &p.block_size),
         f.String("model_salt", &salt_hex), f.Int("cursor", 0, INT64_MAX, &p.cursor),
         f.Bool("reset", &p.reset), f.Array("events", &events)})
