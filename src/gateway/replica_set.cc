@@ -117,8 +117,8 @@ bool ParseHex(std::string_view hex, uint8_t* out, size_t n) {
 }
 
 const std::vector<uint8_t>& HistorySalt() {
-  static const std::vector<uint8_t> salt = cachekey::JoinSaltParts({"strata-gateway-history"});
-  return salt;
+  static const std::vector<uint8_t> kSalt = cachekey::JoinSaltParts({"strata-gateway-history"});
+  return kSalt;
 }
 
 // History keys of a text prompt: chained hashes of its 64-byte chunks (bytes as ids 0..255).
@@ -151,7 +151,7 @@ Status ParseOp(const nlohmann::json& e, size_t i, EventsPage* page) {
   if (!f.IsObject()) return Status::InvalidArgument(where + ": not an object");
   std::string op, tier;
   const nlohmann::json* hashes = nullptr;
-  for (http::ApiError err :
+  for (const http::ApiError& err :
        {f.String("op", &op), f.String("tier", &tier), f.Array("hashes", &hashes)})
     if (!err.ok()) return err.status();
   if (op != "add" && op != "remove") return Status::InvalidArgument(where + ".op: add or remove");
@@ -181,7 +181,7 @@ Result<EventsPage> ParseEventsPage(std::string_view body) {
   EventsPage p;
   std::string salt_hex;
   const nlohmann::json* events = nullptr;
-  for (http::ApiError err :
+  for (const http::ApiError& err :
        {f.String("instance", &p.instance), f.Int("block_size", 1, 1 << 20, &p.block_size),
         f.String("model_salt", &salt_hex), f.Int("cursor", 0, INT64_MAX, &p.cursor),
         f.Bool("reset", &p.reset), f.Array("events", &events)})
@@ -243,11 +243,6 @@ struct ReplicaSet::State : std::enable_shared_from_this<ReplicaSet::State> {
   void RemoveLocked(std::map<std::string, Replica, std::less<>>::iterator it) REQUIRES(mu) {
     prefix.Remove(it->first);
     reps.erase(it);
-  }
-  bool Alive(const std::string& url, uint64_t id) const EXCLUDES(mu) {
-    MutexLock lock(&mu);
-    auto it = reps.find(url);
-    return !stopped && it != reps.end() && it->second.id == id;
   }
   std::shared_ptr<asio::steady_timer> NewTimer() EXCLUDES(mu) {
     auto t = std::make_shared<asio::steady_timer>(io);
@@ -428,16 +423,34 @@ bool Setup(ReplicaSet::State& s, const std::string& url, uint64_t id, PollSetup*
   return true;
 }
 
+// The HttpClient of one poller, made again when a reload changed the pool's api_key.
+class PollClient {
+ public:
+  explicit PollClient(asio::io_context& io) : io_(io) {}
+  http::HttpClient& For(const PollSetup& c) {
+    if (!client_ || key_ != c.api_key) {
+      client_ = std::make_unique<http::HttpClient>(io_, c.url, c.api_key);
+      key_ = c.api_key;
+    }
+    return *client_;
+  }
+
+ private:
+  asio::io_context& io_;
+  std::unique_ptr<http::HttpClient> client_;
+  std::string key_;
+};
+
 asio::awaitable<void> HealthLoop(StatePtr s, std::string url, uint64_t id) {
   PollSetup c;
   if (!Setup(*s, url, id, &c)) co_return;
-  http::HttpClient client(s->io, c.url, c.api_key);
+  PollClient client(s->io);
   auto timer = s->NewTimer();
   while (Setup(*s, url, id, &c)) {
     std::string body;
-    http::HttpResult r = co_await client.Request(
+    http::HttpResult r = co_await client.For(c).Request(
         "GET", "/ready", "", Clock::now() + c.health_timeout, Collect(&body, kMaxReadyBody));
-    if (!r.status.ok()) client.CloseIdle();
+    if (!r.status.ok()) client.For(c).CloseIdle();
     ObserveReadyIn(*s, url, r.status.ok(), r.http_status, body.empty() ? r.error_body : body,
                    Clock::now());
     co_await Sleep(*timer, c.health_interval);
@@ -447,7 +460,7 @@ asio::awaitable<void> HealthLoop(StatePtr s, std::string url, uint64_t id) {
 asio::awaitable<void> MetricsLoop(StatePtr s, std::string url, uint64_t id) {
   PollSetup c;
   if (!Setup(*s, url, id, &c)) co_return;
-  http::HttpClient client(s->io, c.url, c.api_key);
+  PollClient client(s->io);
   auto timer = s->NewTimer();
   ReplicaSet::SentTotals at_poll;
   while (Setup(*s, url, id, &c)) {
@@ -457,12 +470,12 @@ asio::awaitable<void> MetricsLoop(StatePtr s, std::string url, uint64_t id) {
       at_poll = {r.sent_tokens, r.sent_requests};
     }
     std::string body;
-    http::HttpResult r = co_await client.Request(
+    http::HttpResult r = co_await client.For(c).Request(
         "GET", "/metrics", "", Clock::now() + c.health_timeout, Collect(&body, kMaxMetricsBody));
     if (r.status.ok() && r.http_status == 200) {
       (void)ObserveMetricsIn(*s, url, body, Clock::now(), &at_poll);  // invalid on error
     } else {
-      if (!r.status.ok()) client.CloseIdle();
+      if (!r.status.ok()) client.For(c).CloseIdle();
       MutexLock lock(&s->mu);
       auto it = s->reps.find(url);
       if (it != s->reps.end()) it->second.metrics.valid = false;
@@ -486,16 +499,16 @@ bool EventsQuery(ReplicaSet::State& s, const std::string& url, std::string* path
 asio::awaitable<void> EventsLoop(StatePtr s, std::string url, uint64_t id) {
   PollSetup c;
   if (!Setup(*s, url, id, &c)) co_return;
-  http::HttpClient client(s->io, c.url, c.api_key);
+  PollClient client(s->io);
   auto timer = s->NewTimer();
   while (Setup(*s, url, id, &c)) {
     std::string path;
     for (int page = 0; page < kMaxPagesInARow && EventsQuery(*s, url, &path); ++page) {
       std::string body;
-      http::HttpResult r = co_await client.Request("GET", path, "", Clock::now() + c.health_timeout,
-                                                   Collect(&body, kMaxEventsBody));
+      http::HttpResult r = co_await client.For(c).Request(
+          "GET", path, "", Clock::now() + c.health_timeout, Collect(&body, kMaxEventsBody));
       if (!r.status.ok()) {
-        client.CloseIdle();
+        client.For(c).CloseIdle();
         break;
       }
       Result<bool> more = ObserveKvEventsIn(*s, url, r.http_status, body);

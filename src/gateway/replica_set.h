@@ -18,6 +18,7 @@
 //   and, with `dns:`, the name is resolved every dns.interval; each address is a replica
 //     "http://<ip>:<port>" (IPv6 in brackets); addresses that disappear leave the pool (a static
 //     URL listed as well stays).
+// Every poll runs under the deadline health.timeout and sends the pool's api_key as Bearer.
 // Eligible = the last /ready was 200, not draining, not ejected. A new replica is not eligible
 // until its first /ready succeeded.
 // Passive health (OnFinished): eject_after_failures consecutive transport errors or 5xx eject the
@@ -42,7 +43,8 @@
 // outside it). Start/Stop/Update from a controlling thread. Stop returns at once: pollers end at
 // their next wake-up (timers are cancelled; an HTTP poll in progress ends by its deadline); they
 // share ownership of the state, so the ReplicaSet may be destroyed before they end, but the
-// io_context must outlive them (run it until they end, or destroy it, which destroys them).
+// io_context must outlive them and the ReplicaSet (run it until they end, or destroy it, which
+// destroys them); it is run by ONE thread (the pollers' timers and clients are not locked).
 // Errors: Choose returns Unavailable naming the pool when no replica is eligible; malformed
 // upstream answers (metrics, events) are Status values, never a crash.
 #pragma once

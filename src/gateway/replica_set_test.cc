@@ -9,6 +9,8 @@
 #include <utility>  // before Boost 1.74's awaitable.hpp (see http/client.h)
 // clang-format on
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <functional>
@@ -16,6 +18,7 @@
 
 #include "cachekey/block_hash.h"
 #include "gateway/fake_replica_test_util.h"
+#include "http/client.h"
 
 namespace strata::gateway {
 namespace {
@@ -325,6 +328,70 @@ TEST(ReplicaSetDns, LocalhostResolvesToMembersAndLeavesWhenDnsIsRemoved) {
   set.Update(Pool({}), FastBalancer(), FastHealth());
   EXPECT_TRUE(set.members().empty());
   set.Stop();
+}
+
+TEST(ReplicaSetAuth, PollsSendThePoolKeyAndFollowAReload) {
+  Upstream up;
+  FakeReplica fake;
+  ASSERT_TRUE(fake.ok());
+  PoolConfig pool = Pool({fake.url()});
+  pool.api_key = "k1";
+  ReplicaSet set(up.io(), pool, FastBalancer(), FastHealth());
+  set.Start();
+  ASSERT_TRUE(WaitFor([&] { return fake.last_auth() == "Bearer k1"; }));
+  pool.api_key = "k2";
+  set.Update(pool, FastBalancer(), FastHealth());
+  ASSERT_TRUE(WaitFor([&] { return fake.last_auth() == "Bearer k2"; }));
+  EXPECT_GT(fake.count("/ready"), 0);
+  EXPECT_GT(fake.count("/metrics"), 0);
+  EXPECT_GT(fake.count("/v1/kv/events"), 0);
+  set.Stop();
+}
+
+// The fake replica itself: chosen status, latency and SSE chunks on the generation routes.
+TEST(FakeReplica, ServesChosenCompletionsLatencyAndStreams) {
+  FakeReplica fake;
+  ASSERT_TRUE(fake.ok());
+  boost::asio::io_context io;
+  auto url = http::ParseUrl(fake.url());
+  ASSERT_TRUE(url.ok());
+  http::HttpClient client(io, *url, "");
+  auto call = [&](std::string* body) {
+    http::HttpResult out;
+    boost::asio::co_spawn(
+        io,
+        [&]() -> boost::asio::awaitable<void> {
+          out = co_await client.Request("POST", "/v1/completions", R"({"prompt":"x"})",
+                                        Clock::now() + std::chrono::seconds(5),
+                                        [body](std::string_view p) {
+                                          body->append(p);
+                                          return Status::Ok();
+                                        });
+        },
+        boost::asio::detached);
+    io.restart();
+    io.run();
+    return out;
+  };
+  std::string body;
+  EXPECT_EQ(call(&body).http_status, 200);
+  EXPECT_NE(body.find("text_completion"), std::string::npos);
+  fake.SetCompletion(503, R"({"error":{"message":"overloaded"}})", milliseconds(150));
+  auto t0 = Clock::now();
+  body.clear();
+  http::HttpResult r = call(&body);
+  EXPECT_EQ(r.http_status, 503);
+  EXPECT_NE(r.error_body.find("overloaded"), std::string::npos);
+  EXPECT_GE(Clock::now() - t0, milliseconds(150));
+  fake.SetCompletion(200, R"({"choices":[{"text":"a"}]})", milliseconds(0));
+  fake.SetStream(3);
+  body.clear();
+  EXPECT_EQ(call(&body).http_status, 200);
+  size_t events = 0;
+  for (size_t p = body.find("data: "); p != std::string::npos; p = body.find("data: ", p + 1))
+    ++events;
+  EXPECT_EQ(events, 4u);  // 3 chunks + [DONE]
+  EXPECT_EQ(fake.count("/v1/completions"), 3);
 }
 
 TEST(ReplicaSetDns, SetDnsMembersAddsAndRemoves) {

@@ -36,8 +36,8 @@ class FakeReplica {
     o.port = 0;
     o.io_threads = 2;
     auto s = http::HttpServer::Start(
-        o, [this](http::HttpRequest req, std::shared_ptr<http::Responder> out) {
-          Handle(std::move(req), std::move(out));
+        o, [this](const http::HttpRequest& req, std::shared_ptr<http::Responder> out) {
+          Handle(req, std::move(out));
         });
     if (s.ok()) server_ = std::move(*s);
   }
@@ -103,11 +103,12 @@ class FakeReplica {
     block_size_ = block_size;
     model_salt_ = std::move(model_salt);
   }
-  void AddBlocks(const std::vector<cachekey::BlockHash>& hashes, std::string tier = "pool") {
-    Log("add", std::move(tier), hashes);
+  void AddBlocks(const std::vector<cachekey::BlockHash>& hashes, const std::string& tier = "pool") {
+    Log("add", tier, hashes);
   }
-  void RemoveBlocks(const std::vector<cachekey::BlockHash>& hashes, std::string tier = "pool") {
-    Log("remove", std::move(tier), hashes);
+  void RemoveBlocks(const std::vector<cachekey::BlockHash>& hashes,
+                    const std::string& tier = "pool") {
+    Log("remove", tier, hashes);
   }
   // A new process: a new instance id, nothing held, the cursor numbering starts again.
   void Restart() {
@@ -119,6 +120,10 @@ class FakeReplica {
   }
   int64_t resets_served() const { return resets_.load(); }
 
+  std::string last_auth() const {  // the Authorization header of the last request
+    std::lock_guard<std::mutex> l(mu_);
+    return last_auth_;
+  }
   int64_t count(const std::string& path) const {
     std::lock_guard<std::mutex> l(mu_);
     auto it = counts_.find(path);
@@ -131,7 +136,8 @@ class FakeReplica {
     std::string op, tier, hash;
   };
 
-  void Log(std::string op, std::string tier, const std::vector<cachekey::BlockHash>& hashes) {
+  void Log(const std::string& op, const std::string& tier,
+           const std::vector<cachekey::BlockHash>& hashes) {
     std::lock_guard<std::mutex> l(mu_);
     for (const auto& h : hashes) {
       std::string hex = cachekey::HashToHex(h);
@@ -169,9 +175,10 @@ class FakeReplica {
     return j.dump();
   }
 
-  void Handle(http::HttpRequest req, std::shared_ptr<http::Responder> out) {
+  void Handle(const http::HttpRequest& req, std::shared_ptr<http::Responder> out) {
     std::unique_lock<std::mutex> l(mu_);
     ++counts_[req.path];
+    last_auth_ = std::string(req.Header("authorization"));
     http::HttpResponse r;
     if (req.path == "/ready") {
       r.status = ready_status_;
@@ -241,6 +248,7 @@ class FakeReplica {
   std::map<std::string, std::set<std::string>> held_;
   std::atomic<int64_t> resets_{0};
   std::map<std::string, int64_t> counts_;
+  std::string last_auth_;
   std::vector<std::thread> delayed_;
 };
 
