@@ -467,8 +467,8 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   admission_->Admit(
       std::move(ar), [this, job](Result<Admission::Ticket> t, std::optional<Rejection> rej) {
         if (!t.ok() || rej) {
-          HttpResponse r = http::ErrorResponse(
-              429, rej ? rej->message : std::string(t.status().message()));
+          HttpResponse r =
+              http::ErrorResponse(429, rej ? rej->message : std::string(t.status().message()));
           const double after = rej ? std::max(1.0, std::ceil(rej->retry_after_s)) : 1.0;
           r.headers.emplace_back("Retry-After", fmt::format("{:.0f}", after));
           metrics_.Add(std::string(kRejectionsTotal),
@@ -529,7 +529,11 @@ void Gateway::Dispatch(const std::shared_ptr<Job>& job) {
 }
 
 void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, UpstreamResult r) {
-  const bool transport_ok = r.status.ok() || r.http_status > 0;
+  // Passive health: a client that went away says nothing about the replica; a stream the replica
+  // broke off does.
+  using Kind = UpstreamResult::Kind;
+  const bool transport_ok = r.kind == Kind::kClientGone || (r.kind != Kind::kFailedMidStream &&
+                                                            (r.status.ok() || r.http_status > 0));
   job->replicas->OnFinished(job->pick.url, transport_ok, r.http_status, Clock::now());
   ObserveUpstream(job->pool, job->pick.url, r, &metrics_);
   if (r.kind == UpstreamResult::Kind::kRetryable && !job->cancel->fired() &&
@@ -541,8 +545,8 @@ void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, UpstreamResult r) 
   }
   if (r.kind == UpstreamResult::Kind::kRetryable) {
     // Out of retries, nothing was written: the upstream's 5xx as it sent it, or a 502/504.
-    HttpResponse resp = KeptResponse(
-        r, {{"x-strata-route", job->route}, {"x-strata-replica", job->pick.url}});
+    HttpResponse resp =
+        KeptResponse(r, {{"x-strata-route", job->route}, {"x-strata-replica", job->pick.url}});
     const int status = resp.status;
     job->out->Respond(std::move(resp));
     Finish(job, status, &r);
