@@ -93,7 +93,7 @@ PromptInfo EstimateText(std::string text) {
   PromptInfo info;
   const auto bytes = static_cast<int64_t>(text.size());
   info.tokens = CeilDiv(bytes, kEstimateBytesPerToken);
-  info.upper_bound = bytes + 2;
+  info.upper_bound = bytes + 3;  // BOS, EOS, SentencePiece's leading space
   info.estimated = true;
   info.text = std::move(text);
   return info;

@@ -12,10 +12,11 @@
 //
 // Estimate without a tokenizer (EstimatePrompt), from the UTF-8 bytes of the prompt text:
 //   tokens = ceil(bytes / 4)   (kEstimateBytesPerToken; English BPE averages ~4 bytes a token)
-//   upper_bound = bytes + 2    for completions and embeddings text: every tokenizer the server
+//   upper_bound = bytes + 3    for completions and embeddings text: every tokenizer the server
 //                              loads (byte-level BPE, SentencePiece with byte fallback) emits at
-//                              most one token per input byte, plus BOS and SentencePiece's
-//                              leading-space piece; special-token text only shortens it.
+//                              most one token per input byte, plus BOS, EOS (vocabularies that
+//                              add them) and SentencePiece's leading-space piece; special-token
+//                              text only shortens it.
 //   chat: bytes of every message's role and text content, plus kChatTokensPerMessage tokens per
 //         message for the template's markers; upper_bound -1 (the template adds text the
 //         gateway cannot see without it).

@@ -21,7 +21,7 @@ TEST(EstimatePrompt, TextIsCeilBytesOverFourWithABound) {
   EXPECT_TRUE(p.error.empty()) << p.error;
   EXPECT_TRUE(p.estimated);
   EXPECT_EQ(p.tokens, 4);  // ceil(13 / 4)
-  EXPECT_EQ(p.upper_bound, 15);
+  EXPECT_EQ(p.upper_bound, 16);
   EXPECT_TRUE(p.ids.empty());
   EXPECT_EQ(p.text, "hello world!!");
   // UTF-8 bytes, not characters: "é" is 2 bytes.
