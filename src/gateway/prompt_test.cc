@@ -285,5 +285,43 @@ TEST(PoolTokenizer, UsesTheGgufTemplate) {
   EXPECT_EQ(p.tokens, static_cast<int64_t>(p.ids.size()));
 }
 
+TEST(LoadPoolTokenizers, SharesReusesAndNamesTheKeyPath) {
+  STRATA_REQUIRE_SHARED(vocab, "vocab/llama-spm-vocab.gguf");
+  STRATA_REQUIRE_SHARED(phi, "vocab/phi-3-vocab.gguf");
+  auto parse = [](const std::string& yaml) {
+    auto c = ParseGatewayConfig(yaml);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return *c;
+  };
+  const std::string routes = "routes: [{name: r, to: a}]\n";
+  auto cfg = parse("pools:\n  - {name: a, replicas: ['http://h:1'], tokenizer: '" + vocab +
+                   "'}\n  - {name: b, replicas: ['http://h:2'], tokenizer: '" + vocab +
+                   "'}\n  - {name: c, replicas: ['http://h:3']}\n" + routes);
+  auto first = LoadPoolTokenizers(*cfg);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_EQ(first->size(), 2u);               // c has none: it estimates
+  EXPECT_EQ(first->at("a"), first->at("b"));  // one object per source
+  // A reload keeps the unchanged one and loads the changed one.
+  auto next_cfg = parse("pools:\n  - {name: a, replicas: ['http://h:1'], tokenizer: '" + vocab +
+                        "'}\n  - {name: b, replicas: ['http://h:2'], tokenizer: '" + phi +
+                        "', chat_template: phi3}\n" + routes);
+  auto next = LoadPoolTokenizers(*next_cfg, &*first);
+  ASSERT_TRUE(next.ok()) << next.status().message();
+  EXPECT_EQ(next->at("a"), first->at("a"));
+  EXPECT_NE(next->at("b"), first->at("b"));
+  EXPECT_TRUE(next->at("b")->has_chat_template());
+  auto bad = parse(
+      "pools:\n  - {name: a, replicas: ['http://h:1']}\n  - {name: b, replicas: "
+      "['http://h:2'], tokenizer: /nonexistent.gguf}\n" +
+      routes);
+  auto err = LoadPoolTokenizers(*bad);
+  ASSERT_FALSE(err.ok());
+  EXPECT_EQ(err.status().message().rfind("pools[1].tokenizer: ", 0), 0u) << err.status().message();
+  // MeasurePrompt: the tokenizer when there is one, else the estimate.
+  const json body = {{"prompt", "Hello world"}};
+  EXPECT_FALSE(MeasurePrompt(next->at("a").get(), Endpoint::kCompletions, body).estimated);
+  EXPECT_TRUE(MeasurePrompt(nullptr, Endpoint::kCompletions, body).estimated);
+}
+
 }  // namespace
 }  // namespace strata::gateway
