@@ -274,6 +274,13 @@ TEST(GatewayConfig, HostileNestingIsAnError) {
   const std::string err = ErrorOf(block);
   EXPECT_FALSE(err.empty());
   EXPECT_NE(err, "(ok)");
+  // Self-referencing aliases: the walk follows the schema, never the node graph.
+  EXPECT_NE(ErrorOf("pools: &a [*a]\n").find("pools[0]: expected a mapping"), std::string::npos)
+      << ErrorOf("pools: &a [*a]\n");
+  EXPECT_NE(ErrorOf("pools:\n  - &p {name: p, replicas: [http://h:1], labels: {x: *p}}\n" +
+                    std::string(kRouteR))
+                .find("pools[0].labels.x: expected a string"),
+            std::string::npos);
   // Aliases of big lists are shared, not copied.
   std::string alias = "x: &a [";
   for (int i = 0; i < 1000; ++i) alias += "1,";
