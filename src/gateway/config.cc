@@ -54,7 +54,9 @@ Result<double> DecodeNumber(const YAML::Node& n, const std::string& path, double
   return v;
 }
 
+// `key:` with no value is the empty string.
 Result<std::string> DecodeString(const YAML::Node& n, const std::string& path) {
+  if (n.IsNull()) return std::string();
   if (!n.IsScalar()) return Bad(path, "expected a string");
   return n.Scalar();
 }
@@ -76,13 +78,12 @@ Result<std::vector<std::pair<std::string, std::string>>> DecodeStringPairs(
   std::vector<std::pair<std::string, std::string>> v;
   if (n.IsNull()) return v;
   if (!n.IsMap()) return Bad(path, "expected a mapping of name: value");
+  std::set<std::string> seen;
   for (const auto& kv : n) {
     if (!kv.first.IsScalar()) return Bad(path, "keys must be strings");
     const std::string key = kv.first.Scalar();
     ASSIGN_OR_RETURN(std::string value, DecodeString(kv.second, Join(path, key)));
-    for (const auto& kv_seen : v) {
-      if (kv_seen.first == key) return Bad(Join(path, key), "duplicate key");
-    }
+    if (!seen.insert(key).second) return Bad(Join(path, key), "duplicate key");
     v.emplace_back(key, std::move(value));
   }
   return v;
@@ -191,6 +192,7 @@ Field<T> Str(std::string_view name, std::string T::*m) {
 template <typename T>
 Field<T> OptStr(std::string_view name, std::optional<std::string> T::*m) {
   return {name, [m](const YAML::Node& n, const std::string& path, T* out) {
+            if (n.IsNull()) return Status::Ok();  // `model:` alone: no condition
             ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
             out->*m = std::move(s);
             return Status::Ok();
@@ -474,10 +476,11 @@ Status CheckPool(const PoolConfig& p, const std::string& path) {
   return Status::Ok();
 }
 
-Status CheckRoute(const GatewayConfig& c, const RouteConfig& r, const std::string& path) {
+Status CheckRoute(const std::set<std::string>& pools, const RouteConfig& r,
+                  const std::string& path) {
   RETURN_IF_ERROR(CheckName(r.name, Join(path, "name")));
   if (r.to.empty()) return Bad(Join(path, "to"), "is required (a pool name)");
-  if (c.FindPool(r.to) == nullptr) return Bad(Join(path, "to"), "no pool named '" + r.to + "'");
+  if (!pools.contains(r.to)) return Bad(Join(path, "to"), "no pool named '" + r.to + "'");
   if (r.match && r.match->min_prompt_tokens && r.match->max_prompt_tokens &&
       *r.match->min_prompt_tokens > *r.match->max_prompt_tokens)
     return Bad(Join(path, "match"),
@@ -513,9 +516,10 @@ Status Validate(const GatewayConfig& c) {
       return Bad(At("pools", i) + ".name", "duplicate pool '" + c.pools[i].name + "'");
   }
   if (c.routes.empty()) return Bad("routes", "at least one route is required");
+  const std::set<std::string> pools = std::move(names);  // sets: hostile sizes stay n log n
   names.clear();
   for (size_t i = 0; i < c.routes.size(); ++i) {
-    RETURN_IF_ERROR(CheckRoute(c, c.routes[i], At("routes", i)));
+    RETURN_IF_ERROR(CheckRoute(pools, c.routes[i], At("routes", i)));
     if (!names.insert(c.routes[i].name).second)
       return Bad(At("routes", i) + ".name", "duplicate route '" + c.routes[i].name + "'");
   }

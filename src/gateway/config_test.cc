@@ -274,11 +274,48 @@ TEST(GatewayConfig, HostileNestingIsAnError) {
   const std::string err = ErrorOf(block);
   EXPECT_FALSE(err.empty());
   EXPECT_NE(err, "(ok)");
+  // Self-referencing aliases: the walk follows the schema, never the node graph.
+  EXPECT_NE(ErrorOf("pools: &a [*a]\n").find("pools[0]: expected a mapping"), std::string::npos)
+      << ErrorOf("pools: &a [*a]\n");
+  EXPECT_NE(ErrorOf("pools:\n  - &p {name: p, replicas: [http://h:1], labels: {x: *p}}\n" +
+                    std::string(kRouteR))
+                .find("pools[0].labels.x: expected a string"),
+            std::string::npos);
   // Aliases of big lists are shared, not copied.
   std::string alias = "x: &a [";
   for (int i = 0; i < 1000; ++i) alias += "1,";
   alias += "1]\n";
   EXPECT_NE(ErrorOf(alias + kMinimal).find("x: unknown key"), std::string::npos);
+}
+
+// Big but legal shapes near the size limit parse in n log n, not n^2 (no hang).
+TEST(GatewayConfig, ManyPoolsRoutesAndLabelsStayFast) {
+  std::string y = "pools:\n";
+  for (int i = 0; i < 8000; ++i)
+    y += "  - {name: p" + std::to_string(i) + ", replicas: ['http://h:1']}\n";
+  y += "routes:\n";
+  for (int i = 0; i < 8000; ++i)
+    y += "  - {name: r" + std::to_string(i) + ", to: p" + std::to_string(7999 - i) + "}\n";
+  ASSERT_LT(y.size(), kMaxGatewayConfigBytes);
+  auto c = ParseGatewayConfig(y);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ((*c)->routes.size(), 8000u);
+  std::string labels = "pools:\n  - name: p\n    replicas: ['http://h:1']\n    labels:\n";
+  for (int i = 0; i < 30000; ++i) labels += "      l" + std::to_string(i) + ": v\n";
+  labels += "      l7: dup\n";
+  labels += kRouteR;
+  ASSERT_LT(labels.size(), kMaxGatewayConfigBytes);
+  EXPECT_NE(ErrorOf(labels).find("pools[0].labels.l7: duplicate key"), std::string::npos);
+}
+
+TEST(GatewayConfig, NullValuesAreEmptyOrAbsent) {
+  auto c = ParseGatewayConfig(Pools(kPoolP + "    tokenizer:\n") +
+                              "routes:\n  - name: r\n    match: {model: ~, adapter_prefix: x}\n"
+                              "    to: p\n");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ((*c)->pools[0].tokenizer, "");
+  EXPECT_FALSE((*c)->routes[0].match->model.has_value());
+  EXPECT_EQ(*(*c)->routes[0].match->adapter_prefix, "x");
 }
 
 TEST(GatewayConfig, TextLargerThanOneMebibyteIsRefused) {

@@ -93,7 +93,7 @@ PromptInfo EstimateText(std::string text) {
   PromptInfo info;
   const auto bytes = static_cast<int64_t>(text.size());
   info.tokens = CeilDiv(bytes, kEstimateBytesPerToken);
-  info.upper_bound = bytes + 2;
+  info.upper_bound = bytes + 3;  // BOS, EOS, SentencePiece's leading space
   info.estimated = true;
   info.text = std::move(text);
   return info;
@@ -206,6 +206,8 @@ Result<std::shared_ptr<const PoolTokenizer>> PoolTokenizer::Load(
   if (tok->eos() >= 0 && static_cast<size_t>(tok->eos()) < v.tokens.size())
     p->eos_token_ = v.tokens[static_cast<size_t>(tok->eos())];
   p->tok_ = std::move(tok);
+  p->path_ = gguf_path;
+  p->builtin_template_ = std::string(builtin_template);
   return std::shared_ptr<const PoolTokenizer>(std::move(p));
 }
 
@@ -257,6 +259,39 @@ PromptInfo EstimatePrompt(Endpoint e, const nlohmann::json& body) {
   if (!raw.error.empty()) return WithError(EstimateText(""), std::move(raw.error));
   if (raw.is_ids) return Exact(std::move(raw.ids), "");
   return EstimateText(std::move(raw.text));
+}
+
+PromptInfo MeasurePrompt(const PoolTokenizer* tok, Endpoint e, const nlohmann::json& body) {
+  return tok != nullptr ? tok->Measure(e, body) : EstimatePrompt(e, body);
+}
+
+Result<PoolTokenizers> LoadPoolTokenizers(const GatewayConfig& cfg,
+                                          const PoolTokenizers* previous) {
+  PoolTokenizers out;
+  auto same_source = [](const std::shared_ptr<const PoolTokenizer>& t, const PoolConfig& p) {
+    return t->path() == p.tokenizer && t->builtin_template() == p.chat_template;
+  };
+  for (size_t i = 0; i < cfg.pools.size(); ++i) {
+    const PoolConfig& p = cfg.pools[i];
+    if (p.tokenizer.empty()) continue;
+    std::shared_ptr<const PoolTokenizer> found;
+    for (const PoolTokenizers* m : {static_cast<const PoolTokenizers*>(&out), previous}) {
+      if (m == nullptr || found) continue;
+      for (const auto& entry : *m) {
+        if (same_source(entry.second, p)) {
+          found = entry.second;
+          break;
+        }
+      }
+    }
+    if (!found) {
+      auto t = PoolTokenizer::Load(p.tokenizer, p.chat_template);
+      if (!t.ok()) return t.status().WithContext(fmt::format("pools[{}].tokenizer", i));
+      found = std::move(*t);
+    }
+    out.emplace(p.name, std::move(found));
+  }
+  return out;
 }
 
 }  // namespace strata::gateway

@@ -12,10 +12,11 @@
 //
 // Estimate without a tokenizer (EstimatePrompt), from the UTF-8 bytes of the prompt text:
 //   tokens = ceil(bytes / 4)   (kEstimateBytesPerToken; English BPE averages ~4 bytes a token)
-//   upper_bound = bytes + 2    for completions and embeddings text: every tokenizer the server
+//   upper_bound = bytes + 3    for completions and embeddings text: every tokenizer the server
 //                              loads (byte-level BPE, SentencePiece with byte fallback) emits at
-//                              most one token per input byte, plus BOS and SentencePiece's
-//                              leading-space piece; special-token text only shortens it.
+//                              most one token per input byte, plus BOS, EOS (vocabularies that
+//                              add them) and SentencePiece's leading-space piece; special-token
+//                              text only shortens it.
 //   chat: bytes of every message's role and text content, plus kChatTokensPerMessage tokens per
 //         message for the template's markers; upper_bound -1 (the template adds text the
 //         gateway cannot see without it).
@@ -29,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "gateway/config.h"
 
 namespace strata::tokenizer {
 class Tokenizer;
@@ -78,6 +81,9 @@ class PoolTokenizer {  // loaded from the pool's `tokenizer:` GGUF (vocab + chat
 
   const tokenizer::Tokenizer& tokenizer() const { return *tok_; }
   bool has_chat_template() const { return tmpl_ != nullptr; }
+  // What it was loaded from (LoadPoolTokenizers reuses a tokenizer whose source is unchanged).
+  const std::string& path() const { return path_; }
+  const std::string& builtin_template() const { return builtin_template_; }
 
  private:
   PoolTokenizer() = default;
@@ -85,10 +91,23 @@ class PoolTokenizer {  // loaded from the pool's `tokenizer:` GGUF (vocab + chat
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   std::unique_ptr<tokenizer::chat::ChatTemplate> tmpl_;
   std::string bos_token_, eos_token_;
+  std::string path_, builtin_template_;
 };
 
 // Without a tokenizer: an estimate from UTF-8 bytes (the bound is documented above), ids of an id
 // prompt exact.
 PromptInfo EstimatePrompt(Endpoint e, const nlohmann::json& body);
+
+// `tok` ? tok->Measure(e, body) : EstimatePrompt(e, body).
+PromptInfo MeasurePrompt(const PoolTokenizer* tok, Endpoint e, const nlohmann::json& body);
+
+// Pool name -> its tokenizer, for the pools that name one (`tokenizer:`).
+using PoolTokenizers = std::map<std::string, std::shared_ptr<const PoolTokenizer>, std::less<>>;
+// Loads the tokenizer of every pool that names one (pools sharing a path and template share one
+// object). On a reload pass the previous map: a tokenizer whose path and template are unchanged
+// is reused, not re-read (a large vocabulary takes about a second to load). Errors name the key
+// path: "pools[1].tokenizer: cannot open ...". Paths are relative to the working directory.
+Result<PoolTokenizers> LoadPoolTokenizers(const GatewayConfig& cfg,
+                                          const PoolTokenizers* previous = nullptr);
 
 }  // namespace strata::gateway

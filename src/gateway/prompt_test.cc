@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -21,7 +22,7 @@ TEST(EstimatePrompt, TextIsCeilBytesOverFourWithABound) {
   EXPECT_TRUE(p.error.empty()) << p.error;
   EXPECT_TRUE(p.estimated);
   EXPECT_EQ(p.tokens, 4);  // ceil(13 / 4)
-  EXPECT_EQ(p.upper_bound, 15);
+  EXPECT_EQ(p.upper_bound, 16);
   EXPECT_TRUE(p.ids.empty());
   EXPECT_EQ(p.text, "hello world!!");
   // UTF-8 bytes, not characters: "é" is 2 bytes.
@@ -178,7 +179,51 @@ INSTANTIATE_TEST_SUITE_P(Vocabs, PoolTokenizerVectors,
                          ::testing::Values("llama3-vocab", "llama-spm-vocab", "phi-3-vocab",
                                            "gpt-2-vocab"));
 
-// A real model file (weights and all) loads as a pool tokenizer too.
+// The model files in ../shared/models load as pool tokenizers; completions ids are the
+// tokenizer's own with specials (BOS where the vocabulary adds it), and the Llama-3 model's equal
+// those of the separate Llama-3 vocabulary file (the same tokenizer keys).
+class PoolTokenizerModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PoolTokenizerModels, CompletionsMatchTheTokenizerWithSpecials) {
+  STRATA_REQUIRE_SHARED(model, "models/" + GetParam());
+  auto tok = PoolTokenizer::Load(model);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  const tokenizer::Tokenizer& t = (*tok)->tokenizer();
+  for (const std::string text :
+       {"Hello world", " leading space", "caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x98\x80",
+        "line\n\nbreaks\tand tabs", ""}) {
+    PromptInfo p = (*tok)->Measure(Endpoint::kCompletions, json{{"prompt", text}});
+    ASSERT_TRUE(p.error.empty()) << p.error;
+    EXPECT_EQ(p.ids, t.Encode(text, true, true)) << text;
+    EXPECT_EQ(p.tokens, static_cast<int64_t>(p.ids.size()));
+    if (t.vocab().add_bos) {
+      ASSERT_FALSE(p.ids.empty());
+      EXPECT_EQ(p.ids.front(), t.bos());
+    }
+    EXPECT_LE(p.tokens, EstimatePrompt(Endpoint::kCompletions, json{{"prompt", text}}).upper_bound);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, PoolTokenizerModels,
+                         ::testing::Values("tiny-llama3-Q4_K_M.gguf", "tiny-qwen2-Q8_0.gguf",
+                                           "llama-2-tiny-random.gguf"));
+
+TEST(PoolTokenizer, Llama3ModelAndVocabAgree) {
+  STRATA_REQUIRE_SHARED(model, "models/tiny-llama3-Q4_K_M.gguf");
+  STRATA_REQUIRE_SHARED(vocab, "vocab/llama3-vocab.gguf");
+  auto a = PoolTokenizer::Load(model);
+  auto b = PoolTokenizer::Load(vocab);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const json body = {{"prompt", "The quick brown fox <|begin_of_text|> jumps 12345"}};
+  PromptInfo pa = (*a)->Measure(Endpoint::kCompletions, body);
+  EXPECT_EQ(pa.ids, (*b)->Measure(Endpoint::kCompletions, body).ids);
+  ASSERT_GE(pa.ids.size(), 3u);
+  EXPECT_EQ(pa.ids[0], 128000);  // BOS added
+  // parse_special: the special token's text is one id, as the server tokenizes it.
+  EXPECT_NE(std::find(pa.ids.begin() + 1, pa.ids.end(), 128000), pa.ids.end());
+}
+
+// Errors and the fallbacks of a model without a chat template.
 TEST(PoolTokenizer, LoadsAModelGguf) {
   STRATA_REQUIRE_SHARED(model, "models/tiny-qwen2-Q8_0.gguf");
   auto tok = PoolTokenizer::Load(model);
@@ -238,6 +283,44 @@ TEST(PoolTokenizer, UsesTheGgufTemplate) {
   EXPECT_EQ(p.text, "<s><|user|>\nHi there<|end|>\n<|assistant|>\n");
   EXPECT_EQ(p.ids, (*tok)->tokenizer().Encode(p.text, false, true));
   EXPECT_EQ(p.tokens, static_cast<int64_t>(p.ids.size()));
+}
+
+TEST(LoadPoolTokenizers, SharesReusesAndNamesTheKeyPath) {
+  STRATA_REQUIRE_SHARED(vocab, "vocab/llama-spm-vocab.gguf");
+  STRATA_REQUIRE_SHARED(phi, "vocab/phi-3-vocab.gguf");
+  auto parse = [](const std::string& yaml) {
+    auto c = ParseGatewayConfig(yaml);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return *c;
+  };
+  const std::string routes = "routes: [{name: r, to: a}]\n";
+  auto cfg = parse("pools:\n  - {name: a, replicas: ['http://h:1'], tokenizer: '" + vocab +
+                   "'}\n  - {name: b, replicas: ['http://h:2'], tokenizer: '" + vocab +
+                   "'}\n  - {name: c, replicas: ['http://h:3']}\n" + routes);
+  auto first = LoadPoolTokenizers(*cfg);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_EQ(first->size(), 2u);               // c has none: it estimates
+  EXPECT_EQ(first->at("a"), first->at("b"));  // one object per source
+  // A reload keeps the unchanged one and loads the changed one.
+  auto next_cfg = parse("pools:\n  - {name: a, replicas: ['http://h:1'], tokenizer: '" + vocab +
+                        "'}\n  - {name: b, replicas: ['http://h:2'], tokenizer: '" + phi +
+                        "', chat_template: phi3}\n" + routes);
+  auto next = LoadPoolTokenizers(*next_cfg, &*first);
+  ASSERT_TRUE(next.ok()) << next.status().message();
+  EXPECT_EQ(next->at("a"), first->at("a"));
+  EXPECT_NE(next->at("b"), first->at("b"));
+  EXPECT_TRUE(next->at("b")->has_chat_template());
+  auto bad = parse(
+      "pools:\n  - {name: a, replicas: ['http://h:1']}\n  - {name: b, replicas: "
+      "['http://h:2'], tokenizer: /nonexistent.gguf}\n" +
+      routes);
+  auto err = LoadPoolTokenizers(*bad);
+  ASSERT_FALSE(err.ok());
+  EXPECT_EQ(err.status().message().rfind("pools[1].tokenizer: ", 0), 0u) << err.status().message();
+  // MeasurePrompt: the tokenizer when there is one, else the estimate.
+  const json body = {{"prompt", "Hello world"}};
+  EXPECT_FALSE(MeasurePrompt(next->at("a").get(), Endpoint::kCompletions, body).estimated);
+  EXPECT_TRUE(MeasurePrompt(nullptr, Endpoint::kCompletions, body).estimated);
 }
 
 }  // namespace
