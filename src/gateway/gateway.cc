@@ -193,21 +193,9 @@ Result<std::shared_ptr<const Snapshot>> Gateway::Build(std::shared_ptr<const Gat
   auto s = std::make_shared<Snapshot>();
   s->cfg = cfg;
   s->generation = previous ? previous->generation + 1 : 1;
+  ASSIGN_OR_RETURN(s->tokenizers,
+                   LoadPoolTokenizers(*cfg, previous ? &previous->tokenizers : nullptr));
   for (const PoolConfig& p : cfg->pools) {
-    if (!p.tokenizer.empty()) {
-      auto prev = previous ? previous->cfg->FindPool(p.name) : nullptr;
-      auto it = previous ? previous->tokenizers.find(p.name) : decltype(s->tokenizers)::iterator{};
-      if (prev && prev->tokenizer == p.tokenizer && prev->chat_template == p.chat_template &&
-          it != previous->tokenizers.end()) {
-        s->tokenizers.emplace(p.name, it->second);
-      } else {
-        auto tok = PoolTokenizer::Load(p.tokenizer, p.chat_template);
-        if (!tok.ok())
-          return Status::InvalidArgument(
-              fmt::format("pools.{}.tokenizer: {}", p.name, tok.status().message()));
-        s->tokenizers.emplace(p.name, std::move(*tok));
-      }
-    }
     std::shared_ptr<ReplicaSet> set;
     if (previous) {
       auto it = previous->pools.find(p.name);
