@@ -65,6 +65,7 @@ const std::vector<std::string>& ReportJsonKeys() {
                                   "ignore_eos",
                                   "completed",
                                   "failed",
+                                  "failed_before_first_token",
                                   "not_sent",
                                   "first_error",
                                   "duration_s",
