@@ -315,7 +315,7 @@ TEST(BalancerSim, OneMetricsWindowSpreadsBySentSincePoll) {
   for (int i = 0; i < 8; ++i) ++got[sim.Send(-1, 0, 800, 32)];  // no poll in between
   EXPECT_EQ(got[sim.rep(0).url], 2);
   for (size_t i = 1; i < 4; ++i) EXPECT_EQ(got[sim.rep(i).url], 2) << i;
-  auto views = sim.set().Snapshot();
+  auto views = sim.set().Snapshot(sim.now());
   for (const ReplicaView& v : views) {
     EXPECT_EQ(v.sent_since_poll_requests, 2);
     EXPECT_EQ(v.sent_since_poll_tokens, 1600);
@@ -332,6 +332,23 @@ TEST(BalancerSim, OneMetricsWindowSpreadsBySentSincePoll) {
 
 // Failure mode 4: when load is balanced, affinity wins — a group's requests go where its prefix
 // is cached.
+// What was sent since the poll stops loading a replica once its predicted prefill must be done:
+// the backlog drains at the prefill rate (default_prefill_tokens_per_s without a measurement).
+TEST(BalancerSim, SentSincePollDrainsAtThePrefillRate) {
+  Sim sim(1);
+  sim.Send(-1, 0, 1000, 32);  // 1000 uncached tokens
+  auto at = [&](double s) {
+    return sim.set()
+        .Snapshot(sim.now() +
+                  std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)))[0]
+        .sent_since_poll_tokens;
+  };
+  EXPECT_EQ(at(0), 1000);
+  EXPECT_EQ(at(0.25), 500);  // 2000 tokens/s
+  EXPECT_EQ(at(0.6), 0);
+  EXPECT_EQ(sim.set().Snapshot(sim.now())[0].sent_since_poll_requests, 1);  // still in flight
+}
+
 TEST(BalancerSim, AffinityWinsWhenLoadIsBalanced) {
   Sim sim(4);
   // Warm: one request per group, then let them finish.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <ctime>
 #include <string>
 #include <vector>
@@ -54,7 +55,16 @@ constexpr Family kFamilies[] = {
     {kReplicaInFlight, Type::kGauge, "Requests the gateway has in flight on a replica."},
     {kPoolInFlight, Type::kGauge, "Requests admitted to a pool and not yet finished."},
     {kReloadsTotal, Type::kCounter, "Configuration reloads (SIGHUP) by result."},
+    {kPoolInfo, Type::kGauge, "1 per pool, labelled with the pool's configured labels."},
 };
+
+// A configured label as a Prometheus label: its name reduced to [a-zA-Z0-9_] (others become '_',
+// a leading digit gets a '_'), prefixed `label_` so it never collides with `pool`.
+std::string LabelName(std::string_view key) {
+  std::string out = "label_";
+  for (char c : key) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return out;
+}
 
 }  // namespace
 
@@ -95,6 +105,11 @@ void ObserveUpstream(std::string_view pool, std::string_view replica, const Upst
 }
 
 void RefreshPoolGauges(const Snapshot& snap, const Admission& admission, http::MetricsRegistry* m) {
+  for (const PoolConfig& pc : snap.cfg->pools) {
+    std::string labels = http::Labels({{"pool", pc.name}});
+    for (const auto& [k, v] : pc.labels) labels += "," + http::Labels({{LabelName(k), v}});
+    m->Set(kPoolInfo, labels, 1);
+  }
   for (const auto& [pool, set] : snap.pools) {
     m->Set(kPoolInFlight, http::Labels({{"pool", pool}}),
            static_cast<double>(admission.in_flight(pool)));

@@ -41,6 +41,7 @@ inline constexpr std::string_view kReplicaUp = "strata_gateway:replica_eligible"
 inline constexpr std::string_view kReplicaInFlight = "strata_gateway:replica_in_flight";
 inline constexpr std::string_view kPoolInFlight = "strata_gateway:pool_in_flight";
 inline constexpr std::string_view kReloadsTotal = "strata_gateway:config_reloads_total";
+inline constexpr std::string_view kPoolInfo = "strata_gateway:pool_info";
 
 // What the gateway knows of a request when it ends (metrics and the access log).
 struct RequestRecord {

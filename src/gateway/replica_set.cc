@@ -62,6 +62,10 @@ struct Replica {
   int64_t sent_tokens = 0, sent_requests = 0;      // totals since it joined
   int64_t polled_tokens = 0, polled_requests = 0;  // the totals the last poll covers
   double mean_prefill_tokens = 0;
+  // Predicted prefill backlog: the uncached tokens sent, drained at the prefill rate since
+  // `backlog_at` (so work that must be done by now stops counting before the next poll says so).
+  double backlog_tokens = 0;
+  Clock::time_point backlog_at{};
   // KV events.
   Publishes publishes = Publishes::kUnknown;
   std::string instance;
@@ -73,7 +77,17 @@ struct Replica {
   bool Eligible() const { return healthy && !draining && !ejected; }
 };
 
-ReplicaView ViewOf(const Replica& r) {
+double PrefillRate(const Replica& r, const BalancerConfig& bal) {
+  return r.metrics.prefill_tokens_per_s > 0 ? r.metrics.prefill_tokens_per_s
+                                            : bal.default_prefill_tokens_per_s;
+}
+
+double DrainedBacklog(const Replica& r, const BalancerConfig& bal, Clock::time_point now) {
+  const double elapsed = std::chrono::duration<double>(now - r.backlog_at).count();
+  return std::max(0.0, r.backlog_tokens - PrefillRate(r, bal) * std::max(0.0, elapsed));
+}
+
+ReplicaView ViewOf(const Replica& r, const BalancerConfig& bal, Clock::time_point now) {
   ReplicaView v;
   v.url = r.url;
   v.eligible = r.Eligible();
@@ -87,6 +101,9 @@ ReplicaView ViewOf(const Replica& r) {
   v.sent_since_poll_requests = std::min(since_requests, r.in_flight);
   v.sent_since_poll_tokens =
       since_requests == 0 ? 0 : since_tokens * v.sent_since_poll_requests / since_requests;
+  // ... and no more than what is predicted to be still waiting for its prefill.
+  v.sent_since_poll_tokens = std::min<int64_t>(
+      v.sent_since_poll_tokens, static_cast<int64_t>(std::ceil(DrainedBacklog(r, bal, now))));
   v.model_salt = r.model_salt;
   v.block_size = r.block_size;
   v.publishes_events = r.publishes == Publishes::kYes;
@@ -660,7 +677,7 @@ Result<Pick> ReplicaSet::Choose(const PickRequest& r, Clock::time_point now) {
     bal = s_->bal;
     pool_name = s_->pool.name;
     for (const auto& [url, rep] : s_->reps)
-      if (rep.Eligible()) views.push_back(ViewOf(rep));
+      if (rep.Eligible()) views.push_back(ViewOf(rep, bal, now));
   }
   // Prefix keys, outside the lock: one hash chain per (salt, block size) group.
   std::vector<PrefixMatch> matches(views.size());
@@ -727,6 +744,8 @@ void ReplicaSet::OnSent(const std::string& url, const Pick& p, const PickRequest
     ++rep.in_flight;
     ++rep.sent_requests;
     rep.sent_tokens += prefill;
+    rep.backlog_tokens = DrainedBacklog(rep, s_->bal, now) + static_cast<double>(prefill);
+    rep.backlog_at = now;
     rep.mean_prefill_tokens = rep.mean_prefill_tokens > 0
                                   ? (1 - kPrefillEwmaWeight) * rep.mean_prefill_tokens +
                                         kPrefillEwmaWeight * static_cast<double>(prefill)
@@ -745,11 +764,13 @@ void ReplicaSet::OnFinished(const std::string& url, bool transport_ok, int http_
   OnFinishedIn(*s_, url, transport_ok, http_status, now);
 }
 
-std::vector<ReplicaView> ReplicaSet::Snapshot() const {
+std::vector<ReplicaView> ReplicaSet::Snapshot() const { return Snapshot(Clock::now()); }
+
+std::vector<ReplicaView> ReplicaSet::Snapshot(Clock::time_point now) const {
   MutexLock lock(&s_->mu);
   std::vector<ReplicaView> out;
   out.reserve(s_->reps.size());
-  for (const auto& [url, rep] : s_->reps) out.push_back(ViewOf(rep));
+  for (const auto& [url, rep] : s_->reps) out.push_back(ViewOf(rep, s_->bal, now));
   return out;
 }
 

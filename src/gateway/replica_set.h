@@ -90,7 +90,9 @@ class ReplicaSet {
   // counts as a failure too.
   void OnFinished(const std::string& url, bool transport_ok, int http_status,
                   Clock::time_point now);
-  std::vector<ReplicaView> Snapshot() const;  // every member, in URL order
+  std::vector<ReplicaView> Snapshot() const;
+  // As of `now` (the predicted prefill backlog drains with time).
+  std::vector<ReplicaView> Snapshot(Clock::time_point now) const;  // every member, in URL order
   bool any_eligible() const;
 
   // Added by part bal — what the pollers feed in (tests call them directly, without sockets).

@@ -176,7 +176,8 @@ TEST_F(GatewayTest, RoutesByPriorityHeaderAndModel) {
   auto a = StartReplica(), b = StartReplica();
   ASSERT_GT(a->port(), 0);
   ASSERT_GT(b->port(), 0);
-  StartGateway("pools:\n  - name: a\n    replicas: [" + Url(a->port()) +
+  StartGateway("pools:\n  - name: a\n    labels: {gpu: l4, tier.class: x}\n    replicas: [" +
+               Url(a->port()) +
                "]\n  - name: b\n"
                "    replicas: [" +
                Url(b->port()) +
@@ -200,6 +201,10 @@ TEST_F(GatewayTest, RoutesByPriorityHeaderAndModel) {
   EXPECT_EQ(r.headers["x-strata-replica"], Url(b->port()));
   r = Complete(base, {"X-Team: blue"});
   EXPECT_EQ(r.headers["x-strata-route"], "blue");
+  EXPECT_NE(Metrics().find("strata_gateway:pool_info{pool=\"a\",label_gpu=\"l4\","
+                           "label_tier_class=\"x\"} 1"),
+            std::string::npos)
+      << Metrics();
   // The adapter (`model` here) picks the route; the replica does not serve it: its 404 is relayed.
   json legal = base;
   legal["model"] = "finetune-legal-v2";
