@@ -126,9 +126,10 @@ class Cluster:
                 f.write(f"      - {u}\n")
             f.write("routes:\n  - name: default\n    to: general\n")
             f.write(f"balancer:\n  policy: {policy}\n")
+            f.write(f"  default_prefill_tokens_per_s: {a.prefill_rate:.0f}\n")
             f.write("health:\n  interval_ms: 200\n  timeout_ms: 500\n  eject_after_failures: 1\n"
                     "  ejection_base_ms: 500\n  ejection_max_ms: 2000\n")
-            f.write("access_log: off\n")
+            f.write(f"access_log: {os.environ.get('STRATA_BENCH_ACCESS_LOG', 'off')}\n")
         self.gateway = Proc([STRATA, "gateway", "--config", cfg, "--port", "0"],
                             "strata gateway: ready", os.path.join(work, "gateway.log"))
         self.url = f"http://127.0.0.1:{self.gateway.port}"
@@ -152,6 +153,16 @@ class Cluster:
         self.gateway.kill(signal.SIGTERM)
         for r in self.replicas:
             r.kill()
+
+
+def measure_prefill_rate(a):
+    """The model's prefill rate at one thread (`strata bench model --pp 1024`), shared out when
+    there are more replicas than CPUs: what the balancer's cost model is told to expect."""
+    r = subprocess.run([STRATA, "bench", "model", "-m", a.model, "--pp", "1024", "--tg", "1", "-t",
+                        "1", "--reps", "3"], capture_output=True, text=True, check=True)
+    m = re.search(r"pp1024\s+([0-9.]+) tok/s", r.stdout)
+    rate = float(m.group(1)) if m else 2000.0
+    return rate * min(1.0, (os.cpu_count() or 1) / max(1, a.replicas))
 
 
 def bench(url, args, work, name):
@@ -323,8 +334,13 @@ def main():
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--duration", type=float, default=60)
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--prefill-rate", type=float, default=0,
+                    help="balancer.default_prefill_tokens_per_s (0: measure the model)")
     a = ap.parse_args()
-    print(f"CPU: {cpu_name()}; model {a.model}; {a.replicas} replicas; {a.reps} reps", flush=True)
+    if a.prefill_rate <= 0:
+        a.prefill_rate = measure_prefill_rate(a)
+    print(f"CPU: {cpu_name()}; model {a.model}; {a.replicas} replicas; {a.reps} reps; "
+          f"prefill rate given to the balancer {a.prefill_rate:.0f} tok/s", flush=True)
     with tempfile.TemporaryDirectory(prefix="strata-bench-gw-") as work:
         if a.scenario == "shared-prefix":
             res = scenario_shared_prefix(a, work)

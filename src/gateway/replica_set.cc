@@ -104,6 +104,14 @@ ReplicaView ViewOf(const Replica& r, const BalancerConfig& bal, Clock::time_poin
   // ... and no more than what is predicted to be still waiting for its prefill.
   v.sent_since_poll_tokens = std::min<int64_t>(
       v.sent_since_poll_tokens, static_cast<int64_t>(std::ceil(DrainedBacklog(r, bal, now))));
+  // The waiting requests the last poll saw drain at the prefill rate too (each worth the mean
+  // prefill work sent there), so a poll that is nearly a window old does not overstate the queue.
+  if (v.metrics.valid && r.mean_prefill_tokens > 0 &&
+      r.metrics.at.time_since_epoch().count() != 0) {
+    const double elapsed = std::max(0.0, std::chrono::duration<double>(now - r.metrics.at).count());
+    v.metrics.waiting =
+        std::max(0.0, v.metrics.waiting - PrefillRate(r, bal) * elapsed / r.mean_prefill_tokens);
+  }
   v.model_salt = r.model_salt;
   v.block_size = r.block_size;
   v.publishes_events = r.publishes == Publishes::kYes;
