@@ -37,7 +37,10 @@ PricedReplica Price(const BalancerConfig& cfg, const ReplicaView& v, const Prefi
       r.max_tokens > 0 ? std::min(1.0, static_cast<double>(r.max_tokens) / kDecodeHorizonTokens)
                        : 1.0;
   p.decode_s = active * cfg.default_decode_step_s * horizon;
-  p.cost_s = p.queue_s + p.prefill_s + p.tier_s + p.decode_s;
+  if (v.eligible_replicas > 1)
+    p.hot_s = std::max(0.0, v.recent_share * v.eligible_replicas - kHotShare) * kHotWeight *
+              prompt / safe_rate;
+  p.cost_s = p.queue_s + p.prefill_s + p.tier_s + p.decode_s + p.hot_s;
   return p;
 }
 

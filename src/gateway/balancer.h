@@ -24,7 +24,14 @@
 //               (max_tokens ≤ 0 counts as the horizon: each decode running there shares every
 //               step with this request, and this request slows theirs, for as long as they
 //               overlap — a short generation overlaps proportionally less)
-//   cost_s    = queue_s + prefill_s + tier_s + decode_s
+//   hot_s     = max(0, recent_share × N − kHotShare) × kHotWeight × prompt_tokens / R
+//               (N = eligible replicas; recent_share = this replica's part of the pool's recent
+//               picks, an EWMA over the last ~kShareWindow picks. A replica taking more than
+//               kHotShare times its fair share is priced as if a full prefill were added, at 1.5×
+//               a whole miss: a prefix every request shares — one system prompt — is warmed on
+//               other replicas instead of pinning all traffic to the first, even when that one is
+//               not yet overloaded; at fair shares the term is 0)
+//   cost_s    = queue_s + prefill_s + tier_s + decode_s + hot_s
 // sent_since_poll_* are the gateway's own sends since the replica's last metrics poll, so two
 // requests in one metrics window see each other; sent_since_poll_tokens counts the prefill tokens
 // (uncached, as predicted at the pick) of those requests.
@@ -81,7 +88,9 @@ struct ReplicaView {
   double mean_prefill_tokens = 0;  // EWMA of the uncached tokens of the requests sent there
   bool healthy = false, draining = false, ejected = false;
   int consecutive_failures = 0;
-  int64_t ejections = 0;  // times ejected (passive health), since it joined
+  int64_t ejections = 0;      // times ejected (passive health), since it joined
+  double recent_share = 0;    // its part of the pool's recent picks (EWMA; 0 before any)
+  int eligible_replicas = 0;  // N of hot_s (set by ReplicaSet::Choose)
 };
 
 struct PickRequest {
@@ -104,8 +113,12 @@ struct Pick {
 };
 
 // The terms of one replica's cost (see the formula above).
+inline constexpr double kHotShare = 1.25;   // share × N above which hot_s applies
+inline constexpr double kHotWeight = 4.0;   // hot_s at 1.5 × the fair share = one full prefill
+inline constexpr double kShareWindow = 64;  // picks the recent share averages over
+
 struct PricedReplica {
-  double queue_s = 0, prefill_s = 0, tier_s = 0, decode_s = 0, cost_s = 0;
+  double queue_s = 0, prefill_s = 0, tier_s = 0, decode_s = 0, hot_s = 0, cost_s = 0;
   int64_t cached_tokens = 0;
 };
 PricedReplica Price(const BalancerConfig& cfg, const ReplicaView& v, const PrefixMatch& m,

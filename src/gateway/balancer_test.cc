@@ -286,6 +286,22 @@ TEST(BalancerSim, SharedSystemPromptDoesNotPinTrafficToOneReplica) {
   EXPECT_GT(sim.reasons()[RouteReason::kAffinity], 700);
 }
 
+// Failure mode 1 at low load: one replica could serve every request of the shared prompt without
+// a queue, so load alone never moves them — the hot-spot term (hot_s) does: the prompt is warmed
+// on more replicas until none takes more than 1.5x the mean (without it two replicas took 240
+// and 160 of the 400, the others none).
+TEST(BalancerSim, SharedSystemPromptSpreadsEvenWhenNothingIsOverloaded) {
+  Sim sim(4);
+  for (int i = 0; i < 400; ++i) {
+    sim.Send(/*group=*/0, /*prefix=*/1024, /*suffix=*/32, /*max_tokens=*/16);
+    sim.Run(0.2);  // far below capacity: every queue is empty at the next request
+  }
+  const std::vector<int> served = sim.Served();
+  const double mean = 400.0 / 4;
+  for (size_t i = 0; i < 4; ++i) EXPECT_LE(served[i], 1.5 * mean) << i;
+  EXPECT_GT(sim.reasons()[RouteReason::kAffinity], 300);  // the rest still hit their cache
+}
+
 // Failure mode 2 (SGLang PR #14305): on a prefix miss, never send everything to one overloaded
 // replica (e.g. the one with the smallest cache).
 TEST(BalancerSim, PrefixMissAvoidsTheOverloadedReplica) {

@@ -66,6 +66,7 @@ struct Replica {
   // `backlog_at` (so work that must be done by now stops counting before the next poll says so).
   double backlog_tokens = 0;
   Clock::time_point backlog_at{};
+  double recent_share = 0;  // EWMA of [picked] over the pool's picks (balancer.h hot_s)
   // KV events.
   Publishes publishes = Publishes::kUnknown;
   std::string instance;
@@ -121,6 +122,7 @@ ReplicaView ViewOf(const Replica& r, const BalancerConfig& bal, Clock::time_poin
   v.ejected = r.ejected;
   v.consecutive_failures = r.consecutive_failures;
   v.ejections = r.ejections;
+  v.recent_share = r.recent_share;
   return v;
 }
 
@@ -687,6 +689,7 @@ Result<Pick> ReplicaSet::Choose(const PickRequest& r, Clock::time_point now) {
     for (const auto& [url, rep] : s_->reps)
       if (rep.Eligible()) views.push_back(ViewOf(rep, bal, now));
   }
+  for (ReplicaView& v : views) v.eligible_replicas = static_cast<int>(views.size());
   // Prefix keys, outside the lock: one hash chain per (salt, block size) group.
   std::vector<PrefixMatch> matches(views.size());
   std::vector<std::shared_ptr<const HashList>> keys(views.size());
@@ -748,6 +751,8 @@ void ReplicaSet::OnSent(const std::string& url, const Pick& p, const PickRequest
     auto it = s_->reps.find(url);
     if (it == s_->reps.end()) return;
     Replica& rep = it->second;
+    for (auto& [u, other] : s_->reps)
+      other.recent_share += ((&other == &rep ? 1.0 : 0.0) - other.recent_share) / kShareWindow;
     const int64_t prefill = std::max<int64_t>(0, r.prompt_tokens - p.cached_tokens);
     ++rep.in_flight;
     ++rep.sent_requests;
