@@ -26,11 +26,11 @@
 //               overlap — a short generation overlaps proportionally less)
 //   hot_s     = max(0, recent_share × N − kHotShare) × kHotWeight × prompt_tokens / R
 //               (N = eligible replicas; recent_share = this replica's part of the pool's recent
-//               picks, an EWMA over the last ~kShareWindow picks. A replica taking more than
-//               kHotShare times its fair share is priced as if a full prefill were added, at 1.5×
-//               a whole miss: a prefix every request shares — one system prompt — is warmed on
-//               other replicas instead of pinning all traffic to the first, even when that one is
-//               not yet overloaded; at fair shares the term is 0)
+//               picks, an EWMA over the last ~kShareWindow picks. A replica taking more than its
+//               fair share is priced up: at 1.25× its share by one full prefill of the prompt, so
+//               a prefix every request shares — one system prompt — is warmed on other replicas
+//               instead of pinning all traffic to the first, even when that one is not yet
+//               overloaded; at or below the fair share the term is 0)
 //   cost_s    = queue_s + prefill_s + tier_s + decode_s + hot_s
 // sent_since_poll_* are the gateway's own sends since the replica's last metrics poll, so two
 // requests in one metrics window see each other; sent_since_poll_tokens counts the prefill tokens
@@ -113,8 +113,8 @@ struct Pick {
 };
 
 // The terms of one replica's cost (see the formula above).
-inline constexpr double kHotShare = 1.25;   // share × N above which hot_s applies
-inline constexpr double kHotWeight = 4.0;   // hot_s at 1.5 × the fair share = one full prefill
+inline constexpr double kHotShare = 1.0;    // share × N above which hot_s applies
+inline constexpr double kHotWeight = 4.0;   // hot_s at 1.25 × the fair share = one full prefill
 inline constexpr double kShareWindow = 64;  // picks the recent share averages over
 
 struct PricedReplica {
