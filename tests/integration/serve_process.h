@@ -54,8 +54,7 @@ class ServeProcess {
       buf += c;
       if (c != '\n') continue;
       if (port_ == 0 && std::regex_search(buf, m, re)) port_ = std::stoi(m[1]);
-      if (port_ != 0 && buf.find(ready_marker) != std::string::npos)
-        break;  // model loaded
+      if (port_ != 0 && buf.find(ready_marker) != std::string::npos) break;  // model loaded
     }
     out_fd_ = out[0];
     startup_output_ = std::move(buf);
