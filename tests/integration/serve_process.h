@@ -20,7 +20,8 @@ namespace strata::testing {
 class ServeProcess {
  public:
   // Starts `strata serve --port 0 --model <default> --kv-cache-memory 64MiB --threads 2 <extra>`;
-  // later flags override earlier ones (CLI11 keeps the last value).
+  // `extra` must not repeat those flags (CLI11 refuses a repeated option): to change one, pass the
+  // whole command to the two-argument constructor.
   explicit ServeProcess(std::vector<std::string> extra)
       : ServeProcess(DefaultArgs(), std::move(extra)) {}
   // Starts `<base...> <extra...>` (base[0] is the binary) and waits for the line holding
