@@ -159,7 +159,7 @@ void Admission::WakeWaiters(const std::string& pool, std::vector<Callback>* out)
   }
 }
 
-void Admission::Admit(AdmitRequest r, Done done) {
+void Admission::Admit(const AdmitRequest& r, Done done) {
   std::optional<Rejection> rej;
   Ticket ticket = 0;
   {
@@ -186,7 +186,8 @@ void Admission::Admit(AdmitRequest r, Done done) {
     }
   }
   if (rej) {
-    done(Status::ResourceExhausted(rej->message), std::move(rej));
+    Status status = Status::ResourceExhausted(rej->message);
+    done(std::move(status), std::move(rej));
   } else {
     done(ticket, std::nullopt);
   }
@@ -250,7 +251,8 @@ void Admission::Tick(Clock::time_point now) {
           Rejection rej = PoolFull(pool, ahead - 1);
           rej.message += " (waited the priority's max_wait)";
           cbs.push_back([done = std::move(w->done), rej = std::move(rej)]() mutable {
-            done(Status::ResourceExhausted(rej.message), std::move(rej));
+            Status status = Status::ResourceExhausted(rej.message);
+            done(std::move(status), std::move(rej));
           });
           w = q.erase(w);
         }

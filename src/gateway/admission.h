@@ -79,7 +79,7 @@ class Admission {
 
   // Calls `done` exactly once: at once (admitted or rejected) or later (a waiting request
   // admitted by a Release, or rejected by Tick when its max_wait passed). Never under the lock.
-  void Admit(AdmitRequest r, Done done) EXCLUDES(mu_);
+  void Admit(const AdmitRequest& r, Done done) EXCLUDES(mu_);
   // Corrects the tenant's token bucket with the real usage (refund or charge the difference from
   // what the ticket was charged so far).
   void Settle(Ticket t, int64_t actual_tokens) EXCLUDES(mu_);

@@ -154,6 +154,7 @@ TEST(Admission, ARejectionConsumesNothing) {
 TEST(Admission, PoolCapacityRetryAfterFollowsTheDrainRate) {
   Admission a(Cfg(0, 0, 0, 2, /*gold_wait_ms=*/0));
   std::vector<Admission::Ticket> held;
+  held.reserve(2);
   for (int i = 0; i < 2; ++i) held.push_back(Try(a, "", 1, kT0)->ticket);
   EXPECT_DOUBLE_EQ(Try(a, "", 1, kT0)->rej->retry_after_s, 1.0);  // the fallback
   // Completions every 200 ms: the drain rate converges to 5/s.
@@ -227,7 +228,7 @@ TEST(Admission, CallbacksRunOutsideTheLock) {
   bool reentered = false;
   // The waiter's callback calls back into Admission: it would deadlock under the lock.
   a.Admit(AdmitRequest{"", "p", Priority::kGold, 1, kT0},
-          [&](Result<Admission::Ticket> t, std::optional<Rejection>) {
+          [&](const Result<Admission::Ticket>& t, const std::optional<Rejection>&) {
             ASSERT_TRUE(t.ok());
             EXPECT_EQ(a.in_flight("p"), 1);
             a.Release(*t, kT0);
@@ -262,6 +263,7 @@ TEST(Admission, FourThreadsKeepTheCountsConsistent) {
   std::atomic<int64_t> callbacks{0};
   constexpr int kPerThread = 2000;
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int th = 0; th < 4; ++th) {
     threads.emplace_back([&, th] {
       std::vector<Admission::Ticket> mine;
@@ -270,7 +272,7 @@ TEST(Admission, FourThreadsKeepTheCountsConsistent) {
         const Priority p = (i + th) % 3 == 0 ? Priority::kGold : Priority::kBronze;
         const std::string tenant = i % 2 ? "acme" : "";
         a.Admit(AdmitRequest{tenant, "p", p, 10, kT0},
-                [&](Result<Admission::Ticket> t, std::optional<Rejection>) {
+                [&](const Result<Admission::Ticket>& t, const std::optional<Rejection>&) {
                   ++callbacks;
                   if (!t.ok()) {
                     ++rejected;

@@ -114,6 +114,7 @@ TEST(BalancerPolicies, RoundRobinRandomAndLeastLoaded) {
   cfg.policy = BalancePolicy::kRoundRobin;
   Balancer rr;
   std::vector<std::string> seq;
+  seq.reserve(6);
   for (int i = 0; i < 6; ++i) seq.push_back(rr.Choose(cfg, v, {}, r)->url);
   EXPECT_EQ(seq, (std::vector<std::string>{"a", "b", "c", "a", "b", "c"}));
   EXPECT_EQ(rr.Choose(cfg, v, {}, r)->reason, RouteReason::kFallback);

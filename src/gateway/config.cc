@@ -246,14 +246,14 @@ constexpr double kMaxRate = 1e15;
 
 const Fields<DnsConfig>& DnsFields() {
   using D = DnsConfig;
-  static const Fields<D> k = {Str<D>("name", &D::name), Int<D>("port", &D::port, 1, 65535),
-                              Millis<D>("interval_ms", &D::interval, 100, kDayMs)};
-  return k;
+  static const Fields<D> kFields = {Str<D>("name", &D::name), Int<D>("port", &D::port, 1, 65535),
+                                    Millis<D>("interval_ms", &D::interval, 100, kDayMs)};
+  return kFields;
 }
 
 const Fields<PoolConfig>& PoolFields() {
   using P = PoolConfig;
-  static const Fields<P> k = {
+  static const Fields<P> kFields = {
       Str<P>("name", &P::name),
       {"replicas",
        [](const YAML::Node& n, const std::string& path, P* out) {
@@ -276,7 +276,7 @@ const Fields<PoolConfig>& PoolFields() {
       Str<P>("api_key", &P::api_key),
       Int<P>("max_in_flight", &P::max_in_flight, 0, kMaxCount),
   };
-  return k;
+  return kFields;
 }
 
 Status DecodeHeaders(const YAML::Node& n, const std::string& path, RouteMatch* out) {
@@ -294,7 +294,7 @@ constexpr int64_t kMaxPromptTokens = int64_t{1} << 40;
 
 const Fields<RouteMatch>& MatchFields() {
   using M = RouteMatch;
-  static const Fields<M> k = {
+  static const Fields<M> kFields = {
       OptStr<M>("model", &M::model),
       OptStr<M>("adapter", &M::adapter),
       OptStr<M>("adapter_prefix", &M::adapter_prefix),
@@ -309,12 +309,12 @@ const Fields<RouteMatch>& MatchFields() {
       {"header", DecodeHeaders},  // the spelling
       {"headers", DecodeHeaders},
   };
-  return k;
+  return kFields;
 }
 
 const Fields<RouteConfig>& RouteFields() {
   using R = RouteConfig;
-  static const Fields<R> k = {
+  static const Fields<R> kFields = {
       Str<R>("name", &R::name),
       {"match",
        [](const YAML::Node& n, const std::string& path, R* out) {
@@ -324,12 +324,12 @@ const Fields<RouteConfig>& RouteFields() {
        }},
       Str<R>("to", &R::to),
   };
-  return k;
+  return kFields;
 }
 
 const Fields<TenantConfig>& TenantFields() {
   using T = TenantConfig;
-  static const Fields<T> k = {
+  static const Fields<T> kFields = {
       Str<T>("name", &T::name),
       {"api_keys",
        [](const YAML::Node& n, const std::string& path, T* out) {
@@ -345,7 +345,7 @@ const Fields<TenantConfig>& TenantFields() {
          return Status::Ok();
        }},
   };
-  return k;
+  return kFields;
 }
 
 Field<AdmissionConfig> MaxWait(std::string_view name, Priority p) {
@@ -357,22 +357,22 @@ Field<AdmissionConfig> MaxWait(std::string_view name, Priority p) {
 }
 
 const Fields<AdmissionConfig>& AdmissionFields() {
-  static const Fields<AdmissionConfig> k = {MaxWait("gold_max_wait_ms", Priority::kGold),
-                                            MaxWait("silver_max_wait_ms", Priority::kSilver),
-                                            MaxWait("bronze_max_wait_ms", Priority::kBronze)};
-  return k;
+  static const Fields<AdmissionConfig> kFields = {MaxWait("gold_max_wait_ms", Priority::kGold),
+                                                  MaxWait("silver_max_wait_ms", Priority::kSilver),
+                                                  MaxWait("bronze_max_wait_ms", Priority::kBronze)};
+  return kFields;
 }
 
 const Fields<HealthConfig>& HealthFields() {
   using H = HealthConfig;
-  static const Fields<H> k = {
+  static const Fields<H> kFields = {
       Millis<H>("interval_ms", &H::interval, 10, kDayMs),
       Millis<H>("timeout_ms", &H::timeout, 1, kDayMs),
       Int<H>("eject_after_failures", &H::eject_after_failures, 1, 1000),
       Millis<H>("ejection_base_ms", &H::ejection_base, 1, kDayMs),
       Millis<H>("ejection_max_ms", &H::ejection_max, 1, kDayMs),
   };
-  return k;
+  return kFields;
 }
 
 Field<BalancerConfig> TierSeconds(KvTier t) {
@@ -384,14 +384,15 @@ Field<BalancerConfig> TierSeconds(KvTier t) {
 }
 
 const Fields<BalancerConfig>& TierFields() {
-  static const Fields<BalancerConfig> k = {TierSeconds(KvTier::kPool), TierSeconds(KvTier::kRam),
-                                           TierSeconds(KvTier::kDisk), TierSeconds(KvTier::kRedis)};
-  return k;
+  static const Fields<BalancerConfig> kFields = {
+      TierSeconds(KvTier::kPool), TierSeconds(KvTier::kRam), TierSeconds(KvTier::kDisk),
+      TierSeconds(KvTier::kRedis)};
+  return kFields;
 }
 
 const Fields<BalancerConfig>& BalancerFields() {
   using B = BalancerConfig;
-  static const Fields<B> k = {
+  static const Fields<B> kFields = {
       {"policy",
        [](const YAML::Node& n, const std::string& path, B* out) {
          ASSIGN_OR_RETURN(out->policy, DecodePolicy(n, path));
@@ -405,14 +406,14 @@ const Fields<BalancerConfig>& BalancerFields() {
       {"tier_seconds_per_block", [](const YAML::Node& n, const std::string& path,
                                     B* out) { return DecodeSection(TierFields(), n, path, out); }},
   };
-  return k;
+  return kFields;
 }
 
 const Fields<UpstreamConfig>& UpstreamFields() {
   using U = UpstreamConfig;
-  static const Fields<U> k = {Seconds<U>("timeout_s", &U::timeout, 0, 86400.0),
-                              Int<U>("retries", &U::retries, 0, 10)};
-  return k;
+  static const Fields<U> kFields = {Seconds<U>("timeout_s", &U::timeout, 0, 86400.0),
+                                    Int<U>("retries", &U::retries, 0, 10)};
+  return kFields;
 }
 
 template <typename T>
@@ -432,7 +433,7 @@ Field<GatewayConfig> List(std::string_view name, std::vector<T> GatewayConfig::*
 
 const Fields<GatewayConfig>& TopFields() {
   using G = GatewayConfig;
-  static const Fields<G> k = {
+  static const Fields<G> kFields = {
       List("pools", &G::pools, PoolFields),
       List("routes", &G::routes, RouteFields),
       List("tenants", &G::tenants, TenantFields),
@@ -442,7 +443,7 @@ const Fields<GatewayConfig>& TopFields() {
       Section("upstream", &G::upstream, UpstreamFields),
       Str<G>("access_log", &G::access_log),
   };
-  return k;
+  return kFields;
 }
 
 // ---- cross-field checks ----

@@ -513,10 +513,10 @@ void Gateway::Dispatch(const std::shared_ptr<Job>& job) {
   std::vector<std::pair<std::string, std::string>> extra = {{"x-strata-route", job->route},
                                                             {"x-strata-replica", pick->url}};
   upstreams_->Call(std::move(call), job->out, std::move(extra), job->cancel,
-                   [this, job](UpstreamResult r) { OnUpstreamDone(job, std::move(r)); });
+                   [this, job](const UpstreamResult& r) { OnUpstreamDone(job, r); });
 }
 
-void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, UpstreamResult r) {
+void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, const UpstreamResult& r) {
   // Passive health: a client that went away says nothing about the replica; a stream the replica
   // broke off does.
   using Kind = UpstreamResult::Kind;

@@ -87,7 +87,7 @@ class Gateway {
   http::HttpResponse Proxy(http::Exchange& ex);
   void Admitted(const std::shared_ptr<Job>& job);
   void Dispatch(const std::shared_ptr<Job>& job);
-  void OnUpstreamDone(const std::shared_ptr<Job>& job, UpstreamResult r);
+  void OnUpstreamDone(const std::shared_ptr<Job>& job, const UpstreamResult& r);
   void Finish(const std::shared_ptr<Job>& job, int status, const UpstreamResult* r);
   void RespondError(const std::shared_ptr<Job>& job, http::HttpResponse resp);
   void AccessLog(const RequestRecord& rec);

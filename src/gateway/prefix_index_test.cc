@@ -111,6 +111,7 @@ TEST(PrefixIndex, ConcurrentUseIsSafe) {
   PrefixIndex idx(1000);
   auto c = Chain(64, 9);
   std::vector<std::thread> ts;
+  ts.reserve(4);
   for (int t = 0; t < 4; ++t)
     ts.emplace_back([&, t] {
       for (int i = 0; i < 500; ++i) {

@@ -67,7 +67,7 @@ class GatewayTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
   std::string WriteConfig(const std::string& yaml) {
-    const std::string path = (dir_ / "gateway.yaml").string();
+    std::string path = (dir_ / "gateway.yaml").string();
     std::ofstream(path) << yaml;
     return path;
   }
@@ -381,6 +381,7 @@ TEST_F(GatewayTest, RepeatedPrefixGoesWhereItIsCached) {
   // A 256-token id prompt (16 blocks of 16): after the first request, its blocks are on one
   // replica, which the balancer learns from the replica's KV events.
   std::vector<int> ids;
+  ids.reserve(256);
   for (int i = 0; i < 256; ++i) ids.push_back(100 + (i * 37) % 400);
   const json req = {{"prompt", ids}, {"max_tokens", 1}};
   HttpReply first = Complete(req);

@@ -27,7 +27,7 @@ class ServeProcess {
   // Starts `<base...> <extra...>` (base[0] is the binary) and waits for the line holding
   // `ready_marker` after "listening on ..." (`strata gateway` prints "strata gateway: ready").
   ServeProcess(std::vector<std::string> base, std::vector<std::string> extra,
-               std::string ready_marker = "strata serve: ready") {
+               const std::string& ready_marker = "strata serve: ready") {
     std::vector<std::string> args = std::move(base);
     args.insert(args.end(), extra.begin(), extra.end());
     int out[2];
