@@ -450,28 +450,27 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   });
   in_flight_.fetch_add(1);
 
-  AdmitRequest ar{job->tenant, job->pool, job->priority, job->prompt.tokens + job->max_tokens,
-                  job->start};
-  admission_->Admit(
-      std::move(ar), [this, job](Result<Admission::Ticket> t, std::optional<Rejection> rej) {
-        if (!t.ok() || rej) {
-          HttpResponse r =
-              http::ErrorResponse(429, rej ? rej->message : std::string(t.status().message()));
-          const double after = rej ? std::max(1.0, std::ceil(rej->retry_after_s)) : 1.0;
-          r.headers.emplace_back("Retry-After", fmt::format("{:.0f}", after));
-          metrics_.Add(std::string(kRejectionsTotal),
-                       http::Labels({{"route", job->route},
-                                     {"pool", job->pool},
-                                     {"reason", rej ? rej->reason : "admission"}}),
-                       1);
-          RespondError(job, std::move(r));
-          return;
-        }
-        job->ticket = *t;
-        job->admitted = true;
-        job->admitted_at = Clock::now();
-        Admitted(job);
-      });
+  const AdmitRequest ar{job->tenant, job->pool, job->priority, job->prompt.tokens + job->max_tokens,
+                        job->start};
+  admission_->Admit(ar, [this, job](Result<Admission::Ticket> t, std::optional<Rejection> rej) {
+    if (!t.ok() || rej) {
+      HttpResponse r =
+          http::ErrorResponse(429, rej ? rej->message : std::string(t.status().message()));
+      const double after = rej ? std::max(1.0, std::ceil(rej->retry_after_s)) : 1.0;
+      r.headers.emplace_back("Retry-After", fmt::format("{:.0f}", after));
+      metrics_.Add(std::string(kRejectionsTotal),
+                   http::Labels({{"route", job->route},
+                                 {"pool", job->pool},
+                                 {"reason", rej ? rej->reason : "admission"}}),
+                   1);
+      RespondError(job, std::move(r));
+      return;
+    }
+    job->ticket = *t;
+    job->admitted = true;
+    job->admitted_at = Clock::now();
+    Admitted(job);
+  });
   return HttpResponse{http::kDeferred, {}, {}, {}};
 }
 
