@@ -137,6 +137,7 @@ std::string Suggest(std::string_view name, const std::vector<std::string_view>& 
     }
     return row[b.size()];
   };
+  if (name.size() > 256) return "";  // no suggestion for a hostile key (the distance is O(n·m))
   std::string_view best;
   size_t best_d = std::max<size_t>(2, name.size() / 3) + 1;
   for (std::string_view k : known) {
