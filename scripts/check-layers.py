@@ -36,6 +36,7 @@ MODULES = {
     "tokenizer/chat": (["tokenizer/chat/"], ["base"]),
     "tokenizer": (["tokenizer/"], ["gguf", "tokenizer/chat"]),
     "model": (["model/"], ["gguf", "kernels"]),
+    "lora": (["lora/"], ["model"]),  # LoRA adapters (GGUF), the registry, the low-rank product
     "cachekey": (["cachekey/"], ["base"]),  # block hashing; the gateway computes the same keys
     "http": (["http/"], ["base"]),  # Beast server/client, SSE, Prometheus text; Boost only
     # engine/: sampler and kv at the bottom; kv <- kvtier; kv <- runner; sampler, kv, runner <-
@@ -43,10 +44,10 @@ MODULES = {
     "engine/sampler": (["engine/sampler/"], ["model", "tokenizer", "kernels", "cachekey"]),
     "engine/kv": (["engine/kv/"], ["model", "tokenizer", "kernels", "cachekey"]),
     "engine/kvtier": (["engine/kvtier/"], ["engine/kv"]),
-    "engine/runner": (["engine/runner/"], ["engine/kv"]),
+    "engine/runner": (["engine/runner/"], ["engine/kv", "lora"]),
     "engine/sched": (["engine/sched/"], ["engine/sampler", "engine/kv", "engine/runner"]),
     "engine/serving": (["engine/serving/"], ["engine/sched", "engine/kvtier"]),
-    "synth": (["synth/"], ["gguf", "kernels", "tokenizer", "model"]),  # a tool module
+    "synth": (["synth/"], ["gguf", "kernels", "tokenizer", "model", "lora"]),  # a tool module
     "server": (["server/"], ["engine/serving", "http", "tokenizer"]),
     "bench": (["bench/"], ["http", "tokenizer", "gguf"]),
     "gateway": (["gateway/"], ["http", "cachekey", "tokenizer"]),  # never engine/ or server/

@@ -1,0 +1,1 @@
+#include "lora/apply.h"
