@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "lora/adapter.h"
 
 namespace strata::engine::runner {
 
@@ -33,6 +34,7 @@ struct BatchSeq {
   bool want_logits = false;
   bool want_hidden = false;      // final-normed hidden rows of every token (needs hidden_dim() > 0)
   bool want_all_logits = false;  // logits of every token (not with want_hidden)
+  const lora::Adapter* lora = nullptr;
 
   // Logits rows this entry produces: tokens.size() with want_all_logits, else 1 with want_logits.
   size_t logit_rows() const { return want_all_logits ? tokens.size() : want_logits ? 1 : 0; }
