@@ -36,7 +36,8 @@ Result<std::span<const float>> SequenceRunner::Eval(std::span<const int32_t> tok
   if (static_cast<size_t>(n_past_) + n > static_cast<size_t>(n_ctx_))
     return Status::OutOfRange("sequence of " + std::to_string(static_cast<size_t>(n_past_) + n) +
                               " tokens exceeds the context size of " + std::to_string(n_ctx_));
-  const BatchSeq seq{0, tokens, n_past_, table_, /*want_logits=*/true};
+  BatchSeq seq{0, tokens, n_past_, table_, /*want_logits=*/true};
+  seq.lora = lora_;
   RETURN_IF_ERROR(runner_.Run(std::span<const BatchSeq>(&seq, 1), &logits_));
   n_past_ += static_cast<int>(n);
   return std::span<const float>(logits_);

@@ -22,6 +22,7 @@
 #include "base/thread_pool.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/runner/cpu_runner.h"
+#include "lora/adapter.h"
 #include "model/model.h"
 
 namespace strata::engine::runner {
@@ -40,6 +41,11 @@ class SequenceRunner {
   // token ([n_vocab]), valid until the next Eval/Reset.
   Result<std::span<const float>> Eval(std::span<const int32_t> tokens);
 
+  // The LoRA adapter applied to every later Eval (nullptr = the base model). Borrowed: it must
+  // outlive its use. Changing it mid-sequence mixes KV computed with and without it (callers
+  // Reset first).
+  void set_lora(const lora::Adapter* adapter) { lora_ = adapter; }
+
   int n_past() const { return n_past_; }
   int n_ctx() const { return n_ctx_; }
   void Reset() { n_past_ = 0; }
@@ -54,6 +60,7 @@ class SequenceRunner {
   CpuModelRunner runner_;
   std::vector<int32_t> table_;
   std::vector<float> logits_;
+  const lora::Adapter* lora_ = nullptr;
 };
 
 }  // namespace strata::engine::runner
