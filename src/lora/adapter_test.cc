@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "lora/lora_test_util.h"
+#include "testing/shared_dir.h"
 
 namespace strata::lora {
 namespace {
@@ -514,6 +515,38 @@ TEST_F(AdapterTest, LoadsAdaptersForQwen2AndItsBiases) {
   auto c = Adapter::Load("q", path, *qwen.model, {});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ((*c)->num_pairs(), 0);
+}
+
+// The llama.cpp-written models of shared/: a synth-lora adapter for each loads against it (and
+// not against the other), whatever the base's quantization.
+TEST(AdapterSharedTest, SynthAdaptersForTheSharedModelsLoad) {
+  STRATA_REQUIRE_SHARED(llama3, "models/tiny-llama3-Q4_K_M.gguf");
+  STRATA_REQUIRE_SHARED(qwen2, "models/tiny-qwen2-Q8_0.gguf");
+  auto m_llama = model::Model::Load(llama3);
+  auto m_qwen = model::Model::Load(qwen2);
+  ASSERT_TRUE(m_llama.ok() && m_qwen.ok());
+  struct Case {
+    const model::Model* m;
+    const model::Model* other;
+    bool output;
+    std::string tag;
+  };
+  for (const Case& c : {Case{m_llama->get(), m_qwen->get(), true, "llama3"},
+                        Case{m_qwen->get(), m_llama->get(), false, "qwen2"}}) {
+    synth::SynthLoraOptions o;
+    o.rank = 16;
+    o.type = DType::kQ8_0;
+    o.include_output = c.output;  // qwen2's output is tied to token_embd
+    o.include_embd = true;
+    const std::string path = TempPath(c.tag);
+    WriteSynthLora(*c.m, o, path);
+    auto a = Adapter::Load(c.tag, path, *c.m, {});
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    EXPECT_EQ((*a)->num_pairs(), c.m->config().n_layers * kNumTargets + 1 + (c.output ? 1 : 0));
+    EXPECT_EQ((*a)->max_rank(), 16);
+    auto wrong = Adapter::Load(c.tag, path, *c.other, {});
+    EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
+  }
 }
 
 }  // namespace
