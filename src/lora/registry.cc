@@ -136,7 +136,9 @@ Result<std::shared_ptr<const Adapter>> Registry::Get(const std::string& name) {
     MutexLock lock(&mu_);
     if (!loaded.ok()) {
       ++counters_.load_errors;
-      return loaded.status();
+      // The adapter is known (not a 404) but its file went bad since Add: a server-side problem.
+      return Status::Unavailable(
+          fmt::format("LoRA adapter '{}': reloading failed: {}", name, loaded.status().message()));
     }
     ++counters_.loads;
     Entry* e = FindLocked(name);

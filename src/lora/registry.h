@@ -18,7 +18,8 @@
 // Errors: Add → InvalidArgument (bad name: empty, over 256 bytes, a control/space character or
 // ',' or '"'; bad or missing file: Adapter::Load's message; name taken: "... is already loaded" —
 // base/status.h has no AlreadyExists code, and vLLM answers 400 there too); Get/Remove → NotFound
-// naming the adapter; Get after an eviction → Adapter::Load's error when the file went bad.
+// naming the adapter; Get after an eviction → Unavailable with Adapter::Load's message when the
+// file went bad since Add (the name stays registered).
 #pragma once
 
 #include <cstdint>
