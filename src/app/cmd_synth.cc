@@ -1,13 +1,15 @@
 // `strata synth`: write a GGUF model with random weights from a preset (+ overrides).
+// `strata synth-lora`: write a random LoRA adapter (llama.cpp's GGUF format) for a base model.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <filesystem>
 #include <iostream>
 
-#include <fmt/format.h>
-
 #include "app/commands.h"
 #include "base/thread_pool.h"
 #include "synth/synth.h"
+#include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::app {
@@ -37,7 +39,8 @@ int RunSynth(const SynthArgs& a, const CLI::App& cmd) {
   auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
   if (given("--arch")) {
     auto arch = synth::ParseArch(a.arch);
-    if (!arch) return fail(Status::InvalidArgument("--arch must be llama or qwen2, not '" + a.arch + "'"));
+    if (!arch)
+      return fail(Status::InvalidArgument("--arch must be llama or qwen2, not '" + a.arch + "'"));
     // qwen2 always has q/k/v biases; switching to llama drops them.
     if (*arch != c.arch) c.qkv_bias = *arch == synth::Arch::kQwen2;
     c.arch = *arch;
@@ -46,7 +49,8 @@ int RunSynth(const SynthArgs& a, const CLI::App& cmd) {
     auto ft = synth::ParseFileType(a.type);
     if (!ft)
       return fail(Status::InvalidArgument(
-          "--type must be one of f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m q5_k_m, not '" + a.type + "'"));
+          "--type must be one of f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m q5_k_m, not '" +
+          a.type + "'"));
     c.file_type = *ft;
   }
   if (given("--seed")) c.seed = a.seed;
@@ -92,6 +96,56 @@ int RunSynth(const SynthArgs& a, const CLI::App& cmd) {
   return 0;
 }
 
+struct SynthLoraArgs {
+  synth::SynthLoraOptions options;
+  std::string type = "f32";
+};
+
+int RunSynthLora(SynthLoraArgs a) {
+  auto fail = [](const Status& s) {
+    std::cerr << "strata synth-lora: " << s.ToString() << "\n";
+    return 1;
+  };
+  auto type = ParseDType(a.type);
+  if (!type)
+    return fail(
+        Status::InvalidArgument("--type must be f32, f16, bf16 or q8_0, not '" + a.type + "'"));
+  a.options.type = *type;
+  std::error_code ec;
+  auto parent = std::filesystem::path(a.options.out_path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  auto stats = synth::SynthLora(a.options);
+  if (!stats.ok()) return fail(stats.status());
+  std::cout << fmt::format("wrote {}: LoRA rank {}, alpha {}, {} pairs, {} params, {} bytes ({})\n",
+                           a.options.out_path, a.options.rank, a.options.alpha, stats->n_pairs,
+                           stats->n_params, std::filesystem::file_size(a.options.out_path, ec),
+                           a.type);
+  return 0;
+}
+
+void RegisterSynthLora(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<SynthLoraArgs>();
+  synth::SynthLoraOptions& o = args->options;
+  CLI::App* cmd = app.add_subcommand(
+      "synth-lora",
+      "Write a LoRA adapter with random weights (llama.cpp's GGUF format) for a model");
+  cmd->add_option("--base", o.base_path, "the base model (.gguf)")->required();
+  cmd->add_option("--rank", o.rank, "rank of every pair")->capture_default_str();
+  cmd->add_option("--targets", o.targets, "comma-separated: q,k,v,o,gate,up,down")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "weight seed")->capture_default_str();
+  cmd->add_option("--alpha", o.alpha, "adapter.lora.alpha (0: scale = the user's scale)")
+      ->capture_default_str();
+  cmd->add_option("--type", args->type, "f32 | f16 | bf16 | q8_0 (q8_0 rows of < 32: f16)")
+      ->capture_default_str();
+  cmd->add_flag("--include-output", o.include_output,
+                "also a pair on output.weight (untied models)");
+  cmd->add_flag("--include-embd", o.include_embd, "also a pair on token_embd.weight");
+  cmd->add_option("--out", o.out_path, "output .gguf path")->required();
+  cmd->callback([args, exit_code] { *exit_code = RunSynthLora(*args); });
+}
+
 }  // namespace
 
 void RegisterSynth(CLI::App& app, int* exit_code) {
@@ -119,6 +173,7 @@ void RegisterSynth(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", args->threads, "worker threads (default: all cores)");
   cmd->add_option("--out", args->out, "output .gguf path")->required();
   cmd->callback([args, cmd, exit_code] { *exit_code = RunSynth(*args, *cmd); });
+  RegisterSynthLora(app, exit_code);
 }
 
 }  // namespace strata::app

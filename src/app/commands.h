@@ -7,7 +7,7 @@
 namespace strata::app {
 
 void RegisterInfo(CLI::App& app, int* exit_code);      // cmd_info.cc
-void RegisterSynth(CLI::App& app, int* exit_code);     // cmd_synth.cc
+void RegisterSynth(CLI::App& app, int* exit_code);     // cmd_synth.cc (synth + synth-lora)
 void RegisterTokenize(CLI::App& app, int* exit_code);  // cmd_tokenize.cc (tokenize + detokenize)
 void RegisterGenerate(CLI::App& app, int* exit_code);  // cmd_generate.cc
 void RegisterBench(CLI::App& app, int* exit_code);     // cmd_bench.cc

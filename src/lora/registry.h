@@ -2,17 +2,23 @@
 // the host-memory cache of their loaded (f32) forms.
 //
 // A registered name keeps its path and options; its loaded Adapter is cached, at most
-// max_cpu_loras of them (LRU; an adapter a request still holds is never dropped — the registry
-// keeps only a shared_ptr, so dropping it merely means the next Get() loads the file again).
+// max_cpu_loras of them (LRU). Eviction drops only the registry's shared_ptr, and only of an
+// adapter no one else holds (dropping a held one would free nothing and make the next Get() load a
+// second copy), so while every cached adapter is in use the count may exceed the bound; the next
+// Add()/Get() evicts again. After an eviction Get() loads the file again (its digest is that of the
+// file's bytes then, so a file changed on disk gives a new digest and never reuses old blocks).
 // Add() loads and validates at once (a bad file is refused before the name exists). Remove() takes
-// the name away; requests that already hold the Adapter finish with it.
+// the name away; requests that already hold the Adapter finish with it. Two Get()s of an evicted
+// adapter at once may both read the file; one copy is kept.
 // (Which adapters the engine may batch in one step — the active set of --max-loras — is the
 // engine's business: sched::Scheduler, not this class.)
 //
 // Thread-safety: every method may be called from any thread (one internal mutex; file loading
 // happens outside it, so a slow load never blocks Get() of a cached adapter).
-// Errors: Add → InvalidArgument (bad name, bad file: Adapter::Load's message), AlreadyExists
-// (name taken); Get/Remove → NotFound naming the adapter.
+// Errors: Add → InvalidArgument (bad name: empty, over 256 bytes, a control/space character or
+// ',' or '"'; bad or missing file: Adapter::Load's message; name taken: "... is already loaded" —
+// base/status.h has no AlreadyExists code, and vLLM answers 400 there too); Get/Remove → NotFound
+// naming the adapter; Get after an eviction → Adapter::Load's error when the file went bad.
 #pragma once
 
 #include <cstdint>
@@ -60,11 +66,17 @@ class Registry {
 
  private:
   struct Entry;
+  Entry* FindLocked(const std::string& name) const REQUIRES(mu_);
+  // Drops least-recently-used cached adapters that no one else holds, down to max_cpu_loras;
+  // never `keep`.
+  void EvictLocked(const Entry* keep) REQUIRES(mu_);
+
   std::shared_ptr<const model::Model> base_;
   const RegistryOptions options_;
   mutable Mutex mu_;
   std::vector<std::unique_ptr<Entry>> entries_ GUARDED_BY(mu_);
-  uint64_t tick_ GUARDED_BY(mu_) = 0;
+  uint64_t tick_ GUARDED_BY(mu_) = 0;     // LRU clock
+  uint64_t next_id_ GUARDED_BY(mu_) = 0;  // identity of an Add (a name re-added is a new entry)
   RegistryCounters counters_ GUARDED_BY(mu_);
 };
 

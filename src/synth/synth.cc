@@ -1,16 +1,17 @@
 #include "synth/synth.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
 #include <numbers>
 
-#include <fmt/format.h>
-
 #include "base/checked.h"
 #include "base/mapped_file.h"
 #include "kernels/kernels.h"
+#include "lora/adapter.h"
 
 namespace strata::synth {
 namespace {
@@ -102,7 +103,8 @@ double RowRng::Normal() {
   const int i = static_cast<int>(w & (kZigLayers - 1));
   const double u = static_cast<double>(w >> 11) * 0x1.0p-53;  // [0, 1)
   // Fast path (~99% of draws): the point lies in the box under layer i.
-  if (u < z.ratio[i]) [[likely]] return (w & kZigLayers) ? -u * z.x[i] : u * z.x[i];
+  if (u < z.ratio[i]) [[likely]]
+    return (w & kZigLayers) ? -u * z.x[i] : u * z.x[i];
   return NormalSlow(w);
 }
 
@@ -151,15 +153,13 @@ struct FileTypeEntry {
   std::string_view name;
 };
 constexpr FileTypeEntry kFileTypes[] = {
-    {FileType::kF32, "f32"},       {FileType::kF16, "f16"},       {FileType::kBF16, "bf16"},
-    {FileType::kQ8_0, "q8_0"},     {FileType::kQ4_0, "q4_0"},     {FileType::kQ4_K_S, "q4_k"},
-    {FileType::kQ5_K_S, "q5_k"},   {FileType::kQ6_K, "q6_k"},     {FileType::kQ4_K_M, "q4_k_m"},
+    {FileType::kF32, "f32"},       {FileType::kF16, "f16"},   {FileType::kBF16, "bf16"},
+    {FileType::kQ8_0, "q8_0"},     {FileType::kQ4_0, "q4_0"}, {FileType::kQ4_K_S, "q4_k"},
+    {FileType::kQ5_K_S, "q5_k"},   {FileType::kQ6_K, "q6_k"}, {FileType::kQ4_K_M, "q4_k_m"},
     {FileType::kQ5_K_M, "q5_k_m"},
 };
 
-bool IsQuantized(DType t) {
-  return t != DType::kF32 && t != DType::kF16 && t != DType::kBF16;
-}
+bool IsQuantized(DType t) { return t != DType::kF32 && t != DType::kF16 && t != DType::kBF16; }
 
 uint32_t BlockSize(DType t) {
   auto tr = GetDTypeTraits(t);
@@ -231,16 +231,24 @@ std::string_view FileTypeName(FileType t) {
 
 DType BaseType(FileType t) {
   switch (t) {
-    case FileType::kF32: return DType::kF32;
-    case FileType::kF16: return DType::kF16;
-    case FileType::kBF16: return DType::kBF16;
-    case FileType::kQ8_0: return DType::kQ8_0;
-    case FileType::kQ4_0: return DType::kQ4_0;
+    case FileType::kF32:
+      return DType::kF32;
+    case FileType::kF16:
+      return DType::kF16;
+    case FileType::kBF16:
+      return DType::kBF16;
+    case FileType::kQ8_0:
+      return DType::kQ8_0;
+    case FileType::kQ4_0:
+      return DType::kQ4_0;
     case FileType::kQ4_K_S:
-    case FileType::kQ4_K_M: return DType::kQ4_K;
+    case FileType::kQ4_K_M:
+      return DType::kQ4_K;
     case FileType::kQ5_K_S:
-    case FileType::kQ5_K_M: return DType::kQ5_K;
-    case FileType::kQ6_K: return DType::kQ6_K;
+    case FileType::kQ5_K_M:
+      return DType::kQ5_K;
+    case FileType::kQ6_K:
+      return DType::kQ6_K;
   }
   return DType::kF32;
 }
@@ -248,14 +256,22 @@ DType BaseType(FileType t) {
 Status SynthConfig::Validate() const {
   auto bad = [](std::string msg) { return Status::InvalidArgument("synth config: " + msg); };
   if (n_layers == 0) return bad("n_layers is 0; use at least 1 layer");
-  if (n_layers > kMaxLayers) return bad(fmt::format("n_layers {} exceeds {}", n_layers, kMaxLayers));
-  for (auto [field, v] : {std::pair<const char*, uint32_t>{"dim", dim}, {"n_heads", n_heads},
-                          {"n_kv_heads", n_kv_heads}, {"ffn", ffn}, {"ctx_len", ctx_len}}) {
+  if (n_layers > kMaxLayers)
+    return bad(fmt::format("n_layers {} exceeds {}", n_layers, kMaxLayers));
+  for (auto [field, v] : {std::pair<const char*, uint32_t>{"dim", dim},
+                          {"n_heads", n_heads},
+                          {"n_kv_heads", n_kv_heads},
+                          {"ffn", ffn},
+                          {"ctx_len", ctx_len}}) {
     if (v == 0) return bad(fmt::format("{} is 0; it must be positive", field));
   }
-  for (auto [field, v] : {std::pair<const char*, uint32_t>{"dim", dim}, {"n_heads", n_heads},
-                          {"n_kv_heads", n_kv_heads}, {"ffn", ffn}, {"head_dim", head_dim},
-                          {"n_vocab", n_vocab}, {"rope_dim", rope_dim}}) {
+  for (auto [field, v] : {std::pair<const char*, uint32_t>{"dim", dim},
+                          {"n_heads", n_heads},
+                          {"n_kv_heads", n_kv_heads},
+                          {"ffn", ffn},
+                          {"head_dim", head_dim},
+                          {"n_vocab", n_vocab},
+                          {"rope_dim", rope_dim}}) {
     if (v > kMaxDim) return bad(fmt::format("{} {} exceeds the limit {}", field, v, kMaxDim));
   }
   if (n_heads % n_kv_heads != 0)
@@ -344,23 +360,29 @@ Result<SynthConfig> Preset(std::string_view name) {
     c.qkv_bias = true;
     return c;
   }
-  return Status::NotFound(fmt::format("unknown synth preset '{}' (known: tiny, 135m, llama-3.2-1b, "
-                                      "qwen2-0.5b)", name));
+  return Status::NotFound(
+      fmt::format("unknown synth preset '{}' (known: tiny, 135m, llama-3.2-1b, "
+                  "qwen2-0.5b)",
+                  name));
 }
 
-std::vector<std::string_view> PresetNames() { return {"tiny", "135m", "llama-3.2-1b", "qwen2-0.5b"}; }
+std::vector<std::string_view> PresetNames() {
+  return {"tiny", "135m", "llama-3.2-1b", "qwen2-0.5b"};
+}
 
 std::vector<float> Llama3RopeFactors(uint32_t head_dim, double rope_base, const RopeScaling& s) {
   // Computed in float32 like the converter (torch float32 frequencies).
   std::vector<float> out;
   const float base = static_cast<float>(rope_base);
   const float factor = static_cast<float>(s.factor);
-  const float lo = static_cast<float>(s.low_freq_factor), hi = static_cast<float>(s.high_freq_factor);
+  const float lo = static_cast<float>(s.low_freq_factor),
+              hi = static_cast<float>(s.high_freq_factor);
   const float old_ctx = static_cast<float>(s.original_ctx);
   const float low_freq_wavelen = old_ctx / lo;
   const float high_freq_wavelen = old_ctx / hi;
   for (uint32_t i = 0; i < head_dim / 2; ++i) {
-    const float freq = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+    const float freq =
+        1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(head_dim));
     const float wavelen = 2.0f * std::numbers::pi_v<float> / freq;
     if (wavelen < high_freq_wavelen) {
       out.push_back(1.0f);
@@ -444,8 +466,8 @@ namespace {
 // How the values of a tensor are drawn.
 struct InitSpec {
   enum class Kind { kNormal, kUniform, kRopeFreqs } kind = Kind::kNormal;
-  double std = 1.0;        // kNormal
-  double row_sigma = 0.0;  // kNormal: each row multiplied by exp(N(0, row_sigma^2))
+  double std = 1.0;           // kNormal
+  double row_sigma = 0.0;     // kNormal: each row multiplied by exp(N(0, row_sigma^2))
   double lo = 0.8, hi = 1.2;  // kUniform
 };
 
@@ -497,7 +519,8 @@ InitSpec InitFor(const SynthConfig& c, TensorRole role) {
 void FillRow(const InitSpec& spec, uint64_t key, uint64_t row, float* out, size_t n) {
   RowRng rng(key, row);
   if (spec.kind == InitSpec::Kind::kUniform) {
-    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(spec.lo + (spec.hi - spec.lo) * rng.Uniform());
+    for (size_t i = 0; i < n; ++i)
+      out[i] = static_cast<float>(spec.lo + (spec.hi - spec.lo) * rng.Uniform());
     return;
   }
   double scale = spec.std;
@@ -510,14 +533,17 @@ Result<std::vector<uint8_t>> MakeTensorData(const SynthConfig& c, const TensorPl
   const uint64_t ne0 = t.shape[0];
   const uint64_t rows = t.shape.size() > 1 ? t.shape[1] : 1;
   auto rb = RowBytes(t.type, ne0);
-  if (!rb) return Status::Internal(fmt::format("tensor '{}': row of {} not storable as {}", t.name, ne0, DTypeName(t.type)));
+  if (!rb)
+    return Status::Internal(
+        fmt::format("tensor '{}': row of {} not storable as {}", t.name, ne0, DTypeName(t.type)));
   auto total = CheckedMul(*rb, rows);
   if (!total) return Status::InvalidArgument(fmt::format("tensor '{}' is too large", t.name));
   std::vector<uint8_t> data(*total);
   const InitSpec spec = InitFor(c, t.role);
   if (spec.kind == InitSpec::Kind::kRopeFreqs) {
     std::vector<float> f = Llama3RopeFactors(c.EffectiveHeadDim(), c.rope_base, c.rope_scaling);
-    if (f.size() * sizeof(float) != data.size()) return Status::Internal("rope_freqs size mismatch");
+    if (f.size() * sizeof(float) != data.size())
+      return Status::Internal("rope_freqs size mismatch");
     std::memcpy(data.data(), f.data(), data.size());
     return data;
   }
@@ -547,15 +573,23 @@ Result<std::vector<uint8_t>> MakeTensorData(const SynthConfig& c, const TensorPl
 Status CheckVocab(const tokenizer::Vocab& v) {
   const size_t n = v.tokens.size();
   if (n == 0) return Status::InvalidArgument("synth: the vocabulary has no tokens");
-  if (n > kMaxDim) return Status::InvalidArgument(fmt::format("synth: vocabulary of {} tokens is too large", n));
+  if (n > kMaxDim)
+    return Status::InvalidArgument(fmt::format("synth: vocabulary of {} tokens is too large", n));
   if (!v.scores.empty() && v.scores.size() != n)
-    return Status::InvalidArgument(fmt::format("synth: vocabulary has {} scores for {} tokens", v.scores.size(), n));
+    return Status::InvalidArgument(
+        fmt::format("synth: vocabulary has {} scores for {} tokens", v.scores.size(), n));
   if (!v.types.empty() && v.types.size() != n)
-    return Status::InvalidArgument(fmt::format("synth: vocabulary has {} token types for {} tokens", v.types.size(), n));
-  for (auto [field, id] : {std::pair<const char*, int32_t>{"bos", v.bos}, {"eos", v.eos}, {"unk", v.unk},
-                           {"pad", v.pad}, {"eot", v.eot}, {"eom", v.eom}}) {
+    return Status::InvalidArgument(
+        fmt::format("synth: vocabulary has {} token types for {} tokens", v.types.size(), n));
+  for (auto [field, id] : {std::pair<const char*, int32_t>{"bos", v.bos},
+                           {"eos", v.eos},
+                           {"unk", v.unk},
+                           {"pad", v.pad},
+                           {"eot", v.eot},
+                           {"eom", v.eom}}) {
     if (id >= static_cast<int64_t>(n))
-      return Status::InvalidArgument(fmt::format("synth: vocabulary {} id {} is out of range ({} tokens)", field, id, n));
+      return Status::InvalidArgument(
+          fmt::format("synth: vocabulary {} id {} is out of range ({} tokens)", field, id, n));
   }
   return Status::Ok();
 }
@@ -586,7 +620,8 @@ void SetMetadata(const SynthConfig& c, const tokenizer::Vocab& v, gguf::GgufWrit
   w->Set(a + ".rope.freq_base", Value::Float32(static_cast<float>(c.rope_base)));
   w->Set(a + ".rope.dimension_count", u32(c.EffectiveRopeDim()));
 
-  const std::string model = !v.model.empty() ? v.model : (v.kind == tokenizer::Vocab::Kind::kBpe ? "gpt2" : "llama");
+  const std::string model =
+      !v.model.empty() ? v.model : (v.kind == tokenizer::Vocab::Kind::kBpe ? "gpt2" : "llama");
   w->Set("tokenizer.ggml.model", Value::String(model));
   if (!v.pre.empty()) w->Set("tokenizer.ggml.pre", Value::String(v.pre));
   w->Set("tokenizer.ggml.tokens", Value::StringArray(v.tokens));
@@ -643,6 +678,133 @@ Result<SynthStats> WriteModel(const SynthConfig& config, const tokenizer::Vocab&
   gguf::GgufWriter writer;
   ASSIGN_OR_RETURN(SynthStats stats, BuildModel(config, vocab, pool, &writer));
   RETURN_IF_ERROR(writer.WriteFile(path));
+  return stats;
+}
+
+namespace {
+
+constexpr double kLoraGain = 1.5;       // B's half-width is g / sqrt(rank)
+constexpr double kLoraEmbdGain = 0.75;  // token_embd: the delta is about half the embedding's std
+constexpr uint32_t kMaxLoraRank = 65536;
+
+struct LoraTensorSpec {
+  std::string name;
+  std::vector<uint64_t> shape;  // ggml ne
+  double half_width;            // values ~ U(-half_width, half_width)
+};
+
+// The pairs' tensors for one base matrix of ne [in, out] (token_embd: [dim, n_vocab], flipped).
+void AddLoraSpecs(const std::string& base, uint64_t in, uint64_t out, uint32_t rank, bool embd,
+                  std::vector<LoraTensorSpec>* specs) {
+  const double r = rank;
+  if (embd) {
+    specs->push_back({base + ".lora_a", {rank, out}, 1.0});
+    specs->push_back({base + ".lora_b", {rank, in}, kLoraEmbdGain / std::sqrt(r)});
+  } else {
+    specs->push_back({base + ".lora_a", {in, rank}, 1.0 / std::sqrt(static_cast<double>(in))});
+    specs->push_back({base + ".lora_b", {rank, out}, kLoraGain / std::sqrt(r)});
+  }
+}
+
+Result<std::vector<std::string_view>> LoraTargetSuffixes(const std::vector<std::string>& names) {
+  std::vector<std::string_view> out;
+  for (const std::string& n : names) {
+    std::optional<std::string_view> suffix;
+    for (int t = 0; t < lora::kNumTargets; ++t)
+      if (lora::TargetName(static_cast<lora::Target>(t)) == n)
+        suffix = lora::TargetTensorSuffix(static_cast<lora::Target>(t));
+    if (!suffix)
+      return Status::InvalidArgument(
+          fmt::format("synth-lora: unknown target '{}' (known: q, k, v, o, gate, up, down)", n));
+    if (std::find(out.begin(), out.end(), *suffix) != out.end())
+      return Status::InvalidArgument(fmt::format("synth-lora: target '{}' given twice", n));
+    out.push_back(*suffix);
+  }
+  return out;
+}
+
+Result<std::vector<LoraTensorSpec>> PlanLora(const gguf::GgufFile& base, const SynthLoraOptions& o,
+                                             const std::string& arch) {
+  ASSIGN_OR_RETURN(std::vector<std::string_view> suffixes, LoraTargetSuffixes(o.targets));
+  ASSIGN_OR_RETURN(uint64_t n_layers, base.GetUint(arch + ".block_count"));
+  std::vector<LoraTensorSpec> specs;
+  auto add = [&](const std::string& name, bool embd) -> Status {
+    const gguf::TensorInfo* t = base.FindTensor(name);
+    if (t == nullptr || t->shape.size() != 2)
+      return Status::InvalidArgument(
+          fmt::format("synth-lora: the base model has no 2-D tensor '{}'{}", name,
+                      name == "output.weight" ? " (tied embeddings: drop --include-output)" : ""));
+    AddLoraSpecs(name, t->shape[0], t->shape[1], o.rank, embd, &specs);
+    return Status::Ok();
+  };
+  if (o.include_embd) RETURN_IF_ERROR(add("token_embd.weight", true));
+  for (uint64_t l = 0; l < n_layers && l < kMaxLayers; ++l)
+    for (std::string_view suffix : suffixes)
+      RETURN_IF_ERROR(add(fmt::format("blk.{}.{}", l, suffix), false));
+  if (o.include_output) RETURN_IF_ERROR(add("output.weight", false));
+  return specs;
+}
+
+Result<std::vector<uint8_t>> MakeLoraTensor(const LoraTensorSpec& spec, uint64_t seed, DType type) {
+  const uint64_t ne0 = spec.shape[0], rows = spec.shape[1];
+  auto rb = RowBytes(type, ne0);
+  auto total = rb ? CheckedMul(*rb, rows) : std::nullopt;
+  if (!total)
+    return Status::InvalidArgument(fmt::format("synth-lora: tensor '{}' is too large", spec.name));
+  std::vector<uint8_t> data(*total);
+  std::vector<float> buf(ne0);
+  const uint64_t key = TensorKey(seed, spec.name);
+  for (uint64_t r = 0; r < rows; ++r) {
+    RowRng rng(key, r);
+    for (float& v : buf) v = static_cast<float>((2.0 * rng.Uniform() - 1.0) * spec.half_width);
+    if (type == DType::kF32) {
+      std::memcpy(data.data() + r * *rb, buf.data(), *rb);
+    } else {
+      kernels::QuantizeRow(type, buf.data(), data.data() + r * *rb, ne0);
+    }
+  }
+  return data;
+}
+
+}  // namespace
+
+Result<SynthLoraStats> BuildLora(const gguf::GgufFile& base, const SynthLoraOptions& o,
+                                 gguf::GgufWriter* writer) {
+  if (o.rank == 0 || o.rank > kMaxLoraRank)
+    return Status::InvalidArgument(
+        fmt::format("synth-lora: rank {} is out of range [1, {}]", o.rank, kMaxLoraRank));
+  if (o.type != DType::kF32 && o.type != DType::kF16 && o.type != DType::kBF16 &&
+      o.type != DType::kQ8_0)
+    return Status::InvalidArgument(fmt::format(
+        "synth-lora: type {} is not an adapter type (f32, f16, bf16, q8_0)", DTypeName(o.type)));
+  if (!std::isfinite(o.alpha)) return Status::InvalidArgument("synth-lora: alpha must be finite");
+  ASSIGN_OR_RETURN(std::string arch, base.GetString("general.architecture"));
+  ASSIGN_OR_RETURN(std::vector<LoraTensorSpec> specs, PlanLora(base, o, arch));
+  using gguf::Value;
+  writer->Set("general.architecture", Value::String(arch));
+  writer->Set("general.type", Value::String("adapter"));
+  writer->Set("general.name", Value::String("strata-synth-lora"));
+  writer->Set("general.alignment", Value::Uint(gguf::ValueType::kUint32, 32));
+  writer->Set("adapter.type", Value::String("lora"));
+  writer->Set("adapter.lora.alpha", Value::Float32(o.alpha));
+  SynthLoraStats stats;
+  for (const LoraTensorSpec& spec : specs) {
+    // lora_b rows hold `rank` values: Q8_0 needs 32 per block, else F16 (as llama.cpp converts).
+    const DType type = Fallback(o.type, spec.shape[0]);
+    ASSIGN_OR_RETURN(std::vector<uint8_t> data, MakeLoraTensor(spec, o.seed, type));
+    stats.n_params += spec.shape[0] * spec.shape[1];
+    stats.tensor_bytes += data.size();
+    RETURN_IF_ERROR(writer->AddTensor(spec.name, type, spec.shape, std::move(data)));
+  }
+  stats.n_pairs = specs.size() / 2;
+  return stats;
+}
+
+Result<SynthLoraStats> SynthLora(const SynthLoraOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> base, gguf::GgufFile::Open(options.base_path));
+  gguf::GgufWriter writer;
+  ASSIGN_OR_RETURN(SynthLoraStats stats, BuildLora(*base, options, &writer));
+  RETURN_IF_ERROR(writer.WriteFile(options.out_path));
   return stats;
 }
 

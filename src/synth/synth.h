@@ -71,15 +71,15 @@ struct SynthConfig {
   uint32_t dim = 64;
   uint32_t n_heads = 4;
   uint32_t n_kv_heads = 2;
-  uint32_t head_dim = 0;   // 0: dim / n_heads
+  uint32_t head_dim = 0;  // 0: dim / n_heads
   uint32_t ffn = 128;
-  uint32_t n_vocab = 0;    // 0: the vocabulary's size (otherwise it must equal it)
+  uint32_t n_vocab = 0;  // 0: the vocabulary's size (otherwise it must equal it)
   uint32_t ctx_len = 2048;
   double rope_base = 10000.0;
-  uint32_t rope_dim = 0;   // 0: head_dim
+  uint32_t rope_dim = 0;  // 0: head_dim
   double rms_eps = 1e-5;
-  bool tied = false;       // no output.weight; token_embd is the output projection
-  bool qkv_bias = false;   // attn_{q,k,v}.bias (required by qwen2)
+  bool tied = false;      // no output.weight; token_embd is the output projection
+  bool qkv_bias = false;  // attn_{q,k,v}.bias (required by qwen2)
   RopeScaling rope_scaling;
   FileType file_type = FileType::kQ8_0;
   uint64_t seed = 1;
@@ -87,10 +87,16 @@ struct SynthConfig {
   double out_row_sigma = -1.0;  // log-normal row scale of the output projection
   double residual_gain = -1.0;  // g in std(attn_output) = g/sqrt(fan_in), same for ffn_down
 
-  uint32_t EffectiveHeadDim() const { return head_dim != 0 ? head_dim : (n_heads ? dim / n_heads : 0); }
+  uint32_t EffectiveHeadDim() const {
+    return head_dim != 0 ? head_dim : (n_heads ? dim / n_heads : 0);
+  }
   uint32_t EffectiveRopeDim() const { return rope_dim != 0 ? rope_dim : EffectiveHeadDim(); }
-  double EffectiveOutRowSigma() const { return out_row_sigma >= 0 ? out_row_sigma : (tied ? 0.3 : 0.8); }
-  double EffectiveResidualGain() const { return residual_gain >= 0 ? residual_gain : (tied ? 10.0 : 1.0); }
+  double EffectiveOutRowSigma() const {
+    return out_row_sigma >= 0 ? out_row_sigma : (tied ? 0.3 : 0.8);
+  }
+  double EffectiveResidualGain() const {
+    return residual_gain >= 0 ? residual_gain : (tied ? 10.0 : 1.0);
+  }
 
   // InvalidArgument naming the field and what to change. n_vocab == 0 is accepted here (it is
   // filled from the vocabulary by Synthesize).
@@ -102,15 +108,28 @@ Result<SynthConfig> Preset(std::string_view name);
 std::vector<std::string_view> PresetNames();
 
 // The rope_freqs divisors (head_dim / 2 values) for Llama 3.1 scaling, computed as llama.cpp's
-// converter does: frequency i = base^(-2i/head_dim), wavelength 2*pi/freq; short wavelengths keep 1,
-// long ones get `factor`, the band in between is interpolated.
+// converter does: frequency i = base^(-2i/head_dim), wavelength 2*pi/freq; short wavelengths keep
+// 1, long ones get `factor`, the band in between is interpolated.
 std::vector<float> Llama3RopeFactors(uint32_t head_dim, double rope_base, const RopeScaling& s);
 
 // What a tensor is, for the type rules and the initialisation.
 enum class TensorRole {
-  kTokenEmbd, kOutput, kOutputNorm, kRopeFreqs,
-  kAttnNorm, kAttnQ, kAttnK, kAttnV, kAttnOutput, kAttnQBias, kAttnKBias, kAttnVBias,
-  kFfnNorm, kFfnGate, kFfnUp, kFfnDown,
+  kTokenEmbd,
+  kOutput,
+  kOutputNorm,
+  kRopeFreqs,
+  kAttnNorm,
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnOutput,
+  kAttnQBias,
+  kAttnKBias,
+  kAttnVBias,
+  kFfnNorm,
+  kFfnGate,
+  kFfnUp,
+  kFfnDown,
 };
 
 // Storage type of a 2-D weight with row length `ne0` in layer `layer` (-1 for non-layer tensors)
@@ -142,6 +161,44 @@ Result<SynthStats> BuildModel(const SynthConfig& config, const tokenizer::Vocab&
 // BuildModel + WriteFile.
 Result<SynthStats> WriteModel(const SynthConfig& config, const tokenizer::Vocab& vocab,
                               ThreadPool* pool, const std::string& path);
+
+// ---- `strata synth-lora`: random LoRA adapters (llama.cpp's GGUF LoRA format) for a base model
+// ----
+//
+// Pairs "<base>.lora_a" (ggml ne [in, rank]) / "<base>.lora_b" (ne [rank, out]) for every layer's
+// targeted matrices, optionally output.weight and token_embd.weight (flipped: lora_a
+// ne [rank, n_vocab], lora_b ne [rank, dim]). Values: A ~ U(-1/sqrt(in), 1/sqrt(in)) (token_embd:
+// U(-1, 1)), B ~ U(-g/sqrt(rank), g/sqrt(rank)) with g = 1.5 (token_embd 0.75) — B is NOT zero as
+// in PEFT's initialisation, so at scale 1 the adapter changes each product by about half the
+// base's magnitude and visibly changes greedy outputs. Deterministic in (seed, tensor name, row).
+// Types: f32, f16, bf16, q8_0; a q8_0 tensor whose row length is not a multiple of 32 (lora_b rows
+// hold `rank` values) is written as f16, as llama.cpp's converter falls back.
+struct SynthLoraOptions {
+  std::string base_path;  // --base: the model the adapter is for (read for arch and shapes)
+  std::string out_path;   // --out
+  uint32_t rank = 8;
+  // --targets: any of "q", "k", "v", "o", "gate", "up", "down" (lora::TargetName).
+  std::vector<std::string> targets = {"q", "k", "v", "o", "gate", "up", "down"};
+  uint64_t seed = 1;
+  float alpha = 0.0f;  // adapter.lora.alpha, always written; 0 = no alpha scaling (scale = user's)
+  DType type = DType::kF32;
+  bool include_output = false;  // output.weight (refused for a tied base: it has none)
+  bool include_embd = false;    // token_embd.weight
+};
+
+struct SynthLoraStats {
+  uint64_t n_pairs = 0;
+  uint64_t n_params = 0;
+  uint64_t tensor_bytes = 0;
+};
+
+// Fills `writer` with the adapter's metadata and tensors for the base model `base`.
+// Errors (InvalidArgument): rank 0 or above 65536, unknown / duplicate target, a type other than
+// f32/f16/bf16/q8_0, a base tensor missing (e.g. --include-output on a tied model).
+Result<SynthLoraStats> BuildLora(const gguf::GgufFile& base, const SynthLoraOptions& options,
+                                 gguf::GgufWriter* writer);
+// Opens options.base_path, BuildLora, writes options.out_path.
+Result<SynthLoraStats> SynthLora(const SynthLoraOptions& options);
 
 // Loads a vocabulary for --vocab-from: a `.gguf` (tokenizer.ggml.* keys) or a SentencePiece
 // `.model`; the kind is decided by the file's magic bytes, not its name.

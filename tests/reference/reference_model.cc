@@ -1,6 +1,8 @@
 #include "reference/reference_model.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "kernels/kernels.h"
 #include "kernels/ref/quants_ref.h"
@@ -12,6 +14,28 @@ Result<int> Int(const gguf::GgufFile& f, const std::string& key) {
   ASSIGN_OR_RETURN(uint64_t v, f.GetUint(key));
   return static_cast<int>(v);
 }
+
+[[noreturn]] void LoraFail(const std::string& msg) {
+  std::fprintf(stderr, "reference set_lora: %s\n", msg.c_str());
+  std::abort();
+}
+
+// The whole tensor in fp64, row-major (ggml ne[0] is the row length).
+std::vector<double> AllRows(const gguf::TensorInfo& t) {
+  const size_t cols = static_cast<size_t>(t.shape[0]);
+  const size_t rows = static_cast<size_t>(t.n_elements) / cols;
+  const size_t row_bytes = static_cast<size_t>(*RowBytes(t.type, cols));
+  std::vector<float> tmp(cols);
+  std::vector<double> out;
+  out.reserve(rows * cols);
+  for (size_t r = 0; r < rows; ++r) {
+    kernels::DequantizeRow(t.type, t.data + r * row_bytes, tmp.data(), cols);
+    out.insert(out.end(), tmp.begin(), tmp.end());
+  }
+  return out;
+}
+
+uint64_t Ne(const gguf::TensorInfo& t, size_t i) { return i < t.shape.size() ? t.shape[i] : 1; }
 
 }  // namespace
 
@@ -51,6 +75,41 @@ Result<ReferenceModel> ReferenceModel::Create(const gguf::GgufFile& f) {
   return m;
 }
 
+void ReferenceModel::set_lora(const gguf::GgufFile* adapter, double user_scale) {
+  lora_.clear();
+  if (adapter == nullptr) return;
+  auto alpha = adapter->GetFloatOr("adapter.lora.alpha", 0.0);
+  if (!alpha.ok()) LoraFail(alpha.status().ToString());
+  const std::string kA = ".lora_a";
+  for (const gguf::TensorInfo& ta : adapter->tensors()) {
+    if (ta.name.size() <= kA.size() || ta.name.compare(ta.name.size() - kA.size(), kA.size(), kA))
+      continue;
+    const std::string base = ta.name.substr(0, ta.name.size() - kA.size());
+    const gguf::TensorInfo* tb = adapter->FindTensor(base + ".lora_b");
+    const gguf::TensorInfo* tw = f_->FindTensor(base);
+    if (tb == nullptr || tw == nullptr)
+      LoraFail("pair '" + base + "' is incomplete or has no base");
+    LoraPair p;
+    p.rank = static_cast<size_t>(Ne(*tb, 0));
+    const bool embd = base == "token_embd.weight";
+    p.in = static_cast<size_t>(embd ? Ne(ta, 1) : Ne(ta, 0));
+    p.out = static_cast<size_t>(Ne(*tb, 1));
+    const bool ok = embd ? (Ne(ta, 0) == p.rank && p.in == Ne(*tw, 1) && p.out == Ne(*tw, 0))
+                         : (Ne(ta, 1) == p.rank && p.in == Ne(*tw, 0) && p.out == Ne(*tw, 1));
+    if (!ok) LoraFail("pair '" + base + "' does not fit its base tensor");
+    p.scale = *alpha != 0.0 ? user_scale * *alpha / static_cast<double>(p.rank) : user_scale;
+    p.a = AllRows(ta);
+    p.b = AllRows(*tb);
+    lora_[base] = std::move(p);
+  }
+}
+
+const ReferenceModel::LoraPair* ReferenceModel::FindLora(const std::string& name) const {
+  if (lora_.empty()) return nullptr;
+  auto it = lora_.find(name);
+  return it == lora_.end() ? nullptr : &it->second;
+}
+
 std::vector<double> ReferenceModel::Row(const std::string& name, size_t row) const {
   const auto* t = f_->FindTensor(name);
   size_t cols = static_cast<size_t>(t->shape[0]);
@@ -65,6 +124,8 @@ std::vector<double> ReferenceModel::Vec(const std::string& name) const { return 
 std::vector<double> ReferenceModel::MatVec(const std::string& name,
                                            const std::vector<double>& x_in) const {
   const auto* t = f_->FindTensor(name);
+  // token_embd's pair is flipped and belongs to the embedding, even when the output is tied.
+  const LoraPair* lora = name == "token_embd.weight" ? nullptr : FindLora(name);
   std::vector<double> x = x_in;
   if (round_activations_) {
     std::vector<float> xf(x.begin(), x.end()), back(x.size());
@@ -102,6 +163,16 @@ std::vector<double> ReferenceModel::MatVec(const std::string& name,
     std::vector<double> w = Row(name, r);
     double s = 0;
     for (size_t k = 0; k < w.size(); ++k) s += w[k] * x[k];
+    if (lora != nullptr) {
+      // Row r of the merged delta scale·B·A, times the unrounded input.
+      std::vector<double> d(lora->in, 0.0);
+      for (size_t j = 0; j < lora->rank; ++j) {
+        const double bj = lora->scale * lora->b[r * lora->rank + j];
+        const double* aj = lora->a.data() + j * lora->in;
+        for (size_t k = 0; k < lora->in; ++k) d[k] += bj * aj[k];
+      }
+      for (size_t k = 0; k < lora->in; ++k) s += d[k] * x_in[k];
+    }
     y[r] = s;
   }
   return y;
@@ -146,6 +217,16 @@ std::vector<std::vector<double>> ReferenceModel::FinalHidden(
   };
   std::vector<std::vector<double>> x(n);
   for (size_t t = 0; t < n; ++t) x[t] = Row("token_embd.weight", static_cast<size_t>(tokens[t]));
+  if (const LoraPair* e = FindLora("token_embd.weight")) {
+    for (size_t t = 0; t < n; ++t) {
+      const double* at = e->a.data() + static_cast<size_t>(tokens[t]) * e->rank;
+      for (size_t d = 0; d < e->out; ++d) {
+        double s = 0;
+        for (size_t j = 0; j < e->rank; ++j) s += e->b[d * e->rank + j] * at[j];
+        x[t][d] += e->scale * s;
+      }
+    }
+  }
   for (int l = 0; l < n_layers_; ++l) {
     std::string p = "blk." + std::to_string(l) + ".";
     auto attn_norm = Vec(p + "attn_norm.weight"), ffn_norm = Vec(p + "ffn_norm.weight");

@@ -26,10 +26,7 @@
 #include <vector>
 
 #include "base/status.h"
-
-namespace strata::lora {
-class Adapter;
-}
+#include "lora/adapter.h"
 
 namespace strata::engine::runner {
 

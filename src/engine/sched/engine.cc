@@ -70,6 +70,8 @@ Engine::~Engine() {
 
 Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   const SchedulerConfig& sc = sched_.config();
+  // The adapter's content digest, not the caller's string, keys its prefix-cache blocks.
+  if (req.lora != nullptr) req.adapter = req.lora->digest();
   RETURN_IF_ERROR(req.Validate(n_vocab_, sc.max_model_len));
   const bool embed = req.kind == RequestKind::kEmbed;
   if (embed && hidden_dim_ == 0)
@@ -550,6 +552,7 @@ Status Engine::Step() {
       b.want_logits = e.sample && !e.req->is_embed();
       b.want_hidden = e.req->is_embed();
       b.want_all_logits = e.req->wants_prompt_logits() && e.start_pos < e.req->prompt_len;
+      b.lora = e.req->req.lora.get();  // kept alive by the request until it ends
       batch_.push_back(b);
       rows += static_cast<int>(b.logit_rows());
       hidden_rows += b.want_hidden ? e.num_tokens : 0;

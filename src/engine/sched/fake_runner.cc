@@ -28,8 +28,19 @@ uint64_t FakeModelRunner::Mix(uint64_t h, int32_t token, int32_t pos) {
                          static_cast<uint32_t>(pos)));
 }
 
-uint64_t FakeModelRunner::Chain(std::span<const int32_t> tokens) {
+uint64_t FakeModelRunner::LoraTag(const lora::Adapter* adapter) {
+  if (adapter == nullptr) return 0;
   uint64_t h = kChainInit;
+  for (unsigned char c : adapter->digest()) h = Mix64(h ^ c);
+  return h | 1;  // never 0 (the base model's tag)
+}
+
+uint64_t FakeModelRunner::ChainInit(const lora::Adapter* adapter) {
+  return adapter == nullptr ? kChainInit : Mix64(kChainInit ^ LoraTag(adapter));
+}
+
+uint64_t FakeModelRunner::Chain(std::span<const int32_t> tokens, const lora::Adapter* adapter) {
+  uint64_t h = ChainInit(adapter);
   for (size_t p = 0; p < tokens.size(); ++p) h = Mix(h, tokens[p], static_cast<int32_t>(p));
   return h;
 }
@@ -82,7 +93,7 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
     rb.reserve(batch.size());
     for (const BatchSeq& b : batch)
       rb.push_back(RecordedSeq{b.seq_id, b.start_pos, static_cast<int>(b.tokens.size()),
-                               b.want_logits, b.want_hidden, b.want_all_logits});
+                               b.want_logits, b.want_hidden, b.want_all_logits, b.lora});
     batches_.push_back(std::move(rb));
   }
   const int bs = cfg_.block_size;
@@ -126,6 +137,10 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
         return Fail(who + ": reads position " + std::to_string(q) +
                     " but its slot holds position " + std::to_string(s.pos));
       }
+      if (s.lora != LoraTag(b.lora)) {
+        return Fail(who + ": reads position " + std::to_string(q) +
+                    " computed with another adapter (a block crossed adapters)");
+      }
     }
     rows += b.logit_rows();
     if (b.want_hidden) {
@@ -154,7 +169,8 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
   if (hidden != nullptr) hidden->resize(hidden_rows * hd);
   size_t row = 0, hidden_row = 0;
   for (const BatchSeq& b : batch) {
-    uint64_t h = kChainInit;
+    const uint64_t tag = LoraTag(b.lora);
+    uint64_t h = ChainInit(b.lora);
     if (b.start_pos > 0) {
       const int q = b.start_pos - 1;
       h = At(b.block_table[static_cast<size_t>(q / bs)], q % bs).chain;
@@ -162,7 +178,7 @@ Status FakeModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>*
     int p = b.start_pos;
     for (int32_t t : b.tokens) {
       h = Mix(h, t, p);
-      At(b.block_table[static_cast<size_t>(p / bs)], p % bs) = Slot{p, t, h};
+      At(b.block_table[static_cast<size_t>(p / bs)], p % bs) = Slot{p, t, h, tag};
       if (b.want_hidden) Hidden(h, p, std::span<float>(hidden->data() + hidden_row++ * hd, hd));
       if (b.want_all_logits) {
         Logits(h, p,

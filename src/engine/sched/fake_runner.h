@@ -18,7 +18,12 @@
 // hidden_dim values that are a function of chain(its position) — so they too depend on the whole
 // history read back through the block table — see Hidden(). want_all_logits: every token of the
 // chunk gets the logits row Logits(chain(its position), position), in token order.
-// Every batch is recorded so tests can check budgets.
+// LoRA (BatchSeq::lora): the adapter's digest selects another model — the chain of a sequence with
+// an adapter starts from ChainInit(adapter) instead of the base's — and every slot records the
+// adapter's tag, so reading a block written under another adapter (or the base model) is a misuse
+// error: a prefix-cache hit across adapters cannot go unnoticed.
+// Every batch is recorded (with each entry's adapter) so tests can check budgets and the active
+// set.
 // Thread contract: single-threaded (the engine thread), like any ModelRunner.
 #pragma once
 
@@ -51,6 +56,7 @@ class FakeModelRunner final : public runner::ModelRunner {
     bool want_logits;
     bool want_hidden = false;
     bool want_all_logits = false;
+    const lora::Adapter* lora = nullptr;
   };
   using RecordedBatch = std::vector<RecordedSeq>;
 
@@ -69,8 +75,13 @@ class FakeModelRunner final : public runner::ModelRunner {
   // The hidden row (hidden_dim values in [-1, 1)) of the token at `pos` whose history has chain
   // hash `chain`.
   void Hidden(uint64_t chain, int pos, std::span<float> out) const;
-  // Chain hash of a whole token history (as the runner would compute it).
-  static uint64_t Chain(std::span<const int32_t> tokens);
+  // Chain hash of a whole token history (as the runner would compute it) under `adapter` (null =
+  // the base model).
+  static uint64_t Chain(std::span<const int32_t> tokens, const lora::Adapter* adapter = nullptr);
+  // The chain before the first token, and the tag a slot written under `adapter` carries (0 for
+  // the base model); both functions of the adapter's digest only.
+  static uint64_t ChainInit(const lora::Adapter* adapter);
+  static uint64_t LoraTag(const lora::Adapter* adapter);
 
   // Tiered-KV tests: one block's simulated KV (block_size slots) as bytes, and back.
   std::vector<uint8_t> ExportBlock(int32_t block) const;
@@ -87,6 +98,7 @@ class FakeModelRunner final : public runner::ModelRunner {
     int32_t pos = -1;
     int32_t token = -1;
     uint64_t chain = 0;
+    uint64_t lora = 0;  // LoraTag of the adapter it was written under
   };
   static uint64_t Mix(uint64_t h, int32_t token, int32_t pos);
   Status Fail(const std::string& msg);

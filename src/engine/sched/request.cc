@@ -51,6 +51,18 @@ Status CheckIds(std::string_view field, std::span<const int32_t> ids, int n_voca
   }
   return Status::Ok();
 }
+// An adapter's digest becomes the request's `adapter` fact (Engine::Submit): an empty one would
+// give the base model's prefix-cache salt, a long one exceed the salt bound.
+Status CheckLora(const lora::Adapter* lora) {
+  if (lora == nullptr) return Status::Ok();
+  if (lora->digest().empty())
+    return Status::InvalidArgument("lora: adapter '" + lora->name() + "' has an empty digest");
+  if (lora->digest().size() > kMaxAdapterBytes)
+    return Status::InvalidArgument("lora: adapter '" + lora->name() +
+                                   "' has a digest longer than " +
+                                   std::to_string(kMaxAdapterBytes) + " bytes");
+  return Status::Ok();
+}
 }  // namespace
 
 Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
@@ -102,6 +114,7 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
   if (adapter.size() > kMaxAdapterBytes)
     return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) +
                                    " bytes");
+  RETURN_IF_ERROR(CheckLora(lora.get()));
   return Status::Ok();
 }
 
@@ -126,6 +139,7 @@ Status SubmitRequest::ValidateEmbed(int n_vocab, int max_model_len) const {
   if (adapter.size() > kMaxAdapterBytes)
     return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) +
                                    " bytes");
+  RETURN_IF_ERROR(CheckLora(lora.get()));
   if (static_cast<uint8_t>(priority) > static_cast<uint8_t>(Priority::kBronze))
     return Status::InvalidArgument("priority: invalid value " +
                                    std::to_string(static_cast<int>(priority)));

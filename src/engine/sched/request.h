@@ -31,6 +31,7 @@
 #include "base/status.h"
 #include "engine/sampler/sampler.h"
 #include "engine/sched/clock.h"
+#include "lora/adapter.h"
 
 namespace strata::engine::sched {
 
@@ -79,6 +80,11 @@ struct SubmitRequest {
                        // <= kMaxTenantBytes
   std::string
       adapter;  // digest of the LoRA adapter applied ("" = the base model); <= kMaxAdapterBytes
+  // The LoRA adapter the runner applies to this request's rows (null = the base model). When set,
+  // Engine::Submit overrides `adapter` with lora->digest(), so the prefix-cache and KV-tier keys
+  // follow the adapter's content, not its name. The request holds the adapter alive until it ends
+  // (unloading it from a registry never affects a queued or running request).
+  std::shared_ptr<const lora::Adapter> lora;
   RequestKind kind = RequestKind::kGenerate;
 
   // Field checks against the model: n_vocab (token id range) and max_model_len (positions per

@@ -43,7 +43,8 @@ struct Sim {
   std::chrono::milliseconds step_time{10};
   int steps = 0;
 
-  Sim(int num_blocks, SchedulerConfig sc, int block_size = 16, bool prefix_cache = true, int n_vocab = 64) {
+  Sim(int num_blocks, SchedulerConfig sc, int block_size = 16, bool prefix_cache = true,
+      int n_vocab = 64) {
     rcfg.n_vocab = n_vocab;
     rcfg.num_blocks = num_blocks;
     rcfg.block_size = block_size;
@@ -74,7 +75,8 @@ struct Sim {
     ++steps;
     clock.Advance(step_time);
     ASSERT_TRUE(engine->kv().CheckInvariants().ok()) << engine->kv().CheckInvariants().ToString();
-    ASSERT_TRUE(engine->scheduler().CheckInflight().ok()) << engine->scheduler().CheckInflight().ToString();
+    ASSERT_TRUE(engine->scheduler().CheckInflight().ok())
+        << engine->scheduler().CheckInflight().ToString();
     const SchedulerOutput& out = engine->last_schedule();
     ASSERT_LE(out.num_tokens, scfg.max_batched_tokens);
     ASSERT_LE(static_cast<int>(out.seqs.size()), scfg.max_num_seqs);
@@ -102,14 +104,18 @@ struct Sim {
 };
 
 // Greedy tokens of the fake model, computed directly (independent of the engine): argmax of the
-// logits after the whole history, ties to the lower id; stops after an id in `stop`.
-inline std::vector<int32_t> GreedyReference(const FakeRunnerConfig& rcfg, std::vector<int32_t> tokens, int max_tokens,
-                                            const std::vector<int32_t>& stop = {}) {
-  FakeModelRunner model(FakeRunnerConfig{rcfg.n_vocab, 0, rcfg.block_size, rcfg.peak, rcfg.seed, true});
+// logits after the whole history, ties to the lower id; stops after an id in `stop`. `lora`: the
+// fake model under that adapter (FakeModelRunner::ChainInit).
+inline std::vector<int32_t> GreedyReference(const FakeRunnerConfig& rcfg,
+                                            std::vector<int32_t> tokens, int max_tokens,
+                                            const std::vector<int32_t>& stop = {},
+                                            const lora::Adapter* lora = nullptr) {
+  FakeModelRunner model(
+      FakeRunnerConfig{rcfg.n_vocab, 0, rcfg.block_size, rcfg.peak, rcfg.seed, true});
   std::vector<float> row(static_cast<size_t>(rcfg.n_vocab));
   std::vector<int32_t> out;
   for (int i = 0; i < max_tokens; ++i) {
-    model.Logits(FakeModelRunner::Chain(tokens), static_cast<int>(tokens.size()) - 1, row);
+    model.Logits(FakeModelRunner::Chain(tokens, lora), static_cast<int>(tokens.size()) - 1, row);
     const int32_t t = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
     out.push_back(t);
     tokens.push_back(t);
