@@ -23,6 +23,7 @@
 #include "engine/runner/cpu_runner.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cassert>
 #include <cmath>
@@ -39,6 +40,27 @@ namespace {
 
 std::string SeqName(size_t index, const BatchSeq& s) {
   return "batch entry " + std::to_string(index) + " (seq " + std::to_string(s.seq_id) + ")";
+}
+
+// (in, out) of each LoRA target's base matrix, in lora::Target order.
+std::array<std::array<int, 2>, lora::kNumTargets> TargetShapes(const model::ModelConfig& c) {
+  const int d = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn;
+  return {{{d, qd}, {d, kvd}, {d, kvd}, {qd, d}, {d, f}, {d, f}, {f, d}}};
+}
+
+// Whether a pair's sizes fit the matrix it modifies (in -> out). Checked every step, so it
+// allocates nothing; PairMismatch builds the error naming the tensor.
+bool PairFits(const lora::LoraPair& p, int in, int out) {
+  const size_t rank = static_cast<size_t>(p.rank);
+  return p.rank > 0 && p.in == in && p.out == out && p.a.size() == rank * static_cast<size_t>(in) &&
+         p.b.size() == static_cast<size_t>(out) * rank;
+}
+
+std::string PairMismatch(const lora::LoraPair& p, const std::string& tensor, int in, int out) {
+  return tensor + " pair (rank " + std::to_string(p.rank) + ", in " + std::to_string(p.in) +
+         ", out " + std::to_string(p.out) + ", " + std::to_string(p.a.size()) + " + " +
+         std::to_string(p.b.size()) + " floats) does not fit the model's matrix (in " +
+         std::to_string(in) + ", out " + std::to_string(out) + ")";
 }
 
 }  // namespace
@@ -58,6 +80,36 @@ Status CpuModelRunner::CheckLayout() const {
     return Status::InvalidArgument("KV storage layout has block_size " +
                                    std::to_string(lay.block_size) + " and " +
                                    std::to_string(lay.num_blocks) + " blocks");
+  return Status::Ok();
+}
+
+Status CpuModelRunner::CheckAdapter(size_t index, const BatchSeq& s) const {
+  const lora::Adapter& a = *s.lora;
+  auto fail = [&](const std::string& what) {
+    return Status::InvalidArgument(SeqName(index, s) + " uses LoRA adapter '" + a.name() +
+                                   "': " + what);
+  };
+  const auto shapes = TargetShapes(cfg_);
+  for (int l = 0; l < cfg_.n_layers; ++l)
+    for (size_t t = 0; t < lora::kNumTargets; ++t) {
+      const lora::Target target = static_cast<lora::Target>(t);
+      const lora::LoraPair* p = a.Find(l, target);
+      if (p == nullptr || PairFits(*p, shapes[t][0], shapes[t][1])) continue;
+      return fail(PairMismatch(
+          *p, "blk." + std::to_string(l) + "." + std::string(lora::TargetTensorSuffix(target)),
+          shapes[t][0], shapes[t][1]));
+    }
+  // An adapter made for a deeper model has pairs past the model's last layer.
+  for (size_t t = 0; t < lora::kNumTargets; ++t)
+    if (a.Find(cfg_.n_layers, static_cast<lora::Target>(t)) != nullptr)
+      return fail("it has layer " + std::to_string(cfg_.n_layers) + " but the model has " +
+                  std::to_string(cfg_.n_layers) + " layers");
+  const lora::LoraPair* out = a.output();
+  if (out != nullptr && !PairFits(*out, cfg_.dim, cfg_.n_vocab))
+    return fail(PairMismatch(*out, "output.weight", cfg_.dim, cfg_.n_vocab));
+  const lora::LoraPair* embd = a.token_embd();
+  if (embd != nullptr && !PairFits(*embd, cfg_.n_vocab, cfg_.dim))
+    return fail(PairMismatch(*embd, "token_embd.weight", cfg_.n_vocab, cfg_.dim));
   return Status::Ok();
 }
 
@@ -95,6 +147,12 @@ Status CpuModelRunner::ValidateBatch(std::span<const BatchSeq> batch) const {
       if (id < 0 || id >= cfg_.n_vocab)
         return Status::InvalidArgument(SeqName(i, s) + " has token id " + std::to_string(id) +
                                        " out of range [0, " + std::to_string(cfg_.n_vocab) + ")");
+    // Each distinct adapter once (its first entry is the one named).
+    if (s.lora != nullptr) {
+      bool seen = false;
+      for (size_t j = 0; j < i && !seen; ++j) seen = batch[j].lora == s.lora;
+      if (!seen) RETURN_IF_ERROR(CheckAdapter(i, s));
+    }
   }
   return Status::Ok();
 }
@@ -383,7 +441,77 @@ size_t CpuModelRunner::PlanStep(std::span<const BatchSeq> batch) {
   for (size_t s = 0; s < batch.size(); ++s)
     for (size_t t = 0; t < batch[s].tokens.size(); ++t)
       row_seq_[seq_row_begin_[s] + t] = static_cast<uint32_t>(s);
+  PlanLora(batch, n);
   return n;
+}
+
+namespace {
+
+// Counting sort of rows [0, n) by group (group_of(i) in [0, groups) or -1 for none) into
+// g->rows / g->begin; rows stay ascending within a group.
+template <typename GroupOf>
+void FillGroups(size_t groups, size_t n, GroupOf group_of, std::vector<uint32_t>* rows,
+                std::vector<uint32_t>* begin) {
+  begin->assign(groups + 1, 0);
+  for (size_t i = 0; i < n; ++i)
+    if (const int32_t g = group_of(i); g >= 0) ++(*begin)[static_cast<size_t>(g) + 1];
+  for (size_t g = 0; g < groups; ++g) (*begin)[g + 1] += (*begin)[g];
+  rows->resize((*begin)[groups]);
+  // Fill with begin[g] as the cursor of group g, which leaves begin[g] at the start of g + 1;
+  // shifting by one restores the starts.
+  for (size_t i = 0; i < n; ++i)
+    if (const int32_t g = group_of(i); g >= 0)
+      (*rows)[(*begin)[static_cast<size_t>(g)]++] = static_cast<uint32_t>(i);
+  for (size_t g = groups; g > 0; --g) (*begin)[g] = (*begin)[g - 1];
+  (*begin)[0] = 0;
+}
+
+}  // namespace
+
+void CpuModelRunner::PlanLora(std::span<const BatchSeq> batch, size_t n) {
+  lora_adapters_.clear();
+  seq_lora_.assign(batch.size(), -1);
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const lora::Adapter* a = batch[s].lora;
+    if (a == nullptr || a->num_pairs() == 0) continue;  // inert: nothing to add, base bits
+    auto it = std::find(lora_adapters_.begin(), lora_adapters_.end(), a);
+    if (it == lora_adapters_.end()) it = lora_adapters_.insert(it, a);
+    seq_lora_[s] = static_cast<int32_t>(it - lora_adapters_.begin());
+  }
+  lora_moved_ = out_rows_.size() < n;
+  if (lora_adapters_.empty()) return;
+  row_token_.resize(n);
+  for (size_t s = 0; s < batch.size(); ++s)
+    std::copy(batch[s].tokens.begin(), batch[s].tokens.end(),
+              row_token_.begin() + static_cast<std::ptrdiff_t>(seq_row_begin_[s]));
+  const size_t g = lora_adapters_.size();
+  auto of_row = [&](size_t r) { return seq_lora_[row_seq_[r]]; };
+  FillGroups(g, n, of_row, &lora_all_.rows, &lora_all_.begin);
+  // The last layer's moved rows (row w <- out_rows_[w]) and the output projection's rows (row w
+  // <- moved row logit_rows_[w]); out_rows_ is rewritten while rows move, so plan them now.
+  FillGroups(
+      g, out_rows_.size(), [&](size_t w) { return of_row(out_rows_[w]); }, &lora_out_.rows,
+      &lora_out_.begin);
+  FillGroups(
+      g, logit_rows_.size(), [&](size_t w) { return of_row(out_rows_[logit_rows_[w]]); },
+      &lora_logits_.rows, &lora_logits_.begin);
+}
+
+void CpuModelRunner::AddLora(std::initializer_list<LoraIo> ios, const RowGroups& groups) {
+  if (lora_adapters_.empty()) return;
+  lora_jobs_.clear();
+  for (const LoraIo& io : ios)
+    for (size_t g = 0; g < lora_adapters_.size(); ++g) {
+      const lora::Adapter& a = *lora_adapters_[g];
+      const lora::LoraPair* p = io.layer == kLoraOutput      ? a.output()
+                                : io.layer == kLoraTokenEmbd ? a.token_embd()
+                                                             : a.Find(io.layer, io.target);
+      const std::span<const uint32_t> rows = groups.Group(g);
+      if (p == nullptr || rows.empty()) continue;
+      lora_jobs_.push_back({p, rows, io.x, io.x_stride, io.y, io.y_stride,
+                            io.layer == kLoraTokenEmbd ? row_token_.data() : nullptr});
+    }
+  if (!lora_jobs_.empty()) lora::AddLowRank(lora_jobs_, &lora_scratch_, pool_);
 }
 
 size_t CpuModelRunner::ForwardLayer(int l, std::span<const BatchSeq> batch, size_t n) {
@@ -401,6 +529,12 @@ size_t CpuModelRunner::ForwardLayer(int l, std::span<const BatchSeq> batch, size
   });
   const kernels::MatMulOut qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
   kernels::MatMulShared(qkv, xn_.data(), n, pool_);
+  // LoRA deltas on the products, before bias and RoPE (llama.cpp's build_lora_mm order).
+  using lora::Target;
+  AddLora({{l, Target::kQ, xn_.data(), dim, q_.data(), qd},
+           {l, Target::kK, xn_.data(), dim, k_.data(), kvd},
+           {l, Target::kV, xn_.data(), dim, v_.data(), kvd}},
+          lora_all_);
   ForRows(n, [&](size_t r0, size_t r1, int) {
     for (size_t r = r0; r < r1; ++r) {
       if (cfg_.qkv_bias) {
@@ -434,7 +568,10 @@ size_t CpuModelRunner::ForwardLayer(int l, std::span<const BatchSeq> batch, size
   } else {
     Attention(l, batch, items_);
   }
+  // Past the last layer's move, the rows are the moved ones (lora_out_).
+  const RowGroups& groups = l + 1 == cfg_.n_layers && lora_moved_ ? lora_out_ : lora_all_;
   kernels::MatMul(L.wo, att_.data(), n, xn_.data(), pool_);
+  AddLora({{l, Target::kO, att_.data(), qd, xn_.data(), dim}}, groups);
   ForRows(n, [&](size_t r0, size_t r1, int) {
     for (size_t r = r0; r < r1; ++r) {
       kernels::Add(x_.data() + r * dim, xn_.data() + r * dim, dim);
@@ -444,6 +581,9 @@ size_t CpuModelRunner::ForwardLayer(int l, std::span<const BatchSeq> batch, size
   });
   const kernels::MatMulOut gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
   kernels::MatMulShared(gate_up, xn_.data(), n, pool_);
+  AddLora({{l, Target::kGate, xn_.data(), dim, gate_.data(), ffn},
+           {l, Target::kUp, xn_.data(), dim, up_.data(), ffn}},
+          groups);
   // Row by row: SiluMul's vector body and scalar tail round differently, so a call spanning
   // several rows would make a row's result depend on where the batch's tail falls.
   ForRows(n, [&](size_t r0, size_t r1, int) {
@@ -451,6 +591,7 @@ size_t CpuModelRunner::ForwardLayer(int l, std::span<const BatchSeq> batch, size
       kernels::SiluMul(gate_.data() + r * ffn, up_.data() + r * ffn, gate_.data() + r * ffn, ffn);
   });
   kernels::MatMul(L.w_down, gate_.data(), n, xn_.data(), pool_);
+  AddLora({{l, Target::kDown, gate_.data(), ffn, xn_.data(), dim}}, groups);
   ForRows(n, [&](size_t r0, size_t r1, int) {
     kernels::Add(x_.data() + r0 * dim, xn_.data() + r0 * dim, (r1 - r0) * dim);
   });
@@ -483,6 +624,8 @@ void CpuModelRunner::WriteOutputs(std::vector<float>* logits, std::vector<float>
     kernels::RmsNorm(x_.data() + logit_rows_[w] * dim, norm, xn_.data() + w * dim, dim,
                      cfg_.rms_eps);
   kernels::MatMul(model_.output(), xn_.data(), n_want, logits->data(), pool_);
+  AddLora({{kLoraOutput, lora::Target::kQ, xn_.data(), dim, logits->data(), n_vocab}},
+          lora_logits_);
 }
 
 Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* logits,
@@ -510,6 +653,7 @@ Status CpuModelRunner::Run(std::span<const BatchSeq> batch, std::vector<float>* 
       model_.Embed(batch[s].tokens[r - seq_row_begin_[s]], x_.data() + r * dim);
     }
   });
+  AddLora({{kLoraTokenEmbd, lora::Target::kQ, nullptr, 0, x_.data(), dim}}, lora_all_);
   for (int l = 0; l < cfg_.n_layers && n > 0; ++l) n = ForwardLayer(l, batch, n);
   WriteOutputs(logits, hidden);
   return Status::Ok();

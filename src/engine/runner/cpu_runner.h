@@ -11,7 +11,12 @@
 //     the single-sequence reference path this runner replaced (DotF32 scores, Softmax, Axpy over
 //     a contiguous f32 history), so f32 KV gives that path's bits (kernels::Attend);
 //   - the final norm and output projection run only on the rows that want logits (one MatMul);
-//     rows of want_hidden sequences get the final norm and are copied out (embeddings).
+//     rows of want_hidden sequences get the final norm and are copied out (embeddings);
+//   - LoRA (BatchSeq::lora): the rows of each distinct adapter of the step form one group; after
+//     every base MatMul of a matrix the adapter has a pair for (q, k, v before bias and RoPE, o,
+//     gate, up, down, the output projection) and after the embedding (token_embd), the group's
+//     rows get scale * B (A x) (lora::AddLowRank: A and B streamed once per adapter per step).
+//     Rows of the base model get no operation at all.
 //
 // Ownership: borrows the model, the KV storage and the pool; all must outlive the runner.
 // Thread contract: Run() is called from one thread at a time (the engine thread); it uses the pool
@@ -20,12 +25,14 @@
 // steps perform no heap allocation in the runner (kernels::MatMul keeps its own reusable scratch).
 // Errors: Run() validates the whole batch before touching the storage and returns InvalidArgument
 // (naming the sequence and the problem) for an empty chunk, a negative position, a block table
-// that does not cover the chunk, a block id outside the storage, or a token id out of range; and
+// that does not cover the chunk, a block id outside the storage, a token id out of range, or a
+// LoRA adapter whose pairs do not fit the model's matrices (naming the tensor); and
 // FailedPrecondition-style InvalidArgument when the storage layout does not fit the model.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -33,6 +40,8 @@
 #include "base/thread_pool.h"
 #include "engine/kv/kv_storage.h"
 #include "engine/runner/model_runner.h"
+#include "lora/adapter.h"
+#include "lora/apply.h"
 #include "model/model.h"
 #include "model/rope.h"
 
@@ -67,7 +76,35 @@ class CpuModelRunner final : public ModelRunner {
   // Rows per step from which the per-row ops (norms, RoPE, adds, SiluMul) are split over the pool.
   static constexpr size_t kParallelRowsMin = 32;
 
+  // Rows of one row space grouped by adapter: group g (lora_adapters_[g]) holds
+  // rows[begin[g], begin[g + 1]), ascending.
+  struct RowGroups {
+    std::vector<uint32_t> rows;
+    std::vector<uint32_t> begin;
+    std::span<const uint32_t> Group(size_t g) const {
+      return std::span<const uint32_t>(rows.data() + begin[g], begin[g + 1] - begin[g]);
+    }
+  };
+  // One matrix product a LoRA delta is added to: the pair of `layer`/`target` (layer kLoraOutput:
+  // the output projection; kLoraTokenEmbd: the embedding, with per-row token ids), its input rows
+  // x and output rows y.
+  static constexpr int kLoraOutput = -1, kLoraTokenEmbd = -2;
+  struct LoraIo {
+    int layer;
+    lora::Target target;
+    const float* x;
+    size_t x_stride;
+    float* y;
+    size_t y_stride;
+  };
+
   Status CheckLayout() const;
+  Status CheckAdapter(size_t index, const BatchSeq& s) const;
+  // Per step: the distinct adapters and the row groups of the three row spaces (all rows; the
+  // last layer's moved output rows; the logits rows of the output projection).
+  void PlanLora(std::span<const BatchSeq> batch, size_t n);
+  // Adds every group's delta for each product of `ios` (one lora::AddLowRank call).
+  void AddLora(std::initializer_list<LoraIo> ios, const RowGroups& groups);
   // fn(r0, r1, thread) over [0, n), on the pool when n >= kParallelRowsMin.
   template <typename F>
   void ForRows(size_t n, F&& fn);
@@ -119,6 +156,14 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<size_t> logit_rows_;
   std::vector<int64_t> hidden_dst_;
   std::atomic<size_t> next_item_{0};
+  // LoRA plan of the step (empty adapters: no LoRA work at all), reused scratch.
+  std::vector<const lora::Adapter*> lora_adapters_;
+  std::vector<int32_t> seq_lora_;   // [batch]: index into lora_adapters_, or -1
+  std::vector<int32_t> row_token_;  // [n]: token id of each row (token_embd delta)
+  RowGroups lora_all_, lora_out_, lora_logits_;
+  bool lora_moved_ = false;  // this step's last layer runs on moved rows (lora_out_)
+  std::vector<lora::LowRankJob> lora_jobs_;
+  lora::LowRankScratch lora_scratch_;
   // Per-thread attention scratch: keys/values of one head [max_len x head_dim], scores [max_len],
   // one decoded full row [kv_dim] (Q8_0 heads not aligned to 32).
   struct ThreadScratch {

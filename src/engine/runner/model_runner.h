@@ -11,9 +11,13 @@
 //     order — the last of them is the row `want_logits` alone would give, bit for bit;
 //   - when `want_hidden`: the final-normed hidden state (the input of the output projection,
 //     hidden_dim() floats) of EVERY token of the chunk — what an embedding request pools.
+// LoRA: an entry with `lora` set is computed with that adapter (y = W x + scale * B (A x) for every
+// matrix it has a pair for, the token_embd delta at embedding); entries of different adapters and
+// of none share one step, each adapter's delta added to its own rows only.
 // Batch invariance: a sequence's outputs must not depend on which other sequences share the batch
 // (weights are multiplied with a kernel whose per-row results do not depend on the token count
-// or grouping; attention is computed per sequence).
+// or grouping; attention is computed per sequence; LoRA deltas are per row too), and an entry
+// without an adapter (or with an inert one: rank 0 / scale 0) gets exactly the base model's bits.
 // Thread contract: called from the engine thread only; uses its pool internally.
 #pragma once
 
@@ -34,6 +38,9 @@ struct BatchSeq {
   bool want_logits = false;
   bool want_hidden = false;      // final-normed hidden rows of every token (needs hidden_dim() > 0)
   bool want_all_logits = false;  // logits of every token (not with want_hidden)
+  // The request's LoRA adapter, or null for the base model. Read only during Run(); the caller
+  // (the engine: the request's shared_ptr) keeps it alive. Its pairs must fit the model's shapes
+  // (ValidateBatch; Adapter::Load already checked them against the model it was loaded for).
   const lora::Adapter* lora = nullptr;
 
   // Logits rows this entry produces: tokens.size() with want_all_logits, else 1 with want_logits.
