@@ -340,5 +340,45 @@ TEST(EngineLora, TwoNamesOfOneDigestShareASlotAndTheirBlocks) {
   EXPECT_EQ(names, (std::vector<std::string>{"x", "y"}));
 }
 
+TEST(EngineLora, StatsListActiveRunningAndWaitingAdaptersByName) {
+  Sim sim(256, Cfg(2));
+  EngineStats st = sim.engine->Stats();
+  EXPECT_EQ(st.max_loras, 2);
+  EXPECT_TRUE(st.active_loras.empty() && st.running_loras.empty() && st.waiting_loras.empty());
+  EXPECT_TRUE(st.lora_requests.empty());
+  const AdapterPtr a = MakeAdapter("a", "digest-a");
+  const AdapterPtr b = MakeAdapter("b", "digest-b");
+  const AdapterPtr c = MakeAdapter("c", "digest-c");
+  const AdapterPtr b_alias = MakeAdapter("b-alias", "digest-b");  // one slot with b
+  auto b1 = sim.Submit(Req(MakePrompt(10, 1), 20, b));
+  auto a1 = sim.Submit(Req(MakePrompt(10, 2), 20, a));
+  auto a2 = sim.Submit(Req(MakePrompt(10, 3), 20, a));
+  auto b2 = sim.Submit(Req(MakePrompt(10, 4), 20, b_alias));
+  auto c1 = sim.Submit(Req(MakePrompt(10, 5), 2, c));
+  auto base = sim.Submit(Req(MakePrompt(10, 6), 2));
+  ASSERT_TRUE(b1.ok() && a1.ok() && a2.ok() && b2.ok() && c1.ok() && base.ok());
+  st = sim.engine->Stats();  // before any step: nothing drained yet
+  EXPECT_TRUE(st.waiting_loras.empty());
+  sim.Step();
+  st = sim.engine->Stats();
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(st.active_loras, (Names{"a", "b", "b-alias"}));
+  EXPECT_EQ(st.running_loras, (Names{"a", "b", "b-alias"}));
+  EXPECT_EQ(st.waiting_loras, (Names{"c"}));
+  EXPECT_EQ(st.running_requests, 5);
+  sim.engine->Cancel(*c1);
+  sim.RunToCompletion();
+  st = sim.engine->Stats();
+  EXPECT_EQ(st.active_loras, (Names{"a", "b", "b-alias"}));  // idle slots stay active
+  EXPECT_TRUE(st.running_loras.empty() && st.waiting_loras.empty());
+  EXPECT_EQ(st.lora_requests, (std::vector<std::pair<std::string, int64_t>>{
+                                  {"a", 2}, {"b", 1}, {"b-alias", 1}, {"c", 1}}));
+  ASSERT_TRUE(sim.Submit(Req(MakePrompt(10, 7), 2, c)).ok());
+  sim.RunToCompletion();
+  st = sim.engine->Stats();
+  EXPECT_EQ(st.active_loras, (Names{"b", "b-alias", "c"}));  // a was the least recently used
+  EXPECT_EQ(st.lora_requests.back(), (std::pair<std::string, int64_t>{"c", 2}));
+}
+
 }  // namespace
 }  // namespace strata::engine::sched
