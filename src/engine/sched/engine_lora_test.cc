@@ -320,6 +320,33 @@ TEST(EngineLora, PreemptionUnpinsTheAdapter) {
   EXPECT_TRUE(Finished(sim, *a));
 }
 
+TEST(EngineLora, CancelAndEmbeddingsUnpinTheirAdapter) {
+  Sim sim(256, Cfg(1));
+  auto a = sim.Submit(Req(MakePrompt(10, 1), 50, MakeAdapter("a", "digest-a")));
+  sim.Step();
+  auto b = sim.Submit(Req(MakePrompt(10, 2), 3, MakeAdapter("b", "digest-b")));
+  ASSERT_TRUE(a.ok() && b.ok());
+  sim.Step();
+  ASSERT_FALSE(Started(sim, *b));
+  sim.engine->Cancel(*a);  // a running request's cancel unpins its slot
+  sim.Step();
+  EXPECT_TRUE(Started(sim, *b));
+  sim.RunToCompletion();
+  // An embedding request pins the slot while it runs and unpins it when it finishes.
+  SubmitRequest e = Req(MakePrompt(40, 3), 1, MakeAdapter("c", "digest-c"));
+  e.kind = RequestKind::kEmbed;
+  auto emb = sim.Submit(std::move(e));
+  ASSERT_TRUE(emb.ok()) << emb.status().ToString();
+  sim.RunToCompletion();
+  EXPECT_TRUE(Finished(sim, *emb));
+  EXPECT_EQ(ActiveDigests(sim), (std::vector<std::string>{"digest-c"}));
+  EXPECT_EQ(sim.engine->scheduler().lora_slots()[0].pins, 0);
+  bool embedded_with_c = false;
+  for (const auto& batch : sim.runner->batches())
+    for (const auto& rs : batch) embedded_with_c |= rs.want_hidden && rs.lora != nullptr;
+  EXPECT_TRUE(embedded_with_c);
+}
+
 TEST(EngineLora, TwoNamesOfOneDigestShareASlotAndTheirBlocks) {
   Sim sim(256, Cfg(1));
   const std::vector<int32_t> prompt = MakePrompt(48, 9);
