@@ -254,6 +254,7 @@ void Engine::EndRequest(RequestId id, FinishReason why, const Status& error) {
     if (r->seqs[static_cast<size_t>(i)].live()) id_list_.push_back(i);
   std::unique_ptr<RequestState> owned = sched_.Abort(id, why);
   if (was_queued) Dequeued(id);
+  CountLoraRequest(*owned);
   for (int32_t i : id_list_) {
     TokenEvent ev;
     ev.index = i;
@@ -603,11 +604,41 @@ Status Engine::Step() {
     }
   }
   sched_.TakeFinished(&finished_);
+  for (const auto& r : finished_) CountLoraRequest(*r);
   finished_.clear();
   has_work_.store(sched_.has_work());
   PublishStats();
   return status;
 }
+
+void Engine::CountLoraRequest(const RequestState& r) {
+  if (r.req.lora == nullptr) return;
+  const std::string& name = r.req.lora->name();
+  if (auto it = lora_requests_.find(name); it != lora_requests_.end()) {
+    it->second += 1;
+  } else {
+    lora_requests_.emplace(name, 1);
+  }
+  lora_requests_changed_ = true;
+}
+
+namespace {
+// Sorts and dedups `names` (pointers) and copies them into `out` only when they differ from what
+// it holds.
+void PublishNames(std::vector<const std::string*>* names, std::vector<std::string>* out) {
+  std::sort(names->begin(), names->end(),
+            [](const std::string* a, const std::string* b) { return *a < *b; });
+  names->erase(std::unique(names->begin(), names->end(),
+                           [](const std::string* a, const std::string* b) { return *a == *b; }),
+               names->end());
+  const bool same = names->size() == out->size() &&
+                    std::equal(names->begin(), names->end(), out->begin(),
+                               [](const std::string* a, const std::string& b) { return *a == b; });
+  if (same) return;
+  out->clear();
+  for (const std::string* n : *names) out->push_back(*n);
+}
+}  // namespace
 
 void Engine::PublishStats() {
   int queued;
@@ -616,7 +647,19 @@ void Engine::PublishStats() {
     queued = queued_requests_;
   }
   const kv::KvStats ks = kv_.Stats();
+  lora_active_.clear();
+  lora_running_.clear();
+  lora_waiting_.clear();
+  sched_.LoraNames(&lora_active_, &lora_running_, &lora_waiting_);
   MutexLock lk(&stats_mu_);
+  PublishNames(&lora_active_, &stats_.active_loras);
+  PublishNames(&lora_running_, &stats_.running_loras);
+  PublishNames(&lora_waiting_, &stats_.waiting_loras);
+  stats_.max_loras = sched_.config().max_loras;
+  if (lora_requests_changed_) {
+    stats_.lora_requests.assign(lora_requests_.begin(), lora_requests_.end());
+    lora_requests_changed_ = false;
+  }
   stats_.running_requests = sched_.num_running();
   stats_.running_seqs = sched_.num_running_seqs();
   stats_.waiting_requests = sched_.num_waiting();

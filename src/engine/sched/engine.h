@@ -44,6 +44,11 @@
 //
 // Prefix-cache salt: the engine composes every request's salt from the model salt
 // (SetModelSalt) and the request's facts (SubmitRequest::adapter, ::tenant); see cachekey.
+// LoRA: a request's adapter (SubmitRequest::lora) replaces its `adapter` fact with the adapter's
+// digest at Submit (so its blocks are keyed on the adapter's content), is applied by the runner to
+// its rows (BatchSeq::lora, the pointer valid for the Run; the request holds the adapter), and is
+// scheduled within the scheduler's active set of max_loras adapters (scheduler.h). EngineStats
+// lists the active, running and waiting adapters by name.
 //
 // Ownership: the Engine does not own the runner, the clock or the block copier's target; they must
 // outlive it. Thread contract: Submit/Cancel/Stats are thread-safe. Either Start() the engine
@@ -65,8 +70,11 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/mutex.h"
@@ -111,6 +119,15 @@ struct EngineStats {
   int64_t embeddings = 0;        // embedding requests completed (also counted in finished_requests)
   int64_t deadline_expired = 0;  // ended unadmitted at their deadline (DeadlineExceeded)
   int64_t displaced = 0;         // ended unadmitted for a higher-priority one (ResourceExhausted)
+  // LoRA adapters (SubmitRequest::lora), by name, each list sorted and unique: the active set
+  // (every name a slot was admitted under; an idle slot stays active until evicted), the adapters
+  // of running requests and of waiting ones (preempted included; what vLLM's lora_requests_info
+  // reports as running/waiting), and max_loras (the active set's size, SchedulerConfig).
+  std::vector<std::string> active_loras, running_loras, waiting_loras;
+  int max_loras = 1;
+  // Requests ended so far (any finish reason) per adapter name, sorted by name; base-model requests
+  // are not listed.
+  std::vector<std::pair<std::string, int64_t>> lora_requests;
 };
 
 struct RequestHandle {
@@ -198,7 +215,8 @@ class Engine : private kv::KvManager::Listener {
   // Ends the displaced and the expired waiting requests (engine thread, in Drain).
   void EndDisplacedAndExpired();
   void PublishStats() EXCLUDES(mu_, stats_mu_);
-  bool RefreshPrefetches();  // true when a prefetch was started
+  void CountLoraRequest(const RequestState& r);  // an ended request, into lora_requests
+  bool RefreshPrefetches();                      // true when a prefetch was started
   bool MaybePrefetch(RequestState* r);
   void PollPrefetches();
   uint32_t TenantTag(const std::string& tenant);
@@ -265,6 +283,12 @@ class Engine : private kv::KvManager::Listener {
   double decode_seconds_ = 0.0;
   int64_t embeddings_ = 0;
   int64_t deadline_expired_ = 0, displaced_count_ = 0;
+  // LoRA statistics (engine thread): ended requests per adapter name, and scratch for the name
+  // lists (the published lists are replaced only when they change, so steady steps allocate
+  // nothing).
+  std::map<std::string, int64_t, std::less<>> lora_requests_;
+  bool lora_requests_changed_ = false;
+  std::vector<const std::string*> lora_active_, lora_running_, lora_waiting_;
 };
 
 }  // namespace strata::engine::sched

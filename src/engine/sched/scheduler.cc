@@ -20,6 +20,9 @@ Status SchedulerConfig::Validate() const {
   if (max_model_len < 2) return Status::InvalidArgument("max_model_len: must be >= 2");
   if (!std::isfinite(aging_s) || aging_s < 0)
     return Status::InvalidArgument("aging_s: must be finite and >= 0");
+  if (max_loras < 1 || max_loras > kMaxLoras)
+    return Status::InvalidArgument("max_loras: must be in [1, " + std::to_string(kMaxLoras) +
+                                   "], got " + std::to_string(max_loras));
   return Status::Ok();
 }
 
@@ -57,6 +60,8 @@ Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager* kv, int block
       defer_enabled_(kv->config().enable_prefix_cache) {
   out_.seqs.reserve(static_cast<size_t>(cfg_.max_num_seqs));
   out_.copies.reserve(static_cast<size_t>(cfg_.max_num_seqs));
+  lora_slots_.resize(static_cast<size_t>(std::max(cfg_.max_loras, 1)));
+  lora_blocked_.reserve(lora_slots_.size());
 }
 
 Status CheckQueueBound(const SchedulerConfig& cfg, int queued_requests,
@@ -258,6 +263,118 @@ Status Scheduler::CheckInflight() const {
   return Status::Ok();
 }
 
+int Scheduler::FindLoraSlot(const std::string& digest) const {
+  for (size_t i = 0; i < lora_slots_.size(); ++i)
+    if (lora_slots_[i].digest == digest) return static_cast<int>(i);
+  return -1;
+}
+
+int Scheduler::ClaimableLoraSlot() const {
+  int best = -1;
+  for (size_t i = 0; i < lora_slots_.size(); ++i) {
+    const LoraSlot& s = lora_slots_[i];
+    if (!s.active()) return static_cast<int>(i);
+    if (s.pins > 0 || s.reserved_step == step_) continue;
+    if (best < 0 || s.last_used < lora_slots_[static_cast<size_t>(best)].last_used)
+      best = static_cast<int>(i);
+  }
+  return best;
+}
+
+bool Scheduler::LoraAdmissible(const RequestState* r) {
+  if (r->req.lora == nullptr) return true;
+  const std::string& digest = r->req.lora->digest();
+  if (const int i = FindLoraSlot(digest); i >= 0)
+    return lora_slots_[static_cast<size_t>(i)].reserved_step != step_;
+  if (ClaimableLoraSlot() >= 0) return true;
+  // Every slot is pinned (or reserved): reserve one for this adapter, once per step, so requests
+  // behind this one cannot keep it pinned forever.
+  for (const std::string* d : lora_blocked_)
+    if (*d == digest) return false;
+  int pick = -1;
+  for (size_t i = 0; i < lora_slots_.size(); ++i) {
+    const LoraSlot& s = lora_slots_[i];
+    if (s.reserved_step == step_) continue;
+    const LoraSlot* p = pick < 0 ? nullptr : &lora_slots_[static_cast<size_t>(pick)];
+    if (p == nullptr || std::tie(s.pins, s.last_used) < std::tie(p->pins, p->last_used))
+      pick = static_cast<int>(i);
+  }
+  if (pick >= 0) {
+    lora_slots_[static_cast<size_t>(pick)].reserved_step = step_;
+    lora_blocked_.push_back(&digest);
+  }
+  return false;
+}
+
+void Scheduler::PinLora(RequestState* r) {
+  if (r->req.lora == nullptr) return;
+  const lora::Adapter& a = *r->req.lora;
+  int i = FindLoraSlot(a.digest());
+  if (i < 0) {
+    i = ClaimableLoraSlot();
+    assert(i >= 0);  // LoraAdmissible said so, and admitting only unpins
+    LoraSlot& s = lora_slots_[static_cast<size_t>(i)];
+    s.digest = a.digest();  // evicts what it held (unpinned)
+    s.names.clear();
+  }
+  LoraSlot& s = lora_slots_[static_cast<size_t>(i)];
+  s.pins += 1;
+  s.last_used = ++lora_clock_;
+  if (std::find(s.names.begin(), s.names.end(), a.name()) == s.names.end())
+    s.names.push_back(a.name());
+  r->lora_slot = i;
+}
+
+void Scheduler::UnpinLora(RequestState* r) {
+  if (r->lora_slot < 0) return;
+  LoraSlot& s = lora_slots_[static_cast<size_t>(r->lora_slot)];
+  s.pins -= 1;
+  s.last_used = ++lora_clock_;
+  r->lora_slot = -1;
+}
+
+Status Scheduler::CheckLoras() const {
+  std::vector<int> pins(lora_slots_.size(), 0);
+  for (const RequestState* r : running_) {
+    if (r->req.lora == nullptr) {
+      if (r->lora_slot != -1) return Status::Internal("a base-model request pins a LoRA slot");
+      continue;
+    }
+    const int i = r->lora_slot;
+    if (i < 0 || static_cast<size_t>(i) >= lora_slots_.size() ||
+        lora_slots_[static_cast<size_t>(i)].digest != r->req.lora->digest())
+      return Status::Internal("request " + std::to_string(r->id) +
+                              " runs without its adapter's slot");
+    pins[static_cast<size_t>(i)] += 1;
+  }
+  for (const RequestState* r : waiting_)
+    if (r->lora_slot != -1)
+      return Status::Internal("waiting request " + std::to_string(r->id) + " pins a LoRA slot");
+  for (size_t i = 0; i < lora_slots_.size(); ++i) {
+    const LoraSlot& s = lora_slots_[i];
+    if (s.pins != pins[i])
+      return Status::Internal("LoRA slot " + std::to_string(i) + ": " + std::to_string(s.pins) +
+                              " pins, " + std::to_string(pins[i]) + " running requests");
+    if (!s.active() && s.pins != 0) return Status::Internal("a free LoRA slot is pinned");
+    for (size_t j = 0; j < i; ++j)
+      if (s.active() && lora_slots_[j].digest == s.digest)
+        return Status::Internal("LoRA slots " + std::to_string(j) + " and " + std::to_string(i) +
+                                " hold the same adapter");
+  }
+  return Status::Ok();
+}
+
+void Scheduler::LoraNames(std::vector<const std::string*>* active,
+                          std::vector<const std::string*>* running,
+                          std::vector<const std::string*>* waiting) const {
+  for (const LoraSlot& s : lora_slots_)
+    for (const std::string& n : s.names) active->push_back(&n);
+  for (const RequestState* r : running_)
+    if (r->req.lora != nullptr) running->push_back(&r->req.lora->name());
+  for (const RequestState* r : waiting_)
+    if (r->req.lora != nullptr) waiting->push_back(&r->req.lora->name());
+}
+
 void Scheduler::ReleaseBlocks(RequestState* r) {
   DropInflight(r);
   for (SequenceState& s : r->seqs) {
@@ -280,6 +397,7 @@ void Scheduler::Preempt(RequestState* victim) {
   Unschedule(victim);
   seats_used_ -= victim->seats();
   ReleaseBlocks(victim);
+  UnpinLora(victim);
   Remove(&running_, victim);
   victim->phase = RequestState::Phase::kWaiting;
   victim->preempted_in_step = step_;
@@ -427,6 +545,7 @@ const SchedulerOutput& Scheduler::Schedule() {
   std::sort(order_.begin(), order_.end(), Before);
   budget_ = cfg_.max_batched_tokens;
   seats_used_ = num_running_seqs();
+  lora_blocked_.clear();
 
   // A. Running decodes, in priority order.
   for (RequestState* r : order_) {
@@ -460,8 +579,13 @@ const SchedulerOutput& Scheduler::Schedule() {
     } else if (r->phase == RequestState::Phase::kWaiting && admission_open &&
                r->preempted_in_step != step_) {
       if (r->tier_fetching()) continue;  // prefetching from lower tiers; keeps its place
+      if (!LoraAdmissible(r)) continue;  // its adapter has no slot; keeps its place
       if (ShouldDefer(r)) continue;      // keeps its place; lower-priority requests may go
-      if (!Admit(r)) admission_open = false;
+      if (Admit(r)) {
+        PinLora(r);
+      } else {
+        admission_open = false;
+      }
     }
   }
   budget_ += held_back;
@@ -491,6 +615,7 @@ void Scheduler::Fork(RequestState* r) {
 
 void Scheduler::FinishRequest(RequestState* r) {
   ReleaseBlocks(r);
+  UnpinLora(r);
   Remove(&running_, r);
   Remove(&waiting_, r);
   r->phase = RequestState::Phase::kFinished;
@@ -534,6 +659,7 @@ std::unique_ptr<RequestState> Scheduler::Abort(RequestId id, FinishReason reason
   RequestState* r = it->second.get();
   Unschedule(r);
   ReleaseBlocks(r);
+  UnpinLora(r);
   if (r->phase == RequestState::Phase::kWaiting && !r->started) MarkNotQueued(r);
   Remove(&running_, r);
   Remove(&waiting_, r);

@@ -66,6 +66,22 @@
 // never touch the prefix cache: no MatchPrefix at admission (every position must be computed), no
 // registration of their blocks on commit, no in-flight hashes, no shared-prefix deferral.
 //
+// LoRA active set (SubmitRequest::lora): at most max_loras distinct adapters are active, and every
+// running request's adapter is one of them, so no step ever carries more than max_loras distinct
+// adapters (the runner's cost grows with them). An adapter is identified by its digest: two names
+// of the same file and scale are one slot (they compute the same thing and share prefix-cache
+// blocks); the slot lists every name it was admitted under. A running request pins its slot;
+// preemption, finish and abort unpin it (the slot stays active, unpinned, until evicted). A
+// waiting request whose adapter is not active takes a free slot, or evicts the least recently
+// used unpinned one (pin and unpin both count as a use); when every slot is pinned it is skipped
+// for the step, keeping its place, and requests behind it that fit — the base model, or an active
+// adapter — may still be admitted (no head-of-line blocking across adapters; priority order holds
+// among the requests that can go). So that a busy adapter cannot starve it, the first such
+// request for each missing adapter reserves one pinned slot for the step (the one with the fewest
+// running requests, then the least recently used): requests behind it cannot pin or take that
+// slot, so it drains as its running requests finish and the waiting request gets it. Requests
+// ahead of it in priority order are not held back. A blocked request never preempts for a slot.
+//
 // Deadlines: a request that has never started (never been admitted to running) when its deadline
 // passes is expired by the engine (ExpiredWaiting, once per step, before Schedule), so a client
 // that set deadline_ms learns at once that its request was not served in time. Started requests
@@ -86,6 +102,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -111,6 +128,9 @@ struct SchedulerConfig {
   int64_t max_queued_prompt_tokens = 1 << 20;
   int max_model_len = 4096;  // positions per sequence
   double aging_s = 10.0;     // waiting this long promotes a request by one priority level
+  // Distinct LoRA adapters active at once (vLLM's --max-loras): the most any step carries.
+  int max_loras = 1;
+  static constexpr int kMaxLoras = 64;
   Status Validate() const;
 };
 
@@ -151,6 +171,7 @@ struct RequestState {
   bool hashes_ready = false;
   int inflight_lo = 0;
   int inflight_hi = 0;
+  int lora_slot = -1;  // the active-set slot this running request pins (-1: none / base model)
 
   // Set by the engine: the prefix-cache salt of every block of this request (composed from the
   // model's and the request's facts, cachekey::RequestSalt); the tenant's tag for the KvManager;
@@ -213,6 +234,16 @@ struct SchedulerOutput {
   int num_preempted = 0;  // preemptions in this step
 };
 
+// One slot of the LoRA active set (see the header comment).
+struct LoraSlot {
+  std::string digest;              // the adapter's digest; "" = a free slot
+  std::vector<std::string> names;  // the names it was admitted under since it became active
+  int pins = 0;                    // running requests using it
+  uint64_t last_used = 0;          // LRU clock: its last pin or unpin
+  uint64_t reserved_step = 0;      // == the current step: held for a waiting request
+  bool active() const { return !digest.empty(); }
+};
+
 // Writes a block's KV content loaded from a lower tier into the pool's storage (engine thread).
 using BlockFillFn = std::function<void(int32_t block, const std::vector<uint8_t>& payload)>;
 
@@ -268,6 +299,15 @@ class Scheduler {
   int num_inflight_blocks() const { return inflight_count_; }
   // Checks that the in-flight set equals what the running requests' states imply (tests).
   Status CheckInflight() const;
+  // LoRA active set: max_loras slots (free ones have an empty digest).
+  const std::vector<LoraSlot>& lora_slots() const { return lora_slots_; }
+  // Checks the active set against the running requests: every running request with an adapter
+  // pins the slot of its digest, pin counts match, digests are unique (tests).
+  Status CheckLoras() const;
+  // Adapter names (not unique, unordered; pointers into the requests and slots, valid until the
+  // next Schedule/Abort/commit call) of the active slots, the running and the waiting requests.
+  void LoraNames(std::vector<const std::string*>* active, std::vector<const std::string*>* running,
+                 std::vector<const std::string*>* waiting) const;
   // Tiered KV: the fill function for adopted blocks (without one, staged blocks are ignored).
   void SetBlockFill(BlockFillFn fill) { fill_ = std::move(fill); }
   int64_t tier_hit_tokens() const { return tier_hit_tokens_; }
@@ -293,6 +333,14 @@ class Scheduler {
   void AdvanceInflight(RequestState* r);
   void DropInflight(RequestState* r);
   bool ShouldDefer(RequestState* r);
+  // LoRA active set: whether r's adapter can be active now (base model: always); when not,
+  // reserves a pinned slot for it (see the header comment). PinLora (after Admit) activates and
+  // pins it; UnpinLora (leaving running) releases the pin.
+  bool LoraAdmissible(const RequestState* r);
+  int FindLoraSlot(const std::string& digest) const;
+  int ClaimableLoraSlot() const;  // a free slot, else the LRU unpinned unreserved one; -1: none
+  void PinLora(RequestState* r);
+  void UnpinLora(RequestState* r);
   kv::SeqId NewKvId() { return next_kv_id_++; }
 
   SchedulerConfig cfg_;
@@ -320,6 +368,9 @@ class Scheduler {
   int64_t deferrals_ = 0;
   BlockFillFn fill_;
   int64_t tier_hit_tokens_ = 0;
+  std::vector<LoraSlot> lora_slots_;  // max_loras entries
+  uint64_t lora_clock_ = 0;
+  std::vector<const std::string*> lora_blocked_;  // digests that reserved a slot in this step
   // Scratch of the KV plans (capacity kept across steps).
   kv::KvPlan plan_;
   std::vector<kv::CopyOp> copies_;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/sched/engine.h"
@@ -42,6 +43,7 @@ struct Sim {
   std::map<RequestId, std::map<int, Completion>> results;
   std::chrono::milliseconds step_time{10};
   int steps = 0;
+  int max_step_loras = 0;  // the most distinct adapters seen in one step
 
   Sim(int num_blocks, SchedulerConfig sc, int block_size = 16, bool prefix_cache = true,
       int n_vocab = 64) {
@@ -77,6 +79,8 @@ struct Sim {
     ASSERT_TRUE(engine->kv().CheckInvariants().ok()) << engine->kv().CheckInvariants().ToString();
     ASSERT_TRUE(engine->scheduler().CheckInflight().ok())
         << engine->scheduler().CheckInflight().ToString();
+    ASSERT_TRUE(engine->scheduler().CheckLoras().ok())
+        << engine->scheduler().CheckLoras().ToString();
     const SchedulerOutput& out = engine->last_schedule();
     ASSERT_LE(out.num_tokens, scfg.max_batched_tokens);
     ASSERT_LE(static_cast<int>(out.seqs.size()), scfg.max_num_seqs);
@@ -86,6 +90,13 @@ struct Sim {
       for (const auto& rs : runner->batches().back()) tokens += rs.num_tokens;
       ASSERT_LE(tokens, scfg.max_batched_tokens);
       ASSERT_LE(static_cast<int>(runner->batches().back().size()), scfg.max_num_seqs);
+      std::vector<std::string> loras;  // distinct adapters (by digest) in the step
+      for (const auto& rs : runner->batches().back())
+        if (rs.lora != nullptr) loras.push_back(rs.lora->digest());
+      std::sort(loras.begin(), loras.end());
+      loras.erase(std::unique(loras.begin(), loras.end()), loras.end());
+      ASSERT_LE(static_cast<int>(loras.size()), scfg.max_loras);
+      max_step_loras = std::max(max_step_loras, static_cast<int>(loras.size()));
     }
     ASSERT_EQ(runner->num_errors(), 0);
     for (auto& [id, st] : streams) Collect(*st, &results[id]);

@@ -402,6 +402,8 @@ Section<S> Concat(Section<S> a, const Section<S>& b) {
 // ---- the tree ----
 
 constexpr double kMaxSeconds = 1e6;
+constexpr int kMaxLoraRank = 1024;
+constexpr int kMaxCpuLoras = 1 << 16;
 
 const Section<ModelFileConfig>& ModelKeys() {
   using M = ModelFileConfig;
@@ -467,6 +469,19 @@ const Section<sched::SchedulerConfig>& SchedulerKeys() {
       Leaf<C>("max_queued_prompt_tokens", "", &C::max_queued_prompt_tokens, kInt<int64_t>,
               InRange<int64_t>(1, int64_t{1} << 40)),
       Leaf<C>("aging_s", "", &C::aging_s, kDouble, InRange(0.0, kMaxSeconds)),
+  };
+  return kKeys;
+}
+
+const Section<LoraConfig>& LoraKeys() {
+  using L = LoraConfig;
+  static const Section<L> kKeys = {
+      Leaf<L>("max_loras", "--max-loras", &L::max_loras, kInt<int>,
+              InRange(1, sched::SchedulerConfig::kMaxLoras)),
+      Leaf<L>("max_lora_rank", "--max-lora-rank", &L::max_lora_rank, kInt<int>,
+              InRange(1, kMaxLoraRank)),
+      Leaf<L>("max_cpu_loras", "--max-cpu-loras", &L::max_cpu_loras, kInt<int>,
+              InRange(0, kMaxCpuLoras)),
   };
   return kKeys;
 }
@@ -541,6 +556,7 @@ const Section<ServingConfig>& EngineKeys() {
               &E::kv_tier_prefetch_timeout_s, kDouble, InRange(0.0, 3600.0)),
       Sub<E>("kv_cache", &E::kv_cache, KvCacheKeys()),
       Sub<E>("scheduler", &E::scheduler, SchedulerKeys()),
+      Sub<E>("lora", &E::lora, LoraKeys()),
       Sub<E>("kv_tiers", &E::kv_tiers, TierKeys()),
   };
   return kKeys;
@@ -594,6 +610,12 @@ Result<std::string> ReadFile(const std::string& path) {
 
 Status ServingConfig::Validate() const {
   RETURN_IF_ERROR(CheckSection(EngineKeys(), *this, "engine", /*with_flags=*/true));
+  if (lora.max_cpu_loras != 0 && lora.max_cpu_loras < lora.max_loras) {
+    return Status::InvalidArgument(fmt::format(
+        "engine.lora.max_cpu_loras (--max-cpu-loras): must be 0 (unbounded) or at least "
+        "engine.lora.max_loras (--max-loras, {}), got {}",
+        lora.max_loras, lora.max_cpu_loras));
+  }
   if (kv_tiers.enabled() && !kv_cache.prefix_cache) {
     return Status::InvalidArgument(
         "engine.kv_tiers: KV tiers need the prefix cache (set engine.kv_cache.prefix_cache: true, "

@@ -7,7 +7,8 @@
 //     engine:  ServingConfig        what ServingEngine::Create reads
 //       threads, max_model_len, kv_tier_prefetch_timeout_s
 //       kv_cache:  KvCacheConfig            pool budget, KV dtype, block size, prefix cache
-//       scheduler: sched::SchedulerConfig   (its max_model_len is derived, not configured)
+//       scheduler: sched::SchedulerConfig   (its max_model_len and max_loras are derived)
+//       lora:      LoraConfig               the LoRA active set and adapter limits
 //       kv_tiers:  kvtier::TieredKvConfig   ram / disk / redis tiers (each optional), codec, queue
 //
 // The YAML keys are the C++ member names (examples/replica.yaml documents every key and its
@@ -71,12 +72,24 @@ struct KvCacheConfig {
   bool prefix_cache = true;
 };
 
+// engine.lora: (the adapters themselves are registered by the server: `--lora name=path`, the
+// load/unload routes)
+struct LoraConfig {
+  int max_loras = 1;       // adapters active at once, so in one step (vLLM's --max-loras); 1..64
+  int max_lora_rank = 16;  // highest adapter rank accepted at load (vLLM's --max-lora-rank)
+  // Adapters kept in host memory by the registry (vLLM's --max-cpu-loras); 0: unbounded; else
+  // >= max_loras.
+  int max_cpu_loras = 0;
+};
+
 // engine:
 struct ServingConfig {
   int threads = 0;        // compute threads; 0: all cores
   int max_model_len = 0;  // positions per sequence; 0: the model's context length capped at 8192
   KvCacheConfig kv_cache;
-  sched::SchedulerConfig scheduler;         // scheduler.max_model_len is set by ServingEngine
+  // scheduler.max_model_len and .max_loras are set by ServingEngine (from max_model_len, lora)
+  sched::SchedulerConfig scheduler;
+  LoraConfig lora;
   kvtier::TieredKvConfig kv_tiers;          // KV tiers below the pool; all optional (engine/kvtier)
   double kv_tier_prefetch_timeout_s = 1.0;  // longest a request waits for its prefetch
   // Every key in range, the memory size parses, tiers valid and with the prefix cache on. Errors

@@ -269,6 +269,49 @@ TEST(ReplicaConfigTest, ValidateNamesTheKeyAndItsFlag) {
   EXPECT_NE(r.Validate().message().find("server.port (--port)"), std::string::npos);
 }
 
+TEST(ReplicaConfigTest, LoraKeysDefaultsRangesAndTheirFlags) {
+  const ServingConfig d;
+  EXPECT_EQ(d.lora.max_loras, 1);  // vLLM's defaults
+  EXPECT_EQ(d.lora.max_lora_rank, 16);
+  EXPECT_EQ(d.lora.max_cpu_loras, 0);
+  EXPECT_EQ(d.lora.max_loras, sched::SchedulerConfig{}.max_loras);
+  auto c = ParseReplicaConfigYaml(
+      "engine: {lora: {max_loras: 4, max_lora_rank: 64, "
+      "max_cpu_loras: 8}}");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->engine.lora.max_loras, 4);
+  EXPECT_EQ(c->engine.lora.max_lora_rank, 64);
+  EXPECT_EQ(c->engine.lora.max_cpu_loras, 8);
+  auto back = ParseReplicaConfigYaml(ReplicaConfigToYaml(*c));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->engine.lora.max_loras, 4);
+  EXPECT_EQ(back->engine.lora.max_cpu_loras, 8);
+  EXPECT_EQ(Error("engine: {lora: {max_loras: 0}}"),
+            "engine.lora.max_loras: must be in [1, 64], got 0");
+  EXPECT_EQ(Error("engine: {lora: {max_loras: 65}}"),
+            "engine.lora.max_loras: must be in [1, 64], got 65");
+  EXPECT_EQ(Error("engine: {lora: {max_lora_rank: 0}}"),
+            "engine.lora.max_lora_rank: must be in [1, 1024], got 0");
+  EXPECT_EQ(Error("engine: {lora: {max_cpu_loras: -1}}"),
+            "engine.lora.max_cpu_loras: must be in [0, 65536], got -1");
+  EXPECT_EQ(Error("engine: {lora: {max_lora: 2}}"),
+            "engine.lora.max_lora: unknown key (did you mean max_loras?)");
+  EXPECT_EQ(Error("engine: {lora: {max_loras: 4, max_cpu_loras: 2}}"),
+            "engine.lora.max_cpu_loras (--max-cpu-loras): must be 0 (unbounded) or at least "
+            "engine.lora.max_loras (--max-loras, 4), got 2");
+  // The scheduler's copy is derived from engine.lora, not a key of its own.
+  EXPECT_EQ(Error("engine: {scheduler: {max_loras: 2}}"),
+            "engine.scheduler.max_loras: unknown key");
+  ServingConfig v;
+  v.lora.max_loras = 100;
+  EXPECT_EQ(v.Validate().message(),
+            "engine.lora.max_loras (--max-loras): must be in [1, 64], got 100");
+  v = ServingConfig{};
+  v.lora.max_lora_rank = 5000;
+  EXPECT_NE(v.Validate().message().find("engine.lora.max_lora_rank (--max-lora-rank)"),
+            std::string::npos);
+}
+
 TEST(ReplicaConfigTest, FilesAndTheirErrors) {
   auto missing = LoadReplicaConfigFile("/nonexistent/replica.yaml");
   ASSERT_FALSE(missing.ok());

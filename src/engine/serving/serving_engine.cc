@@ -87,6 +87,7 @@ Result<std::unique_ptr<ServingEngine>> ServingEngine::Create(
   sched::SchedulerConfig sc = config.scheduler;
   sc.max_model_len =
       s->max_model_len_;  // derived: the configured length, resolved against the model
+  sc.max_loras = config.lora.max_loras;  // the LoRA active set (engine.lora)
   kv::KvStorage* storage = s->storage_.get();
   auto copy = [storage](std::span<const sched::BlockCopy> copies) {
     for (const auto& c : copies) storage->CopyBlock(c.src, c.dst, c.num_slots);

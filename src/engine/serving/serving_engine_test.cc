@@ -308,5 +308,23 @@ TEST(ServingConfigTest, NamesTheBadSchedulingFlag) {
   EXPECT_TRUE(c.Validate().ok());
 }
 
+TEST(ServingConfigTest, LoraActiveSetSizeReachesTheScheduler) {
+  Fixture fx = MakeModel(synth::FileType::kQ8_0);
+  ServingConfig c;
+  c.kv_cache.memory = "16MiB";
+  c.lora.max_loras = 3;
+  c.scheduler.max_loras = 7;  // derived: engine.lora wins
+  auto se = ServingEngine::Create(fx.model, c);
+  ASSERT_TRUE(se.ok()) << se.status().ToString();
+  EXPECT_EQ((*se)->engine().scheduler().config().max_loras, 3);
+  EXPECT_EQ((*se)->engine().scheduler().lora_slots().size(), 3u);
+  EXPECT_EQ((*se)->engine().Stats().max_loras, 3);
+  c.lora.max_loras = 0;
+  auto bad = ServingEngine::Create(fx.model, c);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("engine.lora.max_loras (--max-loras)"), std::string::npos)
+      << bad.status().message();
+}
+
 }  // namespace
 }  // namespace strata::engine::serving
