@@ -14,6 +14,7 @@
 #include "base/thread_pool.h"
 #include "engine/runner/sequence_runner.h"
 #include "engine/sampler/sampler.h"
+#include "lora/adapter.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,6 +25,9 @@ struct GenerateOptions {
   std::string model;
   std::string prompt;
   std::string prompt_tokens;
+  std::string lora;         // --lora FILE (llama.cpp's GGUF LoRA format)
+  float lora_scale = 1.0f;  // --lora-scale S
+  int max_lora_rank = 256;  // --max-lora-rank: a pair of higher rank is refused
   int max_tokens = 32;
   float temperature = 0.8f;
   int top_k = 40;
@@ -101,6 +105,14 @@ Status RunGenerate(const GenerateOptions& o) {
 
   ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
   ASSIGN_OR_RETURN(auto seq, engine::runner::SequenceRunner::Create(*model, n_ctx, &pool));
+  std::shared_ptr<const lora::Adapter> adapter;
+  if (!o.lora.empty()) {
+    lora::LoadOptions lo;
+    lo.scale = o.lora_scale;
+    lo.max_rank = o.max_lora_rank;
+    ASSIGN_OR_RETURN(adapter, lora::Adapter::Load("cli", o.lora, *model, lo));
+    seq->set_lora(adapter.get());
+  }
   engine::sampler::Sampler sampler(sp, static_cast<size_t>(cfg.n_vocab));
   std::vector<int32_t> banned;
   if (o.ignore_eos) banned = tok->eog_ids();
@@ -171,6 +183,13 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   auto* pt = cmd->add_option("--prompt-tokens", o->prompt_tokens,
                              "Prompt as comma-separated token ids (used verbatim)");
   p->excludes(pt);
+  cmd->add_option("--lora", o->lora,
+                  "LoRA adapter (llama.cpp's GGUF LoRA format) applied to the model");
+  cmd->add_option("--lora-scale", o->lora_scale,
+                  "User scale of --lora (the pair's scale is this x alpha / rank)")
+      ->capture_default_str();
+  cmd->add_option("--max-lora-rank", o->max_lora_rank, "Refuse a --lora whose rank is higher")
+      ->capture_default_str();
   cmd->add_option("-n,--max-tokens", o->max_tokens, "Maximum number of tokens to generate")
       ->capture_default_str();
   cmd->add_option("--temperature,--temp", o->temperature, "Sampling temperature (0 = greedy)")
