@@ -66,6 +66,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -111,6 +112,10 @@ struct EngineStats {
   int64_t embeddings = 0;        // embedding requests completed (also counted in finished_requests)
   int64_t deadline_expired = 0;  // ended unadmitted at their deadline (DeadlineExceeded)
   int64_t displaced = 0;         // ended unadmitted for a higher-priority one (ResourceExhausted)
+  // LoRA adapters by name, sorted and unique: in the active set (batchable in a step), used by
+  // running requests, wanted by waiting ones; and the size of the active set (--max-loras).
+  std::vector<std::string> active_loras, running_loras, waiting_loras;
+  int max_loras = 0;
 };
 
 struct RequestHandle {

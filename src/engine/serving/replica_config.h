@@ -71,6 +71,18 @@ struct KvCacheConfig {
   bool prefix_cache = true;
 };
 
+// engine.lora: LoRA adapters (issue 20).
+struct LoraAdapterConfig {
+  std::string name, path;
+  float scale = 1.0f;
+};
+struct LoraConfig {
+  int max_loras = 1;       // --max-loras: distinct adapters in one engine step (the active set)
+  int max_lora_rank = 16;  // --max-lora-rank: adapters of higher rank are refused
+  int max_cpu_loras = 0;   // --max-cpu-loras: loaded adapters kept in host memory; 0 = unbounded
+  std::vector<LoraAdapterConfig> adapters;  // --lora name=path: registered at start-up
+};
+
 // engine:
 struct ServingConfig {
   int threads = 0;        // compute threads; 0: all cores
@@ -79,6 +91,7 @@ struct ServingConfig {
   sched::SchedulerConfig scheduler;         // scheduler.max_model_len is set by ServingEngine
   kvtier::TieredKvConfig kv_tiers;          // KV tiers below the pool; all optional (engine/kvtier)
   double kv_tier_prefetch_timeout_s = 1.0;  // longest a request waits for its prefetch
+  LoraConfig lora;
   // Every key in range, the memory size parses, tiers valid and with the prefix cache on. Errors
   // name the key path and its flag ("engine.scheduler.max_num_seqs (--max-num-seqs): ...").
   Status Validate() const;
