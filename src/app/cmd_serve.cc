@@ -18,6 +18,7 @@
 #include "app/replica_flags.h"
 #include "engine/serving/serving_engine.h"
 #include "http/server.h"
+#include "lora/registry.h"
 #include "model/model.h"
 #include "server/api.h"
 #include "tokenizer/chat/builtin_templates.h"
@@ -139,6 +140,15 @@ Status RunServe(const engine::serving::ReplicaConfig& config) {
   }
 
   std::shared_ptr<const model::Model> shared_model = std::move(model);
+  // The replica's LoRA adapters: those of --lora now (a bad one fails start-up with the loader's
+  // message), more at runtime through /v1/load_lora_adapter.
+  lora::Registry registry(
+      shared_model, {.max_rank = sc.lora.max_lora_rank, .max_cpu_loras = sc.lora.max_cpu_loras});
+  for (const auto& a : sc.lora.adapters) {
+    Status added = registry.Add(a.name, a.path, a.scale);
+    if (!added.ok()) return added.WithContext("--lora " + a.name + "=" + a.path);
+  }
+  server::RegistryStore adapters(&registry);
   ASSIGN_OR_RETURN(auto serving, engine::serving::ServingEngine::Create(shared_model, sc));
   WarnUnreachableTiers(serving->TierStats());
   const int max_len = serving->max_model_len();
@@ -164,15 +174,17 @@ Status RunServe(const engine::serving::ReplicaConfig& config) {
   ao.metrics_compat = o.metrics_compat;
   engine::serving::ServingEngine* serving_ptr = serving.get();
   ao.tier_stats = [serving_ptr] { return serving_ptr->TierStats(); };
+  ao.adapters = &adapters;
   auto api = std::make_unique<server::Api>(info, eng, ao);
 
   api->SetReady(true);
   api_ptr.store(api.get(), std::memory_order_release);
   std::printf(
-      "strata serve: ready: model '%s' (%s), context %d, %d KV blocks of %d tokens, %s, %s\n",
+      "strata serve: ready: model '%s' (%s), context %d, %d KV blocks of %d tokens, %s, %s, %zu "
+      "LoRA adapter(s)\n",
       info.name.c_str(), path.c_str(), max_len, blocks, sc.kv_cache.block_size,
       tmpl ? "chat template present" : "no chat template (chat -> 400)",
-      DescribeTiers(sc.kv_tiers).c_str());
+      DescribeTiers(sc.kv_tiers).c_str(), sc.lora.adapters.size());
   std::fflush(stdout);
 
   int sig = 0;

@@ -160,6 +160,35 @@ void ReplicaFlags::AddEngine(CLI::App* cmd) {
       cmd, "--max-queued-requests", "admission bound: more waiting requests get 429",
       [](ReplicaConfig & c) -> auto& { return c.engine.scheduler.max_queued_requests; });
   AddTiers(cmd);
+  AddLora(cmd);
+}
+
+// LoRA adapters: --lora name=path (repeatable; added to engine.lora.adapters of --config) and the
+// engine.lora limits.
+void ReplicaFlags::AddLora(CLI::App* cmd) {
+  CLI::Option* option = cmd->add_option(
+      "--lora", lora_specs_,
+      "LoRA adapter (llama.cpp GGUF) served under NAME: --lora NAME=PATH, repeatable; requests "
+      "name it in `model` or `lora`");
+  rows_.push_back({option, [this](ReplicaConfig* c) {
+                     for (const std::string& spec : lora_specs_) {
+                       const size_t eq = spec.find('=');
+                       if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+                         return FlagError("--lora", "expected NAME=PATH, got '" + spec + "'");
+                       c->engine.lora.adapters.push_back(
+                           {.name = spec.substr(0, eq), .path = spec.substr(eq + 1)});
+                     }
+                     return Status::Ok();
+                   }});
+  Bind<int>(
+      cmd, "--max-loras", "distinct LoRA adapters in one engine step (the active set)",
+      [](ReplicaConfig & c) -> auto& { return c.engine.lora.max_loras; });
+  Bind<int>(
+      cmd, "--max-lora-rank", "largest LoRA rank accepted (an adapter of higher rank is refused)",
+      [](ReplicaConfig & c) -> auto& { return c.engine.lora.max_lora_rank; });
+  Bind<int>(
+      cmd, "--max-cpu-loras", "loaded LoRA adapters kept in host memory (0: no bound)",
+      [](ReplicaConfig & c) -> auto& { return c.engine.lora.max_cpu_loras; });
 }
 
 // The KV-tier shortcuts; they edit engine.kv_tiers after the files.

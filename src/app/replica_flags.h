@@ -58,12 +58,14 @@ class ReplicaFlags {
   void AddServer(CLI::App* cmd);
   void AddEngine(CLI::App* cmd);
   void AddTiers(CLI::App* cmd);
+  void AddLora(CLI::App* cmd);
 
   engine::serving::ReplicaConfig staged_;
   std::deque<std::string> texts_;  // values of Text flags (a deque: options point into it)
   std::deque<double> seconds_;     // values of Ttl flags
   std::string config_file_;
   std::string kv_tier_config_file_;
+  std::vector<std::string> lora_specs_;  // --lora name=path (repeatable)
   std::vector<Row> rows_;
 };
 

@@ -7,6 +7,16 @@
 
 namespace strata::gateway {
 
+AdapterState AdapterStateOf(const ReplicaView& v, std::string_view adapter) {
+  const ReplicaMetrics& m = v.metrics;
+  if (adapter.empty() || !m.valid || !m.lora_published) return AdapterState::kUnknown;
+  auto has = [adapter](const std::vector<std::string>& names) {
+    return std::find(names.begin(), names.end(), adapter) != names.end();
+  };
+  if (has(m.lora_active)) return AdapterState::kActive;
+  return has(m.lora_registered) ? AdapterState::kRegistered : AdapterState::kAbsent;
+}
+
 PricedReplica Price(const BalancerConfig& cfg, const ReplicaView& v, const PrefixMatch& m,
                     const PickRequest& r) {
   PricedReplica p;
@@ -40,7 +50,8 @@ PricedReplica Price(const BalancerConfig& cfg, const ReplicaView& v, const Prefi
   if (v.eligible_replicas > 1)
     p.hot_s = std::max(0.0, v.recent_share * v.eligible_replicas - kHotShare) * kHotWeight *
               prompt / safe_rate;
-  p.cost_s = p.queue_s + p.prefill_s + p.tier_s + p.decode_s + p.hot_s;
+  if (AdapterStateOf(v, r.adapter) == AdapterState::kRegistered) p.lora_s = cfg.lora_load_s;
+  p.cost_s = p.queue_s + p.prefill_s + p.tier_s + p.decode_s + p.hot_s + p.lora_s;
   return p;
 }
 
@@ -56,18 +67,29 @@ bool Excluded(const PickRequest& r, const std::string& url) {
 }
 
 // Candidate indices into `views`, in URL order (so rotation does not depend on snapshot order).
+// When some candidate has the request's adapter, those known not to have it are dropped.
 std::vector<size_t> Candidates(std::span<const ReplicaView> views, const PickRequest& r) {
   std::vector<size_t> out;
   for (size_t i = 0; i < views.size(); ++i)
     if (views[i].eligible && !Excluded(r, views[i].url)) out.push_back(i);
+  const bool someone_has = std::any_of(out.begin(), out.end(), [&](size_t i) {
+    const AdapterState s = AdapterStateOf(views[i], r.adapter);
+    return s == AdapterState::kRegistered || s == AdapterState::kActive;
+  });
+  if (someone_has)
+    std::erase_if(out, [&](size_t i) {
+      return AdapterStateOf(views[i], r.adapter) == AdapterState::kAbsent;
+    });
   std::sort(out.begin(), out.end(),
             [&](size_t a, size_t b) { return views[a].url < views[b].url; });
   return out;
 }
 
 std::string Detail(const PricedReplica& p) {
-  return fmt::format("queue={:.4f} prefill={:.4f} tier={:.4f} decode={:.4f} cached={}", p.queue_s,
-                     p.prefill_s, p.tier_s, p.decode_s, p.cached_tokens);
+  std::string d = fmt::format("queue={:.4f} prefill={:.4f} tier={:.4f} decode={:.4f} cached={}",
+                              p.queue_s, p.prefill_s, p.tier_s, p.decode_s, p.cached_tokens);
+  if (p.lora_s > 0) d += fmt::format(" lora={:.4f}", p.lora_s);
+  return d;
 }
 
 }  // namespace

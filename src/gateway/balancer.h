@@ -31,7 +31,14 @@
 //               a prefix every request shares — one system prompt — is warmed on other replicas
 //               instead of pinning all traffic to the first, even when that one is not yet
 //               overloaded; at or below the fair share the term is 0)
-//   cost_s    = queue_s + prefill_s + tier_s + decode_s + hot_s
+//   lora_s    = balancer.lora_load_s when the request names a LoRA adapter that the replica has
+//               registered but not in its engine's active set (strata:lora_adapter_active 0),
+//               else 0 (active there, or the replica publishes no adapter list)
+//   cost_s    = queue_s + prefill_s + tier_s + decode_s + hot_s + lora_s
+// Adapters (every policy): when some candidate publishes an adapter list containing the request's
+// adapter, the candidates whose published list lacks it are skipped (they would answer 404);
+// replicas that publish no list stay candidates, and when no replica has the adapter nothing is
+// skipped.
 // sent_since_poll_* are the gateway's own sends since the replica's last metrics poll, so two
 // requests in one metrics window see each other; sent_since_poll_tokens counts the prefill tokens
 // (uncached, as predicted at the pick) of those requests.
@@ -66,11 +73,16 @@ inline constexpr double kDecodeHorizonTokens = 128;
 inline constexpr double kCostTieSeconds = 1e-9;
 
 // From the replica's /metrics (strata:num_requests_waiting, strata:num_requests_running,
-// strata:kv_cache_usage_perc, the rate of strata:prompt_tokens_total while it had a queue).
+// strata:kv_cache_usage_perc, the rate of strata:prompt_tokens_total while it had a queue, the
+// LoRA adapters of strata:lora_adapter_active).
 struct ReplicaMetrics {
   bool valid = false;
   double waiting = 0, running = 0, kv_usage = 0;
   double prefill_tokens_per_s = 0;  // 0 = not measured yet
+  // LoRA: whether the replica publishes its adapters (strata:lora_requests_info or
+  // strata:lora_adapter_active present), the registered ones and those in its active set (sorted).
+  bool lora_published = false;
+  std::vector<std::string> lora_registered, lora_active;
   Clock::time_point at{};
 };
 
@@ -99,6 +111,7 @@ struct PickRequest {
   int64_t prompt_tokens = 0, max_tokens = 0;
   std::string_view tenant;
   std::vector<std::string> exclude;  // urls tried already
+  std::string_view adapter;  // the LoRA adapter named (body `lora`, else `model`); may be ""
 };
 
 struct Pick {
@@ -118,7 +131,7 @@ inline constexpr double kHotWeight = 4.0;   // hot_s at 1.25 × the fair share =
 inline constexpr double kShareWindow = 64;  // picks the recent share averages over
 
 struct PricedReplica {
-  double queue_s = 0, prefill_s = 0, tier_s = 0, decode_s = 0, hot_s = 0, cost_s = 0;
+  double queue_s = 0, prefill_s = 0, tier_s = 0, decode_s = 0, hot_s = 0, lora_s = 0, cost_s = 0;
   int64_t cached_tokens = 0;
 };
 PricedReplica Price(const BalancerConfig& cfg, const ReplicaView& v, const PrefixMatch& m,
@@ -141,5 +154,10 @@ class Balancer {
 
 // Requests on the replica as the balancer counts them (least-loaded and ties).
 double ReplicaLoad(const ReplicaView& v);
+
+// What the replica's published adapter list says about `adapter`: registered there (and active),
+// or known not to be (it publishes a list without it), or unknown (no list, no metrics).
+enum class AdapterState : uint8_t { kUnknown, kAbsent, kRegistered, kActive };
+AdapterState AdapterStateOf(const ReplicaView& v, std::string_view adapter);
 
 }  // namespace strata::gateway

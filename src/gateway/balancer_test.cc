@@ -432,5 +432,98 @@ TEST(BalancerSim, TextPromptsGetHistoryAffinityByByteChunks) {
   EXPECT_EQ(p->cached_tokens, 0);
 }
 
+// LoRA: a replica whose published list has the adapter registered but not active pays
+// balancer.lora_load_s; one whose list lacks it is skipped (every policy) unless none has it;
+// replicas that publish no list are never skipped.
+ReplicaView WithAdapters(ReplicaView v, std::vector<std::string> registered,
+                         std::vector<std::string> active) {
+  v.metrics.lora_published = true;
+  v.metrics.lora_registered = std::move(registered);
+  v.metrics.lora_active = std::move(active);
+  return v;
+}
+
+TEST(BalancerLora, RegisteredButInactivePaysTheLoadTermActivePaysNone) {
+  BalancerConfig cfg;
+  PickRequest r;
+  r.prompt_tokens = 100;
+  r.adapter = "sql";
+  const PrefixMatch m;
+  ReplicaView idle = View("a", 0, 0);
+  EXPECT_EQ(AdapterStateOf(idle, "sql"), AdapterState::kUnknown);
+  EXPECT_DOUBLE_EQ(Price(cfg, idle, m, r).lora_s, 0);
+  ReplicaView registered = WithAdapters(idle, {"sql"}, {});
+  EXPECT_EQ(AdapterStateOf(registered, "sql"), AdapterState::kRegistered);
+  PricedReplica p = Price(cfg, registered, m, r);
+  EXPECT_DOUBLE_EQ(p.lora_s, 0.05);
+  EXPECT_DOUBLE_EQ(p.cost_s, p.queue_s + p.prefill_s + p.tier_s + p.decode_s + p.lora_s);
+  ReplicaView active = WithAdapters(idle, {"sql"}, {"sql"});
+  EXPECT_EQ(AdapterStateOf(active, "sql"), AdapterState::kActive);
+  EXPECT_DOUBLE_EQ(Price(cfg, active, m, r).lora_s, 0);
+  EXPECT_EQ(AdapterStateOf(WithAdapters(idle, {"x"}, {}), "sql"), AdapterState::kAbsent);
+  // No adapter named, or metrics invalid: no term.
+  r.adapter = "";
+  EXPECT_DOUBLE_EQ(Price(cfg, registered, m, r).lora_s, 0);
+  r.adapter = "sql";
+  registered.metrics.valid = false;
+  EXPECT_EQ(AdapterStateOf(registered, "sql"), AdapterState::kUnknown);
+}
+
+TEST(BalancerLora, RequestsGoWhereTheAdapterIsActiveUnlessThatReplicaIsBusier) {
+  BalancerConfig cfg;
+  Balancer b;
+  PickRequest r;
+  r.prompt_tokens = 100;
+  r.max_tokens = 16;
+  r.adapter = "sql";
+  // Same load: the one with "sql" active wins, whatever the order.
+  std::vector<ReplicaView> views = {WithAdapters(View("a", 0, 0), {"sql"}, {}),
+                                    WithAdapters(View("b", 0, 0), {"sql"}, {"sql"})};
+  for (int i = 0; i < 4; ++i) {
+    auto p = b.Choose(cfg, views, {}, r);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->url, "b");
+  }
+  // The active one is busier by more than lora_load_s of predicted work: the other one.
+  views[1].metrics.waiting = 4;  // 4 x 100 tokens / 2000 tokens/s = 0.2 s > 0.05 s
+  auto p = b.Choose(cfg, views, {}, r);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->url, "a");
+  EXPECT_NE(p->detail.find("lora=0.0500"), std::string::npos) << p->detail;
+  // A larger lora_load_s keeps it on the active replica.
+  cfg.lora_load_s = 1.0;
+  p = b.Choose(cfg, views, {}, r);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->url, "b");
+}
+
+TEST(BalancerLora, ReplicasWhoseListLacksTheAdapterAreSkippedUnlessNoneHasIt) {
+  BalancerConfig cfg;
+  for (BalancePolicy policy : {BalancePolicy::kCost, BalancePolicy::kRoundRobin,
+                               BalancePolicy::kRandom, BalancePolicy::kLeastLoaded}) {
+    cfg.policy = policy;
+    Balancer b;
+    PickRequest r;
+    r.prompt_tokens = 100;
+    r.adapter = "sql";
+    // "a" (idle) publishes a list without it, "b" (busy) has it, "c" publishes nothing.
+    std::vector<ReplicaView> views = {WithAdapters(View("a", 0, 0), {"chat"}, {"chat"}),
+                                      WithAdapters(View("b", 50, 8), {"sql"}, {}),
+                                      View("c", 60, 8)};
+    std::set<std::string> picked;
+    for (int i = 0; i < 32; ++i) {
+      auto p = b.Choose(cfg, views, {}, r);
+      ASSERT_TRUE(p.ok());
+      picked.insert(p->url);
+    }
+    EXPECT_EQ(picked.count("a"), 0u) << static_cast<int>(policy);
+    // Nobody has "other": nothing is skipped (the idle replica wins on cost / takes its turn).
+    r.adapter = "other";
+    picked.clear();
+    for (int i = 0; i < 32; ++i) picked.insert(b.Choose(cfg, views, {}, r)->url);
+    EXPECT_EQ(picked.count("a"), 1u) << static_cast<int>(policy);
+  }
+}
+
 }  // namespace
 }  // namespace strata::gateway

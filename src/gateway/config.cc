@@ -404,6 +404,7 @@ const Fields<BalancerConfig>& BalancerFields() {
       Int<B>("history_ttl_s", &B::history_ttl, 1, 7 * 86400),
       Num<B>("default_prefill_tokens_per_s", &B::default_prefill_tokens_per_s, 0, 1e12, true),
       Num<B>("default_decode_step_s", &B::default_decode_step_s, 0, 1000),
+      Num<B>("lora_load_s", &B::lora_load_s, 0, 3600),
       {"tier_seconds_per_block", [](const YAML::Node& n, const std::string& path,
                                     B* out) { return DecodeSection(TierFields(), n, path, out); }},
   };

@@ -105,6 +105,9 @@ struct BalancerConfig {
   // Transfer time of one block found only in that tier, indexed by KvTier. YAML:
   // tier_seconds_per_block: {pool, ram, disk, redis}.
   double tier_seconds_per_block[kNumKvTiers] = {0, 1e-4, 1e-3, 3e-3};
+  // Seconds added to a replica's cost for a request whose LoRA adapter is registered there but
+  // not in its active set (it must be swapped in first).
+  double lora_load_s = 0.05;
 };
 
 struct UpstreamConfig {

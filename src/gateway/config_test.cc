@@ -44,6 +44,7 @@ TEST(GatewayConfig, MinimalHasTheDefaults) {
   EXPECT_EQ(g.balancer.policy, BalancePolicy::kCost);
   EXPECT_EQ(g.balancer.history_ttl.count(), 120);
   EXPECT_DOUBLE_EQ(g.balancer.tier_seconds_per_block[static_cast<int>(KvTier::kRedis)], 3e-3);
+  EXPECT_DOUBLE_EQ(g.balancer.lora_load_s, 0.05);
   EXPECT_EQ(g.upstream.timeout.count(), 600000);
   EXPECT_EQ(g.upstream.retries, 1);
   EXPECT_EQ(g.access_log, "stderr");
@@ -95,6 +96,7 @@ balancer:
   history_ttl_s: 80
   default_prefill_tokens_per_s: 90
   default_decode_step_s: 0.5
+  lora_load_s: 0.25
   tier_seconds_per_block: {pool: 0.1, ram: 0.2, disk: 0.3, redis: 0.4}
 upstream: {timeout_s: 1.5, retries: 0}
 access_log: "off"
@@ -134,6 +136,7 @@ access_log: "off"
   EXPECT_EQ(g.balancer.policy, BalancePolicy::kLeastLoaded);
   EXPECT_EQ(g.balancer.history_ttl.count(), 80);
   EXPECT_DOUBLE_EQ(g.balancer.tier_seconds_per_block[static_cast<int>(KvTier::kDisk)], 0.3);
+  EXPECT_DOUBLE_EQ(g.balancer.lora_load_s, 0.25);
   EXPECT_EQ(g.upstream.timeout.count(), 1500);
   EXPECT_EQ(g.upstream.retries, 0);
   EXPECT_EQ(g.access_log, "off");
@@ -242,6 +245,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"prefill_zero",
                 std::string(kMinimal) + "balancer: {default_prefill_tokens_per_s: 0}\n",
                 "balancer.default_prefill_tokens_per_s: must be in (0, "},
+        BadCase{"lora_load", std::string(kMinimal) + "balancer: {lora_load_s: -1}\n",
+                "balancer.lora_load_s: must be in [0, 3600]"},
         BadCase{"timeout_zero", std::string(kMinimal) + "upstream: {timeout_s: 0}\n",
                 "upstream.timeout_s: must be in (0, 86400]"},
         BadCase{"retries", std::string(kMinimal) + "upstream: {retries: 11}\n",

@@ -45,6 +45,7 @@ struct Gateway::Job {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string path, body;
   std::string tenant, route, pool, model;
+  std::string adapter;  // body `lora` if a string, else `model` (the balancer's adapter term)
   Priority priority = Priority::kSilver;
   std::vector<std::pair<std::string, std::string>> headers;  // forwarded upstream
   PromptInfo prompt;
@@ -428,6 +429,7 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
     return m->second;
   };
   RequestFacts facts{model, lora.empty() ? model : lora, job->tenant, job->priority, &ex.request};
+  job->adapter = facts.adapter;
   const RouteConfig* route =
       MatchRoute(cfg, facts, [&](const PoolConfig& p) { return measure(p).tokens; });
   if (!route) return http::ErrorResponse(404, "no route matches this request", "model");
@@ -483,8 +485,8 @@ void Gateway::Admitted(const std::shared_ptr<Job>& job) {
 }
 
 void Gateway::Dispatch(const std::shared_ptr<Job>& job) {
-  PickRequest pr{job->prompt.ids, job->text_key, job->prompt.tokens,
-                 job->max_tokens, job->tenant,   job->tried};
+  PickRequest pr{job->prompt.ids, job->text_key, job->prompt.tokens, job->max_tokens,
+                 job->tenant,     job->tried,    job->adapter};
   auto pick = job->replicas->Choose(pr, Clock::now());
   if (!pick.ok()) {
     RespondError(job, http::ErrorResponse(

@@ -150,6 +150,25 @@ double SumPromSamples(const std::vector<PromSample>& samples, std::string_view n
   return sum;
 }
 
+PromLoraAdapters ReadLoraAdapters(const std::vector<PromSample>& samples) {
+  PromLoraAdapters out;
+  for (const PromSample& s : samples) {
+    if (s.name == "strata:lora_requests_info") out.published = true;
+    if (s.name != "strata:lora_adapter_active") continue;
+    out.published = true;
+    for (const auto& [key, value] : s.labels) {
+      if (key != "adapter" || value.empty() || out.registered.size() >= kMaxPromAdapters) continue;
+      out.registered.push_back(value);
+      if (std::isfinite(s.value) && s.value >= 0.5) out.active.push_back(value);
+    }
+  }
+  for (auto* v : {&out.registered, &out.active}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+  return out;
+}
+
 double MaxPromSamples(const std::vector<PromSample>& samples, std::string_view name, bool* found) {
   double mx = 0;
   bool any = false;

@@ -38,4 +38,15 @@ double SumPromSamples(const std::vector<PromSample>& samples, std::string_view n
 double MaxPromSamples(const std::vector<PromSample>& samples, std::string_view name,
                       bool* found = nullptr);
 
+// A replica's LoRA adapters: `published` when it exports strata:lora_requests_info or
+// strata:lora_adapter_active (a strata replica that serves adapters, even none yet); every
+// `adapter` label of strata:lora_adapter_active is registered, those with value 1 (>= 0.5) are in
+// its active set. Sorted, unique; empty names ignored; at most kMaxPromAdapters are kept.
+inline constexpr size_t kMaxPromAdapters = 4096;
+struct PromLoraAdapters {
+  bool published = false;
+  std::vector<std::string> registered, active;
+};
+PromLoraAdapters ReadLoraAdapters(const std::vector<PromSample>& samples);
+
 }  // namespace strata::gateway

@@ -8,6 +8,33 @@
 namespace strata::gateway {
 namespace {
 
+TEST(PromScrape, ReadsTheLoraAdaptersAReplicaPublishes) {
+  auto r = ParsePromText(
+      "strata:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"b\","
+      "waiting_lora_adapters=\"\"} 1.7e9\n"
+      "strata:lora_adapter_active{model_name=\"m\",adapter=\"b\"} 1\n"
+      "strata:lora_adapter_active{model_name=\"m\",adapter=\"a\"} 0\n"
+      "strata:lora_adapter_active{model_name=\"m\",adapter=\"c\"} 1\n"
+      "strata:lora_adapter_active{model_name=\"m\",adapter=\"\"} 1\n"
+      "strata:lora_adapter_active{model_name=\"m\"} 1\n"
+      "vllm:lora_requests_info{max_lora=\"1\"} 1\n");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  PromLoraAdapters a = ReadLoraAdapters(*r);
+  EXPECT_TRUE(a.published);
+  EXPECT_EQ(a.registered, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(a.active, (std::vector<std::string>{"b", "c"}));
+  // The info gauge alone: a replica with adapter support and no adapter yet.
+  r = ParsePromText("strata:lora_requests_info{max_lora=\"1\"} 5\n");
+  ASSERT_TRUE(r.ok());
+  a = ReadLoraAdapters(*r);
+  EXPECT_TRUE(a.published);
+  EXPECT_TRUE(a.registered.empty());
+  // Neither family (another server, or vLLM's names only): no list.
+  r = ParsePromText("strata:num_requests_waiting 0\nvllm:lora_requests_info{max_lora=\"1\"} 1\n");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(ReadLoraAdapters(*r).published);
+}
+
 TEST(PromScrape, ParsesSamplesLabelsCommentsAndTimestamps) {
   const char* text =
       "# HELP strata:num_requests_waiting Requests waiting.\n"

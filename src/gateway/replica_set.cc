@@ -334,7 +334,9 @@ Status ObserveMetricsIn(ReplicaSet::State& s, const std::string& url, std::strin
   Result<std::vector<PromSample>> parsed = ParsePromText(text);
   bool has_waiting = false, has_running = false, has_prompt = false;
   double waiting = 0, running = 0, kv = 0, prompt_total = 0;
+  PromLoraAdapters adapters;
   if (parsed.ok()) {
+    adapters = ReadLoraAdapters(*parsed);
     waiting = SumPromSamples(*parsed, "strata:num_requests_waiting", &has_waiting);
     running = SumPromSamples(*parsed, "strata:num_requests_running", &has_running);
     kv = MaxPromSamples(*parsed, "strata:kv_cache_usage_perc");
@@ -364,6 +366,9 @@ Status ObserveMetricsIn(ReplicaSet::State& s, const std::string& url, std::strin
   r.metrics.waiting = waiting;
   r.metrics.running = running;
   r.metrics.kv_usage = kv;
+  r.metrics.lora_published = adapters.published;
+  r.metrics.lora_registered = std::move(adapters.registered);
+  r.metrics.lora_active = std::move(adapters.active);
   r.metrics.at = now;
   r.polled_tokens = at_poll ? at_poll->tokens : r.sent_tokens;
   r.polled_requests = at_poll ? at_poll->requests : r.sent_requests;

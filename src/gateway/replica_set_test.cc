@@ -198,6 +198,41 @@ TEST_F(ReplicaSetTest, PolledMetricsFeedTheCost) {
   EXPECT_TRUE(Eligible(b_.url()));
 }
 
+// The adapters of strata:lora_adapter_active reach the replica's view (via ObserveMetrics, as the
+// poller feeds it) and steer a request for an adapter.
+TEST_F(ReplicaSetTest, PolledLoraAdaptersReachTheViewAndTheChoice) {
+  set_->Start();
+  ASSERT_TRUE(WaitFor([&] { return Eligible(a_.url()) && Eligible(b_.url()); }));
+  set_->Stop();  // from here on only the metrics fed below
+  const std::string base = FakeReplica::MetricsText(0, 0, 0);
+  ASSERT_TRUE(set_->ObserveMetrics(a_.url(),
+                                   base + "strata:lora_requests_info{max_lora=\"1\"} 1\n"
+                                          "strata:lora_adapter_active{adapter=\"sql\"} 1\n"
+                                          "strata:lora_adapter_active{adapter=\"chat\"} 0\n",
+                                   Clock::now())
+                  .ok());
+  ASSERT_TRUE(set_->ObserveMetrics(b_.url(),
+                                   base + "strata:lora_requests_info{max_lora=\"1\"} 1\n"
+                                          "strata:lora_adapter_active{adapter=\"chat\"} 1\n",
+                                   Clock::now())
+                  .ok());
+  ReplicaView a = ViewOf(*set_, a_.url());
+  EXPECT_TRUE(a.metrics.lora_published);
+  EXPECT_EQ(a.metrics.lora_registered, (std::vector<std::string>{"chat", "sql"}));
+  EXPECT_EQ(a.metrics.lora_active, (std::vector<std::string>{"sql"}));
+  PickRequest r;
+  r.prompt_tokens = 100;
+  r.max_tokens = 16;
+  r.adapter = "sql";
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(set_->Choose(r, Clock::now())->url, a_.url());
+  r.adapter = "chat";
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(set_->Choose(r, Clock::now())->url, b_.url());
+  // A later poll without the families: no list any more.
+  ASSERT_TRUE(set_->ObserveMetrics(a_.url(), base, Clock::now()).ok());
+  EXPECT_FALSE(ViewOf(*set_, a_.url()).metrics.lora_published);
+  EXPECT_TRUE(ViewOf(*set_, a_.url()).metrics.lora_registered.empty());
+}
+
 TEST_F(ReplicaSetTest, KvEventsFeedAffinityAndResetsForgetThem) {
   const std::vector<uint8_t> salt = {0xab, 0xcd, 0xef};
   a_.SetKvIdentity(16, salt);

@@ -60,6 +60,22 @@ TEST(Metrics, FamiliesWithoutSamplesAreNotRendered) {
   EXPECT_NE(t.find("strata:h_count{model_name=\"m\"} 0\n"), std::string::npos) << t;
 }
 
+TEST(Metrics, ReplaceDropsSeriesThatNoLongerApplyAlsoInMirrors) {
+  MetricsRegistry r;
+  r.Declare("strata:info", MetricsRegistry::Type::kGauge, "I.");
+  r.Mirror("strata:info", "vllm:info", "VI.", {}, {"a"}, "");
+  r.Set("strata:info", Labels({{"a", "x"}}), 1);
+  r.Replace("strata:info", {{Labels({{"a", "y"}}), 2}, {Labels({{"a", "z"}}), 3}});
+  std::string t = r.Render();
+  EXPECT_EQ(t.find("a=\"x\""), std::string::npos) << t;
+  EXPECT_NE(t.find("strata:info{a=\"y\"} 2\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("strata:info{a=\"z\"} 3\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("vllm:info{a=\"z\"} 3\n"), std::string::npos) << t;
+  r.Replace("strata:info", {});
+  t = r.Render();
+  EXPECT_EQ(t.find("info"), std::string::npos) << t;  // no series: the family is not rendered
+}
+
 TEST(Metrics, MirrorsFilterLabelsAddUpAndUseTheirOwnBuckets) {
   MetricsRegistry r;
   r.Declare("strata:x_total", MetricsRegistry::Type::kCounter, "X.");

@@ -101,6 +101,17 @@ void MetricsRegistry::Set(std::string_view name, const std::string& labels, doub
   ForEachTarget(name, labels, [v](Family& f, const std::string& l) { f.series[l].value = v; });
 }
 
+void MetricsRegistry::Replace(std::string_view name,
+                              const std::vector<std::pair<std::string, double>>& series) {
+  MutexLock lock(&mu_);
+  Family* f = Find(name);
+  if (!f) return;
+  f->series.clear();
+  for (MirrorTo& m : f->mirrors) m.dst->series.clear();
+  for (const auto& [labels, v] : series)
+    ForEachTarget(name, labels, [v](Family& t, const std::string& l) { t.series[l].value = v; });
+}
+
 void MetricsRegistry::ObserveInto(Family& f, const std::string& labels, double v) {
   Series& s = f.series[labels];
   if (s.bucket_counts.size() != f.buckets.size()) s.bucket_counts.assign(f.buckets.size(), 0);

@@ -33,6 +33,11 @@ class MetricsRegistry {
   // gauge / counter = v
   void Set(std::string_view name, const std::string& labels, double v) EXCLUDES(mu_);
   void Observe(std::string_view name, const std::string& labels, double v) EXCLUDES(mu_);
+  // Replaces every series of `name` by `series` ({labels, value}) in one step, so label sets that
+  // no longer apply disappear (info gauges, per-adapter state). The family's mirrors are cleared
+  // and refilled too (use it only for families whose mirrors have no other source).
+  void Replace(std::string_view name, const std::vector<std::pair<std::string, double>>& series)
+      EXCLUDES(mu_);
   // Creates the series at zero (no-op when it exists), so the family is rendered.
   void Touch(std::string_view name, const std::string& labels) EXCLUDES(mu_);
   // Declares `dst` (type of `src`) and mirrors every later write to `src` onto it (see above).

@@ -108,6 +108,18 @@ const MetricSpec kMetrics[] = {
      nullptr},
     {"strata:kv_tier_errors_total", T::kCounter, "I/O or connection errors of a KV tier, by tier.",
      nullptr},
+    {"strata:lora_requests_info", T::kGauge,
+     "LoRA adapters of running and waiting requests and the active-set size (labels; the value "
+     "is the Unix time of the scrape), as vLLM's vllm:lora_requests_info.",
+     nullptr},
+    {"strata:lora_requests_total", T::kCounter, "Requests accepted for a LoRA adapter, by adapter.",
+     nullptr},
+    {"strata:lora_adapter_events_total", T::kCounter,
+     "LoRA adapter registry events: load (file read), unload, evict (host cache), load_error.",
+     nullptr},
+    {"strata:lora_adapter_active", T::kGauge,
+     "1 when a registered LoRA adapter is in the engine's active set, 0 when only registered.",
+     nullptr},
     {"strata:kv_tier_up", T::kGauge,
      "1 when a KV tier can serve (Redis: a connection is open), 0 when it is unreachable.",
      nullptr},
@@ -179,6 +191,8 @@ const VllmSpec kVllmMetrics[] = {
     {"strata:request_queue_time_seconds", "vllm:request_queue_time_seconds",
      "Histogram of time spent in WAITING phase for request.", B::kLatency},
 };
+// strata:lora_adapter_events_total{event} (exported at zero for each from the start).
+constexpr const char* kLoraEvents[] = {"load", "unload", "evict", "load_error"};
 // vLLM's finish reasons (request_success_total is exported at zero for each from the start).
 constexpr const char* kVllmFinishReasons[] = {"stop", "length", "abort", "error"};
 
@@ -257,8 +271,8 @@ http::ApiResult<std::vector<std::vector<int32_t>>> EmbeddingInputs(
 }
 
 // The fields /v1/embeddings reads; any other is refused by name (never ignored silently).
-constexpr std::string_view kEmbeddingFields[] = {"input", "model", "encoding_format", "dimensions",
-                                                 "user"};
+constexpr std::string_view kEmbeddingFields[] = {"input",      "model", "encoding_format",
+                                                 "dimensions", "user",  "lora"};
 
 http::ApiError RejectUnknownFields(const json& body, std::span<const std::string_view> known) {
   for (const auto& [key, value] : body.items()) {
@@ -293,7 +307,7 @@ Api::Api(ModelInfo model, engine::sched::Engine* engine, ApiOptions options)
       engine_(engine),
       options_(std::move(options)),
       chain_(Routes(), {http::RequireBearer(options_.api_keys), http::RequireReady(&readiness_),
-                        http::ParseJsonBody(), http::RequireModel(model_.name)}) {
+                        http::ParseJsonBody(), [this](Exchange& ex) { return CheckModel(ex); }}) {
   model_labels_ = http::Labels({{"model_name", model_.name}});
   created_ = std::chrono::duration_cast<std::chrono::seconds>(
                  std::chrono::system_clock::now().time_since_epoch())
@@ -301,6 +315,12 @@ Api::Api(ModelInfo model, engine::sched::Engine* engine, ApiOptions options)
   for (const MetricSpec& m : kMetrics)
     metrics_.Declare(m.name, m.type, m.help, m.buckets ? *m.buckets : std::vector<double>{});
   if (options_.metrics_compat == "vllm") DeclareVllmMetrics();
+  if (options_.adapters) {
+    loader_ = std::make_unique<AdapterLoader>();
+    for (const char* event : kLoraEvents)
+      metrics_.Touch("strata:lora_adapter_events_total",
+                     http::Labels({{"model_name", model_.name}, {"event", event}}));
+  }
   if (engine_->hidden_dim() > 0) embeddings_ = std::make_unique<EmbeddingJobs>(engine_);
 }
 
@@ -327,6 +347,10 @@ std::vector<http::Route> Api::Routes() {
       {"POST", "/detokenize", "/detokenize", false, true, true, true, on(&Api::Detokenize)},
       {"POST", "/apply-template", "/apply-template", false, true, true, true,
        on(&Api::ApplyTemplate)},
+      {"POST", "/v1/load_lora_adapter", "/v1/load_lora_adapter", false, true, true, true,
+       on(&Api::LoadLora)},
+      {"POST", "/v1/unload_lora_adapter", "/v1/unload_lora_adapter", false, true, true, true,
+       on(&Api::UnloadLora)},
   };
 }
 
@@ -390,14 +414,31 @@ json Api::ModelObject() const {
           {"max_model_len", model_.max_model_len}};
 }
 
+// A LoRA adapter as vLLM lists it: its parent is the base model, its root the adapter's file.
+json Api::AdapterObject(const lora::AdapterInfo& a) const {
+  return {{"id", a.name},
+          {"object", "model"},
+          {"created", created_},
+          {"owned_by", "strata"},
+          {"root", a.path},
+          {"parent", model_.name},
+          {"max_model_len", model_.max_model_len}};
+}
+
 HttpResponse Api::Models(Exchange&) {
-  return JsonResponse(200, {{"object", "list"}, {"data", json::array({ModelObject()})}});
+  json data = json::array({ModelObject()});
+  if (options_.adapters)
+    for (const lora::AdapterInfo& a : options_.adapters->List()) data.push_back(AdapterObject(a));
+  return JsonResponse(200, {{"object", "list"}, {"data", std::move(data)}});
 }
 
 HttpResponse Api::Model(Exchange& ex) {
   std::string id = ex.request.path.substr(ex.route->path.size());
-  if (id != model_.name) return Error(404, fmt::format("model '{}' does not exist", id), "model");
-  return JsonResponse(200, ModelObject());
+  if (id == model_.name) return JsonResponse(200, ModelObject());
+  if (options_.adapters)
+    for (const lora::AdapterInfo& a : options_.adapters->List())
+      if (a.name == id) return JsonResponse(200, AdapterObject(a));
+  return ModelNotFound(id, "model", model_.name);
 }
 
 // As llama.cpp's server: `content` (or `prompt`), add_special false, parse_special true,
@@ -467,6 +508,8 @@ HttpResponse Api::Embeddings(Exchange& ex) {
   RETURN_IF_API_ERROR_RESPONSE(f.Int("dimensions", 1, engine_->hidden_dim(), &dims));
   RETURN_IF_API_ERROR_RESPONSE(f.String("user", &user));  // accepted and ignored, as documented
   const bool base64 = format == "base64";
+  std::shared_ptr<const lora::Adapter> adapter;
+  if (auto bad = ResolveAdapter(ex.body, &adapter)) return std::move(*bad);
   auto inputs = EmbeddingInputs(*f.Find("input"), *model_.tok);
   if (!inputs.ok()) return http::ErrorResponse(inputs.error());
   int64_t total = 0;
@@ -482,11 +525,12 @@ HttpResponse Api::Embeddings(Exchange& ex) {
   }
   // Answered by EmbeddingJobs' worker once the engine has computed every input.
   std::shared_ptr<http::Responder> out = ex.out;
-  auto done = [this, out, base64, total, dims](EmbeddingResult result) {
+  const std::string model_name = adapter ? adapter->name() : model_.name;
+  auto done = [this, out, base64, total, dims, model_name](EmbeddingResult result) {
     HttpResponse r;
     try {
       for (auto& v : result.vectors) ShortenEmbedding(&v, static_cast<size_t>(dims));
-      r = result.status.ok() ? EmbeddingResponse(result.vectors, base64, total)
+      r = result.status.ok() ? EmbeddingResponse(result.vectors, base64, total, model_name)
                              : FromEngineStatus(result.status);
     } catch (...) {  // the last-resort guard of this worker thread (never expected to fire)
       OnInternalError("POST", "/v1/embeddings");
@@ -501,20 +545,21 @@ HttpResponse Api::Embeddings(Exchange& ex) {
     out->Respond(std::move(r));
   };
   Status s = embeddings_->Submit(std::move(*inputs), engine::sched::Priority::kSilver, out,
-                                 std::move(done));
+                                 std::move(done), adapter);
   if (!s.ok()) {
     HttpResponse r = FromEngineStatus(s);
     if (r.status == 429)
       r.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
     return r;
   }
+  if (adapter) CountLoraRequest(*adapter);
   HttpResponse r;
   r.status = http::kDeferred;
   return r;
 }
 
 HttpResponse Api::EmbeddingResponse(const std::vector<std::vector<float>>& vectors, bool base64,
-                                    int64_t total) const {
+                                    int64_t total, const std::string& model) const {
   json data = json::array();
   for (size_t i = 0; i < vectors.size(); ++i) {
     const std::vector<float>& e = vectors[i];
@@ -528,11 +573,15 @@ HttpResponse Api::EmbeddingResponse(const std::vector<std::vector<float>>& vecto
   }
   return JsonResponse(200, {{"object", "list"},
                             {"data", data},
-                            {"model", model_.name},
+                            {"model", model},
                             {"usage", {{"prompt_tokens", total}, {"total_tokens", total}}}});
 }
 
 void Api::DeclareVllmMetrics() {
+  // vLLM's info gauge has exactly these three labels.
+  metrics_.Mirror("strata:lora_requests_info", "vllm:lora_requests_info",
+                  "Running stats on lora requests.", {},
+                  {"max_lora", "waiting_lora_adapters", "running_lora_adapters"}, "");
   const std::string engine_labels = http::Labels({{"model_name", model_.name}, {"engine", "0"}});
   for (const VllmSpec& m : kVllmMetrics) {
     std::vector<double> buckets;
@@ -581,6 +630,7 @@ void Api::RefreshEngineGauges() {
   metrics_.Set("strata:prefix_cache_pool_hits_total", model_labels_,
                static_cast<double>(s.prefix_hit_tokens));
   metrics_.Set("strata:num_preemptions_total", model_labels_, static_cast<double>(s.preemptions));
+  if (options_.adapters) RefreshLoraGauges(s);
   if (!options_.tier_stats) return;
   auto ts = options_.tier_stats();
   if (!ts) return;

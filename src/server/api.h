@@ -2,6 +2,7 @@
 //
 //   GET  /health /ready /metrics /v1/models /v1/models/{id} /v1/kv/events
 //   POST /v1/completions /v1/chat/completions /v1/embeddings /tokenize /detokenize /apply-template
+//   POST /v1/load_lora_adapter /v1/unload_lora_adapter
 //
 // Routing is an http::Chain: match -> auth (Bearer) -> readiness -> JSON body (parsed once) ->
 // model -> the route's handler, which reads the parsed body from the http::Exchange.
@@ -16,6 +17,11 @@
 // submits them and returns, and EmbeddingJobs (embeddings.h) answers when the engine has computed
 // them all, so concurrent requests are batched by the engine. 501 when the engine's runner has no
 // hidden-state output.
+// LoRA (ApiOptions::adapters): a request names a registered adapter in `model` or `lora`; the
+// Api looks it up (AdapterStore::Get) and the engine request holds it (SubmitRequest::lora); an
+// unknown one is a 404 (model_not_found). /v1/load_lora_adapter reads the file on the
+// AdapterLoader's thread and answers from there; unload takes the name away (requests holding the
+// adapter finish with it).
 //
 // Ownership: borrows the engine, tokenizer and template (they must outlive the Api). The HttpServer
 // calling Handle() must be Stop()ped before the Api is destroyed (disconnect callbacks and drains
@@ -42,6 +48,7 @@
 #include "http/prometheus.h"
 #include "http/server.h"
 #include "server/embeddings.h"
+#include "server/lora_adapters.h"
 #include "server/openai_request.h"
 
 namespace strata::server {
@@ -54,6 +61,9 @@ struct ApiOptions {
   std::function<std::optional<engine::kvtier::TieredKvStats>()> tier_stats;
   // "vllm": /metrics also exports the vLLM-named families (api.cc kVllmMetrics); "": only strata:.
   std::string metrics_compat;
+  // The replica's LoRA adapters (borrowed; must outlive the Api). Null: no adapters (a request
+  // naming one is a 404, load/unload are 501).
+  AdapterStore* adapters = nullptr;
 };
 
 class Api {
@@ -97,8 +107,21 @@ class Api {
   HttpResponse ApplyTemplate(http::Exchange& ex);
   HttpResponse Embeddings(http::Exchange& ex);
   HttpResponse EmbeddingResponse(const std::vector<std::vector<float>>& vectors, bool base64,
-                                 int64_t total) const;
+                                 int64_t total, const std::string& model) const;
   HttpResponse Generate(Endpoint ep, http::Exchange& ex);
+  // LoRA (api.cc).
+  HttpResponse LoadLora(http::Exchange& ex);
+  HttpResponse UnloadLora(http::Exchange& ex);
+  // The adapter a request body names (`lora`, else `model` when it is not the base model): null
+  // for the base model; a 404 (model_not_found) / 400 response when it cannot be used.
+  std::optional<HttpResponse> ResolveAdapter(const nlohmann::json& body,
+                                             std::shared_ptr<const lora::Adapter>* out);
+  // `model` of a json_body route: the base model, a registered adapter, or absent (chain step).
+  std::optional<HttpResponse> CheckModel(const http::Exchange& ex) const;
+  void CountLoraRequest(const lora::Adapter& adapter);
+  void RespondCounted(const std::shared_ptr<http::Responder>& out, std::string_view route,
+                      HttpResponse r);
+  void RefreshLoraGauges(const engine::sched::EngineStats& s);
   // Generation (generate.cc).
   std::optional<HttpResponse> ApplyHeaders(const http::HttpRequest& req, GenRequest& g);
   std::shared_ptr<Job> NewJob(Endpoint ep, GenRequest g,
@@ -122,6 +145,7 @@ class Api {
   void RefreshEngineGauges();
   void RefreshTierGauges(const engine::kvtier::TieredKvStats& stats);
   nlohmann::json ModelObject() const;
+  nlohmann::json AdapterObject(const lora::AdapterInfo& a) const;
 
   ModelInfo model_;
   engine::sched::Engine* engine_;
@@ -134,6 +158,7 @@ class Api {
 
   mutable Mutex mu_;
   std::vector<std::shared_ptr<Job>> jobs_ GUARDED_BY(mu_);  // live generation jobs
+  std::unique_ptr<AdapterLoader> loader_;  // with options_.adapters; reset first by ~Api
   // Last member: destroyed first, so its worker (which uses metrics_) stops before anything else.
   std::unique_ptr<EmbeddingJobs> embeddings_;  // null: the runner has no hidden-state output
 };

@@ -46,6 +46,20 @@ inline http::HttpResponse Error(int status, std::string_view message, std::strin
   return http::ErrorResponse(status, message, param);
 }
 
+// 404 for a `model` (or `lora`, `param`) that names neither the base model `served` nor a
+// registered LoRA adapter: OpenAI's body with type "NotFoundError" and code "model_not_found" (as
+// vLLM answers an unknown model or adapter).
+inline http::HttpResponse ModelNotFound(std::string_view name, std::string_view param,
+                                        std::string_view served) {
+  http::HttpResponse r;
+  r.status = 404;
+  r.body = http::ErrorBody(std::string(param == "lora" ? "LoRA adapter '" : "model '") +
+                               std::string(name) + "' does not exist (this server serves '" +
+                               std::string(served) + "' and the LoRA adapters /v1/models lists)",
+                           "NotFoundError", param, "model_not_found");
+  return r;
+}
+
 // In a handler: returns the 400 response of a failed field read (an http::ApiError expression).
 #define RETURN_IF_API_ERROR_RESPONSE(expr)                                  \
   do {                                                                      \

@@ -54,7 +54,8 @@ void EmbeddingJobs::InputDone(const std::weak_ptr<State>& state,
 
 Status EmbeddingJobs::Submit(std::vector<std::vector<int32_t>> inputs,
                              engine::sched::Priority priority,
-                             const std::shared_ptr<http::Responder>& out, EmbeddingDone done) {
+                             const std::shared_ptr<http::Responder>& out, EmbeddingDone done,
+                             std::shared_ptr<const lora::Adapter> lora) {
   if (inputs.empty()) return Status::InvalidArgument("input: no inputs");
   auto job = std::make_shared<Job>();
   job->done = std::move(done);
@@ -75,6 +76,7 @@ Status EmbeddingJobs::Submit(std::vector<std::vector<int32_t>> inputs,
     r.kind = engine::sched::RequestKind::kEmbed;
     r.prompt = std::move(tokens);
     r.priority = priority;
+    r.lora = lora;
     auto h = engine_->Submit(std::move(r));
     if (!h.ok()) {
       {

@@ -49,9 +49,11 @@ class EmbeddingJobs {
 
   // Submits one embedding request per input (each >= 1 token). On OK, `done` runs once on the
   // worker thread when every input has finished (or one failed / was cancelled). `out` is the
-  // connection whose disconnect cancels the job (may be null).
+  // connection whose disconnect cancels the job (may be null). `lora`: the adapter every input
+  // is computed with (null: the base model).
   Status Submit(std::vector<std::vector<int32_t>> inputs, engine::sched::Priority priority,
-                const std::shared_ptr<http::Responder>& out, EmbeddingDone done);
+                const std::shared_ptr<http::Responder>& out, EmbeddingDone done,
+                std::shared_ptr<const lora::Adapter> lora = nullptr);
 
   // Jobs submitted and not yet handed to `done`.
   int live() const;

@@ -54,6 +54,7 @@ struct Api::Job {
   int64_t created = 0;      // this response's creation time (Unix seconds)
   bool sent_first = false;  // streamed: the first chunk (prompt_token_ids) went out
   std::string labels;       // model_name + tier (the priority label)
+  std::string model;        // the response's `model`: the adapter's name, or the base model's
   std::atomic<bool> gone{false};
   bool finished = false;  // on the work strand: Process returned true, the job is forgotten
   std::vector<Choice> choices;
@@ -214,6 +215,7 @@ HttpResponse FromEngineStatus(const Status& s) {
 }
 
 Api::~Api() {
+  loader_.reset();      // runs the adapter load in progress to its end, drops the queued ones
   embeddings_.reset();  // joins its worker; cancels embeddings in flight
   std::vector<std::shared_ptr<Job>> jobs;
   {
@@ -260,6 +262,7 @@ HttpResponse Api::Generate(Endpoint ep, Exchange& ex) {
   if (!parsed.ok()) return http::ErrorResponse(parsed.error());
   GenRequest g = std::move(*parsed);
   if (auto bad = ApplyHeaders(ex.request, g)) return std::move(*bad);
+  if (auto bad = ResolveAdapter(ex.body, &g.submit.lora)) return std::move(*bad);
   // Every prompt of a batch is its own engine request, all submitted now; if one is refused, the
   // ones already submitted are cancelled and the client gets that error.
   std::vector<engine::sched::RequestHandle> handles;
@@ -277,6 +280,7 @@ HttpResponse Api::Generate(Endpoint ep, Exchange& ex) {
     }
     handles.push_back(std::move(*handle));
   }
+  if (g.submit.lora) CountLoraRequest(*g.submit.lora);
   std::shared_ptr<Job> job = NewJob(ep, std::move(g), std::move(handles));
   job->out = ex.out;
   job->arrival = arrival;
@@ -298,6 +302,7 @@ std::shared_ptr<Api::Job> Api::NewJob(Endpoint ep, GenRequest g,
   for (const auto& p : job->req.prompts) job->prompt_tokens += static_cast<int>(p.size());
   auto priority = std::string(engine::sched::PriorityName(job->req.submit.priority));
   job->labels = http::Labels({{"model_name", model_.name}, {"tier", priority}});
+  job->model = job->req.submit.lora ? job->req.submit.lora->name() : model_.name;
   job->id = NewResponseId(ep == Endpoint::kChat ? "chatcmpl" : "cmpl");
   job->created = UnixSecondsNow();
   const size_t n = static_cast<size_t>(job->req.submit.n);
@@ -324,7 +329,7 @@ void Api::StartStream(Job& job) {
   json chunk = {{"id", job.id},
                 {"object", "chat.completion.chunk"},
                 {"created", job.created},
-                {"model", model_.name},
+                {"model", job.model},
                 {"choices", choices}};
   AddPromptIds(job, &chunk);
   job.sent_first = true;
@@ -503,7 +508,7 @@ void Api::StreamDelta(Job& job, size_t index, const std::string& delta) {
   json chunk = {{"id", job.id},
                 {"object", job.chunk_object()},
                 {"created", job.created},
-                {"model", model_.name},
+                {"model", job.model},
                 {"choices", json::array({choice})}};
   if (!job.sent_first) AddPromptIds(job, &chunk);
   job.sent_first = true;
@@ -559,7 +564,7 @@ void Api::Finish(Job& job) {
   json resp = {{"id", job.id},
                {"object", job.chat() ? "chat.completion" : "text_completion"},
                {"created", job.created},
-               {"model", model_.name},
+               {"model", job.model},
                {"choices", FinalChoices(job)},
                {"usage", usage}};
   AddPromptIds(job, &resp);
@@ -574,8 +579,8 @@ void Api::FinishStream(Job& job, const json& usage) {
     job.out->Write(
         http::SseEvent(http::ErrorBody(job.error_message, "server_error", "", "engine_error")));
   } else if (job.req.include_usage) {
-    json chunk = {{"id", job.id},         {"object", job.chunk_object()}, {"created", job.created},
-                  {"model", model_.name}, {"choices", json::array()},     {"usage", usage}};
+    json chunk = {{"id", job.id},       {"object", job.chunk_object()}, {"created", job.created},
+                  {"model", job.model}, {"choices", json::array()},     {"usage", usage}};
     job.out->Write(http::SseEvent(Dump(chunk)));
   }
   http::SseWriter(job.out).Done();

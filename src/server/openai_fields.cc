@@ -122,7 +122,7 @@ constexpr FieldSpec Impl(std::string_view name, unsigned endpoints) {
 // Per endpoint: the OpenAI reference's fields (completions, then chat), then the extensions.
 constexpr FieldSpec kFields[] = {
     // Both endpoints.
-    Impl("model", kB),  // must name the served model (404 otherwise, http::RequireModel)
+    Impl("model", kB),  // the served model or a LoRA adapter (404 otherwise, Api::CheckModel)
     Impl("max_tokens", kB),
     Impl("temperature", kB),
     Impl("top_p", kB),
@@ -175,6 +175,7 @@ constexpr FieldSpec kFields[] = {
     Impl("priority", kB),
     Impl("deadline_ms", kB),
     Impl("return_token_ids", kB),
+    Impl("lora", kB),  // a LoRA adapter by name (Api::ResolveAdapter)
     Impl("chat_template_kwargs", kH),
     Impl("add_generation_prompt", kH),
 };

@@ -103,6 +103,7 @@ class ServerTest : public ::testing::Test {
     info.chat_template = tmpl_.get();
     ApiOptions ao;
     ao.api_keys = std::move(keys);
+    ao.adapters = adapters_;
     api_ = std::make_unique<Api>(info, engine_.get(), ao);
     api_->SetReady(true);
     HttpServerOptions so;
@@ -136,6 +137,7 @@ class ServerTest : public ::testing::Test {
     return json::parse(r.body, nullptr, false);
   }
 
+  AdapterStore* adapters_ = nullptr;  // set before Boot(): the Api's LoRA adapters
   engine::sched::SteadyClock clock_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   std::unique_ptr<tokenizer::chat::ChatTemplate> tmpl_;

@@ -72,6 +72,11 @@ struct KvCacheConfig {
   bool prefix_cache = true;
 };
 
+// An adapter registered at start-up (`--lora name=path`; YAML engine.lora.adapters).
+struct LoraAdapterConfig {
+  std::string name, path;
+  float scale = 1.0f;
+};
 // engine.lora: (the adapters themselves are registered by the server: `--lora name=path`, the
 // load/unload routes)
 struct LoraConfig {
@@ -80,6 +85,7 @@ struct LoraConfig {
   // Adapters kept in host memory by the registry (vLLM's --max-cpu-loras); 0: unbounded; else
   // >= max_loras.
   int max_cpu_loras = 0;
+  std::vector<LoraAdapterConfig> adapters;  // registered at start-up by the server
 };
 
 // engine:
