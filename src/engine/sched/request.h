@@ -33,10 +33,6 @@
 #include "engine/sched/clock.h"
 #include "lora/adapter.h"
 
-namespace strata::lora {
-class Adapter;  // lora/adapter.h
-}  // namespace strata::lora
-
 namespace strata::engine::sched {
 
 using RequestId = int64_t;
@@ -90,9 +86,6 @@ struct SubmitRequest {
   // (unloading it from a registry never affects a queued or running request).
   std::shared_ptr<const lora::Adapter> lora;
   RequestKind kind = RequestKind::kGenerate;
-  // The LoRA adapter applied to this request's rows (null: the base model). Held alive by the
-  // request, so unloading the adapter never affects it.
-  std::shared_ptr<const lora::Adapter> lora;
 
   // Field checks against the model: n_vocab (token id range) and max_model_len (positions per
   // sequence). Capacity checks (KV pool, max_num_seqs) are the engine's. kEmbed requests are
