@@ -174,6 +174,7 @@ TEST(EngineLora, ConfigBoundsMaxLoras) {
 void RunManyAdapters(int max_loras, int num_adapters, uint32_t seed) {
   Sim sim(512, Cfg(max_loras, 128, 8));
   std::vector<AdapterPtr> adapters;
+  adapters.reserve(static_cast<size_t>(num_adapters));
   for (int i = 0; i < num_adapters; ++i)
     adapters.push_back(MakeAdapter("ad" + std::to_string(i), "digest-" + std::to_string(i)));
   struct Sent {
@@ -183,6 +184,7 @@ void RunManyAdapters(int max_loras, int num_adapters, uint32_t seed) {
     AdapterPtr lora;
   };
   std::vector<Sent> sent;
+  sent.reserve(40);
   uint32_t x = seed;
   auto next = [&x] { return x = x * 1664525u + 1013904223u; };
   for (int i = 0; i < 40; ++i) {

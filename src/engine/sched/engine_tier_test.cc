@@ -88,6 +88,47 @@ SchedulerConfig Cfg() {
   return c;
 }
 
+TEST(EngineTierSim, TierBlocksNeverCrossLoraAdapters) {
+  // The tier's keys are the block hashes, salted with the adapter's digest: blocks demoted under
+  // adapter a come back for a, never for b (the fake runner would flag a block read under another
+  // adapter) nor for the base model.
+  Sim sim(/*num_blocks=*/8, Cfg(), /*block_size=*/16);
+  MapTier tier(sim.runner.get());
+  sim.engine->AttachKvTier(&tier, 0.05);
+  const auto a = lora::Adapter::FromParts("a", "digest-a", {});
+  const auto b = lora::Adapter::FromParts("b", "digest-b", {});
+  const auto prompt = MakePrompt(70, 1);  // 4 full blocks + 6 tokens
+  auto with = [&](std::shared_ptr<const lora::Adapter> l) {
+    SubmitRequest r = Greedy(prompt, 4);
+    r.lora = std::move(l);
+    return r;
+  };
+  auto evict = [&](uint32_t seed) {  // a long other prompt recycles the pool
+    ASSERT_TRUE(sim.Submit(Greedy(MakePrompt(110, seed), 4)).ok());
+    sim.RunToCompletion();
+  };
+  ASSERT_TRUE(sim.Submit(with(a)).ok());
+  sim.RunToCompletion();
+  evict(2);
+  ASSERT_GE(tier.demoted, 4);
+  auto for_b = sim.Submit(with(b));
+  ASSERT_TRUE(for_b.ok());
+  sim.RunToCompletion();
+  EXPECT_EQ(sim.engine->Stats().tier_hit_tokens, 0);
+  auto for_base = sim.Submit(Greedy(prompt, 4));
+  ASSERT_TRUE(for_base.ok());
+  sim.RunToCompletion();
+  EXPECT_EQ(sim.engine->Stats().tier_hit_tokens, 0);
+  evict(3);
+  auto for_a = sim.Submit(with(a));
+  ASSERT_TRUE(for_a.ok());
+  sim.RunToCompletion();
+  EXPECT_EQ(sim.engine->Stats().tier_hit_tokens, 64);
+  EXPECT_EQ(sim.results[*for_a][0].tokens, GreedyReference(sim.rcfg, prompt, 4, {}, a.get()));
+  EXPECT_EQ(sim.results[*for_b][0].tokens, GreedyReference(sim.rcfg, prompt, 4, {}, b.get()));
+  EXPECT_EQ(sim.results[*for_base][0].tokens, GreedyReference(sim.rcfg, prompt, 4));
+}
+
 TEST(EngineTierSim, EvictedBlocksReturnFromTheTierAndSkipPrefillWithSameTokens) {
   Sim sim(/*num_blocks=*/8, Cfg(), /*block_size=*/16);
   MapTier tier(sim.runner.get());
