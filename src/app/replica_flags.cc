@@ -61,6 +61,7 @@ void ReplicaFlags::Register(CLI::App* cmd, unsigned scopes) {
   AddModel(cmd, scopes);
   if (scopes & kServer) AddServer(cmd);
   if (scopes & kEngine) AddEngine(cmd);
+  if (scopes & kEngine) AddLora(cmd, (scopes & kServer) != 0);
 }
 
 void ReplicaFlags::AddModel(CLI::App* cmd, unsigned scopes) {
@@ -160,12 +161,21 @@ void ReplicaFlags::AddEngine(CLI::App* cmd) {
       cmd, "--max-queued-requests", "admission bound: more waiting requests get 429",
       [](ReplicaConfig & c) -> auto& { return c.engine.scheduler.max_queued_requests; });
   AddTiers(cmd);
-  AddLora(cmd);
 }
 
-// LoRA adapters: --lora name=path (repeatable; added to engine.lora.adapters of --config) and the
-// engine.lora limits.
-void ReplicaFlags::AddLora(CLI::App* cmd) {
+// LoRA adapters: the engine.lora limits, and with a server --lora name=path (repeatable; added to
+// engine.lora.adapters of --config: the server registers them).
+void ReplicaFlags::AddLora(CLI::App* cmd, bool server) {
+  Bind<int>(
+      cmd, "--max-loras", "distinct LoRA adapters in one engine step (the active set)",
+      [](ReplicaConfig & c) -> auto& { return c.engine.lora.max_loras; });
+  Bind<int>(
+      cmd, "--max-lora-rank", "largest LoRA rank accepted (an adapter of higher rank is refused)",
+      [](ReplicaConfig & c) -> auto& { return c.engine.lora.max_lora_rank; });
+  Bind<int>(
+      cmd, "--max-cpu-loras", "loaded LoRA adapters kept in host memory (0: no bound)",
+      [](ReplicaConfig & c) -> auto& { return c.engine.lora.max_cpu_loras; });
+  if (!server) return;
   CLI::Option* option = cmd->add_option(
       "--lora", lora_specs_,
       "LoRA adapter (llama.cpp GGUF) served under NAME: --lora NAME=PATH, repeatable; requests "
@@ -180,15 +190,6 @@ void ReplicaFlags::AddLora(CLI::App* cmd) {
                      }
                      return Status::Ok();
                    }});
-  Bind<int>(
-      cmd, "--max-loras", "distinct LoRA adapters in one engine step (the active set)",
-      [](ReplicaConfig & c) -> auto& { return c.engine.lora.max_loras; });
-  Bind<int>(
-      cmd, "--max-lora-rank", "largest LoRA rank accepted (an adapter of higher rank is refused)",
-      [](ReplicaConfig & c) -> auto& { return c.engine.lora.max_lora_rank; });
-  Bind<int>(
-      cmd, "--max-cpu-loras", "loaded LoRA adapters kept in host memory (0: no bound)",
-      [](ReplicaConfig & c) -> auto& { return c.engine.lora.max_cpu_loras; });
 }
 
 // The KV-tier shortcuts; they edit engine.kv_tiers after the files.

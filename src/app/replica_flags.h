@@ -58,7 +58,7 @@ class ReplicaFlags {
   void AddServer(CLI::App* cmd);
   void AddEngine(CLI::App* cmd);
   void AddTiers(CLI::App* cmd);
-  void AddLora(CLI::App* cmd);
+  void AddLora(CLI::App* cmd, bool server);
 
   engine::serving::ReplicaConfig staged_;
   std::deque<std::string> texts_;  // values of Text flags (a deque: options point into it)

@@ -108,8 +108,10 @@ void MetricsRegistry::Replace(std::string_view name,
   if (!f) return;
   f->series.clear();
   for (MirrorTo& m : f->mirrors) m.dst->series.clear();
-  for (const auto& [labels, v] : series)
-    ForEachTarget(name, labels, [v](Family& t, const std::string& l) { t.series[l].value = v; });
+  for (const auto& one : series) {
+    const double v = one.second;  // clang 14 cannot capture a structured binding
+    ForEachTarget(name, one.first, [v](Family& t, const std::string& l) { t.series[l].value = v; });
+  }
 }
 
 void MetricsRegistry::ObserveInto(Family& f, const std::string& labels, double v) {

@@ -110,7 +110,7 @@ const MetricSpec kMetrics[] = {
      nullptr},
     {"strata:lora_requests_info", T::kGauge,
      "LoRA adapters of running and waiting requests and the active-set size (labels; the value "
-     "is the Unix time of the scrape), as vLLM's vllm:lora_requests_info.",
+     "is the Unix time of the scrape), as vLLM's lora_requests_info.",
      nullptr},
     {"strata:lora_requests_total", T::kCounter, "Requests accepted for a LoRA adapter, by adapter.",
      nullptr},

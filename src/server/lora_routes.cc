@@ -81,9 +81,11 @@ std::optional<HttpResponse> Api::ResolveAdapter(const json& body,
   }
   if (adapter.status().code() == StatusCode::kNotFound)
     return ModelNotFound(name, param, model_.name);
-  // Registered, but its file could not be read again after a host-cache eviction.
-  return Error(500, fmt::format("LoRA adapter '{}' could not be loaded: {}", name,
-                                adapter.status().message()));
+  // Registered, but its file could not be read again after a host-cache eviction (the registry's
+  // Unavailable: 503).
+  return Error(
+      http::HttpStatusOf(adapter.status().code()),
+      fmt::format("LoRA adapter '{}' could not be loaded: {}", name, adapter.status().message()));
 }
 
 void Api::CountLoraRequest(const lora::Adapter& adapter) {
