@@ -11,11 +11,13 @@
 #include <cmath>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <utility>
 
 #include "gateway/gateway_metrics.h"
 #include "gateway/routes.h"
+#include "gateway/split.h"
 #include "http/auth.h"
 #include "http/client.h"
 #include "http/json_fields.h"
@@ -45,6 +47,7 @@ struct Gateway::Job {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string path, body;
   std::string tenant, route, pool, model;
+  std::string arm;  // a split route: the chosen arm's pool ("" otherwise)
   Priority priority = Priority::kSilver;
   std::vector<std::pair<std::string, std::string>> headers;  // forwarded upstream
   PromptInfo prompt;
@@ -168,6 +171,7 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(std::shared_ptr<const GatewayCo
   g->upstreams_ = std::make_unique<Upstreams>();
   g->admission_ = std::make_unique<Admission>(cfg);
   DeclareGatewayMetrics(&g->metrics_);
+  g->splits_.Reconfigure(*cfg);
   ASSIGN_OR_RETURN(auto snap, g->Build(cfg, nullptr));
   {
     MutexLock lock(&g->mu_);
@@ -219,6 +223,7 @@ Status Gateway::Reload(std::shared_ptr<const GatewayConfig> cfg) {
   for (const auto& [name, set] : old->pools)
     if (!next->pools.contains(name)) set->Stop();  // in-flight requests keep the object alive
   admission_->Reconfigure(cfg);
+  splits_.Reconfigure(*cfg);  // before the swap: new requests find their routes' weights
   {
     MutexLock lock(&mu_);
     snap_ = std::move(next);
@@ -431,8 +436,9 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   const RouteConfig* route =
       MatchRoute(cfg, facts, [&](const PoolConfig& p) { return measure(p).tokens; });
   if (!route) return http::ErrorResponse(404, "no route matches this request", "model");
-  const PoolConfig* pool = cfg.FindPool(route->primary_pool());
-  auto set = job->snap->pools.find(route->primary_pool());
+  const std::string& pool_name = PoolOf(*route, ex, job.get());  // a split: the chosen arm
+  const PoolConfig* pool = cfg.FindPool(pool_name);
+  auto set = job->snap->pools.find(pool_name);
   if (!pool || set == job->snap->pools.end())
     return http::ErrorResponse(503, "route '" + route->name + "' has no pool");
   job->route = route->name;
@@ -474,6 +480,25 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   return HttpResponse{http::kDeferred, {}, {}, {}};
 }
 
+// The pool of the request on `route`: its primary pool, or for a split the arm chosen by the
+// sticky key (split.h) under the current weights (counted in split_requests_total).
+const std::string& Gateway::PoolOf(const RouteConfig& route, const Exchange& ex, Job* job) {
+  if (route.arms.empty()) return route.primary_pool();
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+  const std::string key = StickyKeyOf(route.sticky, ex.body, ex.request, job->tenant);
+  const ArmChoice c = ChooseArm(route.name, splits_.Weights(route), key, u);
+  job->arm = route.arms[c.index].pool;
+  metrics_.Add(std::string(kSplitRequestsTotal),
+               http::Labels({{"route", route.name}, {"pool", job->arm}}), 1);
+  return route.arms[c.index].pool;
+}
+
+// Response headers naming the arm of a split route (x-strata-arm).
+void Gateway::AddArmHeader(const Job& job, std::vector<std::pair<std::string, std::string>>* h) {
+  if (!job.arm.empty()) h->emplace_back("x-strata-arm", job.arm);
+}
+
 void Gateway::Admitted(const std::shared_ptr<Job>& job) {
   if (job->cancel->fired()) {
     Finish(job, 499, nullptr);
@@ -511,6 +536,7 @@ void Gateway::Dispatch(const std::shared_ptr<Job>& job) {
   call.deadline = Clock::now() + job->snap->cfg->upstream.timeout;
   std::vector<std::pair<std::string, std::string>> extra = {{"x-strata-route", job->route},
                                                             {"x-strata-replica", pick->url}};
+  AddArmHeader(*job, &extra);
   upstreams_->Call(std::move(call), job->out, std::move(extra), job->cancel,
                    [this, job](const UpstreamResult& r) { OnUpstreamDone(job, r); });
 }
@@ -532,8 +558,10 @@ void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, const UpstreamResu
   }
   if (r.kind == UpstreamResult::Kind::kRetryable) {
     // Out of retries, nothing was written: the upstream's 5xx as it sent it, or a 502/504.
-    HttpResponse resp =
-        KeptResponse(r, {{"x-strata-route", job->route}, {"x-strata-replica", job->pick.url}});
+    std::vector<std::pair<std::string, std::string>> extra = {{"x-strata-route", job->route},
+                                                              {"x-strata-replica", job->pick.url}};
+    AddArmHeader(*job, &extra);
+    HttpResponse resp = KeptResponse(r, extra);
     const int status = resp.status;
     job->out->Respond(std::move(resp));
     Finish(job, status, &r);
@@ -547,6 +575,7 @@ void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, const UpstreamResu
 
 void Gateway::RespondError(const std::shared_ptr<Job>& job, HttpResponse resp) {
   if (!job->route.empty()) resp.headers.emplace_back("x-strata-route", job->route);
+  AddArmHeader(*job, &resp.headers);
   const int status = resp.status;
   job->out->Respond(std::move(resp));
   Finish(job, status, nullptr);

@@ -35,6 +35,7 @@
 #include "gateway/prompt.h"
 #include "gateway/proxy.h"
 #include "gateway/replica_set.h"
+#include "gateway/split.h"
 #include "http/chain.h"
 #include "http/prometheus.h"
 #include "http/server.h"
@@ -85,6 +86,8 @@ class Gateway {
   http::HttpResponse Metrics(http::Exchange& ex);
   http::HttpResponse Models(http::Exchange& ex);
   http::HttpResponse Proxy(http::Exchange& ex);
+  const std::string& PoolOf(const RouteConfig& route, const http::Exchange& ex, Job* job);
+  static void AddArmHeader(const Job& job, std::vector<std::pair<std::string, std::string>>* h);
   void Admitted(const std::shared_ptr<Job>& job);
   void Dispatch(const std::shared_ptr<Job>& job);
   void OnUpstreamDone(const std::shared_ptr<Job>& job, const UpstreamResult& r);
@@ -98,6 +101,7 @@ class Gateway {
   std::shared_ptr<const Snapshot> snap_ GUARDED_BY(mu_);
   std::unique_ptr<Upstreams> upstreams_;
   std::unique_ptr<Admission> admission_;
+  SplitWeights splits_;  // the split routes' current weights (config, admin API, canary)
   std::unique_ptr<http::Chain> chain_;
   http::Readiness readiness_;
   http::MetricsRegistry metrics_;

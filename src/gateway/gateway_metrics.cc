@@ -56,6 +56,7 @@ constexpr Family kFamilies[] = {
     {kPoolInFlight, Type::kGauge, "Requests admitted to a pool and not yet finished."},
     {kReloadsTotal, Type::kCounter, "Configuration reloads (SIGHUP) by result."},
     {kPoolInfo, Type::kGauge, "1 per pool, labelled with the pool's configured labels."},
+    {kSplitRequestsTotal, Type::kCounter, "Requests on split routes by the arm (pool) chosen."},
 };
 
 // A configured label as a Prometheus label: its name reduced to [a-zA-Z0-9_] (others become '_',

@@ -42,6 +42,8 @@ inline constexpr std::string_view kReplicaInFlight = "strata_gateway:replica_in_
 inline constexpr std::string_view kPoolInFlight = "strata_gateway:pool_in_flight";
 inline constexpr std::string_view kReloadsTotal = "strata_gateway:config_reloads_total";
 inline constexpr std::string_view kPoolInfo = "strata_gateway:pool_info";
+// Issue 17, part split: arms chosen on split routes, canary decisions and weights.
+inline constexpr std::string_view kSplitRequestsTotal = "strata_gateway:split_requests_total";
 
 // What the gateway knows of a request when it ends (metrics and the access log).
 struct RequestRecord {
