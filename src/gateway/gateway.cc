@@ -172,6 +172,8 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(std::shared_ptr<const GatewayCo
   g->admission_ = std::make_unique<Admission>(cfg);
   DeclareGatewayMetrics(&g->metrics_);
   g->splits_.Reconfigure(*cfg);
+  g->canary_ = std::make_unique<CanaryController>(&g->splits_, Clock::now());
+  g->canary_->Reconfigure(*cfg, Clock::now());
   ASSIGN_OR_RETURN(auto snap, g->Build(cfg, nullptr));
   {
     MutexLock lock(&g->mu_);
@@ -224,6 +226,7 @@ Status Gateway::Reload(std::shared_ptr<const GatewayConfig> cfg) {
     if (!next->pools.contains(name)) set->Stop();  // in-flight requests keep the object alive
   admission_->Reconfigure(cfg);
   splits_.Reconfigure(*cfg);  // before the swap: new requests find their routes' weights
+  canary_->Reconfigure(*cfg, Clock::now());
   {
     MutexLock lock(&mu_);
     snap_ = std::move(next);
@@ -255,7 +258,8 @@ void Gateway::Stop() {
 
 void Gateway::StartDraining() { readiness_.StartDraining(); }
 
-// Every 50 ms: admission's waiters past their bound are rejected; every 2 s: /v1/models refresh.
+// Every 50 ms: admission's waiters past their bound are rejected and due canary analyses run;
+// every 2 s: /v1/models refresh.
 void Gateway::StartTicker() {
   asio::co_spawn(
       upstreams_->io(),
@@ -264,6 +268,7 @@ void Gateway::StartTicker() {
         int ticks = 0;
         while (!stopped_.load()) {
           admission_->Tick(Clock::now());
+          NoteCanary(canary_->Tick(Clock::now()));
           if (ticks++ % 40 == 0) RefreshModels();
           timer.expires_after(std::chrono::milliseconds(50));
           boost::system::error_code ec;
@@ -287,6 +292,15 @@ http::Chain Gateway::MakeChain() {
       {"POST", "/v1/completions", "/v1/completions", false, true, true, true, proxy},
       {"POST", "/v1/chat/completions", "/v1/chat/completions", false, true, true, true, proxy},
       {"POST", "/v1/embeddings", "/v1/embeddings", false, true, true, true, proxy},
+      // The admin API checks its own key (AdminAuth) and works while draining.
+      {"GET", "/admin/routes", "/admin/routes", false, false, false, false,
+       on(&Gateway::AdminRoutes)},
+      {"PUT", "/admin/routes/", "/admin/routes/weights", true, false, false, true,
+       on(&Gateway::AdminSetWeights)},
+      {"GET", "/admin/canary", "/admin/canary", false, false, false, false,
+       on(&Gateway::AdminCanary)},
+      {"POST", "/admin/canary/", "/admin/canary/action", true, false, false, false,
+       on(&Gateway::AdminCanaryAction)},
   };
   // Auth reads the current snapshot's tenants, so a reload changes keys without a new chain.
   http::Step auth = [this](Exchange& ex) -> std::optional<HttpResponse> {
@@ -331,6 +345,7 @@ HttpResponse Gateway::Ready(Exchange&) {
 
 HttpResponse Gateway::Metrics(Exchange&) {
   RefreshPoolGauges(*snapshot(), *admission_, &metrics_);
+  RefreshCanaryGauges();
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body = metrics_.Render();
@@ -595,6 +610,7 @@ void Gateway::Finish(const std::shared_ptr<Job>& job, int status, const Upstream
   const RequestRecord rec = job->Record(status, r, now);
   ObserveRequest(rec, &metrics_);
   AccessLog(rec);
+  if (!job->arm.empty()) ObserveCanary(rec);
   in_flight_.fetch_sub(1);
 }
 

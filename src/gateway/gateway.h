@@ -15,6 +15,9 @@
 // Thread contract: Handle() is called concurrently from the front HttpServer's I/O threads;
 // Reload/Start/Stop/StartDraining from one controlling thread. Completion callbacks run on the
 // upstream thread.
+// Traffic management (issue 17): a split route's arm is chosen per request (split.h, header
+// x-strata-arm); canaries are analysed on the ticker (canary.h); /admin/ (its own Bearer key,
+// config admin.api_key; none configured → 403) lists and sets weights and drives canaries.
 // Errors: every client error is an OpenAI error body (401 bad key, 400 bad body, 404 no route or
 // unknown path, 429 over a limit with Retry-After, 502 upstream failure, 503 no healthy replica or
 // draining); Create/Reload return InvalidArgument when a pool's tokenizer cannot be loaded.
@@ -25,11 +28,14 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "base/mutex.h"
 #include "base/status.h"
 #include "gateway/admission.h"
+#include "gateway/canary.h"
 #include "gateway/config.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/prompt.h"
@@ -94,6 +100,16 @@ class Gateway {
   void Finish(const std::shared_ptr<Job>& job, int status, const UpstreamResult* r);
   void RespondError(const std::shared_ptr<Job>& job, http::HttpResponse resp);
   void AccessLog(const RequestRecord& rec);
+  // Traffic management (issue 17, part split): the canary's feed and decisions, the admin API
+  // (gateway_admin.cc).
+  void ObserveCanary(const RequestRecord& rec);
+  void NoteCanary(const std::vector<CanaryDecision>& decisions);
+  void RefreshCanaryGauges();
+  std::optional<http::HttpResponse> AdminAuth(const http::Exchange& ex) const;
+  http::HttpResponse AdminRoutes(http::Exchange& ex);
+  http::HttpResponse AdminSetWeights(http::Exchange& ex);
+  http::HttpResponse AdminCanary(http::Exchange& ex);
+  http::HttpResponse AdminCanaryAction(http::Exchange& ex);
   void RefreshModels();
   void StartTicker();
 
@@ -102,6 +118,7 @@ class Gateway {
   std::unique_ptr<Upstreams> upstreams_;
   std::unique_ptr<Admission> admission_;
   SplitWeights splits_;  // the split routes' current weights (config, admin API, canary)
+  std::unique_ptr<CanaryController> canary_;  // uses splits_
   std::unique_ptr<http::Chain> chain_;
   http::Readiness readiness_;
   http::MetricsRegistry metrics_;

@@ -57,6 +57,10 @@ constexpr Family kFamilies[] = {
     {kReloadsTotal, Type::kCounter, "Configuration reloads (SIGHUP) by result."},
     {kPoolInfo, Type::kGauge, "1 per pool, labelled with the pool's configured labels."},
     {kSplitRequestsTotal, Type::kCounter, "Requests on split routes by the arm (pool) chosen."},
+    {kCanaryDecisionsTotal, Type::kCounter,
+     "Canary decisions by route and decision (step, promote, rollback, pause, resume, "
+     "manual_rollback, manual_promote)."},
+    {kCanaryWeight, Type::kGauge, "Current weight % of each arm of a canary route, by pool."},
 };
 
 // A configured label as a Prometheus label: its name reduced to [a-zA-Z0-9_] (others become '_',

@@ -44,6 +44,8 @@ inline constexpr std::string_view kReloadsTotal = "strata_gateway:config_reloads
 inline constexpr std::string_view kPoolInfo = "strata_gateway:pool_info";
 // Issue 17, part split: arms chosen on split routes, canary decisions and weights.
 inline constexpr std::string_view kSplitRequestsTotal = "strata_gateway:split_requests_total";
+inline constexpr std::string_view kCanaryDecisionsTotal = "strata_gateway:canary_decisions_total";
+inline constexpr std::string_view kCanaryWeight = "strata_gateway:canary_weight";
 
 // What the gateway knows of a request when it ends (metrics and the access log).
 struct RequestRecord {

@@ -169,5 +169,138 @@ access_log: "off"
   EXPECT_EQ(r.headers.count("x-strata-arm"), 0u);
 }
 
+const std::vector<std::string> kAdmin = {"Authorization: Bearer root"};
+
+TEST(TrafficAdmin, OffWithoutAKeyAndGuardedByItsOwnKey) {
+  FakeReplica v1, v2;
+  ASSERT_TRUE(v1.ok() && v2.ok());
+  {
+    Front off(SplitYaml(v1, v2, ""));
+    HttpReply r = off.Call("GET", "/admin/routes", "", kAdmin);
+    EXPECT_EQ(r.status, 403);
+    EXPECT_NE(r.body.find("admin.api_key"), std::string::npos) << r.body;
+    EXPECT_EQ(off.Call("GET", "/admin/canary").status, 403);
+  }
+  Front f(
+      SplitYaml(v1, v2, "tenants: [{name: t, api_keys: [tenant-key]}]\nadmin: {api_key: root}"));
+  EXPECT_EQ(f.Call("GET", "/admin/routes").status, 401);
+  EXPECT_EQ(f.Call("GET", "/admin/routes", "", {"Authorization: Bearer tenant-key"}).status, 401);
+  EXPECT_EQ(f.Call("GET", "/admin/routes", "", {"Authorization: Bearer rooT"}).status, 401);
+  HttpReply ok = f.Call("GET", "/admin/routes", "", kAdmin);
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  const json j = json::parse(ok.body);
+  ASSERT_EQ(j["routes"].size(), 1u);
+  EXPECT_EQ(j["routes"][0]["kind"], "split");
+  EXPECT_EQ(j["routes"][0]["arms"][1]["pool"], "v2");
+  EXPECT_EQ(j["routes"][0]["arms"][1]["weight"], 50);
+  // The admin key is not a tenant key.
+  EXPECT_EQ(f.Post({{"prompt", "x"}}, kAdmin).status, 401);
+}
+
+TEST(TrafficAdmin, PutWeightsMovesTrafficAndSurvivesAnUnchangedReload) {
+  FakeReplica v1, v2;
+  ASSERT_TRUE(v1.ok() && v2.ok());
+  const std::string yaml = SplitYaml(v1, v2, "admin: {api_key: root}");
+  Front f(yaml);
+  ASSERT_TRUE(f.WaitEligible());
+  auto put = [&](const std::string& route, const std::string& body) {
+    return f.Call("PUT", "/admin/routes/" + route + "/weights", body, kAdmin);
+  };
+  HttpReply r = put("chat", R"({"v1": 0, "v2": 3})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["arms"][1]["weight"], 3);
+  EXPECT_EQ(json::parse(r.body)["overridden"], true);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(f.Post({{"prompt", "hi"}, {"user", "u" + std::to_string(i)}}).headers["x-strata-arm"],
+              "v2");
+  EXPECT_EQ(v1.count("/v1/completions"), 0);
+  // Errors: unknown route, a pool that is not an arm, an arm left out, a bad value, all zero.
+  EXPECT_EQ(put("nope", R"({"v1": 1})").status, 404);
+  EXPECT_EQ(put("chat", R"({"v1": 1, "v9": 1})").status, 400);
+  EXPECT_EQ(put("chat", R"({"v1": 1})").status, 400);
+  EXPECT_EQ(put("chat", R"({"v1": "1", "v2": 1})").status, 400);
+  EXPECT_EQ(put("chat", R"({"v1": -1, "v2": 1})").status, 400);
+  EXPECT_EQ(put("chat", R"({"v1": 0, "v2": 0})").status, 400);
+  EXPECT_EQ(put("chat", "[1]").status, 400);
+  EXPECT_EQ(f.Call("PUT", "/admin/routes/chat/weight", "{}", kAdmin).status, 404);
+  // A reload with the same arms keeps the override; one with new config weights resets it.
+  ASSERT_TRUE(f.gw().Reload(*ParseGatewayConfig(yaml)).ok());
+  EXPECT_EQ(f.Post({{"prompt", "hi"}, {"user", "u1"}}).headers["x-strata-arm"], "v2");
+  const std::string reweighted =
+      Replace(yaml, "weight: 50}, {pool: v2, weight: 50}", "weight: 1}, {pool: v2, weight: 0}");
+  ASSERT_TRUE(f.gw().Reload(*ParseGatewayConfig(reweighted)).ok());
+  EXPECT_EQ(f.Post({{"prompt", "hi"}, {"user", "u1"}}).headers["x-strata-arm"], "v1");
+}
+
+// The issue's proof through the gateway: the canary pool's replica is slow → rolled back within
+// one analysis window; the decision is listed, counted, and traffic returns to the baseline.
+TEST(TrafficCanary, ASlowCanaryReplicaIsRolledBack) {
+  FakeReplica v1, v2;
+  ASSERT_TRUE(v1.ok() && v2.ok());
+  v2.SetCompletion(
+      200, R"({"choices":[{"text":"ok"}],"usage":{"prompt_tokens":1,"completion_tokens":4}})",
+      std::chrono::milliseconds(150));
+  Front f(SplitYaml(v1, v2, R"(    canary:
+      baseline: v1
+      canary: v2
+      steps: [50, 100]
+      min_requests: 5
+      min_duration_s: 3600
+      interval_s: 1
+admin: {api_key: root})"));
+  ASSERT_TRUE(f.WaitEligible());
+  // The canary starts at its first step, and weights can't be set by hand meanwhile.
+  HttpReply c0 = f.Call("GET", "/admin/canary", "", kAdmin);
+  ASSERT_EQ(c0.status, 200);
+  EXPECT_EQ(json::parse(c0.body)["canaries"][0]["weight"], 50);
+  EXPECT_EQ(json::parse(c0.body)["canaries"][0]["state"], "progressing");
+  EXPECT_EQ(f.Call("PUT", "/admin/routes/chat/weights", R"({"v1": 1, "v2": 1})", kAdmin).status,
+            409);
+  int on_v2 = 0;
+  for (int i = 0; i < 200 && (on_v2 < 5 || i - on_v2 < 5); ++i) {
+    HttpReply r = f.Post({{"prompt", "hi"}, {"user", "user-" + std::to_string(i)}});
+    ASSERT_EQ(r.status, 200);
+    on_v2 += r.headers["x-strata-arm"] == "v2";
+  }
+  ASSERT_GE(on_v2, 5);
+  json canary;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {  // one interval (1 s) after min_requests
+    canary = json::parse(f.Call("GET", "/admin/canary", "", kAdmin).body)["canaries"][0];
+    if (canary["state"] != "progressing") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(canary["state"], "rolled_back") << canary.dump();
+  EXPECT_EQ(canary["weight"], 0);
+  ASSERT_EQ(canary["decisions"].size(), 1u);
+  const json& d = canary["decisions"][0];
+  EXPECT_EQ(d["decision"], "rollback");
+  EXPECT_NE(d["reason"].get<std::string>().find("ttft_p95"), std::string::npos) << d.dump();
+  EXPECT_GE(d["canary"]["ttft_p95_s"].get<double>(), 0.14);
+  EXPECT_LT(d["baseline"]["ttft_p95_s"].get<double>(), 0.1);
+  EXPECT_GE(d["canary"]["requests"].get<int>(), 5);
+  EXPECT_EQ(
+      Counter(f.gw(), R"(strata_gateway:canary_decisions_total{route="chat",decision="rollback"})"),
+      1);
+  f.Call("GET", "/metrics");
+  EXPECT_EQ(Counter(f.gw(), R"(strata_gateway:canary_weight{route="chat",pool="v2"})"), 0);
+  EXPECT_EQ(Counter(f.gw(), R"(strata_gateway:canary_weight{route="chat",pool="v1"})"), 100);
+  const int64_t slow_before = v2.count("/v1/completions");
+  for (int i = 0; i < 20; ++i) {
+    HttpReply r = f.Post({{"prompt", "hi"}, {"user", "user-" + std::to_string(i)}});
+    EXPECT_EQ(r.headers["x-strata-arm"], "v1");
+  }
+  EXPECT_EQ(v2.count("/v1/completions"), slow_before);
+  // The operator can start it again from the first step, or promote it by hand.
+  HttpReply resume = f.Call("POST", "/admin/canary/chat/resume", "", kAdmin);
+  ASSERT_EQ(resume.status, 200) << resume.body;
+  EXPECT_EQ(json::parse(resume.body)["weight"], 50);
+  EXPECT_EQ(f.Call("POST", "/admin/canary/chat/promote", "", kAdmin).status, 200);
+  EXPECT_EQ(f.Call("POST", "/admin/canary/chat/promote", "", kAdmin).status, 409);
+  EXPECT_EQ(f.Call("POST", "/admin/canary/nope/pause", "", kAdmin).status, 404);
+  EXPECT_EQ(f.Call("POST", "/admin/canary/chat/explode", "", kAdmin).status, 404);
+  EXPECT_EQ(f.Post({{"prompt", "hi"}, {"user", "x"}}).headers["x-strata-arm"], "v2");
+}
+
 }  // namespace
 }  // namespace strata::gateway
