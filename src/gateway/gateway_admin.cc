@@ -132,6 +132,7 @@ HttpResponse Gateway::AdminSetWeights(Exchange& ex) {
   const http::Fields f(ex.body);
   for (const auto& item : ex.body.items()) {
     double w = 0;
+    if (!f.Has(item.key())) return http::ErrorResponse(f.Error(item.key(), "must be a number"));
     if (auto e = f.Double(item.key(), http::Range{0, 1e6}, &w); !e.ok())
       return http::ErrorResponse(e);
     by_pool[item.key()] = w;

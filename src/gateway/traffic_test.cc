@@ -220,6 +220,7 @@ TEST(TrafficAdmin, PutWeightsMovesTrafficAndSurvivesAnUnchangedReload) {
   EXPECT_EQ(put("chat", R"({"v1": 1})").status, 400);
   EXPECT_EQ(put("chat", R"({"v1": "1", "v2": 1})").status, 400);
   EXPECT_EQ(put("chat", R"({"v1": -1, "v2": 1})").status, 400);
+  EXPECT_EQ(put("chat", R"({"v1": null, "v2": 1})").status, 400);
   EXPECT_EQ(put("chat", R"({"v1": 0, "v2": 0})").status, 400);
   EXPECT_EQ(put("chat", "[1]").status, 400);
   EXPECT_EQ(f.Call("PUT", "/admin/routes/chat/weight", "{}", kAdmin).status, 404);
