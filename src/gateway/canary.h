@@ -93,8 +93,8 @@ class CanaryController {
  public:
   CanaryController(SplitWeights* weights, Clock::time_point now) : weights_(weights), t0_(now) {}
 
-  // Adopts a configuration (after SplitWeights::Reconfigure) and sets the weights of canaries
-  // that start. Returns nothing; starting canaries are logged as no decision.
+  // Adopts a configuration (call it after SplitWeights::Reconfigure): sets the weights of the
+  // canaries that start (step 1) and re-applies those of the canaries kept.
   void Reconfigure(const GatewayConfig& cfg, Clock::time_point now);
   // Whether `route` has a canary (the admin API refuses manual weights then).
   bool Has(std::string_view route) const;
