@@ -431,8 +431,8 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   const RouteConfig* route =
       MatchRoute(cfg, facts, [&](const PoolConfig& p) { return measure(p).tokens; });
   if (!route) return http::ErrorResponse(404, "no route matches this request", "model");
-  const PoolConfig* pool = cfg.FindPool(route->to);
-  auto set = job->snap->pools.find(route->to);
+  const PoolConfig* pool = cfg.FindPool(route->primary_pool());
+  auto set = job->snap->pools.find(route->primary_pool());
   if (!pool || set == job->snap->pools.end())
     return http::ErrorResponse(503, "route '" + route->name + "' has no pool");
   job->route = route->name;
