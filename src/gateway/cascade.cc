@@ -15,6 +15,11 @@ namespace strata::gateway {
 using nlohmann::json;
 
 namespace {
+// Invalid UTF-8 (never in a parsed body, but never a throw either) becomes U+FFFD.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+}  // namespace
+
+namespace {
 
 std::optional<double> Number(const json& v) {
   if (!v.is_number()) return std::nullopt;
@@ -183,7 +188,7 @@ http::ApiResult<CascadeFirstStage> FirstStageRequest(Endpoint endpoint, const js
     ask.top_logprobs = top.value_or(0);
     rewritten["logprobs"] = std::max(ask.top_logprobs, kCascadeTopLogprobs);
   }
-  out.body = rewritten.dump();
+  out.body = Dump(rewritten);
   return out;
 }
 
@@ -220,6 +225,18 @@ Result<CascadeSignals> ComputeSignals(Endpoint endpoint, const json& answer) {
   return out;
 }
 
+std::optional<double> SignalValue(const CascadeSignals& s, CascadeSignal which) {
+  switch (which) {
+    case CascadeSignal::kMeanLogprob:
+      return s.tokens > 0 ? std::optional<double>(s.mean_logprob) : std::nullopt;
+    case CascadeSignal::kMinLogprob:
+      return s.tokens > 0 ? std::optional<double>(s.min_logprob) : std::nullopt;
+    case CascadeSignal::kMargin:
+      return s.margin_tokens > 0 ? std::optional<double>(s.margin) : std::nullopt;
+  }
+  return std::nullopt;
+}
+
 void StripLogprobs(const CascadeAsk& ask, json* answer) {
   json* choices = ChoicesOf(answer);
   if (!choices) return;
@@ -253,17 +270,17 @@ std::string AnswerAsSse(const CascadeAsk& ask, const json& answer) {
                        {"logprobs", nullptr},
                        {"finish_reason", nullptr}});
     }
-    out += http::SseEvent(Chunk(answer, object, std::move(first)).dump());
+    out += http::SseEvent(Dump(Chunk(answer, object, std::move(first))));
   }
   for (const json& c : *choices) {
     if (!c.is_object()) continue;
-    out += http::SseEvent(Chunk(answer, object, json::array({ChoiceChunk(ask, c)})).dump());
+    out += http::SseEvent(Dump(Chunk(answer, object, json::array({ChoiceChunk(ask, c)}))));
   }
   auto usage = answer.is_object() ? answer.find("usage") : answer.end();
   if (ask.include_usage && usage != answer.end()) {
     json chunk = Chunk(answer, object, json::array());
     chunk["usage"] = *usage;
-    out += http::SseEvent(chunk.dump());
+    out += http::SseEvent(Dump(chunk));
   }
   out += http::kSseDone;
   return out;

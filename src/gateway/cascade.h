@@ -14,9 +14,11 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
+#include "gateway/config.h"
 #include "gateway/prompt.h"
 #include "http/openai_error.h"
 
@@ -59,6 +61,10 @@ struct CascadeSignals {
 // (`choices[].logprobs.content[].logprob / top_logprobs[]`) answer. InvalidArgument when `answer`
 // is not an object with a `choices` array.
 Result<CascadeSignals> ComputeSignals(Endpoint endpoint, const nlohmann::json& answer);
+
+// The configured signal's value; nullopt when the answer has no token to measure it on (no
+// logprobs; for kMargin, no position with two alternatives) — the cascade escalates then.
+std::optional<double> SignalValue(const CascadeSignals& s, CascadeSignal which);
 
 // Undoes the first stage's rewrite in its answer: a client that did not ask for logprobs gets
 // `logprobs: null` in every choice; one that asked for k < 2 alternatives gets the k likeliest.

@@ -10,6 +10,11 @@ namespace strata::gateway {
 
 using nlohmann::json;
 
+namespace {
+// Invalid UTF-8 (never in a parsed body, but never a throw either) becomes U+FFFD.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+}  // namespace
+
 http::ApiResult<std::string> ShadowBody(const json& body) {
   http::Fields f(body);
   if (!f.IsObject())
@@ -20,7 +25,7 @@ http::ApiResult<std::string> ShadowBody(const json& body) {
   copy.erase("stream");
   copy.erase("stream_options");
   copy["temperature"] = 0;
-  return copy.dump();
+  return Dump(copy);
 }
 
 bool IsGreedy(const json& body) {
