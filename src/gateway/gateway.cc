@@ -747,7 +747,9 @@ void Gateway::AcceptFirstStage(const std::shared_ptr<Job>& job, const UpstreamRe
   metrics_.Add(std::string(kCascadeRequestsTotal),
                http::Labels({{"route", job->route}, {"result", "accepted"}}), 1);
   StripLogprobs(job->ask, &answer);
-  std::vector<std::pair<std::string, std::string>> headers = r.headers;
+  std::vector<std::pair<std::string, std::string>> headers;
+  for (const auto& h : r.headers)
+    if (!job->ask.stream || h.first != "cache-control") headers.push_back(h);
   for (auto& h : ClientHeaders(*job)) headers.push_back(std::move(h));
   if (job->ask.stream) {  // the buffered answer as the stream the client asked for
     headers.emplace_back("cache-control", "no-cache");
