@@ -4,6 +4,9 @@
 // (tenant token/request buckets, concurrency, pool capacity; gold may wait) → the pool's
 // ReplicaSet picks a replica by predicted seconds → Upstreams relays the call (SSE as it arrives)
 // → a failure before the first byte reached the client is retried once on another replica.
+// A route may mirror a fraction of its requests to a shadow pool (fire-and-forget, compared,
+// never affecting the answer) or be a cascade (the first pool's buffered answer is returned when
+// its logprob signal clears the threshold, else the request goes to the second pool).
 //
 // Configuration snapshots: the config, its pools' ReplicaSets and tokenizers form one immutable
 // Snapshot; Reload() swaps it (SIGHUP). A request holds the snapshot it started with until it
@@ -26,9 +29,11 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -36,12 +41,14 @@
 #include "base/status.h"
 #include "gateway/admission.h"
 #include "gateway/canary.h"
+#include "gateway/cascade.h"
 #include "gateway/config.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/prompt.h"
 #include "gateway/proxy.h"
 #include "gateway/replica_set.h"
 #include "gateway/split.h"
+#include "gateway/shadow.h"
 #include "http/chain.h"
 #include "http/prometheus.h"
 #include "http/server.h"
@@ -56,6 +63,11 @@ struct Snapshot {
   std::map<std::string, std::shared_ptr<const PoolTokenizer>, std::less<>> tokenizers;
   uint64_t generation = 0;
 };
+
+// Shadow calls in flight at most (over it a mirrored request is dropped and counted).
+inline constexpr int kMaxShadowInFlight = 64;
+// The primary's answer kept for the shadow comparison, at most (bytes).
+inline constexpr size_t kMaxShadowCopy = 1u << 20;
 
 class Gateway {
  public:
@@ -110,6 +122,18 @@ class Gateway {
   http::HttpResponse AdminSetWeights(http::Exchange& ex);
   http::HttpResponse AdminCanary(http::Exchange& ex);
   http::HttpResponse AdminCanaryAction(http::Exchange& ex);
+  // Shadow and cascade (README.md "Shadow", "Cascade"): set up at routing, run from Dispatch /
+  // the upstream callbacks, on the upstream thread.
+  http::ApiError PrepareTraffic(const std::shared_ptr<Job>& job, const RouteConfig& route,
+                                const nlohmann::json& body,
+                                const std::function<const PromptInfo&(const PoolConfig&)>& measure);
+  void OnFirstStageDone(const std::shared_ptr<Job>& job, const UpstreamResult& r);
+  void AcceptFirstStage(const std::shared_ptr<Job>& job, const UpstreamResult& r,
+                        nlohmann::json answer);
+  void Escalate(const std::shared_ptr<Job>& job, std::string_view result);
+  void NoteUpstream(const std::shared_ptr<Job>& job, const UpstreamResult& r);
+  std::vector<std::pair<std::string, std::string>> ClientHeaders(const Job& job) const;
+  void StartShadow(const std::shared_ptr<Job>& job, int status);
   void RefreshModels();
   void StartTicker();
 
@@ -124,6 +148,7 @@ class Gateway {
   http::MetricsRegistry metrics_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> stopped_{false};
+  ShadowSlots shadow_slots_{kMaxShadowInFlight};
   bool started_ = false;
   // /v1/models: the union of the replicas' models, refreshed on the upstream thread.
   mutable Mutex models_mu_;
