@@ -313,6 +313,155 @@ const Fields<RouteMatch>& MatchFields() {
   return kFields;
 }
 
+// ---- traffic management (issue 17): the fields of splits, canaries, shadows, cascades ----
+
+constexpr double kMaxWeight = 1e6;
+
+constexpr std::pair<std::string_view, StickyKey> kStickyKeys[] = {
+    {"user", StickyKey::kUser}, {"header", StickyKey::kHeader}, {"tenant", StickyKey::kTenant}};
+constexpr std::pair<std::string_view, CascadeSignal> kSignals[] = {
+    {"mean_logprob", CascadeSignal::kMeanLogprob},
+    {"min_logprob", CascadeSignal::kMinLogprob},
+    {"margin", CascadeSignal::kMargin}};
+
+// A string that must be one of `names` (the error lists them).
+template <typename E, size_t N>
+Result<E> DecodeEnum(const YAML::Node& n, const std::string& path,
+                     const std::pair<std::string_view, E> (&names)[N]) {
+  ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
+  std::string all;
+  for (const auto& [name, v] : names) {
+    if (s == name) return v;
+    all += (all.empty() ? "" : ", ") + std::string(name);
+  }
+  return Bad(path, fmt::format("expected one of {} (got \"{}\")", all, s));
+}
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+const Fields<ArmConfig>& ArmFields() {
+  using A = ArmConfig;
+  static const Fields<A> kFields = {Str<A>("pool", &A::pool),
+                                    Num<A>("weight", &A::weight, 0, kMaxWeight)};
+  return kFields;
+}
+
+const Fields<StickyConfig>& StickyFields() {
+  using S = StickyConfig;
+  static const Fields<S> kFields = {
+      {"key",
+       [](const YAML::Node& n, const std::string& path, S* out) {
+         ASSIGN_OR_RETURN(out->key, DecodeEnum(n, path, kStickyKeys));
+         return Status::Ok();
+       }},
+      {"header",
+       [](const YAML::Node& n, const std::string& path, S* out) {
+         ASSIGN_OR_RETURN(std::string h, DecodeString(n, path));
+         out->header = Lower(std::move(h));
+         return Status::Ok();
+       }},
+  };
+  return kFields;
+}
+
+const Fields<CanaryGuards>& GuardFields() {
+  using G = CanaryGuards;
+  static const Fields<G> kFields = {
+      Num<G>("ttft_p95_max_ratio", &G::ttft_p95_max_ratio, 0, kMaxWeight, /*lo_open=*/true),
+      Num<G>("tpot_p95_max_ratio", &G::tpot_p95_max_ratio, 0, kMaxWeight, /*lo_open=*/true),
+      Num<G>("error_rate_max_delta", &G::error_rate_max_delta, 0, 1),
+      {"mean_logprob_min_delta",
+       [](const YAML::Node& n, const std::string& path, G* out) {
+         if (n.IsNull()) return Status::Ok();  // absent: the guard is off
+         ASSIGN_OR_RETURN(out->mean_logprob_min_delta, DecodeNumber(n, path, -1000, 1000));
+         return Status::Ok();
+       }},
+  };
+  return kFields;
+}
+
+// steps: [5, 25, 50, 100] — each in (0, 100], each greater than the one before.
+Status DecodeSteps(const YAML::Node& n, const std::string& path, CanaryConfig* out) {
+  if (!n.IsSequence()) return Bad(path, "expected a list of canary weights in (0, 100]");
+  out->steps.clear();
+  for (size_t i = 0; i < n.size(); ++i) {
+    ASSIGN_OR_RETURN(double v, DecodeNumber(n[i], At(path, i), 0, 100, /*lo_open=*/true));
+    if (!out->steps.empty() && v <= out->steps.back())
+      return Bad(At(path, i),
+                 fmt::format("must be greater than the step before ({})", out->steps.back()));
+    out->steps.push_back(v);
+  }
+  return Status::Ok();
+}
+
+const Fields<CanaryConfig>& CanaryFields() {
+  using C = CanaryConfig;
+  static const Fields<C> kFields = {
+      Str<C>("baseline", &C::baseline),
+      Str<C>("canary", &C::canary),
+      {"steps", DecodeSteps},
+      Int<C>("min_requests", &C::min_requests, 1, kMaxCount),
+      Int<C>("min_duration_s", &C::min_duration, 0, 30 * 86400),
+      Int<C>("interval_s", &C::interval, 1, 86400),
+      {"guards", [](const YAML::Node& n, const std::string& path,
+                    C* out) { return DecodeSection(GuardFields(), n, path, &out->guards); }},
+  };
+  return kFields;
+}
+
+const Fields<ShadowConfig>& ShadowFields() {
+  using S = ShadowConfig;
+  static const Fields<S> kFields = {Str<S>("pool", &S::pool),
+                                    Num<S>("fraction", &S::fraction, 0, 1)};
+  return kFields;
+}
+
+const Fields<CascadeConfig>& CascadeFields() {
+  using C = CascadeConfig;
+  static const Fields<C> kFields = {
+      Str<C>("first", &C::first),
+      Str<C>("then", &C::then),
+      {"signal",
+       [](const YAML::Node& n, const std::string& path, C* out) {
+         ASSIGN_OR_RETURN(out->signal, DecodeEnum(n, path, kSignals));
+         return Status::Ok();
+       }},
+      Num<C>("threshold", &C::threshold, -1e6, 1e6),
+  };
+  return kFields;
+}
+
+// `to: {cascade: {...}}` — a mapping whose only key is `cascade`.
+const Fields<RouteConfig>& TargetFields() {
+  using R = RouteConfig;
+  static const Fields<R> kFields = {
+      {"cascade",
+       [](const YAML::Node& n, const std::string& path, R* out) {
+         if (!n.IsMap()) return Bad(path, "expected a mapping {first, then, signal, threshold}");
+         out->cascade.emplace();
+         return DecodeSection(CascadeFields(), n, path, &*out->cascade);
+       }},
+  };
+  return kFields;
+}
+
+// `to:` a pool name, a list of arms, or {cascade: {...}}.
+Status DecodeRouteTarget(const YAML::Node& n, const std::string& path, RouteConfig* out) {
+  if (n.IsSequence()) {
+    RETURN_IF_ERROR(DecodeList(ArmFields(), n, path, &out->arms));
+    if (out->arms.size() < 2)
+      return Bad(path, "a split needs at least 2 arms (use a pool name for one)");
+    return Status::Ok();
+  }
+  if (n.IsMap()) return DecodeSection(TargetFields(), n, path, out);
+  ASSIGN_OR_RETURN(out->to, DecodeString(n, path));
+  return Status::Ok();
+}
+
 const Fields<RouteConfig>& RouteFields() {
   using R = RouteConfig;
   static const Fields<R> kFields = {
@@ -323,7 +472,19 @@ const Fields<RouteConfig>& RouteFields() {
          out->match.emplace();
          return DecodeSection(MatchFields(), n, path, &*out->match);
        }},
-      Str<R>("to", &R::to),
+      {"to", DecodeRouteTarget},
+      {"sticky", [](const YAML::Node& n, const std::string& path,
+                    R* out) { return DecodeSection(StickyFields(), n, path, &out->sticky); }},
+      {"canary",
+       [](const YAML::Node& n, const std::string& path, R* out) {
+         out->canary.emplace();
+         return DecodeSection(CanaryFields(), n, path, &*out->canary);
+       }},
+      {"shadow",
+       [](const YAML::Node& n, const std::string& path, R* out) {
+         out->shadow.emplace();
+         return DecodeSection(ShadowFields(), n, path, &*out->shadow);
+       }},
   };
   return kFields;
 }
@@ -418,6 +579,11 @@ const Fields<UpstreamConfig>& UpstreamFields() {
   return kFields;
 }
 
+const Fields<AdminConfig>& AdminFields() {
+  static const Fields<AdminConfig> kFields = {Str<AdminConfig>("api_key", &AdminConfig::api_key)};
+  return kFields;
+}
+
 template <typename T>
 Field<GatewayConfig> Section(std::string_view name, T GatewayConfig::*m,
                              const Fields<T>& (*fields)()) {
@@ -443,6 +609,7 @@ const Fields<GatewayConfig>& TopFields() {
       Section("health", &G::health, HealthFields),
       Section("balancer", &G::balancer, BalancerFields),
       Section("upstream", &G::upstream, UpstreamFields),
+      Section("admin", &G::admin, AdminFields),
       Str<G>("access_log", &G::access_log),
   };
   return kFields;
@@ -479,11 +646,87 @@ Status CheckPool(const PoolConfig& p, const std::string& path) {
   return Status::Ok();
 }
 
+// ---- traffic management (issue 17): cross-field checks of a route's target ----
+
+Status CheckPoolRef(const std::set<std::string>& pools, const std::string& name,
+                    const std::string& path) {
+  if (name.empty()) return Bad(path, "is required (a pool name)");
+  if (!pools.contains(name)) return Bad(path, "no pool named '" + name + "'");
+  return Status::Ok();
+}
+
+Status CheckArms(const std::set<std::string>& pools, const RouteConfig& r,
+                 const std::string& path) {
+  std::set<std::string> seen;
+  double sum = 0;
+  for (size_t i = 0; i < r.arms.size(); ++i) {
+    const std::string where = At(path, i);
+    RETURN_IF_ERROR(CheckPoolRef(pools, r.arms[i].pool, Join(where, "pool")));
+    if (!seen.insert(r.arms[i].pool).second)
+      return Bad(Join(where, "pool"), "pool '" + r.arms[i].pool + "' is already an arm");
+    sum += r.arms[i].weight;
+  }
+  if (sum <= 0 && !r.canary) return Bad(path, "the arms' weights must not all be 0");
+  return Status::Ok();
+}
+
+Status CheckCanary(const RouteConfig& r, const std::string& path) {
+  const CanaryConfig& c = *r.canary;
+  if (r.arms.size() != 2) return Bad(path, "needs a split of exactly 2 arms in to:");
+  auto is_arm = [&](const std::string& p) { return p == r.arms[0].pool || p == r.arms[1].pool; };
+  if (c.baseline.empty())
+    return Bad(Join(path, "baseline"), "is required (the current arm's pool)");
+  if (c.canary.empty()) return Bad(Join(path, "canary"), "is required (the new arm's pool)");
+  if (!is_arm(c.baseline))
+    return Bad(Join(path, "baseline"), "must be one of the arms' pools ('" + r.arms[0].pool +
+                                           "', '" + r.arms[1].pool + "')");
+  if (!is_arm(c.canary) || c.canary == c.baseline)
+    return Bad(Join(path, "canary"), "must be the other arm's pool (not the baseline)");
+  if (c.steps.empty()) return Bad(Join(path, "steps"), "is required (canary weights in %)");
+  return Status::Ok();
+}
+
+Status CheckRouteTraffic(const std::set<std::string>& pools, const RouteConfig& r,
+                         const std::string& path) {
+  const std::string to = Join(path, "to");
+  if (r.cascade) {
+    const std::string where = Join(to, "cascade");
+    RETURN_IF_ERROR(CheckPoolRef(pools, r.cascade->first, Join(where, "first")));
+    RETURN_IF_ERROR(CheckPoolRef(pools, r.cascade->then, Join(where, "then")));
+    if (r.cascade->first == r.cascade->then)
+      return Bad(Join(where, "then"), "must differ from first");
+  } else if (!r.arms.empty()) {
+    RETURN_IF_ERROR(CheckArms(pools, r, to));
+  } else if (r.to.empty()) {
+    return Bad(to, "is required (a pool name, a list of arms or {cascade: ...})");
+  } else {
+    RETURN_IF_ERROR(CheckPoolRef(pools, r.to, to));
+  }
+  if (r.canary) RETURN_IF_ERROR(CheckCanary(r, Join(path, "canary")));
+  if (r.shadow) RETURN_IF_ERROR(CheckPoolRef(pools, r.shadow->pool, Join(path, "shadow.pool")));
+  const StickyConfig& st = r.sticky;
+  if (st.key == StickyKey::kHeader && st.header.empty())
+    return Bad(Join(path, "sticky.header"), "is required with key: header");
+  if (st.key != StickyKey::kHeader && !st.header.empty())
+    return Bad(Join(path, "sticky.header"), "is used only with key: header");
+  return Status::Ok();
+}
+
+Status CheckAdmin(const GatewayConfig& c) {
+  const std::string& key = c.admin.api_key;
+  if (key.empty()) return Status::Ok();
+  for (const TenantConfig& t : c.tenants) {
+    for (const std::string& k : t.api_keys)  // the key itself is a secret: never echoed
+      if (http::ConstantTimeEquals(k, key))
+        return Bad("admin.api_key", "must differ from every tenant's API key");
+  }
+  return Status::Ok();
+}
+
 Status CheckRoute(const std::set<std::string>& pools, const RouteConfig& r,
                   const std::string& path) {
   RETURN_IF_ERROR(CheckName(r.name, Join(path, "name")));
-  if (r.to.empty()) return Bad(Join(path, "to"), "is required (a pool name)");
-  if (!pools.contains(r.to)) return Bad(Join(path, "to"), "no pool named '" + r.to + "'");
+  RETURN_IF_ERROR(CheckRouteTraffic(pools, r, path));
   if (r.match && r.match->min_prompt_tokens && r.match->max_prompt_tokens &&
       *r.match->min_prompt_tokens > *r.match->max_prompt_tokens)
     return Bad(Join(path, "match"),
@@ -527,6 +770,7 @@ Status Validate(const GatewayConfig& c) {
       return Bad(At("routes", i) + ".name", "duplicate route '" + c.routes[i].name + "'");
   }
   RETURN_IF_ERROR(CheckTenants(c));
+  RETURN_IF_ERROR(CheckAdmin(c));
   if (c.health.ejection_base > c.health.ejection_max)
     return Bad("health.ejection_base_ms", "must not exceed health.ejection_max_ms");
   if (c.access_log.empty()) return Bad("access_log", "expected stderr, off or a file path");
@@ -540,6 +784,36 @@ std::string_view BalancePolicyName(BalancePolicy p) {
     if (v == p) return name;
   }
   return "?";
+}
+
+std::string_view StickyKeyName(StickyKey k) {
+  for (const auto& [name, v] : kStickyKeys) {
+    if (v == k) return name;
+  }
+  return "?";
+}
+
+std::string_view CascadeSignalName(CascadeSignal s) {
+  for (const auto& [name, v] : kSignals) {
+    if (v == s) return name;
+  }
+  return "?";
+}
+
+const std::string& RouteConfig::primary_pool() const {
+  if (!to.empty()) return to;
+  if (!arms.empty()) return arms.front().pool;
+  if (cascade) return cascade->first;
+  return to;
+}
+
+std::vector<std::string_view> RouteConfig::ReferencedPools() const {
+  std::vector<std::string_view> v;
+  if (!to.empty()) v.push_back(to);
+  for (const ArmConfig& a : arms) v.push_back(a.pool);
+  if (cascade) v.insert(v.end(), {cascade->first, cascade->then});
+  if (shadow) v.push_back(shadow->pool);
+  return v;
 }
 
 const PoolConfig* GatewayConfig::FindPool(std::string_view name) const {

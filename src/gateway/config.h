@@ -5,7 +5,10 @@
 // YAML keys are the member names below (durations carry their unit: `interval_ms`, `timeout_s`,
 // `history_ttl_s`); examples/gateway.yaml documents every key. Unknown keys, duplicate keys,
 // wrong types, out-of-range numbers (negative, NaN, too large), URLs that are not http://, routes
-// to pools that do not exist, duplicate pool/route/tenant names and duplicate API keys are errors.
+// to pools that do not exist, duplicate pool/route/tenant names and duplicate API keys are errors;
+// so are splits with fewer than 2 arms, a canary whose baseline/canary are not the split's two
+// arms or whose steps do not increase in (0, 100], a shadow fraction outside [0, 1] and a cascade
+// whose first and then are the same pool.
 // Every error names the key path: "pools[1].replicas[0]: not an http:// URL (...)".
 // Hostile input (deep nesting, huge files, aliases) yields an error, never a crash: the text is
 // bounded (kMaxGatewayConfigBytes) and yaml-cpp's depth guard and exceptions are caught here.
@@ -65,11 +68,79 @@ struct RouteMatch {
   }
 };
 
-// YAML: `match:` absent (or null) = the default route, it matches everything.
+// ---- traffic management (issue 17): splits, canary, shadow, cascade ----
+
+// One arm of a split: `to: [{pool: v1, weight: 90}, {pool: v2, weight: 10}]`. Weights are
+// relative (any scale; they need not sum to 100).
+struct ArmConfig {
+  std::string pool;
+  double weight = 0;
+};
+
+// What keeps a session on one arm. YAML: `sticky: {key: user|header|tenant, header: NAME}`.
+// kUser: the body's "user" string; kHeader: the header `header` (lower-cased); kTenant: the API
+// key's tenant. Without that key a request falls back to its tenant, then to a random draw.
+enum class StickyKey { kUser, kHeader, kTenant };
+std::string_view StickyKeyName(StickyKey k);  // "user" | "header" | "tenant"
+struct StickyConfig {
+  StickyKey key = StickyKey::kUser;
+  std::string header;  // with kHeader only
+};
+
+// The canary arm against the baseline arm over the same window; a breach of any → rollback.
+struct CanaryGuards {
+  double ttft_p95_max_ratio = 1.2, tpot_p95_max_ratio = 1.2;  // canary p95 / baseline p95
+  double error_rate_max_delta = 0.01;                         // canary − baseline, absolute
+  std::optional<double> mean_logprob_min_delta;  // canary − baseline mean output logprob
+};
+
+// A canary release on a 2-arm split. YAML: min_duration_s, interval_s (integer seconds).
+struct CanaryConfig {
+  std::string baseline, canary;  // the two arms' pools
+  std::vector<double> steps;     // canary weight % per step, increasing, in (0, 100]
+  int64_t min_requests = 100;    // per arm, per step, before a step may pass
+  std::chrono::seconds min_duration{60}, interval{10};
+  CanaryGuards guards;
+};
+
+// Mirror `fraction` of a route's requests to `pool` (answers discarded, compared).
+struct ShadowConfig {
+  std::string pool;
+  double fraction = 0;  // [0, 1]
+};
+
+enum class CascadeSignal { kMeanLogprob, kMinLogprob, kMargin };
+std::string_view CascadeSignalName(CascadeSignal s);  // "mean_logprob" | "min_logprob" | "margin"
+// `to: {cascade: {first, then, signal, threshold}}`: `first` answers with logprobs; a signal at
+// or above `threshold` keeps its answer, below it the request goes to `then`.
+struct CascadeConfig {
+  std::string first, then;
+  CascadeSignal signal = CascadeSignal::kMeanLogprob;
+  double threshold = -1.0;
+};
+
+// YAML: `match:` absent (or null) = the default route, it matches everything. `to:` is a pool
+// name, a list of arms (a split), or `{cascade: {...}}`; exactly one of to / arms / cascade is set.
 struct RouteConfig {
   std::string name;
   std::optional<RouteMatch> match;
-  std::string to;  // a pool name
+  std::string to;               // a pool name ("" when arms or cascade are set)
+  std::vector<ArmConfig> arms;  // a split (>= 2 arms; weights >= 0, sum > 0 unless a canary)
+  StickyConfig sticky;
+  std::optional<CanaryConfig> canary;  // needs exactly 2 arms: baseline and canary
+  std::optional<ShadowConfig> shadow;
+  std::optional<CascadeConfig> cascade;
+
+  // The pool that measures the prompt for this route's match conditions and that a request goes
+  // to first: `to`, else the first arm's pool, else the cascade's first.
+  const std::string& primary_pool() const;
+  // Every pool the route names (to, arms, cascade first/then, shadow), in that order.
+  std::vector<std::string_view> ReferencedPools() const;
+};
+
+// YAML: `admin: {api_key: KEY}` — the Bearer key of the /admin/ API ("" = the API is off: 403).
+struct AdminConfig {
+  std::string api_key;
 };
 
 struct TenantConfig {
@@ -123,6 +194,7 @@ struct GatewayConfig {
   HealthConfig health;
   BalancerConfig balancer;
   UpstreamConfig upstream;
+  AdminConfig admin;
   std::string access_log = "stderr";  // "stderr" | "off" | a file path
 
   const PoolConfig* FindPool(std::string_view name) const;

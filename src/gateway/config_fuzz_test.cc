@@ -3,6 +3,7 @@
 // truncated) must each parse or fail with a non-empty message — never crash or hang.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 #include <string>
@@ -39,6 +40,29 @@ routes:
       adapter_prefix: finetune-legal-
       max_prompt_tokens: 100000
     to: big
+  - name: split
+    match: {model: chat}
+    to:
+      - {pool: big, weight: 90}
+      - {pool: small, weight: 10}
+    sticky: {key: header, header: x-session-id}
+    canary:
+      baseline: big
+      canary: small
+      steps: [5, 25, 50, 100]
+      min_requests: 100
+      min_duration_s: 60
+      interval_s: 10
+      guards:
+        ttft_p95_max_ratio: 1.2
+        tpot_p95_max_ratio: 1.2
+        error_rate_max_delta: 0.01
+        mean_logprob_min_delta: -0.2
+    shadow: {pool: small, fraction: 0.1}
+  - name: cheap
+    match: {model: ask}
+    to:
+      cascade: {first: small, then: big, signal: mean_logprob, threshold: -1.0}
   - name: rest
     to: small
 tenants:
@@ -50,6 +74,8 @@ tenants:
     default_priority: gold
 admission:
   gold_max_wait_ms: 2000
+admin:
+  api_key: admin-key
 health:
   interval_ms: 500
   eject_after_failures: 3
@@ -96,11 +122,26 @@ const char* const kValues[] = {"-1",
                                "big",
                                "small",
                                "no-such-pool",
-                               "[http://127.0.0.1:1, http://127.0.0.1:1]"};
+                               "[http://127.0.0.1:1, http://127.0.0.1:1]",
+                               "[{pool: big, weight: 1}]",
+                               "[{pool: big}, {pool: big}]",
+                               "[{pool: big, weight: 0}, {pool: small, weight: 0}]",
+                               "{cascade: {first: big, then: big}}",
+                               "{cascade: ~}",
+                               "[100, 50]",
+                               "[0]",
+                               "[5, 101]",
+                               "min_logprob",
+                               "margin",
+                               "tenant",
+                               "1.0001"};
 const char* const kKeys[] = {
     "name",    "replicas", "to",       "match",    "pools",         "routes",
     "tenants", "dns",      "priority", "api_keys", "max_in_flight", "min_prompt_tokens",
-    "header",  "policy",   "bogus",    "<<",       "health",        "port"};
+    "header",  "policy",   "bogus",    "<<",       "health",        "port",
+    "pool",    "weight",   "sticky",   "canary",   "shadow",        "cascade",
+    "steps",   "baseline", "guards",   "first",    "then",          "signal",
+    "admin",   "api_key",  "fraction", "key",      "interval_s",    "min_requests"};
 
 std::vector<std::string> Lines(const std::string& s) {
   std::vector<std::string> out;
@@ -174,8 +215,24 @@ TEST(GatewayConfigFuzz, ThousandSeededMutationsParseOrFailCleanly) {
     auto c = ParseGatewayConfig(text);
     if (c.ok()) {
       ++ok;
-      // A config that parsed is usable: every route reaches a pool, matching works.
-      for (const RouteConfig& route : (*c)->routes) ASSERT_NE((*c)->FindPool(route.to), nullptr);
+      // A config that parsed is usable: every route reaches its pools, matching works, a
+      // canary's arms are its split's, and the route's target is exactly one of its forms.
+      for (const RouteConfig& route : (*c)->routes) {
+        ASSERT_NE((*c)->FindPool(route.primary_pool()), nullptr);
+        for (std::string_view p : route.ReferencedPools())
+          ASSERT_NE((*c)->FindPool(p), nullptr) << p;
+        const int forms = static_cast<int>(!route.to.empty()) +
+                          static_cast<int>(!route.arms.empty()) +
+                          static_cast<int>(route.cascade.has_value());
+        ASSERT_EQ(forms, 1) << "case " << n << ":\n" << text;
+        if (route.canary) {
+          ASSERT_EQ(route.arms.size(), 2u);
+          ASSERT_FALSE(route.canary->steps.empty());
+          ASSERT_TRUE(std::is_sorted(route.canary->steps.begin(), route.canary->steps.end()));
+          ASSERT_GT(route.canary->steps.front(), 0);
+          ASSERT_LE(route.canary->steps.back(), 100);
+        }
+      }
       RequestFacts f;
       f.priority = Priority::kGold;
       (void)MatchRoute(**c, f, [](const PoolConfig&) { return int64_t{5000}; });

@@ -147,6 +147,123 @@ access_log: "off"
   EXPECT_EQ(g.FindTenant("t"), &t);
 }
 
+// Issue 17's shapes: a split with stickiness, a canary and a shadow; a cascade; the admin key.
+TEST(GatewayConfig, TrafficKeysParse) {
+  auto c = ParseGatewayConfig(R"(
+pools:
+  - {name: v1, replicas: [http://127.0.0.1:9001]}
+  - {name: v2, replicas: [http://127.0.0.1:9002]}
+  - {name: v3, replicas: [http://127.0.0.1:9003]}
+routes:
+  - name: chat
+    match: {model: chat}
+    to:
+      - {pool: v1, weight: 90}
+      - {pool: v2, weight: 10.5}
+    sticky: {key: header, header: X-Session-Id}
+    canary:
+      baseline: v1
+      canary: v2
+      steps: [5, 25, 50, 100]
+      min_requests: 7
+      min_duration_s: 30
+      interval_s: 2
+      guards:
+        ttft_p95_max_ratio: 1.5
+        tpot_p95_max_ratio: 1.25
+        error_rate_max_delta: 0.05
+        mean_logprob_min_delta: -0.3
+    shadow: {pool: v3, fraction: 0.25}
+  - name: cheap
+    match: {model: ask}
+    to:
+      cascade: {first: v1, then: v3, signal: margin, threshold: 0.5}
+  - name: ab
+    to: [{pool: v2, weight: 1}, {pool: v3, weight: 0}]
+    sticky: {key: tenant}
+admin: {api_key: root-key}
+)");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const GatewayConfig& g = **c;
+  const RouteConfig& chat = g.routes[0];
+  EXPECT_EQ(chat.to, "");
+  ASSERT_EQ(chat.arms.size(), 2u);
+  EXPECT_EQ(chat.arms[0].pool, "v1");
+  EXPECT_DOUBLE_EQ(chat.arms[0].weight, 90);
+  EXPECT_DOUBLE_EQ(chat.arms[1].weight, 10.5);
+  EXPECT_EQ(chat.primary_pool(), "v1");
+  EXPECT_EQ(chat.sticky.key, StickyKey::kHeader);
+  EXPECT_EQ(chat.sticky.header, "x-session-id");  // lower-cased
+  ASSERT_TRUE(chat.canary.has_value());
+  const CanaryConfig& cc = *chat.canary;
+  EXPECT_EQ(cc.baseline, "v1");
+  EXPECT_EQ(cc.canary, "v2");
+  EXPECT_EQ(cc.steps, (std::vector<double>{5, 25, 50, 100}));
+  EXPECT_EQ(cc.min_requests, 7);
+  EXPECT_EQ(cc.min_duration.count(), 30);
+  EXPECT_EQ(cc.interval.count(), 2);
+  EXPECT_DOUBLE_EQ(cc.guards.ttft_p95_max_ratio, 1.5);
+  EXPECT_DOUBLE_EQ(cc.guards.tpot_p95_max_ratio, 1.25);
+  EXPECT_DOUBLE_EQ(cc.guards.error_rate_max_delta, 0.05);
+  ASSERT_TRUE(cc.guards.mean_logprob_min_delta.has_value());
+  EXPECT_DOUBLE_EQ(*cc.guards.mean_logprob_min_delta, -0.3);
+  ASSERT_TRUE(chat.shadow.has_value());
+  EXPECT_EQ(chat.shadow->pool, "v3");
+  EXPECT_DOUBLE_EQ(chat.shadow->fraction, 0.25);
+  EXPECT_EQ(chat.ReferencedPools(), (std::vector<std::string_view>{"v1", "v2", "v3"}));
+  const RouteConfig& cheap = g.routes[1];
+  ASSERT_TRUE(cheap.cascade.has_value());
+  EXPECT_EQ(cheap.to, "");
+  EXPECT_TRUE(cheap.arms.empty());
+  EXPECT_EQ(cheap.cascade->first, "v1");
+  EXPECT_EQ(cheap.cascade->then, "v3");
+  EXPECT_EQ(cheap.cascade->signal, CascadeSignal::kMargin);
+  EXPECT_DOUBLE_EQ(cheap.cascade->threshold, 0.5);
+  EXPECT_EQ(cheap.primary_pool(), "v1");
+  EXPECT_FALSE(cheap.canary.has_value());
+  EXPECT_FALSE(cheap.shadow.has_value());
+  EXPECT_EQ(g.routes[2].sticky.key, StickyKey::kTenant);
+  EXPECT_EQ(g.routes[2].primary_pool(), "v2");
+  EXPECT_EQ(g.admin.api_key, "root-key");
+  EXPECT_EQ(StickyKeyName(StickyKey::kTenant), "tenant");
+  EXPECT_EQ(CascadeSignalName(CascadeSignal::kMinLogprob), "min_logprob");
+}
+
+TEST(GatewayConfig, TrafficDefaults) {
+  auto c = ParseGatewayConfig(R"(
+pools:
+  - {name: a, replicas: [http://127.0.0.1:9001]}
+  - {name: b, replicas: [http://127.0.0.1:9002]}
+routes:
+  - name: r
+    to: [{pool: a, weight: 1}, {pool: b, weight: 1}]
+    canary: {baseline: a, canary: b, steps: [50]}
+  - name: c
+    to: {cascade: {first: a, then: b}}
+)");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const GatewayConfig& g = **c;
+  EXPECT_EQ(g.admin.api_key, "");
+  EXPECT_EQ(g.routes[0].sticky.key, StickyKey::kUser);
+  EXPECT_EQ(g.routes[0].sticky.header, "");
+  const CanaryConfig& cc = *g.routes[0].canary;
+  EXPECT_EQ(cc.min_requests, 100);
+  EXPECT_EQ(cc.min_duration.count(), 60);
+  EXPECT_EQ(cc.interval.count(), 10);
+  EXPECT_DOUBLE_EQ(cc.guards.ttft_p95_max_ratio, 1.2);
+  EXPECT_DOUBLE_EQ(cc.guards.tpot_p95_max_ratio, 1.2);
+  EXPECT_DOUBLE_EQ(cc.guards.error_rate_max_delta, 0.01);
+  EXPECT_FALSE(cc.guards.mean_logprob_min_delta.has_value());
+  EXPECT_EQ(g.routes[1].cascade->signal, CascadeSignal::kMeanLogprob);
+  EXPECT_DOUBLE_EQ(g.routes[1].cascade->threshold, -1.0);
+  // A single-pool route keeps its old shape.
+  auto m = ParseGatewayConfig(kMinimal);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ((*m)->routes[0].primary_pool(), "p");
+  EXPECT_TRUE((*m)->routes[0].arms.empty());
+  EXPECT_FALSE((*m)->routes[0].cascade.has_value());
+}
+
 struct BadCase {
   const char* name;
   std::string yaml;
@@ -156,6 +273,12 @@ struct BadCase {
 std::string Pools(const std::string& body) { return "pools:\n" + body; }
 const std::string kPoolP = "  - name: p\n    replicas: [http://127.0.0.1:9000]\n";
 const std::string kRouteR = "routes:\n  - name: r\n    to: p\n";
+const std::string kTwoPools =
+    "pools:\n  - {name: a, replicas: [http://127.0.0.1:9001]}\n"
+    "  - {name: b, replicas: [http://127.0.0.1:9002]}\n";
+const std::string kSplitAB =
+    kTwoPools + "routes:\n  - name: r\n    to: [{pool: a, weight: 9}, {pool: b, weight: 1}]\n";
+const std::string kCanaryAB = "    canary: {baseline: a, canary: b, steps: [5, 50, 100]}\n";
 
 class GatewayConfigErrors : public ::testing::TestWithParam<BadCase> {};
 
@@ -262,6 +385,134 @@ INSTANTIATE_TEST_SUITE_P(
                 Pools(kPoolP) +
                     "routes:\n  - name: r\n    match: {header: {x-a: 1, x-a: 2}}\n    to: p\n",
                 "routes[0].match.header.x-a: duplicate key"},
+        BadCase{"split_one_arm", kTwoPools + "routes:\n  - {name: r, to: [{pool: a, weight: 1}]}\n",
+                "routes[0].to: a split needs at least 2 arms"},
+        BadCase{"split_empty", kTwoPools + "routes:\n  - {name: r, to: []}\n",
+                "routes[0].to: a split needs at least 2 arms"},
+        BadCase{"arm_pool_missing",
+                kTwoPools + "routes:\n  - {name: r, to: [{pool: a, weight: 1}, {pool: x}]}\n",
+                "routes[0].to[1].pool: no pool named 'x'"},
+        BadCase{"arm_pool_absent",
+                kTwoPools + "routes:\n  - {name: r, to: [{pool: a, weight: 1}, {weight: 2}]}\n",
+                "routes[0].to[1].pool: is required"},
+        BadCase{"arm_dup",
+                kTwoPools + "routes:\n  - {name: r, to: [{pool: a, weight: 1}, {pool: a}]}\n",
+                "routes[0].to[1].pool: pool 'a' is already an arm"},
+        BadCase{"arm_weight_negative",
+                kTwoPools + "routes:\n  - {name: r, to: [{pool: a, weight: -1}, {pool: b}]}\n",
+                "routes[0].to[0].weight: must be in [0, "},
+        BadCase{"arm_weight_nan",
+                kTwoPools + "routes:\n  - {name: r, to: [{pool: a, weight: .nan}, {pool: b}]}\n",
+                "routes[0].to[0].weight: expected a number"},
+        BadCase{"arm_weights_zero",
+                kTwoPools + "routes:\n  - {name: r, to: [{pool: a}, {pool: b, weight: 0}]}\n",
+                "routes[0].to: the arms' weights must not all be 0"},
+        BadCase{"arm_unknown_key",
+                kTwoPools + "routes:\n  - {name: r, to: [{pool: a, wieght: 1}, {pool: b}]}\n",
+                "routes[0].to[0].wieght: unknown key (did you mean weight?)"},
+        BadCase{"arm_not_map", kTwoPools + "routes:\n  - {name: r, to: [a, b]}\n",
+                "routes[0].to[0]: expected a mapping"},
+        BadCase{"to_unknown_map", kTwoPools + "routes:\n  - {name: r, to: {cascad: {}}}\n",
+                "routes[0].to.cascad: unknown key (did you mean cascade?)"},
+        BadCase{"to_empty_map", kTwoPools + "routes:\n  - {name: r, to: {}}\n",
+                "routes[0].to: is required (a pool name, a list of arms or {cascade: ...})"},
+        BadCase{"cascade_same",
+                kTwoPools + "routes:\n  - {name: r, to: {cascade: {first: a, then: a}}}\n",
+                "routes[0].to.cascade.then: must differ from first"},
+        BadCase{"cascade_missing",
+                kTwoPools + "routes:\n  - {name: r, to: {cascade: {first: a, then: z}}}\n",
+                "routes[0].to.cascade.then: no pool named 'z'"},
+        BadCase{"cascade_no_first",
+                kTwoPools + "routes:\n  - {name: r, to: {cascade: {then: a}}}\n",
+                "routes[0].to.cascade.first: is required"},
+        BadCase{"cascade_null", kTwoPools + "routes:\n  - {name: r, to: {cascade: ~}}\n",
+                "routes[0].to.cascade: expected a mapping"},
+        BadCase{"cascade_signal",
+                kTwoPools +
+                    "routes:\n  - {name: r, to: {cascade: {first: a, then: b, signal: entropy}}}\n",
+                "routes[0].to.cascade.signal: expected one of mean_logprob, min_logprob, margin "
+                "(got \"entropy\")"},
+        BadCase{"cascade_threshold",
+                kTwoPools +
+                    "routes:\n  - {name: r, to: {cascade: {first: a, then: b, threshold: .inf}}}\n",
+                "routes[0].to.cascade.threshold: expected a number"},
+        BadCase{
+            "cascade_key",
+            kTwoPools + "routes:\n  - {name: r, to: {cascade: {first: a, then: b, treshold: 1}}}\n",
+            "routes[0].to.cascade.treshold: unknown key (did you mean threshold?)"},
+        BadCase{"canary_single_pool", kTwoPools + "routes:\n  - name: r\n    to: a\n" + kCanaryAB,
+                "routes[0].canary: needs a split of exactly 2 arms in to:"},
+        BadCase{"canary_three_arms",
+                std::string(kTwoPools) + "  - {name: c, replicas: [http://127.0.0.1:9003]}\n" +
+                    "routes:\n  - name: r\n    to: [{pool: a, weight: 1}, {pool: b}, {pool: c}]\n" +
+                    kCanaryAB,
+                "routes[0].canary: needs a split of exactly 2 arms in to:"},
+        BadCase{"canary_baseline", kSplitAB + "    canary: {baseline: x, canary: b, steps: [50]}\n",
+                "routes[0].canary.baseline: must be one of the arms' pools ('a', 'b')"},
+        BadCase{"canary_same", kSplitAB + "    canary: {baseline: a, canary: a, steps: [50]}\n",
+                "routes[0].canary.canary: must be the other arm's pool"},
+        BadCase{"canary_no_steps", kSplitAB + "    canary: {baseline: a, canary: b}\n",
+                "routes[0].canary.steps: is required"},
+        BadCase{"canary_null", kSplitAB + "    canary:\n",
+                "routes[0].canary.baseline: is required"},  // an empty block is no silent no-op
+        BadCase{"steps_order",
+                kSplitAB + "    canary: {baseline: a, canary: b, steps: [5, 50, 25]}\n",
+                "routes[0].canary.steps[2]: must be greater than the step before (50)"},
+        BadCase{"steps_equal", kSplitAB + "    canary: {baseline: a, canary: b, steps: [5, 5]}\n",
+                "routes[0].canary.steps[1]: must be greater than the step before (5)"},
+        BadCase{"steps_zero", kSplitAB + "    canary: {baseline: a, canary: b, steps: [0, 5]}\n",
+                "routes[0].canary.steps[0]: must be in (0, 100], got 0"},
+        BadCase{"steps_over", kSplitAB + "    canary: {baseline: a, canary: b, steps: [5, 101]}\n",
+                "routes[0].canary.steps[1]: must be in (0, 100], got 101"},
+        BadCase{"steps_scalar", kSplitAB + "    canary: {baseline: a, canary: b, steps: 5}\n",
+                "routes[0].canary.steps: expected a list of canary weights"},
+        BadCase{"canary_min_requests",
+                kSplitAB + "    canary: {baseline: a, canary: b, steps: [5], min_requests: 0}\n",
+                "routes[0].canary.min_requests: must be in [1, "},
+        BadCase{"canary_interval",
+                kSplitAB + "    canary: {baseline: a, canary: b, steps: [5], interval_s: 0}\n",
+                "routes[0].canary.interval_s: must be in [1, 86400], got 0"},
+        BadCase{
+            "canary_duration",
+            kSplitAB + "    canary: {baseline: a, canary: b, steps: [5], min_duration_s: 1.5}\n",
+            "routes[0].canary.min_duration_s: expected an integer"},
+        BadCase{"canary_key",
+                kSplitAB + "    canary: {baseline: a, canary: b, steps: [5], min_request: 1}\n",
+                "routes[0].canary.min_request: unknown key (did you mean min_requests?)"},
+        BadCase{"guard_ratio",
+                kSplitAB + "    canary: {baseline: a, canary: b, steps: [5], guards: "
+                           "{ttft_p95_max_ratio: 0}}\n",
+                "routes[0].canary.guards.ttft_p95_max_ratio: must be in (0, "},
+        BadCase{"guard_error_rate",
+                kSplitAB + "    canary: {baseline: a, canary: b, steps: [5], guards: "
+                           "{error_rate_max_delta: 2}}\n",
+                "routes[0].canary.guards.error_rate_max_delta: must be in [0, 1], got 2"},
+        BadCase{"guard_key",
+                kSplitAB + "    canary: {baseline: a, canary: b, steps: [5], guards: "
+                           "{ttft_p99_max_ratio: 2}}\n",
+                "routes[0].canary.guards.ttft_p99_max_ratio: unknown key (did you mean "
+                "ttft_p95_max_ratio?)"},
+        BadCase{"shadow_pool", kTwoPools + "routes:\n  - {name: r, to: a, shadow: {pool: q}}\n",
+                "routes[0].shadow.pool: no pool named 'q'"},
+        BadCase{"shadow_null", kTwoPools + "routes:\n  - {name: r, to: a, shadow: ~}\n",
+                "routes[0].shadow.pool: is required"},
+        BadCase{"shadow_fraction",
+                kTwoPools + "routes:\n  - {name: r, to: a, shadow: {pool: b, fraction: 1.5}}\n",
+                "routes[0].shadow.fraction: must be in [0, 1], got 1.5"},
+        BadCase{"sticky_key", kSplitAB + "    sticky: {key: cookie}\n",
+                "routes[0].sticky.key: expected one of user, header, tenant (got \"cookie\")"},
+        BadCase{"sticky_no_header", kSplitAB + "    sticky: {key: header}\n",
+                "routes[0].sticky.header: is required with key: header"},
+        BadCase{"sticky_stray_header", kSplitAB + "    sticky: {header: x-s}\n",
+                "routes[0].sticky.header: is used only with key: header"},
+        BadCase{"admin_key", std::string(kMinimal) + "admin: {apikey: x}\n",
+                "admin.apikey: unknown key (did you mean api_key?)"},
+        BadCase{"admin_not_map", std::string(kMinimal) + "admin: secret\n",
+                "admin: expected a mapping"},
+        BadCase{
+            "admin_is_tenant_key",
+            std::string(kMinimal) + "tenants:\n  - {name: t, api_keys: [k]}\nadmin: {api_key: k}\n",
+            "admin.api_key: must differ from every tenant's API key"},
         BadCase{"syntax", "pools: [\n", "YAML error"},
         BadCase{"undefined_alias", "pools: *nothing\n", "YAML error"}),
     [](const ::testing::TestParamInfo<BadCase>& i) { return std::string(i.param.name); });
@@ -389,6 +640,31 @@ TEST(GatewayConfigExample, RoutesTheThreeBranches) {
   EXPECT_EQ(route(Priority::kGold, "finetune-legal-v2", 9000), "high-memory");  // first wins
   EXPECT_EQ(route(Priority::kSilver, "finetune-medical-x", 10), "general");
   EXPECT_EQ(route(Priority::kBronze, "llama", 100000), "general");
+}
+
+// examples/gateway.yaml: the split with a canary and a shadow, and the cascade (issue 17).
+TEST(GatewayConfigExample, HasASplitACanaryAShadowAndACascade) {
+  auto c = LoadGatewayConfig(STRATA_EXAMPLE_GATEWAY_YAML);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const GatewayConfig& g = **c;
+  RequestFacts f;
+  f.model = f.adapter = "chat";
+  const RouteConfig* chat = MatchRoute(g, f, [](const PoolConfig&) { return int64_t{10}; });
+  ASSERT_NE(chat, nullptr);
+  EXPECT_EQ(chat->name, "chat");
+  ASSERT_EQ(chat->arms.size(), 2u);
+  EXPECT_EQ(chat->arms[1].pool, "chat-v2");
+  ASSERT_TRUE(chat->canary.has_value());
+  EXPECT_EQ(chat->canary->steps.back(), 100);
+  ASSERT_TRUE(chat->shadow.has_value());
+  EXPECT_EQ(chat->shadow->pool, "chat-v3");
+  f.model = f.adapter = "ask";
+  const RouteConfig* ask = MatchRoute(g, f, [](const PoolConfig&) { return int64_t{10}; });
+  ASSERT_NE(ask, nullptr);
+  ASSERT_TRUE(ask->cascade.has_value());
+  EXPECT_EQ(ask->cascade->first, "small");
+  EXPECT_EQ(ask->cascade->then, "large");
+  EXPECT_EQ(g.admin.api_key, "");  // the admin API is off unless configured
 }
 
 }  // namespace

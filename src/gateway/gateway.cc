@@ -11,11 +11,13 @@
 #include <cmath>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <utility>
 
 #include "gateway/gateway_metrics.h"
 #include "gateway/routes.h"
+#include "gateway/split.h"
 #include "http/auth.h"
 #include "http/client.h"
 #include "http/json_fields.h"
@@ -46,6 +48,7 @@ struct Gateway::Job {
   std::string path, body;
   std::string tenant, route, pool, model;
   std::string adapter;  // body `lora` if a string, else `model` (the balancer's adapter term)
+  std::string arm;  // a split route: the chosen arm's pool ("" otherwise)
   Priority priority = Priority::kSilver;
   std::vector<std::pair<std::string, std::string>> headers;  // forwarded upstream
   PromptInfo prompt;
@@ -60,6 +63,23 @@ struct Gateway::Job {
   Pick pick;
   Clock::time_point admitted_at, dispatched_at;
   std::atomic<bool> finished{false};
+  // Cascade: the stage running (kOnly on other routes), what the client asked of the fields the
+  // first stage rewrites, that stage's body, the second pool's prompt, and the tokens the first
+  // stage used (settled with the answer's).
+  enum class Stage { kOnly, kFirst, kThen };
+  const CascadeConfig* cascade = nullptr;  // into snap->cfg
+  Stage stage = Stage::kOnly;
+  CascadeAsk ask;
+  std::string first_body;
+  PromptInfo then_prompt;
+  int stage_attempts = 0;  // upstream calls of the current stage (retries count per stage)
+  int64_t first_tokens = 0;
+  // Shadow: the route's mirror, the shadow copy's body, and the tee that keeps the primary's
+  // answer (greedy requests only).
+  const ShadowConfig* shadow = nullptr;  // into snap->cfg
+  std::string shadow_body;
+  std::shared_ptr<TeeResponder> tee;
+  bool cascade_skipped = false;  // embeddings or echo: straight to `then`
 
   RequestRecord Record(int status, const UpstreamResult* r, Clock::time_point now) const {
     RequestRecord rec;
@@ -169,6 +189,9 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(std::shared_ptr<const GatewayCo
   g->upstreams_ = std::make_unique<Upstreams>();
   g->admission_ = std::make_unique<Admission>(cfg);
   DeclareGatewayMetrics(&g->metrics_);
+  g->splits_.Reconfigure(*cfg);
+  g->canary_ = std::make_unique<CanaryController>(&g->splits_, Clock::now());
+  g->canary_->Reconfigure(*cfg, Clock::now());
   ASSIGN_OR_RETURN(auto snap, g->Build(cfg, nullptr));
   {
     MutexLock lock(&g->mu_);
@@ -220,6 +243,8 @@ Status Gateway::Reload(std::shared_ptr<const GatewayConfig> cfg) {
   for (const auto& [name, set] : old->pools)
     if (!next->pools.contains(name)) set->Stop();  // in-flight requests keep the object alive
   admission_->Reconfigure(cfg);
+  splits_.Reconfigure(*cfg);  // before the swap: new requests find their routes' weights
+  canary_->Reconfigure(*cfg, Clock::now());
   {
     MutexLock lock(&mu_);
     snap_ = std::move(next);
@@ -251,7 +276,8 @@ void Gateway::Stop() {
 
 void Gateway::StartDraining() { readiness_.StartDraining(); }
 
-// Every 50 ms: admission's waiters past their bound are rejected; every 2 s: /v1/models refresh.
+// Every 50 ms: admission's waiters past their bound are rejected and due canary analyses run;
+// every 2 s: /v1/models refresh.
 void Gateway::StartTicker() {
   asio::co_spawn(
       upstreams_->io(),
@@ -260,6 +286,7 @@ void Gateway::StartTicker() {
         int ticks = 0;
         while (!stopped_.load()) {
           admission_->Tick(Clock::now());
+          NoteCanary(canary_->Tick(Clock::now()));
           if (ticks++ % 40 == 0) RefreshModels();
           timer.expires_after(std::chrono::milliseconds(50));
           boost::system::error_code ec;
@@ -283,6 +310,15 @@ http::Chain Gateway::MakeChain() {
       {"POST", "/v1/completions", "/v1/completions", false, true, true, true, proxy},
       {"POST", "/v1/chat/completions", "/v1/chat/completions", false, true, true, true, proxy},
       {"POST", "/v1/embeddings", "/v1/embeddings", false, true, true, true, proxy},
+      // The admin API checks its own key (AdminAuth) and works while draining.
+      {"GET", "/admin/routes", "/admin/routes", false, false, false, false,
+       on(&Gateway::AdminRoutes)},
+      {"PUT", "/admin/routes/", "/admin/routes/weights", true, false, false, true,
+       on(&Gateway::AdminSetWeights)},
+      {"GET", "/admin/canary", "/admin/canary", false, false, false, false,
+       on(&Gateway::AdminCanary)},
+      {"POST", "/admin/canary/", "/admin/canary/action", true, false, false, false,
+       on(&Gateway::AdminCanaryAction)},
   };
   // Auth reads the current snapshot's tenants, so a reload changes keys without a new chain.
   http::Step auth = [this](Exchange& ex) -> std::optional<HttpResponse> {
@@ -327,6 +363,7 @@ HttpResponse Gateway::Ready(Exchange&) {
 
 HttpResponse Gateway::Metrics(Exchange&) {
   RefreshPoolGauges(*snapshot(), *admission_, &metrics_);
+  RefreshCanaryGauges();
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body = metrics_.Render();
@@ -433,8 +470,9 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   const RouteConfig* route =
       MatchRoute(cfg, facts, [&](const PoolConfig& p) { return measure(p).tokens; });
   if (!route) return http::ErrorResponse(404, "no route matches this request", "model");
-  const PoolConfig* pool = cfg.FindPool(route->to);
-  auto set = job->snap->pools.find(route->to);
+  const std::string& pool_name = PoolOf(*route, ex, job.get());  // a split: the chosen arm
+  const PoolConfig* pool = cfg.FindPool(pool_name);
+  auto set = job->snap->pools.find(pool_name);
   if (!pool || set == job->snap->pools.end())
     return http::ErrorResponse(503, "route '" + route->name + "' has no pool");
   job->route = route->name;
@@ -444,6 +482,8 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   job->prompt = measure(*pool);
   if (job->prompt.ids.empty()) job->text_key = job->prompt.text;
   job->headers = ForwardedHeaders(ex.request, job->tenant, job->priority);
+  if (auto e = PrepareTraffic(job, *route, ex.body, measure); !e.ok())
+    return http::ErrorResponse(e);
 
   job->body = std::move(ex.request.body);  // forwarded as sent
   std::weak_ptr<Cancel> weak = job->cancel;
@@ -476,6 +516,25 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   return HttpResponse{http::kDeferred, {}, {}, {}};
 }
 
+// The pool of the request on `route`: its primary pool, or for a split the arm chosen by the
+// sticky key (split.h) under the current weights (counted in split_requests_total).
+const std::string& Gateway::PoolOf(const RouteConfig& route, const Exchange& ex, Job* job) {
+  if (route.arms.empty()) return route.primary_pool();
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+  const std::string key = StickyKeyOf(route.sticky, ex.body, ex.request, job->tenant);
+  const ArmChoice c = ChooseArm(route.name, splits_.Weights(route), key, u);
+  job->arm = route.arms[c.index].pool;
+  metrics_.Add(std::string(kSplitRequestsTotal),
+               http::Labels({{"route", route.name}, {"pool", job->arm}}), 1);
+  return route.arms[c.index].pool;
+}
+
+// Response headers naming the arm of a split route (x-strata-arm).
+void Gateway::AddArmHeader(const Job& job, std::vector<std::pair<std::string, std::string>>* h) {
+  if (!job.arm.empty()) h->emplace_back("x-strata-arm", job.arm);
+}
+
 void Gateway::Admitted(const std::shared_ptr<Job>& job) {
   if (job->cancel->fired()) {
     Finish(job, 499, nullptr);
@@ -488,6 +547,10 @@ void Gateway::Dispatch(const std::shared_ptr<Job>& job) {
   PickRequest pr{job->prompt.ids, job->text_key, job->prompt.tokens, job->max_tokens,
                  job->tenant,     job->tried,    job->adapter};
   auto pick = job->replicas->Choose(pr, Clock::now());
+  if (!pick.ok() && job->stage == Job::Stage::kFirst) {  // the second pool may still answer
+    Escalate(job, "first_error");
+    return;
+  }
   if (!pick.ok()) {
     RespondError(job, http::ErrorResponse(
                           503, fmt::format("pool '{}': {}", job->pool, pick.status().message())));
@@ -498,6 +561,7 @@ void Gateway::Dispatch(const std::shared_ptr<Job>& job) {
   job->dispatched_at = Clock::now();
   job->tried.push_back(pick->url);
   ++job->attempts;
+  ++job->stage_attempts;
   job->replicas->OnSent(pick->url, *pick, pr);
   metrics_.Add(std::string(kRoutingDecisionsTotal),
                http::Labels({{"route", job->route},
@@ -511,22 +575,34 @@ void Gateway::Dispatch(const std::shared_ptr<Job>& job) {
   call.headers = job->headers;
   call.api_key = job->api_key;
   call.deadline = Clock::now() + job->snap->cfg->upstream.timeout;
-  std::vector<std::pair<std::string, std::string>> extra = {{"x-strata-route", job->route},
-                                                            {"x-strata-replica", pick->url}};
-  upstreams_->Call(std::move(call), job->out, std::move(extra), job->cancel,
+  if (job->stage == Job::Stage::kFirst) {  // buffered: the answer is decided on before relaying
+    call.body = job->first_body;
+    upstreams_->Fetch(std::move(call), job->cancel,
+                      [this, job](const UpstreamResult& r) { OnFirstStageDone(job, r); });
+    return;
+  }
+  upstreams_->Call(std::move(call), job->out, ClientHeaders(*job), job->cancel,
                    [this, job](const UpstreamResult& r) { OnUpstreamDone(job, r); });
 }
 
-void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, const UpstreamResult& r) {
-  // Passive health: a client that went away says nothing about the replica; a stream the replica
-  // broke off does.
+// Passive health: a client that went away says nothing about the replica; a stream the replica
+// broke off does.
+void Gateway::NoteUpstream(const std::shared_ptr<Job>& job, const UpstreamResult& r) {
   using Kind = UpstreamResult::Kind;
   const bool transport_ok = r.kind == Kind::kClientGone || (r.kind != Kind::kFailedMidStream &&
                                                             (r.status.ok() || r.http_status > 0));
   job->replicas->OnFinished(job->pick.url, transport_ok, r.http_status, Clock::now());
   ObserveUpstream(job->pool, job->pick.url, r, &metrics_);
+}
+
+void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, const UpstreamResult& r) {
+  NoteUpstream(job, r);
+  if (job->stage == Job::Stage::kThen) {
+    const std::string rs = http::Labels({{"route", job->route}, {"stage", "then"}});
+    metrics_.Observe(std::string(kCascadeStageSeconds), rs, r.total_s);
+  }
   if (r.kind == UpstreamResult::Kind::kRetryable && !job->cancel->fired() &&
-      job->attempts <= job->snap->cfg->upstream.retries) {
+      job->stage_attempts <= job->snap->cfg->upstream.retries) {
     metrics_.Add(std::string(kRetriesTotal),
                  http::Labels({{"route", job->route}, {"pool", job->pool}}), 1);
     Dispatch(job);
@@ -534,8 +610,7 @@ void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, const UpstreamResu
   }
   if (r.kind == UpstreamResult::Kind::kRetryable) {
     // Out of retries, nothing was written: the upstream's 5xx as it sent it, or a 502/504.
-    HttpResponse resp =
-        KeptResponse(r, {{"x-strata-route", job->route}, {"x-strata-replica", job->pick.url}});
+    HttpResponse resp = KeptResponse(r, ClientHeaders(*job));
     const int status = resp.status;
     job->out->Respond(std::move(resp));
     Finish(job, status, &r);
@@ -549,6 +624,7 @@ void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, const UpstreamResu
 
 void Gateway::RespondError(const std::shared_ptr<Job>& job, HttpResponse resp) {
   if (!job->route.empty()) resp.headers.emplace_back("x-strata-route", job->route);
+  AddArmHeader(*job, &resp.headers);
   const int status = resp.status;
   job->out->Respond(std::move(resp));
   Finish(job, status, nullptr);
@@ -559,15 +635,27 @@ void Gateway::Finish(const std::shared_ptr<Job>& job, int status, const Upstream
   const Clock::time_point now = Clock::now();
   if (job->admitted) {
     if (r && r->prompt_tokens >= 0)
-      admission_->Settle(job->ticket,
-                         r->prompt_tokens + std::max<int64_t>(0, r->completion_tokens));
+      admission_->Settle(job->ticket, job->first_tokens + r->prompt_tokens +
+                                          std::max<int64_t>(0, r->completion_tokens));
     else if (r && r->stream_chunks > 0)
-      admission_->Settle(job->ticket, job->prompt.tokens + r->stream_chunks);
+      admission_->Settle(job->ticket, job->first_tokens + job->prompt.tokens + r->stream_chunks);
     admission_->Release(job->ticket, now);
   }
   const RequestRecord rec = job->Record(status, r, now);
   ObserveRequest(rec, &metrics_);
   AccessLog(rec);
+  if (!job->arm.empty()) ObserveCanary(rec);
+  if (job->stage == Job::Stage::kThen && r) {
+    const int64_t prompt = r->prompt_tokens >= 0 ? r->prompt_tokens : job->prompt.tokens;
+    const int64_t completion = r->completion_tokens >= 0 ? r->completion_tokens : r->stream_chunks;
+    for (const auto& [kind, n] : {std::pair{"prompt", prompt}, std::pair{"completion", completion}})
+      metrics_.Add(
+          std::string(kCascadeTokensTotal),
+          http::Labels(
+              {{"route", job->route}, {"stage", "then"}, {"pool", job->pool}, {"kind", kind}}),
+          static_cast<double>(n));
+  }
+  StartShadow(job, status);
   in_flight_.fetch_sub(1);
 }
 
@@ -576,6 +664,228 @@ void Gateway::AccessLog(const RequestRecord& rec) {
   if (!log_) return;
   std::fputs(AccessLogLine(rec, std::chrono::system_clock::now()).c_str(), log_);
   std::fflush(log_);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Shadow and cascade (README.md "Shadow", "Cascade").
+
+namespace {
+
+// Whether a request is mirrored: a draw with probability `fraction`.
+bool DrawShadow(double fraction) {
+  if (fraction >= 1) return true;
+  if (fraction <= 0) return false;
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return std::uniform_real_distribution<double>(0, 1)(rng) < fraction;
+}
+
+std::string_view StageHeader(const Gateway::Job& job, bool skipped);
+
+}  // namespace
+
+http::ApiError Gateway::PrepareTraffic(
+    const std::shared_ptr<Job>& job, const RouteConfig& route, const json& body,
+    const std::function<const PromptInfo&(const PoolConfig&)>& measure) {
+  if (route.shadow && route.shadow->fraction > 0 && job->endpoint != Endpoint::kEmbeddings) {
+    ASSIGN_OR_RETURN_API(job->shadow_body, ShadowBody(body));
+    job->shadow = &*route.shadow;
+    if (IsGreedy(body)) {  // the primary's answer is compared: keep a copy of it
+      job->tee = std::make_shared<TeeResponder>(job->out, kMaxShadowCopy);
+      job->out = job->tee;
+    }
+  }
+  if (!route.cascade) return {};
+  const CascadeConfig& c = *route.cascade;
+  job->cascade = &c;
+  const PoolConfig* then = job->snap->cfg->FindPool(c.then);
+  if (!then || !job->snap->pools.contains(c.then))
+    return http::ApiError(Status::Unavailable("route '" + route.name + "' has no pool " + c.then));
+  job->then_prompt = measure(*then);
+  bool skip = job->endpoint == Endpoint::kEmbeddings;  // no logprobs to judge by
+  if (!skip) {
+    ASSIGN_OR_RETURN_API(CascadeFirstStage fs, FirstStageRequest(job->endpoint, body));
+    job->ask = fs.ask;
+    job->first_body = std::move(fs.body);
+    skip = job->ask.echo;  // the signal would include the prompt's logprobs
+  }
+  if (!skip) {
+    job->stage = Job::Stage::kFirst;
+    return {};
+  }
+  metrics_.Add(std::string(kCascadeRequestsTotal),
+               http::Labels({{"route", job->route}, {"result", "skipped"}}), 1);
+  job->cascade_skipped = true;
+  job->stage = Job::Stage::kThen;
+  job->pool = then->name;
+  job->replicas = job->snap->pools.find(c.then)->second;
+  job->api_key = then->api_key;
+  job->prompt = job->then_prompt;
+  job->text_key = job->prompt.ids.empty() ? job->prompt.text : std::string();
+  return {};
+}
+
+std::vector<std::pair<std::string, std::string>> Gateway::ClientHeaders(const Job& job) const {
+  std::vector<std::pair<std::string, std::string>> h = {{"x-strata-route", job.route},
+                                                        {"x-strata-replica", job.pick.url}};
+  AddArmHeader(job, &h);
+  if (job.cascade) {
+    h.emplace_back("x-strata-cascade", StageHeader(job, job.cascade_skipped));
+    h.emplace_back("x-strata-pool", job.pool);
+  }
+  return h;
+}
+
+namespace {
+
+std::string_view StageHeader(const Gateway::Job& job, bool skipped) {
+  if (skipped) return "skipped";
+  return job.stage == Gateway::Job::Stage::kFirst ? "first" : "escalated";
+}
+
+}  // namespace
+
+void Gateway::OnFirstStageDone(const std::shared_ptr<Job>& job, const UpstreamResult& r) {
+  using Kind = UpstreamResult::Kind;
+  NoteUpstream(job, r);
+  metrics_.Observe(std::string(kCascadeStageSeconds),
+                   http::Labels({{"route", job->route}, {"stage", "first"}}), r.total_s);
+  if (r.kind == Kind::kClientGone || job->cancel->fired()) {
+    Finish(job, 499, &r);
+    return;
+  }
+  if (r.kind == Kind::kRetryable && job->stage_attempts <= job->snap->cfg->upstream.retries) {
+    metrics_.Add(std::string(kRetriesTotal),
+                 http::Labels({{"route", job->route}, {"pool", job->pool}}), 1);
+    Dispatch(job);
+    return;
+  }
+  if (r.kind != Kind::kDone || r.http_status != 200) {
+    Escalate(job, "first_error");
+    return;
+  }
+  json answer = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  Result<CascadeSignals> signals = ComputeSignals(job->endpoint, answer);
+  if (!signals.ok()) {
+    Escalate(job, "first_error");
+    return;
+  }
+  const int64_t prompt = r.prompt_tokens >= 0 ? r.prompt_tokens : job->prompt.tokens;
+  const int64_t completion = r.completion_tokens >= 0 ? r.completion_tokens : signals->tokens;
+  for (const auto& [kind, n] : {std::pair{"prompt", prompt}, std::pair{"completion", completion}})
+    metrics_.Add(
+        std::string(kCascadeTokensTotal),
+        http::Labels(
+            {{"route", job->route}, {"stage", "first"}, {"pool", job->pool}, {"kind", kind}}),
+        static_cast<double>(n));
+  const std::optional<double> value = SignalValue(*signals, job->cascade->signal);
+  if (!value || *value < job->cascade->threshold) {
+    job->first_tokens = prompt + completion;  // charged with the second stage's usage
+    Escalate(job, "escalated");
+    return;
+  }
+  AcceptFirstStage(job, r, std::move(answer));
+}
+
+void Gateway::AcceptFirstStage(const std::shared_ptr<Job>& job, const UpstreamResult& r,
+                               json answer) {
+  metrics_.Add(std::string(kCascadeRequestsTotal),
+               http::Labels({{"route", job->route}, {"result", "accepted"}}), 1);
+  StripLogprobs(job->ask, &answer);
+  std::vector<std::pair<std::string, std::string>> headers;
+  for (const auto& h : r.headers)
+    if (!job->ask.stream || h.first != "cache-control") headers.push_back(h);
+  for (auto& h : ClientHeaders(*job)) headers.push_back(std::move(h));
+  if (job->ask.stream) {  // the buffered answer as the stream the client asked for
+    headers.emplace_back("cache-control", "no-cache");
+    job->out->Begin("text/event-stream", std::move(headers));
+    job->out->Write(AnswerAsSse(job->ask, answer));
+    job->out->End();
+  } else {
+    HttpResponse resp;
+    resp.status = 200;
+    resp.content_type = "application/json";
+    resp.headers = std::move(headers);
+    resp.body = answer.dump(-1, ' ', false, json::error_handler_t::replace);
+    job->out->Respond(std::move(resp));
+  }
+  Finish(job, 200, &r);
+}
+
+void Gateway::Escalate(const std::shared_ptr<Job>& job, std::string_view result) {
+  metrics_.Add(std::string(kCascadeRequestsTotal),
+               http::Labels({{"route", job->route}, {"result", result}}), 1);
+  const CascadeConfig& c = *job->cascade;
+  job->stage = Job::Stage::kThen;
+  job->pool = c.then;
+  job->replicas = job->snap->pools.find(c.then)->second;  // checked in PrepareTraffic
+  const PoolConfig* then = job->snap->cfg->FindPool(c.then);
+  job->api_key = then ? then->api_key : "";
+  job->prompt = job->then_prompt;
+  job->text_key = job->prompt.ids.empty() ? job->prompt.text : std::string();
+  job->tried.clear();
+  job->stage_attempts = 0;
+  if (job->cancel->fired()) {
+    Finish(job, 499, nullptr);
+    return;
+  }
+  Dispatch(job);
+}
+
+// After the primary's answer: with probability `fraction`, the greedy copy goes to the shadow
+// pool; its answer is compared with the primary's (when that was greedy, 200 and kept whole) and
+// counted; nothing of it reaches the client.
+void Gateway::StartShadow(const std::shared_ptr<Job>& job, int status) {
+  if (!job->shadow || job->attempts == 0 || status == 499 || stopped_.load()) return;
+  const ShadowConfig& sc = *job->shadow;
+  if (!DrawShadow(sc.fraction)) return;
+  auto count = [this, route = job->route, pool = sc.pool](ShadowOutcome o) {
+    metrics_.Add(std::string(kShadowRequestsTotal),
+                 http::Labels({{"route", route}, {"pool", pool}, {"result", ShadowOutcomeName(o)}}),
+                 1);
+  };
+  if (!shadow_slots_.TryAcquire()) {
+    count(ShadowOutcome::kDropped);
+    return;
+  }
+  auto it = job->snap->pools.find(sc.pool);
+  const PoolConfig* pc = job->snap->cfg->FindPool(sc.pool);
+  PickRequest pr{job->prompt.ids, job->text_key, job->prompt.tokens,
+                 job->max_tokens, job->tenant,   {}};
+  Result<Pick> pick = it == job->snap->pools.end() || !pc
+                          ? Result<Pick>(Status::Unavailable("no shadow pool"))
+                          : it->second->Choose(pr, Clock::now());
+  if (!pick.ok()) {
+    count(ShadowOutcome::kError);
+    shadow_slots_.Release();
+    return;
+  }
+  std::shared_ptr<ReplicaSet> set = it->second;
+  set->OnSent(pick->url, *pick, pr);
+  std::optional<std::vector<std::string>> primary;
+  if (job->tee && status == 200 && job->tee->complete())
+    primary = job->tee->streamed() ? StreamTexts(job->endpoint, job->tee->body())
+                                   : AnswerTexts(job->endpoint, job->tee->body());
+  UpstreamCall call;
+  call.url = pick->url;
+  call.path = job->path;
+  call.body = job->shadow_body;
+  call.headers = job->headers;
+  call.api_key = pc->api_key;
+  call.deadline = Clock::now() + job->snap->cfg->upstream.timeout;
+  upstreams_->Fetch(
+      std::move(call), nullptr,
+      [this, set, url = pick->url, route = job->route, pool = sc.pool, endpoint = job->endpoint,
+       primary = std::move(primary), count](const UpstreamResult& r) {
+        using Kind = UpstreamResult::Kind;
+        set->OnFinished(url, r.kind == Kind::kDone || r.http_status > 0, r.http_status,
+                        Clock::now());
+        ObserveUpstream(pool, url, r, &metrics_);
+        const bool ok = r.kind == Kind::kDone && r.http_status == 200;
+        count(CompareShadow(ok, ok ? AnswerTexts(endpoint, r.body) : std::nullopt, primary));
+        metrics_.Observe(std::string(kShadowSeconds),
+                         http::Labels({{"route", route}, {"pool", pool}}), r.total_s);
+        shadow_slots_.Release();
+      });
 }
 
 }  // namespace strata::gateway

@@ -4,6 +4,9 @@
 // (tenant token/request buckets, concurrency, pool capacity; gold may wait) → the pool's
 // ReplicaSet picks a replica by predicted seconds → Upstreams relays the call (SSE as it arrives)
 // → a failure before the first byte reached the client is retried once on another replica.
+// A route may mirror a fraction of its requests to a shadow pool (fire-and-forget, compared,
+// never affecting the answer) or be a cascade (the first pool's buffered answer is returned when
+// its logprob signal clears the threshold, else the request goes to the second pool).
 //
 // Configuration snapshots: the config, its pools' ReplicaSets and tokenizers form one immutable
 // Snapshot; Reload() swaps it (SIGHUP). A request holds the snapshot it started with until it
@@ -15,6 +18,9 @@
 // Thread contract: Handle() is called concurrently from the front HttpServer's I/O threads;
 // Reload/Start/Stop/StartDraining from one controlling thread. Completion callbacks run on the
 // upstream thread.
+// Traffic management (issue 17): a split route's arm is chosen per request (split.h, header
+// x-strata-arm); canaries are analysed on the ticker (canary.h); /admin/ (its own Bearer key,
+// config admin.api_key; none configured → 403) lists and sets weights and drives canaries.
 // Errors: every client error is an OpenAI error body (401 bad key, 400 bad body, 404 no route or
 // unknown path, 429 over a limit with Retry-After, 502 upstream failure, 503 no healthy replica or
 // draining); Create/Reload return InvalidArgument when a pool's tokenizer cannot be loaded.
@@ -23,18 +29,26 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "base/mutex.h"
 #include "base/status.h"
 #include "gateway/admission.h"
+#include "gateway/canary.h"
+#include "gateway/cascade.h"
 #include "gateway/config.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/prompt.h"
 #include "gateway/proxy.h"
 #include "gateway/replica_set.h"
+#include "gateway/split.h"
+#include "gateway/shadow.h"
 #include "http/chain.h"
 #include "http/prometheus.h"
 #include "http/server.h"
@@ -49,6 +63,11 @@ struct Snapshot {
   std::map<std::string, std::shared_ptr<const PoolTokenizer>, std::less<>> tokenizers;
   uint64_t generation = 0;
 };
+
+// Shadow calls in flight at most (over it a mirrored request is dropped and counted).
+inline constexpr int kMaxShadowInFlight = 64;
+// The primary's answer kept for the shadow comparison, at most (bytes).
+inline constexpr size_t kMaxShadowCopy = 1u << 20;
 
 class Gateway {
  public:
@@ -85,12 +104,36 @@ class Gateway {
   http::HttpResponse Metrics(http::Exchange& ex);
   http::HttpResponse Models(http::Exchange& ex);
   http::HttpResponse Proxy(http::Exchange& ex);
+  const std::string& PoolOf(const RouteConfig& route, const http::Exchange& ex, Job* job);
+  static void AddArmHeader(const Job& job, std::vector<std::pair<std::string, std::string>>* h);
   void Admitted(const std::shared_ptr<Job>& job);
   void Dispatch(const std::shared_ptr<Job>& job);
   void OnUpstreamDone(const std::shared_ptr<Job>& job, const UpstreamResult& r);
   void Finish(const std::shared_ptr<Job>& job, int status, const UpstreamResult* r);
   void RespondError(const std::shared_ptr<Job>& job, http::HttpResponse resp);
   void AccessLog(const RequestRecord& rec);
+  // Traffic management (issue 17, part split): the canary's feed and decisions, the admin API
+  // (gateway_admin.cc).
+  void ObserveCanary(const RequestRecord& rec);
+  void NoteCanary(const std::vector<CanaryDecision>& decisions);
+  void RefreshCanaryGauges();
+  std::optional<http::HttpResponse> AdminAuth(const http::Exchange& ex) const;
+  http::HttpResponse AdminRoutes(http::Exchange& ex);
+  http::HttpResponse AdminSetWeights(http::Exchange& ex);
+  http::HttpResponse AdminCanary(http::Exchange& ex);
+  http::HttpResponse AdminCanaryAction(http::Exchange& ex);
+  // Shadow and cascade (README.md "Shadow", "Cascade"): set up at routing, run from Dispatch /
+  // the upstream callbacks, on the upstream thread.
+  http::ApiError PrepareTraffic(const std::shared_ptr<Job>& job, const RouteConfig& route,
+                                const nlohmann::json& body,
+                                const std::function<const PromptInfo&(const PoolConfig&)>& measure);
+  void OnFirstStageDone(const std::shared_ptr<Job>& job, const UpstreamResult& r);
+  void AcceptFirstStage(const std::shared_ptr<Job>& job, const UpstreamResult& r,
+                        nlohmann::json answer);
+  void Escalate(const std::shared_ptr<Job>& job, std::string_view result);
+  void NoteUpstream(const std::shared_ptr<Job>& job, const UpstreamResult& r);
+  std::vector<std::pair<std::string, std::string>> ClientHeaders(const Job& job) const;
+  void StartShadow(const std::shared_ptr<Job>& job, int status);
   void RefreshModels();
   void StartTicker();
 
@@ -98,11 +141,14 @@ class Gateway {
   std::shared_ptr<const Snapshot> snap_ GUARDED_BY(mu_);
   std::unique_ptr<Upstreams> upstreams_;
   std::unique_ptr<Admission> admission_;
+  SplitWeights splits_;  // the split routes' current weights (config, admin API, canary)
+  std::unique_ptr<CanaryController> canary_;  // uses splits_
   std::unique_ptr<http::Chain> chain_;
   http::Readiness readiness_;
   http::MetricsRegistry metrics_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> stopped_{false};
+  ShadowSlots shadow_slots_{kMaxShadowInFlight};
   bool started_ = false;
   // /v1/models: the union of the replicas' models, refreshed on the upstream thread.
   mutable Mutex models_mu_;

@@ -56,6 +56,22 @@ constexpr Family kFamilies[] = {
     {kPoolInFlight, Type::kGauge, "Requests admitted to a pool and not yet finished."},
     {kReloadsTotal, Type::kCounter, "Configuration reloads (SIGHUP) by result."},
     {kPoolInfo, Type::kGauge, "1 per pool, labelled with the pool's configured labels."},
+    {kSplitRequestsTotal, Type::kCounter, "Requests on split routes by the arm (pool) chosen."},
+    {kCanaryDecisionsTotal, Type::kCounter,
+     "Canary decisions by route and decision (step, promote, rollback, pause, resume, "
+     "manual_rollback, manual_promote)."},
+    {kCanaryWeight, Type::kGauge, "Current weight % of each arm of a canary route, by pool."},
+    // Shadow and cascade (issue 17, part cascade).
+    {kShadowRequestsTotal, Type::kCounter,
+     "Mirrored requests by route, shadow pool and result (match, mismatch, uncompared, error, "
+     "dropped)."},
+    {kShadowSeconds, Type::kHistogram, "Duration of one shadow call (its Fetch).", true},
+    {kCascadeRequestsTotal, Type::kCounter,
+     "Requests on a cascade route by result (accepted, escalated, first_error, skipped)."},
+    {kCascadeTokensTotal, Type::kCounter,
+     "Tokens a cascade stage's pool served (stage first|then, kind prompt|completion)."},
+    {kCascadeStageSeconds, Type::kHistogram, "Duration of one cascade stage's upstream call.",
+     true},
 };
 
 // A configured label as a Prometheus label: its name reduced to [a-zA-Z0-9_] (others become '_',

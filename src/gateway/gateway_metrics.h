@@ -42,6 +42,17 @@ inline constexpr std::string_view kReplicaInFlight = "strata_gateway:replica_in_
 inline constexpr std::string_view kPoolInFlight = "strata_gateway:pool_in_flight";
 inline constexpr std::string_view kReloadsTotal = "strata_gateway:config_reloads_total";
 inline constexpr std::string_view kPoolInfo = "strata_gateway:pool_info";
+// Issue 17, part split: arms chosen on split routes, canary decisions and weights.
+inline constexpr std::string_view kSplitRequestsTotal = "strata_gateway:split_requests_total";
+inline constexpr std::string_view kCanaryDecisionsTotal = "strata_gateway:canary_decisions_total";
+inline constexpr std::string_view kCanaryWeight = "strata_gateway:canary_weight";
+// Shadow and cascade (issue 17, part cascade).
+inline constexpr std::string_view kShadowRequestsTotal = "strata_gateway:shadow_requests_total";
+inline constexpr std::string_view kShadowSeconds = "strata_gateway:shadow_duration_seconds";
+inline constexpr std::string_view kCascadeRequestsTotal = "strata_gateway:cascade_requests_total";
+inline constexpr std::string_view kCascadeTokensTotal = "strata_gateway:cascade_tokens_total";
+inline constexpr std::string_view kCascadeStageSeconds =
+    "strata_gateway:cascade_stage_duration_seconds";
 
 // What the gateway knows of a request when it ends (metrics and the access log).
 struct RequestRecord {

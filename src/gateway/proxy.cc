@@ -386,6 +386,53 @@ http::HttpResponse KeptResponse(const UpstreamResult& r, Headers extra_headers) 
   return resp;
 }
 
+namespace {
+
+// The client of a Fetch: keeps what the relay would have sent. Past `max_body` bytes it reports
+// itself closed, so the relay stops reading (the call ends kClientGone, turned into kRetryable).
+// Touched by the relay on the upstream thread only; the lock keeps the contract of Responder.
+class CaptureResponder final : public http::Responder {
+ public:
+  explicit CaptureResponder(size_t max_body) : max_body_(max_body) {}
+
+  void Respond(http::HttpResponse r) override {
+    MutexLock lock(&mu_);
+    body_ = std::move(r.body);
+  }
+  void Begin(std::string, Headers) override {}
+  void Write(std::string chunk) override {
+    MutexLock lock(&mu_);
+    if (over_) return;
+    if (body_.size() + chunk.size() > max_body_) {
+      over_ = true;
+      body_.clear();
+      return;
+    }
+    body_.append(chunk);
+  }
+  void End() override {}
+  void OnClose(std::function<void()>) override {}
+  bool closed() const override {
+    MutexLock lock(&mu_);
+    return over_;
+  }
+  void Post(std::function<void()> fn) override { fn(); }
+
+  bool over() const { return closed(); }
+  std::string TakeBody() {
+    MutexLock lock(&mu_);
+    return std::exchange(body_, {});
+  }
+
+ private:
+  const size_t max_body_;
+  mutable Mutex mu_;
+  std::string body_ GUARDED_BY(mu_);
+  bool over_ GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
 // ------------------------------------------------------------------------------------------------
 // Upstreams
 
@@ -458,6 +505,29 @@ void Upstreams::Call(UpstreamCall c, std::shared_ptr<http::Responder> out, Heade
                  Run(std::move(c), std::move(out), std::move(extra_headers), std::move(cancel),
                      std::move(done)),
                  asio::detached);
+}
+
+void Upstreams::Fetch(UpstreamCall c, std::shared_ptr<Cancel> cancel,
+                      std::function<void(UpstreamResult)> done) {
+  auto capture = std::make_shared<CaptureResponder>(options_.max_buffered_body);
+  const size_t bound = options_.max_buffered_body;
+  Call(std::move(c), capture, {}, cancel,
+       [capture, cancel, bound, done = std::move(done)](UpstreamResult r) {
+         using Kind = UpstreamResult::Kind;
+         const bool gone = r.kind == Kind::kClientGone && cancel && cancel->fired();
+         if (capture->over() && !gone) {  // whether or not the relay read further
+           r.kind = Kind::kRetryable;
+           r.status = Status::ResourceExhausted(
+               fmt::format("upstream response body over the {}-byte bound", bound));
+           r.body.clear();
+         } else if (r.kind == Kind::kFailedMidStream) {
+           r.kind = Kind::kRetryable;  // nothing reached a client
+           r.body.clear();
+         } else if (r.kind == Kind::kDone) {
+           r.body = capture->TakeBody();
+         }
+         done(std::move(r));
+       });
 }
 
 asio::awaitable<void> Upstreams::Run(UpstreamCall c, std::shared_ptr<http::Responder> out,

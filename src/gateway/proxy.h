@@ -13,6 +13,9 @@
 // others piece by piece (Begin at the first complete event / body byte, then Write, End). 5xx, or a
 // transport failure before anything was written, is not relayed (kRetryable). Headers passed on
 // from the replica: content-type, cache-control, retry-after, x-request-id; never hop-by-hop ones.
+// Fetch: the same call, but the whole response (status, forwarded headers, body up to
+// max_buffered_body, SSE or not) is returned in the UpstreamResult instead of relayed — for the
+// gateway's own requests (a cascade's first stage, a shadow copy).
 // Errors: never thrown; every outcome (refused, timeout, malformed or oversized upstream response,
 // client gone) is an UpstreamResult.
 #pragma once
@@ -136,6 +139,16 @@ class Upstreams {
   void Call(UpstreamCall c, std::shared_ptr<http::Responder> out,
             std::vector<std::pair<std::string, std::string>> extra_headers,
             std::shared_ptr<Cancel> cancel, std::function<void(UpstreamResult)> done);
+
+  // The same call as Call, but nothing is relayed: the response is returned in `done`'s result.
+  // 2xx/4xx received completely (SSE and chunked bodies included) → kDone with http_status,
+  // content_type, headers (the forwarded subset) and `body` (the whole body, at most
+  // max_buffered_body; a larger one → kRetryable, ResourceExhausted). 5xx → kRetryable with the
+  // body kept up to max_error_body, as for Call. A transport failure at any point → kRetryable
+  // (Fetch never yields kFailedMidStream: nothing reached a client). `cancel` fired →
+  // kClientGone. `done` runs exactly once, on the upstream thread (inline when not running).
+  void Fetch(UpstreamCall c, std::shared_ptr<Cancel> cancel,
+             std::function<void(UpstreamResult)> done);
 
   // Drops the keep-alive client of `url` (a replica that left the pool): its idle connections
   // close; calls in flight on it finish first. Any thread.

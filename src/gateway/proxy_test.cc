@@ -757,5 +757,209 @@ TEST(Proxy, StopFinishesCallsInFlight) {
   EXPECT_EQ(out->log(), "");
 }
 
+// ------------------------------------------------------------------------------------------------
+// Fetch: the whole response comes back in the result; nothing is relayed.
+
+std::optional<UpstreamResult> FetchDirect(Upstreams& ups, const std::string& url,
+                                          std::string path = "/v1/completions",
+                                          std::shared_ptr<Cancel> cancel = nullptr,
+                                          std::chrono::milliseconds timeout = 5000ms) {
+  UpstreamCall c;
+  c.url = url;
+  c.path = std::move(path);
+  c.body = R"({"prompt":"hi"})";
+  c.headers = {{"x-strata-tenant", "acme"}};
+  c.api_key = "k";
+  c.deadline = Clock::now() + timeout;
+  auto box = std::make_shared<ResultBox>();
+  ups.Fetch(std::move(c), std::move(cancel), [box](UpstreamResult r) { box->Set(std::move(r)); });
+  return box->Wait(timeout + 5s);
+}
+
+TEST(Fetch, JsonAnswerIsReturnedWhole) {
+  FakeReplica replica;
+  std::string seen_body, seen_auth, seen_tenant;
+  const std::string answer =
+      R"({"choices":[{"text":"ok"}],"usage":{"prompt_tokens":3,"completion_tokens":4}})";
+  replica.handler = [&](const http::HttpRequest& req, std::shared_ptr<http::Responder> out) {
+    seen_body = req.body;
+    seen_auth = std::string(req.Header("authorization"));
+    seen_tenant = std::string(req.Header("x-strata-tenant"));
+    http::HttpResponse resp;
+    resp.body = answer;
+    resp.headers = {{"x-request-id", "abc"}, {"x-secret", "s"}};
+    out->Respond(std::move(resp));
+  };
+  Upstreams ups;
+  ups.Start();
+  auto r = FetchDirect(ups, replica.url());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, Kind::kDone) << r->status.ToString();
+  EXPECT_EQ(r->http_status, 200);
+  EXPECT_EQ(r->body, answer);
+  EXPECT_EQ(r->content_type, "application/json");
+  EXPECT_EQ(HeaderOf(r->headers, "x-request-id"), "abc");
+  EXPECT_EQ(HeaderOf(r->headers, "x-secret"), "");
+  EXPECT_EQ(r->prompt_tokens, 3);
+  EXPECT_EQ(r->completion_tokens, 4);
+  EXPECT_GT(r->total_s, 0);
+  EXPECT_EQ(seen_body, R"({"prompt":"hi"})");
+  EXPECT_EQ(seen_auth, "Bearer k");
+  EXPECT_EQ(seen_tenant, "acme");
+}
+
+TEST(Fetch, ClientErrorIsDoneWithItsBody) {
+  FakeReplica replica;
+  replica.handler = [&](const http::HttpRequest&, std::shared_ptr<http::Responder> out) {
+    http::HttpResponse resp;
+    resp.status = 400;
+    resp.body = R"({"error":{"message":"bad"}})";
+    out->Respond(std::move(resp));
+  };
+  Upstreams ups;
+  ups.Start();
+  auto r = FetchDirect(ups, replica.url());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, Kind::kDone);
+  EXPECT_EQ(r->http_status, 400);
+  EXPECT_EQ(r->body, R"({"error":{"message":"bad"}})");
+}
+
+TEST(Fetch, SseAndChunkedBodiesAreCollected) {
+  FakeReplica replica;
+  replica.handler = [&](const http::HttpRequest& req, std::shared_ptr<http::Responder> out) {
+    const bool sse = req.path == "/sse";
+    out->Begin(sse ? "text/event-stream" : "application/json", {});
+    if (sse) {
+      out->Write(http::SseEvent(R"({"choices":[{"text":"a"}]})"));
+      out->Write(
+          http::SseEvent(R"({"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}})"));
+      out->Write(std::string(http::kSseDone));
+    } else {
+      out->Write(R"({"choices":)");
+      out->Write(R"([]})");
+    }
+    out->End();
+  };
+  Upstreams ups;
+  ups.Start();
+  auto sse = FetchDirect(ups, replica.url(), "/sse");
+  ASSERT_TRUE(sse);
+  EXPECT_EQ(sse->kind, Kind::kDone);
+  EXPECT_EQ(sse->content_type, "text/event-stream");
+  auto events = testing::SseData(sse->body);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2], "[DONE]");
+  EXPECT_EQ(sse->stream_chunks, 2);
+  EXPECT_EQ(sse->completion_tokens, 2);
+  auto chunked = FetchDirect(ups, replica.url(), "/chunked");
+  ASSERT_TRUE(chunked);
+  EXPECT_EQ(chunked->kind, Kind::kDone);
+  EXPECT_EQ(chunked->body, R"({"choices":[]})");
+}
+
+TEST(Fetch, ServerErrorAndRefusedAreRetryable) {
+  FakeReplica replica;
+  replica.handler = [&](const http::HttpRequest&, std::shared_ptr<http::Responder> out) {
+    http::HttpResponse resp;
+    resp.status = 503;
+    resp.body = "busy";
+    out->Respond(std::move(resp));
+  };
+  Upstreams ups;
+  ups.Start();
+  auto r = FetchDirect(ups, replica.url());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, Kind::kRetryable);
+  EXPECT_EQ(r->http_status, 503);
+  EXPECT_EQ(r->body, "busy");
+  auto refused = FetchDirect(ups, RefusedUrl());
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->kind, Kind::kRetryable);
+  EXPECT_EQ(refused->http_status, 0);
+  EXPECT_FALSE(refused->status.ok());
+}
+
+TEST(Fetch, BodiesOverTheBoundAreRetryableNotTruncated) {
+  FakeReplica replica;
+  replica.handler = [&](const http::HttpRequest& req, std::shared_ptr<http::Responder> out) {
+    if (req.path == "/stream") {
+      out->Begin("application/json", {});
+      for (int i = 0; i < 10; ++i) out->Write(std::string(10, 'x'));
+      out->End();
+      return;
+    }
+    http::HttpResponse resp;
+    resp.body = std::string(100, 'b');
+    out->Respond(std::move(resp));
+  };
+  UpstreamOptions o;
+  o.max_buffered_body = 16;
+  Upstreams ups(o);
+  ups.Start();
+  for (const char* path : {"/sized", "/stream"}) {
+    auto r = FetchDirect(ups, replica.url(), path);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->kind, Kind::kRetryable) << path;
+    EXPECT_EQ(r->status.code(), StatusCode::kResourceExhausted) << r->status.ToString();
+    EXPECT_EQ(r->body, "");
+  }
+}
+
+TEST(Fetch, SseBrokenMidStreamIsRetryable) {
+  RawUpstream raw(
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
+          Chunked("data: {\"x\":1}\n\n"),
+      false);
+  Upstreams ups;
+  ups.Start();
+  auto r = FetchDirect(ups, raw.url());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, Kind::kRetryable) << UpstreamKindName(r->kind);
+  EXPECT_FALSE(r->status.ok());
+  EXPECT_EQ(r->body, "");
+}
+
+TEST(Fetch, CancelEndsTheCallAndClosesTheUpstream) {
+  FakeReplica replica;
+  std::atomic<bool> got{false}, upstream_closed{false};
+  replica.handler = [&](const http::HttpRequest&, std::shared_ptr<http::Responder> out) {
+    out->OnClose([&] { upstream_closed.store(true); });
+    replica.Keep(out);
+    got.store(true);
+  };
+  Upstreams ups;
+  ups.Start();
+  auto cancel = std::make_shared<Cancel>();
+  auto box = std::make_shared<ResultBox>();
+  UpstreamCall c;
+  c.url = replica.url();
+  c.path = "/v1/completions";
+  c.deadline = Clock::now() + 10s;
+  ups.Fetch(c, cancel, [box](UpstreamResult r) { box->Set(std::move(r)); });
+  for (int i = 0; i < 500 && !got.load(); ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(got.load());
+  std::this_thread::sleep_for(50ms);
+  cancel->Fire();
+  auto r = box->Wait(2s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, Kind::kClientGone);
+  for (int i = 0; i < 400 && !upstream_closed.load(); ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(upstream_closed.load());
+}
+
+TEST(Fetch, NotRunningAnswersAtOnce) {
+  Upstreams ups;
+  bool called = false;
+  UpstreamResult got;
+  ups.Fetch(UpstreamCall{}, nullptr, [&](UpstreamResult r) {
+    called = true;
+    got = std::move(r);
+  });
+  EXPECT_TRUE(called);
+  EXPECT_EQ(got.kind, Kind::kRetryable);
+  EXPECT_EQ(got.status.code(), StatusCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace strata::gateway

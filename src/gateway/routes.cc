@@ -61,7 +61,7 @@ const RouteConfig* MatchRoute(const GatewayConfig& cfg, const RequestFacts& fact
   std::map<std::string_view, int64_t> measured;  // pool name -> tokens (measured once per pool)
   for (const RouteConfig& r : cfg.routes) {
     if (!r.match) return &r;
-    const PoolConfig* pool = cfg.FindPool(r.to);
+    const PoolConfig* pool = cfg.FindPool(r.primary_pool());  // a split: its first arm
     auto tokens = [&]() -> int64_t {
       if (pool == nullptr || !prompt_tokens) return 0;
       auto it = measured.find(pool->name);

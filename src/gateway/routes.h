@@ -6,7 +6,8 @@
 // the adapter; `priority` compares the request's tier; `header` names compare case-insensitively
 // (request and config names are lower case) and values exactly (any header of that name may
 // match); `min_prompt_tokens` / `max_prompt_tokens` are inclusive bounds on the prompt's length
-// as measured for the route's pool — measured lazily, only when a route with such a condition is
+// as measured for the route's primary pool (RouteConfig::primary_pool: the pool, a split's first
+// arm, a cascade's first) — measured lazily, only when a route with such a condition is
 // reached, and at most once per pool.
 //
 // Thread contract: a pure function of its arguments.

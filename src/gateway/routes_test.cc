@@ -28,12 +28,14 @@ GatewayConfig Config(std::vector<RouteConfig> routes) {
   c.routes = std::move(routes);
   return c;
 }
-RouteConfig Route(std::string name, RouteMatch m, std::string to = "a") {
-  return RouteConfig{std::move(name), std::move(m), std::move(to)};
+RouteConfig Route(std::string name, std::optional<RouteMatch> m, std::string to = "a") {
+  RouteConfig r;
+  r.name = std::move(name);
+  r.match = std::move(m);
+  r.to = std::move(to);
+  return r;
 }
-RouteConfig Default(std::string to = "b") {
-  return RouteConfig{"default", std::nullopt, std::move(to)};
-}
+RouteConfig Default(std::string to = "b") { return Route("default", std::nullopt, std::move(to)); }
 
 std::string Pick(const GatewayConfig& c, const RequestFacts& f, int64_t tokens = 0) {
   const RouteConfig* r = MatchRoute(c, f, [tokens](const PoolConfig&) { return tokens; });
@@ -158,6 +160,31 @@ TEST(MatchRoute, MeasuresLazilyOncePerPool) {
       { Route("g", MATCH(m.priority = Priority::kGold; m.min_prompt_tokens = 1)), Default() });
   EXPECT_EQ(MatchRoute(d, FACTS(f.priority = Priority::kBronze), measure)->name, "default");
   EXPECT_TRUE(calls.empty());
+}
+
+// A split measures with its first arm's pool, a cascade with its first pool.
+TEST(MatchRoute, SplitsAndCascadesMeasureWithTheirPrimaryPool) {
+  RouteConfig split = Route("split", MATCH(m.min_prompt_tokens = 50), "");
+  split.arms = {{"b", 10}, {"a", 90}};
+  RouteConfig cascade = Route("cascade", MATCH(m.min_prompt_tokens = 5), "");
+  cascade.cascade = CascadeConfig{"a", "b", CascadeSignal::kMeanLogprob, -1.0};
+  const auto c = Config({split, cascade, Default()});
+  std::map<std::string, int> calls;
+  auto measure = [&](const PoolConfig& p) {
+    ++calls[p.name];
+    return p.name == "b" ? int64_t{60} : int64_t{10};
+  };
+  EXPECT_EQ(MatchRoute(c, FACTS(f.model = "x"), measure)->name, "split");  // b measured 60
+  EXPECT_EQ(calls["b"], 1);
+  EXPECT_EQ(calls["a"], 0);
+  calls.clear();
+  auto small = [&](const PoolConfig& p) {
+    ++calls[p.name];
+    return int64_t{10};
+  };
+  EXPECT_EQ(MatchRoute(c, FACTS(f.model = "x"), small)->name, "cascade");
+  EXPECT_EQ(calls["b"], 1);
+  EXPECT_EQ(calls["a"], 1);
 }
 
 }  // namespace

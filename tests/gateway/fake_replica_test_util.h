@@ -7,13 +7,17 @@
 //   POST /v1/completions, /v1/chat/completions, /v1/embeddings
 //                         the chosen status, body and latency (a delayed answer waits on its own
 //                         thread, never on an I/O thread); SetStream(n) answers SSE with n chunks.
-// Counts the requests per path. Thread contract: every method is thread-safe.
+//                         SetLatency / SetStatus change one of them; SetAnswer builds the body
+//                         per request (e.g. LogprobAnswer with logprobs the test draws).
+// Counts the requests per path and keeps the last POST body. Thread contract: every method is
+// thread-safe; an answer function runs under the fake's lock (it must not call back into it).
 #pragma once
 
 #include <fmt/format.h>
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -88,6 +92,66 @@ class FakeReplica {
     completion_body_ = std::move(body);
     latency_ = latency;
   }
+  void SetLatency(std::chrono::milliseconds latency) {
+    std::lock_guard<std::mutex> l(mu_);
+    latency_ = latency;
+  }
+  void SetStatus(int status) {
+    std::lock_guard<std::mutex> l(mu_);
+    completion_status_ = status;
+  }
+  // The body of each POST answer, built from the request's body (empty function: the fixed body
+  // of SetCompletion).
+  void SetAnswer(std::function<std::string(const std::string& request_body)> fn) {
+    std::lock_guard<std::mutex> l(mu_);
+    answer_fn_ = std::move(fn);
+  }
+  // An OpenAI answer (chat: `chat.completion`, else `text_completion`) with one choice of
+  // `logprobs.size()` tokens "t0".."tN": each token's logprob, and two alternatives — the token
+  // itself and a runner-up `margin` below it. `model` names the answering model.
+  static std::string LogprobAnswer(bool chat, const std::vector<double>& logprobs, double margin,
+                                   const std::string& model = "fake") {
+    using nlohmann::json;
+    std::string text;
+    json content = json::array(), tokens = json::array(), values = json::array(),
+         tops = json::array(), offsets = json::array();
+    for (size_t i = 0; i < logprobs.size(); ++i) {
+      const std::string tok = fmt::format("t{} ", i);
+      const double lp = logprobs[i];
+      offsets.push_back(text.size());
+      text += tok;
+      content.push_back(
+          {{"token", tok},
+           {"logprob", lp},
+           {"bytes", json::array()},
+           {"top_logprobs",
+            json::array(
+                {{{"token", tok}, {"logprob", lp}, {"bytes", json::array()}},
+                 {{"token", "alt"}, {"logprob", lp - margin}, {"bytes", json::array()}}})}});
+      tokens.push_back(tok);
+      values.push_back(lp);
+      tops.push_back({{tok, lp}, {"alt", lp - margin}});
+    }
+    json choice = {{"index", 0}, {"finish_reason", "length"}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
+      choice["logprobs"] = {{"content", content}};
+    } else {
+      choice["text"] = text;
+      choice["logprobs"] = {{"tokens", tokens},
+                            {"token_logprobs", values},
+                            {"top_logprobs", tops},
+                            {"text_offset", offsets}};
+    }
+    const auto n = static_cast<int64_t>(logprobs.size());
+    json j = {{"id", chat ? "chatcmpl-fake" : "cmpl-fake"},
+              {"object", chat ? "chat.completion" : "text_completion"},
+              {"created", 1},
+              {"model", model},
+              {"choices", json::array({choice})},
+              {"usage", {{"prompt_tokens", 1}, {"completion_tokens", n}, {"total_tokens", n + 1}}}};
+    return j.dump();
+  }
   void SetStream(int chunks) {
     std::lock_guard<std::mutex> l(mu_);
     stream_chunks_ = chunks;
@@ -120,6 +184,10 @@ class FakeReplica {
   }
   int64_t resets_served() const { return resets_.load(); }
 
+  std::string last_body() const {  // the body of the last POST
+    std::lock_guard<std::mutex> l(mu_);
+    return last_body_;
+  }
   std::string last_auth() const {  // the Authorization header of the last request
     std::lock_guard<std::mutex> l(mu_);
     return last_auth_;
@@ -190,6 +258,7 @@ class FakeReplica {
       r.status = kv_status_;
       r.body = kv_status_ == 200 ? EventsBody(req.query) : R"({"error":{"message":"not found"}})";
     } else if (req.method == "POST") {
+      last_body_ = req.body;
       Generate(std::move(out), l);
       return;
     } else {
@@ -202,7 +271,7 @@ class FakeReplica {
 
   void Generate(std::shared_ptr<http::Responder> out, std::unique_lock<std::mutex>& l) {
     const int status = completion_status_, chunks = stream_chunks_;
-    const std::string body = completion_body_;
+    const std::string body = answer_fn_ ? answer_fn_(last_body_) : completion_body_;
     const auto latency = latency_;
     auto answer = [out, status, chunks, body] {
       if (chunks > 0 && status == 200) {
@@ -249,6 +318,8 @@ class FakeReplica {
   std::atomic<int64_t> resets_{0};
   std::map<std::string, int64_t> counts_;
   std::string last_auth_;
+  std::string last_body_;
+  std::function<std::string(const std::string&)> answer_fn_;
   std::vector<std::thread> delayed_;
 };
 
