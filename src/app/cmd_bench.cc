@@ -161,7 +161,8 @@ uint64_t SplitMix(uint64_t* s) {
 void FillUniform(std::vector<float>* v, size_t n, double half_width, uint64_t seed) {
   v->resize(n);
   for (float& x : *v)
-    x = static_cast<float>(half_width * (static_cast<double>(SplitMix(&seed) >> 11) * 0x1.0p-52 - 1.0));
+    x = static_cast<float>(half_width *
+                           (static_cast<double>(SplitMix(&seed) >> 11) * 0x1.0p-52 - 1.0));
 }
 
 // --lora-adapters: adapters built in memory (lora::Adapter::FromParts, no file) for every layer's
@@ -169,7 +170,8 @@ void FillUniform(std::vector<float>* v, size_t n, double half_width, uint64_t se
 // values, B a third as large), deterministic in the seed.
 Result<AdapterList> BenchAdapters(const model::Model& m, const BenchOfflineOptions& o) {
   if (o.lora_adapters < 0 || o.lora_adapters > 1024 || o.lora_rank < 1 || o.lora_rank > 1024)
-    return Status::InvalidArgument("--lora-adapters must be in [0, 1024], --lora-rank in [1, 1024]");
+    return Status::InvalidArgument(
+        "--lora-adapters must be in [0, 1024], --lora-rank in [1, 1024]");
   std::array<bool, lora::kNumTargets> on{};
   for (const std::string& name : o.lora_targets) {
     int t = 0;
@@ -180,10 +182,9 @@ Result<AdapterList> BenchAdapters(const model::Model& m, const BenchOfflineOptio
     on[static_cast<size_t>(t)] = true;
   }
   const model::ModelConfig& c = m.config();
-  const int shapes[lora::kNumTargets][2] = {{c.dim, c.q_dim()}, {c.dim, c.kv_dim()},
-                                            {c.dim, c.kv_dim()}, {c.q_dim(), c.dim},
-                                            {c.dim, c.ffn},      {c.dim, c.ffn},
-                                            {c.ffn, c.dim}};
+  const int shapes[lora::kNumTargets][2] = {
+      {c.dim, c.q_dim()}, {c.dim, c.kv_dim()}, {c.dim, c.kv_dim()}, {c.q_dim(), c.dim},
+      {c.dim, c.ffn},     {c.dim, c.ffn},      {c.ffn, c.dim}};
   AdapterList out;
   for (int k = 0; k < o.lora_adapters; ++k) {
     std::vector<std::array<lora::LoraPair, lora::kNumTargets>> layers(
@@ -410,12 +411,9 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
         {"decode_mean_batch", m.decode_mean_batch()}};
     j["lora"] = nullptr;
     if (!adapters.empty())
-      j["lora"] = {{"adapters", adapter_names},
-                   {"rank", o.lora_rank},
-                   {"targets", o.lora_targets},
-                   {"assignment", "round-robin"},
-                   {"max_loras", serving.lora.max_loras},
-                   {"adapter_bytes", adapter_bytes}};
+      j["lora"] = {{"adapters", adapter_names},           {"rank", o.lora_rank},
+                   {"targets", o.lora_targets},           {"assignment", "round-robin"},
+                   {"max_loras", serving.lora.max_loras}, {"adapter_bytes", adapter_bytes}};
     std::cout << j.dump(2) << std::endl;
   } else {
     std::cout << fmt::format(
