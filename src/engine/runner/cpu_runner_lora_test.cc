@@ -328,7 +328,8 @@ bool SameRuns(const Seq& a, const Seq& b) {
   if (a.tokens != b.tokens || a.logits.size() != b.logits.size()) return false;
   for (size_t r = 0; r < a.logits.size(); ++r)
     if (a.logits[r].size() != b.logits[r].size() ||
-        std::memcmp(a.logits[r].data(), b.logits[r].data(), a.logits[r].size() * sizeof(float)))
+        std::memcmp(a.logits[r].data(), b.logits[r].data(), a.logits[r].size() * sizeof(float)) !=
+            0)
       return false;
   return true;
 }
@@ -364,7 +365,7 @@ TEST_F(RunnerLoraTest, MixedBatchOfEightAdaptersMatchesAlone) {
       adapters.push_back(RandomAdapter(model(), spec, "a" + std::to_string(k)));
     }
     constexpr int kDecode = 5;
-    const size_t kLens[16] = {1, 3, 9, 17, 33, 40, 2, 12, 5, 31, 16, 8, 21, 4, 27, 11};
+    constexpr size_t kLens[16] = {1, 3, 9, 17, 33, 40, 2, 12, 5, 31, 16, 8, 21, 4, 27, 11};
     std::vector<Seq> alone(16);
     for (size_t i = 0; i < 16; ++i) {
       Seq& s = alone[i];
