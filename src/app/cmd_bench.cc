@@ -2,8 +2,10 @@
 // (engine::runner::SequenceRunner: the batched runner with a batch of one, F32 KV as `strata
 // generate`).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -19,6 +21,7 @@
 #include "engine/runner/sequence_runner.h"
 #include "engine/serving/serving_engine.h"
 #include "kernels/kernels.h"
+#include "lora/adapter.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -136,9 +139,75 @@ struct BenchOfflineOptions {
   int warmup = 0;
   uint64_t seed = 1;
   bool json = false;
+  // --lora-adapters N: N random in-memory adapters of rank --lora-rank on --lora-targets, requests
+  // assigned round-robin (request i -> adapter i % N); 0 = the base model only.
+  int lora_adapters = 0;
+  int lora_rank = 16;
+  std::vector<std::string> lora_targets = {"q", "k", "v", "o", "gate", "up", "down"};
   // The replica config's model path and engine part (defaults, --config, then the flags passed).
   ReplicaFlags replica;
 };
+
+using AdapterList = std::vector<std::shared_ptr<const lora::Adapter>>;
+
+// splitmix64: the bench adapters' values are a function of (seed, adapter, tensor, index) only.
+uint64_t SplitMix(uint64_t* s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void FillUniform(std::vector<float>* v, size_t n, double half_width, uint64_t seed) {
+  v->resize(n);
+  for (float& x : *v)
+    x = static_cast<float>(half_width *
+                           (static_cast<double>(SplitMix(&seed) >> 11) * 0x1.0p-52 - 1.0));
+}
+
+// --lora-adapters: adapters built in memory (lora::Adapter::FromParts, no file) for every layer's
+// targeted matrices: A ~ U(+-1/sqrt(in)), B ~ U(+-0.5/sqrt(rank)), scale 1 (synth-lora's shape of
+// values, B a third as large), deterministic in the seed.
+Result<AdapterList> BenchAdapters(const model::Model& m, const BenchOfflineOptions& o) {
+  if (o.lora_adapters < 0 || o.lora_adapters > 1024 || o.lora_rank < 1 || o.lora_rank > 1024)
+    return Status::InvalidArgument(
+        "--lora-adapters must be in [0, 1024], --lora-rank in [1, 1024]");
+  std::array<bool, lora::kNumTargets> on{};
+  for (const std::string& name : o.lora_targets) {
+    int t = 0;
+    while (t < lora::kNumTargets && lora::TargetName(static_cast<lora::Target>(t)) != name) ++t;
+    if (t == lora::kNumTargets)
+      return Status::InvalidArgument("--lora-targets: unknown target '" + name +
+                                     "' (q, k, v, o, gate, up, down)");
+    on[static_cast<size_t>(t)] = true;
+  }
+  const model::ModelConfig& c = m.config();
+  const int shapes[lora::kNumTargets][2] = {
+      {c.dim, c.q_dim()}, {c.dim, c.kv_dim()}, {c.dim, c.kv_dim()}, {c.q_dim(), c.dim},
+      {c.dim, c.ffn},     {c.dim, c.ffn},      {c.ffn, c.dim}};
+  AdapterList out;
+  for (int k = 0; k < o.lora_adapters; ++k) {
+    std::vector<std::array<lora::LoraPair, lora::kNumTargets>> layers(
+        static_cast<size_t>(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int t = 0; t < lora::kNumTargets; ++t) {
+        if (!on[static_cast<size_t>(t)]) continue;
+        lora::LoraPair& p = layers[static_cast<size_t>(l)][static_cast<size_t>(t)];
+        p.rank = o.lora_rank;
+        p.in = shapes[t][0];
+        p.out = shapes[t][1];
+        p.scale = 1.0f;
+        const uint64_t key = o.seed * 1000003u + static_cast<uint64_t>((k * 4096 + l) * 8 + t);
+        const size_t rank = static_cast<size_t>(p.rank);
+        FillUniform(&p.a, rank * static_cast<size_t>(p.in), 1.0 / std::sqrt(p.in), key * 2);
+        FillUniform(&p.b, static_cast<size_t>(p.out) * rank, 0.5 / std::sqrt(p.rank), key * 2 + 1);
+      }
+    const std::string name = "bench-lora-" + std::to_string(k);
+    out.push_back(lora::Adapter::FromParts(
+        name, fmt::format("bench-{}-seed{}-rank{}", k, o.seed, o.lora_rank), std::move(layers)));
+  }
+  return out;
+}
 
 using bench::Percentile;  // numpy "linear", one copy (bench/metrics.h)
 
@@ -171,7 +240,8 @@ struct OfflineRun {
 };
 
 Result<OfflineRun> RunOffline(engine::serving::ServingEngine& se, const BenchOfflineOptions& o,
-                              const std::vector<std::vector<int32_t>>& prompts) {
+                              const std::vector<std::vector<int32_t>>& prompts,
+                              const AdapterList& adapters) {
   using Clock = std::chrono::steady_clock;
   struct Live {
     engine::sched::RequestHandle h;
@@ -188,6 +258,7 @@ Result<OfflineRun> RunOffline(engine::serving::ServingEngine& se, const BenchOff
     r.sampling = engine::sampler::SamplingParams::Greedy();
     r.max_tokens = o.output_len;
     r.ignore_eos = true;
+    if (!adapters.empty()) r.lora = adapters[i % adapters.size()];  // round-robin
     live[i].submit = Clock::now();
     auto h = se.engine().Submit(std::move(r));
     if (!h.ok()) return h.status().WithContext("submit");
@@ -261,6 +332,16 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
   std::string path = replica.model.path.empty() ? DefaultModelPath() : replica.model.path;
   ASSIGN_OR_RETURN(auto loaded, model::Model::Load(path));
   std::shared_ptr<const model::Model> model = std::move(loaded);
+  ASSIGN_OR_RETURN(AdapterList adapters, BenchAdapters(*model, o));
+  // Every adapter may share a step unless --max-loras says otherwise (the active set's bound).
+  if (!adapters.empty() && !o.replica.Passed("--max-loras"))
+    serving.lora.max_loras = std::max(serving.lora.max_loras, std::min(o.lora_adapters, 64));
+  size_t adapter_bytes = 0;
+  std::vector<std::string> adapter_names;
+  for (const auto& a : adapters) {
+    adapter_bytes += a->bytes();
+    adapter_names.push_back(a->name());
+  }
   ASSIGN_OR_RETURN(auto se, engine::serving::ServingEngine::Create(model, serving));
   se->Start();
   const int n_vocab = model->config().n_vocab;
@@ -280,7 +361,7 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
       p.insert(p.end(), suffix.begin(), suffix.end());
       prompts.push_back(std::move(p));
     }
-    ASSIGN_OR_RETURN(OfflineRun run, RunOffline(*se, o, prompts));
+    ASSIGN_OR_RETURN(OfflineRun run, RunOffline(*se, o, prompts, adapters));
     if (rep >= o.warmup) runs.push_back(std::move(run));  // warm-up runs fill caches, unreported
   }
   se->Stop();
@@ -328,6 +409,11 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
         {"decode_steps", m.decode_steps},
         {"decode_tokens", m.decode_tokens},
         {"decode_mean_batch", m.decode_mean_batch()}};
+    j["lora"] = nullptr;
+    if (!adapters.empty())
+      j["lora"] = {{"adapters", adapter_names},           {"rank", o.lora_rank},
+                   {"targets", o.lora_targets},           {"assignment", "round-robin"},
+                   {"max_loras", serving.lora.max_loras}, {"adapter_bytes", adapter_bytes}};
     std::cout << j.dump(2) << std::endl;
   } else {
     std::cout << fmt::format(
@@ -348,6 +434,13 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
         m.prefix_hit_tokens, m.prefix_query_tokens, m.preemptions, m.tier_hit_tokens);
     std::cout << fmt::format("decode-only steps {}  mean batch {:.1f}  decode tokens/s {:.2f}\n",
                              m.decode_steps, m.decode_mean_batch(), m.decode_tps());
+    if (!adapters.empty())
+      std::cout << fmt::format(
+          "LoRA adapters {} ({}), rank {}, targets {}, requests round-robin, max-loras {}, {:.1f} "
+          "MiB f32\n",
+          adapters.size(), fmt::join(adapter_names, ","), o.lora_rank,
+          fmt::join(o.lora_targets, ","), serving.lora.max_loras,
+          static_cast<double>(adapter_bytes) / (1024.0 * 1024.0));
   }
   return m.failed == 0 ? Status::Ok()
                        : Status::Internal(std::to_string(m.failed) + " requests failed");
@@ -395,6 +488,15 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   off->add_option("--warmup", f->warmup, "Unreported runs first (e.g. to warm the prefix cache)")
       ->capture_default_str();
   off->add_option("--seed", f->seed, "Prompt generator seed")->capture_default_str();
+  off->add_option("--lora-adapters", f->lora_adapters,
+                  "Random in-memory LoRA adapters; requests use them round-robin (0: base model)")
+      ->capture_default_str();
+  off->add_option("--lora-rank", f->lora_rank, "Rank of the --lora-adapters")
+      ->capture_default_str();
+  off->add_option("--lora-targets", f->lora_targets,
+                  "Matrices the --lora-adapters modify (comma-separated: q,k,v,o,gate,up,down)")
+      ->delimiter(',')
+      ->capture_default_str();
   off->add_flag("--json", f->json, "Print JSON");
   off->callback([f, exit_code] {
     Status s = RunBenchOffline(*f);

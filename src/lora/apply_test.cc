@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <vector>
 
@@ -240,6 +242,57 @@ TEST(AddLowRankTest, ScratchIsReused) {
   AddLowRank(std::span<const LowRankJob>(&job, 1), &scratch, &pool);
   EXPECT_EQ(scratch.capacity_bytes(), bytes);
   EXPECT_EQ(scratch.t.data(), t);
+}
+
+}  // namespace
+}  // namespace strata::lora
+
+namespace strata::lora {
+namespace {
+
+// AddLowRank alone on the 135m preset's shapes (dim 768, ffn 2048, 12 layers): one decode step's
+// LoRA work for 16 rows, 2 per adapter, 8 distinct rank-16 adapters (cold: 90 MB of pairs) vs the
+// same adapter 8 times (its 11 MB mostly cached): memory vs arithmetic. 1 thread, CPU time.
+// Skipped unless STRATA_RUNNER_BENCH=1.
+TEST(AddLowRankBench, DecodeStepShapes) {
+  if (std::getenv("STRATA_RUNNER_BENCH") == nullptr)
+    GTEST_SKIP() << "set STRATA_RUNNER_BENCH=1 to measure";
+  const int dim = 768, ffn = 2048, layers = 12, rank = 16;
+  const int shapes[7][2] = {{dim, dim}, {dim, dim}, {dim, dim}, {dim, dim},
+                            {dim, ffn}, {dim, ffn}, {ffn, dim}};
+  std::vector<std::vector<LoraPair>> pairs(8);  // [adapter][layer * 7 + target]
+  for (int a = 0; a < 8; ++a)
+    for (int l = 0; l < layers; ++l)
+      for (int t = 0; t < 7; ++t)
+        pairs[static_cast<size_t>(a)].push_back(RandomPair(
+            rank, shapes[t][0], shapes[t][1], 1.0f, static_cast<uint64_t>(a * 100 + l * 7 + t)));
+  const std::vector<float> x = RandomRows(16, ffn, 1);
+  std::vector<float> y = RandomRows(16, ffn, 2);
+  std::vector<std::vector<uint32_t>> rows(8);
+  for (uint32_t r = 0; r < 16; ++r) rows[r % 8].push_back(r);
+  LowRankScratch scratch;
+  auto step = [&](bool distinct) {
+    timespec c0{}, c1{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    for (int l = 0; l < layers; ++l)
+      for (int t = 0; t < 7; ++t) {
+        std::vector<LowRankJob> jobs;
+        for (size_t a = 0; a < 8; ++a)
+          jobs.push_back({&pairs[distinct ? a : 0][static_cast<size_t>(l * 7 + t)], rows[a],
+                          x.data(), static_cast<size_t>(ffn), y.data(), static_cast<size_t>(ffn)});
+        AddLowRank(jobs, &scratch, nullptr);
+      }
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    return static_cast<double>(c1.tv_sec - c0.tv_sec) * 1e3 +
+           static_cast<double>(c1.tv_nsec - c0.tv_nsec) / 1e6;
+  };
+  double cold = 1e30, hot = 1e30;
+  for (int rep = 0; rep < 7; ++rep) {
+    cold = std::min(cold, step(true));
+    hot = std::min(hot, step(false));
+  }
+  std::cout << "decode step LoRA work, 8 distinct adapters: " << cold
+            << " ms; one adapter 8x: " << hot << " ms\n";
 }
 
 }  // namespace
