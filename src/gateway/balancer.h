@@ -83,6 +83,10 @@ struct ReplicaMetrics {
   // strata:lora_adapter_active present), the registered ones and those in its active set (sorted).
   bool lora_published = false;
   std::vector<std::string> lora_registered, lora_active;
+  // (name, content digest) of each registered adapter that published a `digest` label, sorted by
+  // name: the replica salts an adapter's prefix-cache blocks with its digest, so the gateway's
+  // block keys for that adapter's requests must too.
+  std::vector<std::pair<std::string, std::string>> lora_digests;
   Clock::time_point at{};
 };
 

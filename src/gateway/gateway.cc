@@ -48,7 +48,7 @@ struct Gateway::Job {
   std::string path, body;
   std::string tenant, route, pool, model;
   std::string adapter;  // body `lora` if a string, else `model` (the balancer's adapter term)
-  std::string arm;  // a split route: the chosen arm's pool ("" otherwise)
+  std::string arm;      // a split route: the chosen arm's pool ("" otherwise)
   Priority priority = Priority::kSilver;
   std::vector<std::pair<std::string, std::string>> headers;  // forwarded upstream
   PromptInfo prompt;
@@ -850,7 +850,8 @@ void Gateway::StartShadow(const std::shared_ptr<Job>& job, int status) {
   auto it = job->snap->pools.find(sc.pool);
   const PoolConfig* pc = job->snap->cfg->FindPool(sc.pool);
   PickRequest pr{job->prompt.ids, job->text_key, job->prompt.tokens,
-                 job->max_tokens, job->tenant,   {}};
+                 job->max_tokens, job->tenant,   {},
+                 job->adapter};
   Result<Pick> pick = it == job->snap->pools.end() || !pc
                           ? Result<Pick>(Status::Unavailable("no shadow pool"))
                           : it->second->Choose(pr, Clock::now());

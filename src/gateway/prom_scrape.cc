@@ -150,18 +150,30 @@ double SumPromSamples(const std::vector<PromSample>& samples, std::string_view n
   return sum;
 }
 
+// A digest label longer than this is ignored (the engine's are 32 hex characters).
+constexpr size_t kMaxPromDigestBytes = 256;
+
 PromLoraAdapters ReadLoraAdapters(const std::vector<PromSample>& samples) {
   PromLoraAdapters out;
   for (const PromSample& s : samples) {
     if (s.name == "strata:lora_requests_info") out.published = true;
     if (s.name != "strata:lora_adapter_active") continue;
     out.published = true;
+    std::string name, digest;
     for (const auto& [key, value] : s.labels) {
-      if (key != "adapter" || value.empty() || out.registered.size() >= kMaxPromAdapters) continue;
-      out.registered.push_back(value);
-      if (std::isfinite(s.value) && s.value >= 0.5) out.active.push_back(value);
+      if (key == "adapter") name = value;
+      if (key == "digest") digest = value;
     }
+    if (name.empty() || out.registered.size() >= kMaxPromAdapters) continue;
+    out.registered.push_back(name);
+    if (std::isfinite(s.value) && s.value >= 0.5) out.active.push_back(name);
+    if (!digest.empty() && digest.size() <= kMaxPromDigestBytes)
+      out.digests.emplace_back(name, digest);
   }
+  std::sort(out.digests.begin(), out.digests.end());
+  out.digests.erase(std::unique(out.digests.begin(), out.digests.end(),
+                                [](const auto& a, const auto& b) { return a.first == b.first; }),
+                    out.digests.end());
   for (auto* v : {&out.registered, &out.active}) {
     std::sort(v->begin(), v->end());
     v->erase(std::unique(v->begin(), v->end()), v->end());

@@ -46,6 +46,7 @@ inline constexpr size_t kMaxPromAdapters = 4096;
 struct PromLoraAdapters {
   bool published = false;
   std::vector<std::string> registered, active;
+  std::vector<std::pair<std::string, std::string>> digests;  // (adapter, digest label), by name
 };
 PromLoraAdapters ReadLoraAdapters(const std::vector<PromSample>& samples);
 

@@ -12,7 +12,7 @@ TEST(PromScrape, ReadsTheLoraAdaptersAReplicaPublishes) {
   auto r = ParsePromText(
       "strata:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"b\","
       "waiting_lora_adapters=\"\"} 1.7e9\n"
-      "strata:lora_adapter_active{model_name=\"m\",adapter=\"b\"} 1\n"
+      "strata:lora_adapter_active{model_name=\"m\",adapter=\"b\",digest=\"0f1e\"} 1\n"
       "strata:lora_adapter_active{model_name=\"m\",adapter=\"a\"} 0\n"
       "strata:lora_adapter_active{model_name=\"m\",adapter=\"c\"} 1\n"
       "strata:lora_adapter_active{model_name=\"m\",adapter=\"\"} 1\n"
@@ -23,6 +23,7 @@ TEST(PromScrape, ReadsTheLoraAdaptersAReplicaPublishes) {
   EXPECT_TRUE(a.published);
   EXPECT_EQ(a.registered, (std::vector<std::string>{"a", "b", "c"}));
   EXPECT_EQ(a.active, (std::vector<std::string>{"b", "c"}));
+  EXPECT_EQ(a.digests, (std::vector<std::pair<std::string, std::string>>{{"b", "0f1e"}}));
   // The info gauge alone: a replica with adapter support and no adapter yet.
   r = ParsePromText("strata:lora_requests_info{max_lora=\"1\"} 5\n");
   ASSERT_TRUE(r.ok());

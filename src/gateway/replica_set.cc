@@ -33,6 +33,16 @@ using HashList = std::vector<BlockHash>;
 
 namespace {
 
+// The content digest the replica published for `adapter` ("" for the base model, or when the
+// replica published none: then its blocks for that adapter are not matched).
+std::string AdapterDigest(const ReplicaMetrics& m, std::string_view adapter) {
+  if (adapter.empty()) return "";
+  auto it = std::lower_bound(m.lora_digests.begin(), m.lora_digests.end(), adapter,
+                             [](const auto& e, std::string_view a) { return e.first < a; });
+  if (it == m.lora_digests.end() || it->first != adapter) return "";
+  return it->second;
+}
+
 constexpr double kRateEwmaWeight = 0.3;     // weight of a new prefill-rate sample
 constexpr double kPrefillEwmaWeight = 0.2;  // weight of a new request in mean_prefill_tokens
 constexpr int kNotPublishingReprobe = 40;   // kv_events intervals between probes after a 404
@@ -369,6 +379,7 @@ Status ObserveMetricsIn(ReplicaSet::State& s, const std::string& url, std::strin
   r.metrics.lora_published = adapters.published;
   r.metrics.lora_registered = std::move(adapters.registered);
   r.metrics.lora_active = std::move(adapters.active);
+  r.metrics.lora_digests = std::move(adapters.digests);
   r.metrics.at = now;
   r.polled_tokens = at_poll ? at_poll->tokens : r.sent_tokens;
   r.polled_requests = at_poll ? at_poll->requests : r.sent_requests;
@@ -718,12 +729,16 @@ Result<Pick> ReplicaSet::Choose(const PickRequest& r, Clock::time_point now) {
         const bool own = v.block_size > 0;
         if (!own) v.block_size = kHistoryBlockTokens;
         const std::vector<uint8_t>& salt = own ? v.model_salt : HistorySalt();
-        std::string group = fmt::format("{}:", v.block_size);
+        // The replica salts an adapter's blocks with its content digest (its /metrics say which);
+        // the gateway's own history keys use the adapter's name.
+        const std::string adapter =
+            own ? AdapterDigest(v.metrics, r.adapter) : std::string(r.adapter);
+        std::string group = fmt::format("{}:{}:", v.block_size, adapter);
         group.append(salt.begin(), salt.end());
         auto& slot = groups[group];
         if (!slot) {
           std::vector<uint8_t> req_salt =
-              cachekey::RequestSalt(salt, {.adapter = "", .tenant = r.tenant});
+              cachekey::RequestSalt(salt, {.adapter = adapter, .tenant = r.tenant});
           slot = std::make_shared<const HashList>(
               cachekey::ComputeBlockHashes(r.tokens, v.block_size, req_salt));
         }

@@ -233,6 +233,42 @@ TEST_F(ReplicaSetTest, PolledLoraAdaptersReachTheViewAndTheChoice) {
   EXPECT_TRUE(ViewOf(*set_, a_.url()).metrics.lora_registered.empty());
 }
 
+// An adapter's blocks are salted with its content digest on the replica; the gateway finds them
+// only with the digest the replica's /metrics publish for that adapter name.
+TEST_F(ReplicaSetTest, AdapterRequestsMatchBlocksSaltedWithThePublishedDigest) {
+  const std::vector<uint8_t> salt = {0x12, 0x34};
+  a_.SetKvIdentity(16, salt);
+  b_.SetKvIdentity(16, salt);
+  std::vector<int32_t> tokens(48);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 17 % 3000);
+  auto hashes = cachekey::ComputeBlockHashes(
+      tokens, 16, cachekey::RequestSalt(salt, {.adapter = "d1gest", .tenant = ""}));
+  ASSERT_EQ(hashes.size(), 3u);
+  b_.AddBlocks(hashes);
+  set_->Start();
+  PickRequest r;
+  r.tokens = tokens;
+  r.prompt_tokens = static_cast<int64_t>(tokens.size());
+  r.max_tokens = 8;
+  r.adapter = "sql";
+  const std::string base = FakeReplica::MetricsText(0, 0, 0);
+  const std::string lora = "strata:lora_adapter_active{adapter=\"sql\",digest=\"d1gest\"} 1\n";
+  ASSERT_TRUE(WaitFor([&] { return Eligible(a_.url()) && Eligible(b_.url()); }));
+  // Until b publishes the digest, its blocks (salted with it) cannot be matched.
+  ASSERT_TRUE(WaitFor([&] { return ViewOf(*set_, b_.url()).publishes_events; }));
+  EXPECT_EQ(set_->Choose(r, Clock::now())->cached_tokens, 0);
+  ASSERT_TRUE(set_->ObserveMetrics(a_.url(), base + lora, Clock::now()).ok());
+  ASSERT_TRUE(set_->ObserveMetrics(b_.url(), base + lora, Clock::now()).ok());
+  auto p = set_->Choose(r, Clock::now());
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->url, b_.url());
+  EXPECT_EQ(p->cached_tokens, 48);
+  // The base model's keys for the same tokens are other keys: no match.
+  PickRequest base_req = r;
+  base_req.adapter = "";
+  EXPECT_EQ(set_->Choose(base_req, Clock::now())->cached_tokens, 0);
+}
+
 TEST_F(ReplicaSetTest, KvEventsFeedAffinityAndResetsForgetThem) {
   const std::vector<uint8_t> salt = {0xab, 0xcd, 0xef};
   a_.SetKvIdentity(16, salt);

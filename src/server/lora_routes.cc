@@ -172,8 +172,9 @@ void Api::RefreshLoraGauges(const engine::sched::EngineStats& s) {
   for (const lora::AdapterInfo& a : options_.adapters->List()) {
     const bool on =
         std::find(s.active_loras.begin(), s.active_loras.end(), a.name) != s.active_loras.end();
-    active.emplace_back(http::Labels({{"model_name", model_.name}, {"adapter", a.name}}),
-                        on ? 1.0 : 0.0);
+    active.emplace_back(
+        http::Labels({{"model_name", model_.name}, {"adapter", a.name}, {"digest", a.digest}}),
+        on ? 1.0 : 0.0);
   }
   metrics_.Replace("strata:lora_adapter_active", active);
   const lora::RegistryCounters c = options_.adapters->counters();

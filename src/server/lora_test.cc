@@ -242,10 +242,13 @@ TEST_F(LoraServerTest, MetricsPublishEveryRegisteredAdapterAndTheInfoGauge) {
   ASSERT_TRUE(store_.Add("b", "/b.gguf").ok());
   std::string m = Scrape();
   EXPECT_NE(m.find("# TYPE strata:lora_adapter_active gauge\n"), std::string::npos) << m;
-  EXPECT_NE(m.find("strata:lora_adapter_active{model_name=\"fake\",adapter=\"b\"} 0\n"),
-            std::string::npos)
+  EXPECT_NE(
+      m.find(
+          "strata:lora_adapter_active{model_name=\"fake\",adapter=\"b\",digest=\"/b.gguf\"} 0\n"),
+      std::string::npos)
       << m;
-  EXPECT_NE(m.find("strata:lora_adapter_active{model_name=\"fake\",adapter=\"sql\"} 0\n"),
+  EXPECT_NE(m.find("strata:lora_adapter_active{model_name=\"fake\",adapter=\"sql\",digest=\"/"
+                   "adapters/sql.gguf\"} 0\n"),
             std::string::npos)
       << m;
   EXPECT_NE(m.find("strata:lora_requests_info{max_lora=\""), std::string::npos) << m;
