@@ -32,8 +32,8 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,8 +47,8 @@
 #include "gateway/prompt.h"
 #include "gateway/proxy.h"
 #include "gateway/replica_set.h"
-#include "gateway/split.h"
 #include "gateway/shadow.h"
+#include "gateway/split.h"
 #include "http/chain.h"
 #include "http/prometheus.h"
 #include "http/server.h"
