@@ -41,9 +41,9 @@ ArmFigures Figures(const std::deque<CanaryOutcome>& w) {
 // The guard that the canary breaches, or "" when within bounds. A guard whose figure is missing
 // on either arm (e.g. no logprobs, no multi-token answers) is not judged.
 std::string Breach(const CanaryGuards& g, const ArmFigures& b, const ArmFigures& c) {
-  auto ratio = [](const std::optional<double>& cv, const std::optional<double>& bv, double max,
-                  std::string_view name) -> std::string {
-    if (!cv || !bv || *cv <= max * *bv) return "";
+  auto ratio = [&g](const std::optional<double>& cv, const std::optional<double>& bv, double max,
+                    std::string_view name) -> std::string {
+    if (!cv || !bv || *cv <= max * *bv || *cv - *bv <= g.latency_min_delta_s) return "";
     return fmt::format("{} {:.4g}s > {} x baseline {:.4g}s", name, *cv, max, *bv);
   };
   if (auto r = ratio(c.ttft_p95_s, b.ttft_p95_s, g.ttft_p95_max_ratio, "ttft_p95"); !r.empty())
@@ -70,6 +70,7 @@ bool SameCanary(const RouteConfig& a, const RouteConfig& b) {
          x.interval == y.interval && x.guards.ttft_p95_max_ratio == y.guards.ttft_p95_max_ratio &&
          x.guards.tpot_p95_max_ratio == y.guards.tpot_p95_max_ratio &&
          x.guards.error_rate_max_delta == y.guards.error_rate_max_delta &&
+         x.guards.latency_min_delta_s == y.guards.latency_min_delta_s &&
          x.guards.mean_logprob_min_delta == y.guards.mean_logprob_min_delta;
 }
 
@@ -182,7 +183,8 @@ std::optional<CanaryDecision> CanaryController::Analyse(Run& run, Clock::time_po
     Apply(run, CanaryState::kRolledBack, run.step, 0, now);
   } else if (now - run.step_start >= c.min_duration) {
     d.reason = "within bounds";
-    if (run.step + 1 < c.steps.size()) {
+    // A step of 100 % leaves the baseline no traffic to compare with: reaching it is promotion.
+    if (run.step + 1 < c.steps.size() && c.steps[run.step + 1] < 100) {
       d.decision = "step";
       Apply(run, CanaryState::kProgressing, run.step + 1, c.steps[run.step + 1], now);
     } else {

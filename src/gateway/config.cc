@@ -373,6 +373,7 @@ const Fields<CanaryGuards>& GuardFields() {
   static const Fields<G> kFields = {
       Num<G>("ttft_p95_max_ratio", &G::ttft_p95_max_ratio, 0, kMaxWeight, /*lo_open=*/true),
       Num<G>("tpot_p95_max_ratio", &G::tpot_p95_max_ratio, 0, kMaxWeight, /*lo_open=*/true),
+      Num<G>("latency_min_delta_s", &G::latency_min_delta_s, 0, 3600),
       Num<G>("error_rate_max_delta", &G::error_rate_max_delta, 0, 1),
       {"mean_logprob_min_delta",
        [](const YAML::Node& n, const std::string& path, G* out) {

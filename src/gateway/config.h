@@ -90,7 +90,10 @@ struct StickyConfig {
 // The canary arm against the baseline arm over the same window; a breach of any → rollback.
 struct CanaryGuards {
   double ttft_p95_max_ratio = 1.2, tpot_p95_max_ratio = 1.2;  // canary p95 / baseline p95
-  double error_rate_max_delta = 0.01;                         // canary − baseline, absolute
+  // A latency ratio is a breach only when the canary's p95 is also this much above the
+  // baseline's (seconds): sub-millisecond p95s differ by more than any ratio from noise alone.
+  double latency_min_delta_s = 0.005;
+  double error_rate_max_delta = 0.01;            // canary − baseline, absolute
   std::optional<double> mean_logprob_min_delta;  // canary − baseline mean output logprob
 };
 

@@ -303,5 +303,52 @@ admin: {api_key: root})"));
   EXPECT_EQ(f.Post({{"prompt", "hi"}, {"user", "x"}}).headers["x-strata-arm"], "v2");
 }
 
+// A healthy canary (both replicas answer alike) is promoted through every step, one analysis
+// interval per step once each arm has min_requests, and ends with all traffic on it. (Written
+// for the issue's proof; it found two faults: a latency ratio of sub-millisecond p95s rolled a
+// healthy canary back, and a last step of 100 % could never pass with no baseline traffic.)
+TEST(TrafficCanary, AHealthyCanaryIsPromotedThroughEveryStep) {
+  FakeReplica v1, v2;
+  ASSERT_TRUE(v1.ok() && v2.ok());
+  Front f(SplitYaml(v1, v2, R"(    canary:
+      baseline: v1
+      canary: v2
+      steps: [25, 50, 100]
+      min_requests: 5
+      min_duration_s: 0
+      interval_s: 1
+admin: {api_key: root})"));
+  ASSERT_TRUE(f.WaitEligible());
+  std::vector<int> weights;
+  json canary;
+  int user = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    canary = json::parse(f.Call("GET", "/admin/canary", "", kAdmin).body)["canaries"][0];
+    const int w = canary["weight"].get<int>();
+    if (weights.empty() || weights.back() != w) weights.push_back(w);
+    if (canary["state"] != "progressing") break;
+    for (int i = 0; i < 10; ++i) {
+      HttpReply r = f.Post({{"prompt", "hi"}, {"user", "user-" + std::to_string(user++)}});
+      ASSERT_EQ(r.status, 200);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(canary["state"], "promoted") << canary.dump();
+  EXPECT_EQ(canary["weight"], 100);
+  EXPECT_EQ(weights, (std::vector<int>{25, 50, 100})) << canary.dump();
+  // 25 → 50 %, then 50 → 100 % is the promotion (at 100 % the baseline would get no traffic).
+  ASSERT_EQ(canary["decisions"].size(), 2u) << canary.dump();
+  EXPECT_EQ(canary["decisions"][0]["decision"], "step");
+  EXPECT_EQ(canary["decisions"][1]["decision"], "promote");
+  for (const json& d : canary["decisions"]) EXPECT_GE(d["canary"]["requests"].get<int>(), 5);
+  EXPECT_EQ(
+      Counter(f.gw(), R"(strata_gateway:canary_decisions_total{route="chat",decision="promote"})"),
+      1);
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(f.Post({{"prompt", "hi"}, {"user", "u" + std::to_string(i)}}).headers["x-strata-arm"],
+              "v2");
+}
+
 }  // namespace
 }  // namespace strata::gateway
