@@ -325,9 +325,9 @@ constexpr std::pair<std::string_view, CascadeSignal> kSignals[] = {
     {"margin", CascadeSignal::kMargin}};
 
 // A string that must be one of `names` (the error lists them).
-template <typename E, size_t N>
+template <typename E, size_t kN>
 Result<E> DecodeEnum(const YAML::Node& n, const std::string& path,
-                     const std::pair<std::string_view, E> (&names)[N]) {
+                     const std::pair<std::string_view, E> (&names)[kN]) {
   ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
   std::string all;
   for (const auto& [name, v] : names) {

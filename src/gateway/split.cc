@@ -65,6 +65,7 @@ namespace {
 
 std::vector<double> ConfigWeights(const std::vector<ArmConfig>& arms) {
   std::vector<double> w;
+  w.reserve(arms.size());
   for (const ArmConfig& a : arms) w.push_back(a.weight);
   return w;
 }

@@ -114,7 +114,7 @@ class Harness {
   std::unique_ptr<http::HttpServer> front_;
 };
 
-const char* kTail = R"(
+constexpr const char* kTail = R"(
 health: {interval_ms: 50, timeout_ms: 500}
 upstream: {retries: 1}
 access_log: off

@@ -65,11 +65,11 @@ class Front {
     }
     return false;
   }
-  HttpReply Post(const json& body, std::vector<std::string> headers = {}) {
+  HttpReply Post(const json& body, const std::vector<std::string>& headers = {}) {
     return HttpCall(port(), "POST", "/v1/completions", body.dump(), headers);
   }
   HttpReply Call(const std::string& method, const std::string& path, const std::string& body = "",
-                 std::vector<std::string> headers = {}) {
+                 const std::vector<std::string>& headers = {}) {
     return HttpCall(port(), method, path, body, headers);
   }
 

@@ -45,8 +45,8 @@ class AdapterTest : public ::testing::Test {
   const model::Model& base() const { return *base_.model; }
 
   // Writes a synth-lora adapter and loads it.
-  Result<std::shared_ptr<const Adapter>> Synth(synth::SynthLoraOptions o, const std::string& tag,
-                                               LoadOptions lo = {}) {
+  Result<std::shared_ptr<const Adapter>> Synth(const synth::SynthLoraOptions& o,
+                                               const std::string& tag, LoadOptions lo = {}) {
     const std::string path = TempPath(tag);
     WriteSynthLora(base(), o, path);
     return Adapter::Load(tag, path, base(), lo);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -51,15 +52,18 @@ std::vector<double> Naive(const LoraPair& p, const float* x, const float* y, con
       s = p.a[static_cast<size_t>(*tok) * static_cast<size_t>(p.rank) + static_cast<size_t>(r)];
     } else {
       for (int k = 0; k < p.in; ++k)
-        s += static_cast<double>(p.a[static_cast<size_t>(r * p.in + k)]) * x[k];
+        s += static_cast<double>(
+                 p.a[static_cast<size_t>(r) * static_cast<size_t>(p.in) + static_cast<size_t>(k)]) *
+             x[k];
     }
     t[static_cast<size_t>(r)] = s;
   }
   for (int o = 0; o < p.out; ++o) {
     double s = 0;
     for (int r = 0; r < p.rank; ++r)
-      s +=
-          static_cast<double>(p.b[static_cast<size_t>(o * p.rank + r)]) * t[static_cast<size_t>(r)];
+      s += static_cast<double>(
+               p.b[static_cast<size_t>(o) * static_cast<size_t>(p.rank) + static_cast<size_t>(r)]) *
+           t[static_cast<size_t>(r)];
     out[static_cast<size_t>(o)] = y[o] + static_cast<double>(p.scale) * s;
   }
   return out;
@@ -130,7 +134,8 @@ TEST(AddLowRankTest, TokenEmbeddingLayout) {
   AddLowRank(std::span<const LowRankJob>(&job, 1), &scratch, nullptr);
   for (size_t r = 0; r < n; ++r) {
     if (r == 4) {
-      EXPECT_EQ(std::memcmp(y.data() + r * ys, y0.data() + r * ys, ys * sizeof(float)), 0);
+      for (size_t j = 0; j < ys; ++j)  // bit for bit: compare the bits, not the values
+        EXPECT_EQ(std::bit_cast<uint32_t>(y[r * ys + j]), std::bit_cast<uint32_t>(y0[r * ys + j]));
       continue;
     }
     const auto want = Naive(p, nullptr, y0.data() + r * ys, &tokens[r]);
@@ -264,8 +269,10 @@ TEST(AddLowRankBench, DecodeStepShapes) {
   for (int a = 0; a < 8; ++a)
     for (int l = 0; l < layers; ++l)
       for (int t = 0; t < 7; ++t)
-        pairs[static_cast<size_t>(a)].push_back(RandomPair(
-            rank, shapes[t][0], shapes[t][1], 1.0f, static_cast<uint64_t>(a * 100 + l * 7 + t)));
+        pairs[static_cast<size_t>(a)].push_back(RandomPair(rank, shapes[t][0], shapes[t][1], 1.0f,
+                                                           static_cast<uint64_t>(a) * 100 +
+                                                               static_cast<uint64_t>(l) * 7 +
+                                                               static_cast<uint64_t>(t)));
   const std::vector<float> x = RandomRows(16, ffn, 1);
   std::vector<float> y = RandomRows(16, ffn, 2);
   std::vector<std::vector<uint32_t>> rows(8);
@@ -278,8 +285,9 @@ TEST(AddLowRankBench, DecodeStepShapes) {
       for (int t = 0; t < 7; ++t) {
         std::vector<LowRankJob> jobs;
         for (size_t a = 0; a < 8; ++a)
-          jobs.push_back({&pairs[distinct ? a : 0][static_cast<size_t>(l * 7 + t)], rows[a],
-                          x.data(), static_cast<size_t>(ffn), y.data(), static_cast<size_t>(ffn)});
+          jobs.push_back(
+              {&pairs[distinct ? a : 0][static_cast<size_t>(l) * 7 + static_cast<size_t>(t)],
+               rows[a], x.data(), static_cast<size_t>(ffn), y.data(), static_cast<size_t>(ffn)});
         AddLowRank(jobs, &scratch, nullptr);
       }
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);

@@ -33,7 +33,7 @@ class RegistryTest : public ::testing::Test {
     o.seed = seed;
     o.rank = rank;
     o.targets = {"q", "v"};
-    const std::string path = TempPath(tag);
+    std::string path = TempPath(tag);
     WriteSynthLora(*base_.model, o, path);
     return path;
   }
@@ -205,9 +205,11 @@ TEST_F(RegistryTest, AReloadReadsTheFileAsItIsNow) {
 TEST_F(RegistryTest, ConcurrentAddGetRemove) {
   auto r = Make(/*max_cpu_loras=*/2);
   std::vector<std::string> paths;
+  paths.reserve(4);
   for (int i = 0; i < 4; ++i) paths.push_back(Write("p" + std::to_string(i), i + 1));
   std::atomic<int> bad{0};
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 60; ++i) {

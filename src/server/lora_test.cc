@@ -194,7 +194,7 @@ TEST_F(LoraServerTest, LoadUseUnloadThen404) {
 }
 
 TEST_F(LoraServerTest, LoadAndUnloadBodiesAndErrors) {
-  const std::tuple<json, const char*, const char*> kBad[] = {
+  const std::tuple<json, const char*, const char*> bad_bodies[] = {
       {json::object(), "lora_name", "is required"},
       {{{"lora_name", "x"}}, "lora_path", "is required"},
       {{{"lora_name", 1}, {"lora_path", "p"}}, "lora_name", ""},
@@ -207,7 +207,7 @@ TEST_F(LoraServerTest, LoadAndUnloadBodiesAndErrors) {
        "lora_path",
        "tensor blk.0.attn_q.weight.lora_b is missing"},
   };
-  for (const auto& [body, param, what] : kBad) {
+  for (const auto& [body, param, what] : bad_bodies) {
     auto r = Raw("/v1/load_lora_adapter", body);
     EXPECT_EQ(r.status, 400) << body.dump() << " " << r.body;
     json e = json::parse(r.body, nullptr, false);

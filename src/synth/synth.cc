@@ -93,8 +93,8 @@ struct ZigTables {
 };
 
 const ZigTables& Zig() {
-  static const ZigTables tables;
-  return tables;
+  static const ZigTables kTables;
+  return kTables;
 }
 
 double RowRng::Normal() {
@@ -254,7 +254,7 @@ DType BaseType(FileType t) {
 }
 
 Status SynthConfig::Validate() const {
-  auto bad = [](std::string msg) { return Status::InvalidArgument("synth config: " + msg); };
+  auto bad = [](const std::string& msg) { return Status::InvalidArgument("synth config: " + msg); };
   if (n_layers == 0) return bad("n_layers is 0; use at least 1 layer");
   if (n_layers > kMaxLayers)
     return bad(fmt::format("n_layers {} exceeds {}", n_layers, kMaxLayers));

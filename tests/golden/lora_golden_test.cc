@@ -53,7 +53,7 @@ struct LoraCase {
 };
 
 const std::vector<LoraCase>& Cases() {
-  static const std::vector<LoraCase> cases = {
+  static const std::vector<LoraCase> kCases = {
       {"tiny-qwen2-Q8_0",
        {8, 1, 0.0f, DType::kF32, false, false, 0x8768d8d6e70eb75full},
        1.0f,
@@ -179,7 +179,7 @@ const std::vector<LoraCase>& Cases() {
         1.54635644f,  1.25880313f,  1.19165421f, 1.00948513f, 1.78311908f,  1.81446028f,
         1.68589485f,  0.980678201f, 1.95036876f, 1.68265867f, 0.864820838f, 1.938568f}},
   };
-  return cases;
+  return kCases;
 }
 
 int32_t ArgmaxNonEog(std::span<const float> logits, const std::vector<int32_t>& eog) {

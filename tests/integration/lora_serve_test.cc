@@ -30,7 +30,7 @@ std::string SynthAdapter(const std::string& name, int seed, std::string* why) {
     *why = "`strata synth-lora` is not built yet (part adapter of issue 20)";
     return "";
   }
-  const std::string out =
+  std::string out =
       ::testing::TempDir() + "/lora_serve_" + name + "_" + std::to_string(::getpid()) + ".gguf";
   auto r = RunStrata(std::string("synth-lora --base ") + STRATA_DEFAULT_MODEL +
                      " --rank 8 --targets q,v --seed " + std::to_string(seed) + " --out " + out);
@@ -57,6 +57,7 @@ std::unique_ptr<ServeProcess> Start(const std::vector<std::string>& extra, std::
   return s;
 }
 
+// NOLINTBEGIN(bugprone-macro-parentheses): `var` names the variable it declares.
 #define START_OR_SKIP(var, extra)                                                 \
   std::string var##_why;                                                          \
   auto var = Start(extra, &var##_why);                                            \
@@ -64,6 +65,7 @@ std::unique_ptr<ServeProcess> Start(const std::vector<std::string>& extra, std::
   ASSERT_NE(var->startup_output().find("strata serve: ready"), std::string::npos) \
       << var->startup_output();                                                   \
   ASSERT_GT(var->port(), 0)
+// NOLINTEND(bugprone-macro-parentheses)
 
 json Complete(int port, const json& body, int* status = nullptr) {
   auto r = HttpCall(port, "POST", "/v1/completions", body.dump());

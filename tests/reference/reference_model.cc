@@ -80,11 +80,12 @@ void ReferenceModel::set_lora(const gguf::GgufFile* adapter, double user_scale) 
   if (adapter == nullptr) return;
   auto alpha = adapter->GetFloatOr("adapter.lora.alpha", 0.0);
   if (!alpha.ok()) LoraFail(alpha.status().ToString());
-  const std::string kA = ".lora_a";
+  const std::string suffix_a = ".lora_a";
   for (const gguf::TensorInfo& ta : adapter->tensors()) {
-    if (ta.name.size() <= kA.size() || ta.name.compare(ta.name.size() - kA.size(), kA.size(), kA))
+    if (ta.name.size() <= suffix_a.size() ||
+        ta.name.compare(ta.name.size() - suffix_a.size(), suffix_a.size(), suffix_a))
       continue;
-    const std::string base = ta.name.substr(0, ta.name.size() - kA.size());
+    const std::string base = ta.name.substr(0, ta.name.size() - suffix_a.size());
     const gguf::TensorInfo* tb = adapter->FindTensor(base + ".lora_b");
     const gguf::TensorInfo* tw = f_->FindTensor(base);
     if (tb == nullptr || tw == nullptr)
