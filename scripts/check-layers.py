@@ -51,7 +51,7 @@ MODULES = {
     "server": (["server/"], ["engine/serving", "http", "tokenizer"]),
     "bench": (["bench/"], ["http", "tokenizer", "gguf"]),
     "gateway": (["gateway/"], ["http", "cachekey", "tokenizer"]),  # never engine/ or server/
-    "control": (["control/"], ["http"]),  # never engine/ or server/
+    "control": (["control/"], ["http", "gateway"]),  # never engine/ or server/
     "app": (["app/"], ["server", "bench", "synth", "gateway", "control"]),
 }
 
