@@ -35,6 +35,8 @@ int Run(int argc, char** argv) {
   RegisterBench(app, &exit_code);
   RegisterServe(app, &exit_code);
   RegisterGateway(app, &exit_code);
+  RegisterDevices(app, &exit_code);
+  RegisterRender(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
