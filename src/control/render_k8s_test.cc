@@ -188,7 +188,7 @@ TEST(RenderK8s, EveryObjectHasItsFileAndTheKustomizationListsThem) {
   EXPECT_EQ(k["resources"].size(), objs.size() - 1);
   for (const J& r : k["resources"]) EXPECT_EQ(objs.count(r.get<std::string>()), 1u) << r;
   // models.txt: where each file goes on the models volume.
-  EXPECT_NE(text["models.txt"].find("/srv/spec/../models/tiny-v1.gguf\ttiny/v1/tiny-v1.gguf"),
+  EXPECT_NE(text["models.txt"].find("/srv/models/tiny-v1.gguf\ttiny/v1/tiny-v1.gguf"),
             std::string::npos)
       << text["models.txt"];
   EXPECT_NE(text["models.txt"].find("/abs/tiny-v2.gguf\ttiny/v2/tiny-v2.gguf"), std::string::npos);
@@ -280,7 +280,8 @@ TEST(RenderK8s, ServicesMonitorsGatewayAndRules) {
   EXPECT_EQ(svc["spec"]["selector"]["strata.dev/pool"], "general");
   EXPECT_EQ(svc["spec"]["ports"][0]["port"], kReplicaPort);
   // The gateway finds each pool through its headless Service's DNS name.
-  const std::string gw = objs["configmap-ref-gateway.yaml"]["data"]["gateway.yaml"];
+  const std::string gw =
+      objs["configmap-ref-gateway.yaml"]["data"]["gateway.yaml"].get<std::string>();
   EXPECT_NE(gw.find("ref-pool-general.llm.svc.cluster.local"), std::string::npos) << gw;
   EXPECT_NE(gw.find("ref-pool-long-context.llm.svc.cluster.local"), std::string::npos) << gw;
   const J& gd = objs["deployment-ref-gateway.yaml"];
@@ -292,7 +293,8 @@ TEST(RenderK8s, ServicesMonitorsGatewayAndRules) {
   // Relabelling gives the labels strata up's file_sd gives.
   const J& sm = objs["servicemonitor-ref-replica.yaml"];
   std::map<std::string, J> relabel;
-  for (const J& r : sm["spec"]["endpoints"][0]["relabelings"]) relabel[r["targetLabel"]] = r;
+  for (const J& r : sm["spec"]["endpoints"][0]["relabelings"])
+    relabel[r["targetLabel"].get<std::string>()] = r;
   EXPECT_EQ(relabel["pool"]["sourceLabels"][0], "__meta_kubernetes_pod_label_strata_dev_pool");
   EXPECT_EQ(relabel["version"]["sourceLabels"][0],
             "__meta_kubernetes_pod_label_strata_dev_version");
