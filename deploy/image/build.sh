@@ -28,7 +28,7 @@ chmod 1777 "$out/rootfs/tmp"
 install -m 0755 "$bin" "$out/rootfs/usr/bin/strata"
 
 # Every library the loader resolves (absolute paths), and the loader itself, at the same paths.
-libs=$(ldd "$bin" | awk '/=> \// {print $3} /^\s*\/[^ ]+/ {print $1}' | sort -u)
+libs=$(ldd "$bin" | awk '/=> \// {print $3} /^[ \t]*\// {print $1}' | sort -u)
 [ -n "$libs" ] || { echo "build.sh: ldd found no libraries for $bin" >&2; exit 1; }
 for lib in $libs; do
   mkdir -p "$out/rootfs$(dirname "$lib")"
