@@ -189,13 +189,13 @@ TEST(ControlUi, HeadlessChromiumRendersPoolsReplicasAndDecisions) {
   EXPECT_GE(std::stoi(m[1]), 2) << "the page polled /ui/data at least twice";
   EXPECT_NE(out.find(R"(class="card pool" data-pool="general")"), std::string::npos) << out;
   EXPECT_NE(out.find(R"(class="card pool" data-pool="spare")"), std::string::npos) << out;
-  EXPECT_NE(out.find(R"(class="replica" data-url=")" + Url(replica.port()) +
-                     R"(" data-eligible="true")"),
-            std::string::npos)
+  EXPECT_NE(
+      out.find(R"(class="replica" data-url=")" + Url(replica.port()) + R"(" data-eligible="true")"),
+      std::string::npos)
       << out;
-  EXPECT_NE(out.find(R"(class="replica" data-url=")" + Url(dead_port) +
-                     R"(" data-eligible="false")"),
-            std::string::npos)
+  EXPECT_NE(
+      out.find(R"(class="replica" data-url=")" + Url(dead_port) + R"(" data-eligible="false")"),
+      std::string::npos)
       << out;
   EXPECT_NE(out.find(R"(data-ready="1">1/1 ready)"), std::string::npos) << out;
   EXPECT_NE(out.find(R"(data-ready="0">0/1 ready)"), std::string::npos) << out;
@@ -206,7 +206,9 @@ TEST(ControlUi, HeadlessChromiumRendersPoolsReplicasAndDecisions) {
   EXPECT_NE(out.find(R"(class="route" data-route="default")"), std::string::npos) << out;
   // Live charts: one polyline per series with points (at least two samples).
   EXPECT_TRUE(std::regex_search(
-      out, std::regex(R"(<polyline points="[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+[^"]*"[^>]*data-series="desired")")))
+      out,
+      std::regex(
+          R"(<polyline points="[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+[^"]*"[^>]*data-series="desired")")))
       << out;
   EXPECT_TRUE(std::regex_search(
       out, std::regex(R"(<polyline points="[0-9.]+,[0-9.]+ [^"]*"[^>]*data-series="ready")")))
