@@ -326,7 +326,7 @@ TEST(RenderK8s, NamesKubernetesRefusesAreErrorsNamingTheKey) {
   s.name = "9ref";
   EXPECT_NE(error(s).find("metadata.name:"), std::string::npos) << error(s);
   s = TestSpec();
-  s.pools[1].name = std::string(50, 'p');  // ref-pool- + 50 > 63
+  s.pools[1].name = std::string(60, 'p');  // ref-pool- + 60 > 63
   EXPECT_NE(error(s).find("pools[1].name: makes the Kubernetes name"), std::string::npos)
       << error(s);
   s = TestSpec();
