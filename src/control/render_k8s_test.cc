@@ -314,7 +314,7 @@ TEST(RenderK8s, ServicesMonitorsGatewayAndRules) {
 }
 
 TEST(RenderK8s, NamesKubernetesRefusesAreErrorsNamingTheKey) {
-  auto error = [](DeploymentSpec s, RenderOptions o = TestOptions()) {
+  auto error = [](const DeploymentSpec& s, const RenderOptions& o = TestOptions()) {
     auto r = RenderK8s(s, o);
     return r.ok() ? std::string("(ok)") : r.status().message();
   };
