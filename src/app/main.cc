@@ -36,6 +36,7 @@ int Run(int argc, char** argv) {
   RegisterServe(app, &exit_code);
   RegisterGateway(app, &exit_code);
   RegisterDevices(app, &exit_code);
+  RegisterAutoscaler(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
