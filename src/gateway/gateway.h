@@ -44,6 +44,7 @@
 #include "gateway/cascade.h"
 #include "gateway/config.h"
 #include "gateway/gateway_metrics.h"
+#include "gateway/gateway_ui.h"
 #include "gateway/prompt.h"
 #include "gateway/proxy.h"
 #include "gateway/replica_set.h"
@@ -136,6 +137,10 @@ class Gateway {
   void StartShadow(const std::shared_ptr<Job>& job, int status);
   void RefreshModels();
   void StartTicker();
+  // The status page (gateway_ui.cc): /ui, /ui/data and the fetch of ui.control_url.
+  http::HttpResponse UiPage(http::Exchange& ex);
+  http::HttpResponse UiData(http::Exchange& ex);
+  void RefreshControlStatus();
 
   mutable Mutex mu_;
   std::shared_ptr<const Snapshot> snap_ GUARDED_BY(mu_);
@@ -157,6 +162,9 @@ class Gateway {
   Mutex log_mu_;
   std::FILE* log_ GUARDED_BY(log_mu_) = nullptr;
   bool log_owned_ GUARDED_BY(log_mu_) = false;
+  // The control plane's last status (ui.control_url), written on the upstream thread.
+  mutable Mutex ui_mu_;
+  ControlStatus control_status_ GUARDED_BY(ui_mu_);
 };
 
 }  // namespace strata::gateway
