@@ -13,9 +13,13 @@ void RegisterGenerate(CLI::App& app, int* exit_code);  // cmd_generate.cc
 void RegisterBench(CLI::App& app, int* exit_code);     // cmd_bench.cc
 void RegisterServe(CLI::App& app, int* exit_code);     // cmd_serve.cc
 void RegisterGateway(CLI::App& app, int* exit_code);   // cmd_gateway.cc
+void RegisterUp(CLI::App& app, int* exit_code);        // cmd_up.cc (up + status)
 void RegisterBenchServe(CLI::App* bench,
                         int* exit_code);  // cmd_bench_serve.cc (bench serve + bench sweep)
 void RegisterBenchFlood(CLI::App* bench, int* exit_code);  // cmd_bench_flood.cc
+
+// The running binary's path (/proc/self/exe).
+std::string SelfPath();
 
 // Path of the bundled default model (synthesized at build time next to the binary):
 // <dir of executable>/../models/strata-tiny.gguf
