@@ -285,7 +285,7 @@ void Up::Impl::ReconcilePool(const PoolSpec& p, PoolRun& run,
   const size_t allowed_old = static_cast<size_t>(std::max(0, run.desired - ready_new));
   std::sort(old.begin(), old.end(), not_ready_first);
   for (size_t i = 0; old.size() - i > allowed_old; ++i) leave->push_back(old[i]);
-  if (old.size() <= allowed_old && old.empty()) run.rollout.clear();
+  if (old.empty()) run.rollout.clear();
   std::sort(current.begin(), current.end(), not_ready_first);
   for (size_t i = 0; current.size() - i > static_cast<size_t>(run.desired); ++i)
     leave->push_back(current[i]);
