@@ -555,7 +555,8 @@ bool Up::WaitStarted(milliseconds timeout) {
     return c && (c->state == ChildState::kReady || c->state == ChildState::kFailed);
   };
   while (std::chrono::steady_clock::now() < until) {
-    bool all = settled(impl_->sup->Find(std::string(kGateway)));
+    bool all = settled(impl_->sup->Find(std::string(kGateway))) &&
+               (impl_->prom_port == 0 || settled(impl_->sup->Find(std::string(kPrometheus))));
     {
       MutexLock lock(&impl_->mu);
       std::map<std::string, int> settled_by_pool;

@@ -106,11 +106,17 @@ class UpTest : public ::testing::Test {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return json::parse(r.out, nullptr, false);
   }
-  static const json* Pool(const json& status, const std::string& name) {
-    if (!status.is_object() || !status.contains("pools")) return nullptr;
-    for (const json& p : status["pools"])
-      if (p.value("name", "") == name) return &p;
-    return nullptr;
+  // The pool's status object (an empty object when absent).
+  static json Pool(const json& status, const std::string& name) {
+    if (status.is_object() && status.contains("pools") && status["pools"].is_array())
+      for (const json& p : status["pools"])
+        if (p.value("name", "") == name) return p;
+    return json::object();
+  }
+  // The pool's replicas (an empty array when absent).
+  static json Replicas(const json& pool) {
+    return pool.contains("replicas") && pool["replicas"].is_array() ? pool["replicas"]
+                                                                    : json::array();
   }
   json PromQuery(int prom_port, const std::string& expr) {
     HttpReply r = HttpCall(prom_port, "GET", "/api/v1/query?query=" + Encode(expr));
@@ -138,26 +144,25 @@ TEST_F(UpTest, RunsTheSpecScrapesRestartsRollsOutHoldsFromZeroAndDrainsOnSigterm
   EXPECT_EQ(r.headers["x-strata-route"], "default");
 
   json st = Status();
-  const json* general = Pool(st, "general");
-  ASSERT_NE(general, nullptr) << st.dump();
-  EXPECT_EQ((*general)["ready"], 1);
-  EXPECT_EQ((*general)["replicas"][0]["state"], "ready");
-  EXPECT_EQ((*general)["replicas"][0]["version"], "v1");
-  EXPECT_TRUE((*general)["replicas"][0]["cold_start_s"].is_number());
-  ASSERT_TRUE(st["prometheus"].is_object());
+  const json general = Pool(st, "general");
+  ASSERT_EQ(Replicas(general).size(), 1u) << st.dump();
+  EXPECT_EQ(general["ready"], 1);
+  EXPECT_EQ(Replicas(general)[0]["state"], "ready");
+  EXPECT_EQ(Replicas(general)[0]["version"], "v1");
+  EXPECT_TRUE(Replicas(general)[0]["cold_start_s"].is_number());
+  ASSERT_TRUE(st.contains("prometheus") && st["prometheus"].is_object()) << st.dump();
   EXPECT_EQ(st["prometheus"]["state"], "ready");
   // The broken pool is reported, with its exit and log, and did not hold up the start.
   ASSERT_TRUE(WaitFor(
       [&] {
-        const json* b = Pool(Status(), "broken");
-        return b && !(*b)["replicas"].empty() && (*b)["replicas"][0]["state"] == "failed";
+        const json b = Replicas(Pool(Status(), "broken"));
+        return !b.empty() && b[0]["state"] == "failed";
       },
       30));
-  const json* broken = Pool(Status(), "broken");
-  ASSERT_NE(broken, nullptr);
-  EXPECT_NE((*broken)["replicas"][0]["last_exit"].get<std::string>().find("exit"),
-            std::string::npos);
-  EXPECT_TRUE(fs::exists((*broken)["replicas"][0]["log"].get<std::string>()));
+  const json broken = Replicas(Pool(Status(), "broken"));
+  ASSERT_EQ(broken.size(), 1u);
+  EXPECT_NE(broken[0]["last_exit"].get<std::string>().find("exit"), std::string::npos);
+  EXPECT_TRUE(fs::exists(broken[0]["log"].get<std::string>()));
   RunResult text = RunStrata("status --state-dir " + (dir_ / "state").string());
   EXPECT_EQ(text.exit_code, 0);
   EXPECT_NE(text.out.find("pool general (tiny@v1): 1/1 ready"), std::string::npos) << text.out;
@@ -181,14 +186,13 @@ TEST_F(UpTest, RunsTheSpecScrapesRestartsRollsOutHoldsFromZeroAndDrainsOnSigterm
       15));
 
   // A crashed replica is restarted (new pid, restarts 1) and serves again.
-  const pid_t first = (*Pool(Status(), "general"))["replicas"][0]["pid"].get<int>();
+  const pid_t first = Replicas(Pool(Status(), "general"))[0]["pid"].get<int>();
   ASSERT_GT(first, 0);
   ::kill(first, SIGKILL);
   ASSERT_TRUE(WaitFor(
       [&] {
-        const json* g = Pool(Status(), "general");
-        return g && (*g)["replicas"].size() == 1 && (*g)["replicas"][0]["restarts"] == 1 &&
-               (*g)["replicas"][0]["state"] == "ready";
+        const json g = Replicas(Pool(Status(), "general"));
+        return g.size() == 1 && g[0]["restarts"] == 1 && g[0]["state"] == "ready";
       },
       30));
   ASSERT_TRUE(WaitFor([&] { return Complete().status == 200; }, 10));
@@ -205,16 +209,15 @@ TEST_F(UpTest, RunsTheSpecScrapesRestartsRollsOutHoldsFromZeroAndDrainsOnSigterm
   ASSERT_TRUE(WaitFor(
       [&] {
         failed += Complete().status != 200;
-        const json* g = Pool(Status(), "general");
-        return g && (*g)["replicas"].size() == 1 && (*g)["replicas"][0]["version"] == "v2" &&
-               (*g)["replicas"][0]["state"] == "ready";
+        const json g = Replicas(Pool(Status(), "general"));
+        return g.size() == 1 && g[0]["version"] == "v2" && g[0]["state"] == "ready";
       },
       60));
   EXPECT_EQ(failed, 0);  // never without a ready replica
-  EXPECT_EQ((*Pool(Status(), "general"))["version"], "v2");
+  EXPECT_EQ(Pool(Status(), "general")["version"], "v2");
 
   // From zero: the first request to `idle` is held while its first replica starts, then served.
-  EXPECT_EQ((*Pool(Status(), "idle"))["replicas"].size(), 0u);
+  EXPECT_EQ(Replicas(Pool(Status(), "idle")).size(), 0u);
   const auto t0 = std::chrono::steady_clock::now();
   HttpReply held = Complete({"x-pool: idle"});
   const double waited =
@@ -238,7 +241,7 @@ TEST_F(UpTest, RunsTheSpecScrapesRestartsRollsOutHoldsFromZeroAndDrainsOnSigterm
   // SIGTERM: everything drains, exit 0, no child left.
   std::vector<pid_t> pids;
   for (const json& p : Status()["pools"])
-    for (const json& rep : p["replicas"])
+    for (const json& rep : Replicas(p))
       if (rep["pid"].get<int>() > 0) pids.push_back(rep["pid"].get<int>());
   pids.push_back(Status()["gateway"]["pid"].get<int>());
   pids.push_back(Status()["prometheus"]["pid"].get<int>());
