@@ -14,6 +14,7 @@ void RegisterBench(CLI::App& app, int* exit_code);     // cmd_bench.cc
 void RegisterServe(CLI::App& app, int* exit_code);     // cmd_serve.cc
 void RegisterGateway(CLI::App& app, int* exit_code);   // cmd_gateway.cc
 void RegisterUp(CLI::App& app, int* exit_code);        // cmd_up.cc (up + status)
+void RegisterDevices(CLI::App& app, int* exit_code);   // cmd_devices.cc
 void RegisterBenchServe(CLI::App* bench,
                         int* exit_code);  // cmd_bench_serve.cc (bench serve + bench sweep)
 void RegisterBenchFlood(CLI::App* bench, int* exit_code);  // cmd_bench_flood.cc

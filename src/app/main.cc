@@ -38,6 +38,7 @@ int Run(int argc, char** argv) {
   RegisterServe(app, &exit_code);
   RegisterGateway(app, &exit_code);
   RegisterUp(app, &exit_code);
+  RegisterDevices(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

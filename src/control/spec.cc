@@ -1,0 +1,449 @@
+// The deployment spec's YAML decoder: one table of fields per struct (control/yaml_decode.h),
+// then the cross-field checks (names, references, bounds), then the gateway section's check
+// through the gateway's own parser (control/gateway_yaml.h). yaml-cpp's exceptions are caught at
+// the one entry point, ParseDeploymentSpec.
+#include "control/spec.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "control/gateway_yaml.h"
+#include "control/yaml_decode.h"
+
+namespace strata::control {
+namespace {
+
+using namespace yaml_decode;  // NOLINT(google-build-using-namespace): the decoder toolkit
+
+// A document may have at most this many nodes (every alias use counted) and this depth.
+constexpr size_t kMaxNodes = 200'000;
+constexpr int kMaxDepth = 64;
+constexpr double kMaxMs = 3'600'000;  // an hour, in ms: the largest latency objective
+
+constexpr std::pair<std::string_view, Workload> kWorkloads[] = {
+    {"balanced", Workload::kBalanced},
+    {"decode_heavy", Workload::kDecodeHeavy},
+    {"prefill_heavy", Workload::kPrefillHeavy}};
+constexpr std::string_view kPrecisions[] = {"fp32", "fp16", "bf16", "int8", "fp8"};
+
+// The top level's own fields, decoded into this before the spec is assembled.
+struct Document {
+  std::string api_version, kind;
+  DeploymentSpec spec;
+};
+
+// ---- small decoders ----
+
+// A YAML map re-emitted as block-style text (the serve config, the gateway's keys); `skip` keys
+// are left out. Duplicate keys stay (the consumer's strict parser names them).
+std::string EmitMap(const YAML::Node& n, const std::set<std::string>& skip) {
+  YAML::Emitter out;
+  out << YAML::Block << YAML::BeginMap;
+  size_t emitted = 0;
+  for (const auto& kv : n) {
+    if (kv.first.IsScalar() && skip.contains(kv.first.Scalar())) continue;
+    out << YAML::Key << kv.first << YAML::Value << kv.second;
+    ++emitted;
+  }
+  out << YAML::EndMap;
+  return emitted == 0 ? std::string() : std::string(out.c_str());
+}
+
+Status DecodePrecisions(const YAML::Node& n, const std::string& path, DeviceNeeds* out) {
+  ASSIGN_OR_RETURN(out->precisions, DecodeStringList(n, path));
+  std::set<std::string> seen;
+  for (size_t i = 0; i < out->precisions.size(); ++i) {
+    const std::string& p = out->precisions[i];
+    if (std::find(std::begin(kPrecisions), std::end(kPrecisions), p) == std::end(kPrecisions))
+      return Bad(At(path, i),
+                 fmt::format("expected one of fp32, fp16, bf16, int8, fp8 (got \"{}\")", p));
+    if (!seen.insert(p).second) return Bad(At(path, i), "duplicate precision '" + p + "'");
+  }
+  return Status::Ok();
+}
+
+Status DecodeWorkload(const YAML::Node& n, const std::string& path, PoolSpec* out) {
+  ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
+  for (const auto& [name, w] : kWorkloads) {
+    if (s == name) {
+      out->workload = w;
+      return Status::Ok();
+    }
+  }
+  return Bad(path, fmt::format("expected balanced, decode_heavy or prefill_heavy (got \"{}\")", s));
+}
+
+// `serve:` the replica's own config (a map), kept as YAML text. Its model path comes from the
+// spec's models, so `serve.model.path` is refused.
+Status DecodeServe(const YAML::Node& n, const std::string& path, PoolSpec* out) {
+  if (n.IsNull()) return Status::Ok();
+  if (!n.IsMap()) return Bad(path, "expected a mapping (the config of `strata serve --config`)");
+  const YAML::Node model = n["model"];
+  if (model && model.IsMap() && model["path"])
+    return Bad(Join(path, "model.path"),
+               "is set by the spec (models[].versions[].path and the pool's version)");
+  out->serve_yaml = EmitMap(n, {});
+  return Status::Ok();
+}
+
+Status DecodeLabels(const YAML::Node& n, const std::string& path, PoolSpec* out) {
+  ASSIGN_OR_RETURN(auto pairs, DecodeStringPairs(n, path));
+  for (auto& [k, v] : pairs) {
+    const bool ok = !k.empty() && k.size() <= 63 &&
+                    !std::isdigit(static_cast<unsigned char>(k[0])) &&
+                    std::all_of(k.begin(), k.end(),
+                                [](unsigned char c) { return std::isalnum(c) || c == '_'; });
+    if (!ok)
+      return Bad(Join(path, k), "a label name is 1 to 63 of [A-Za-z0-9_], not a digit first");
+    out->labels[k] = std::move(v);
+  }
+  return Status::Ok();
+}
+
+// `gateway:` {port, ...}: port is decoded; `pools` is refused (they come from the spec's pools);
+// every other key is kept as YAML for the gateway's parser.
+Status DecodeGateway(const YAML::Node& n, const std::string& path, DeploymentSpec* out) {
+  if (n.IsNull()) return Status::Ok();
+  if (!n.IsMap()) return Bad(path, "expected a mapping");
+  std::set<std::string> seen;
+  for (const auto& kv : n) {
+    if (!kv.first.IsScalar()) return Bad(path, "keys must be strings");
+    const std::string key = kv.first.Scalar();
+    if (!seen.insert(key).second) return Bad(Join(path, key), "duplicate key");
+    if (key == "port") {
+      ASSIGN_OR_RETURN(int64_t port, DecodeInt(kv.second, Join(path, key), 0, 65535));
+      out->gateway.port = static_cast<int>(port);
+    } else if (key == "pools") {
+      return Bad(Join(path, key), "the gateway's pools are the spec's pools (remove this key)");
+    }
+  }
+  out->gateway.extra_yaml = EmitMap(n, {"port"});
+  return Status::Ok();
+}
+
+// ---- the tables ----
+
+const Fields<ModelVersion>& VersionFields() {
+  using V = ModelVersion;
+  static const Fields<V> kFields = {Str<V>("version", &V::version), Str<V>("path", &V::path)};
+  return kFields;
+}
+
+const Fields<ModelSpec>& ModelFields() {
+  using M = ModelSpec;
+  static const Fields<M> kFields = {
+      Str<M>("name", &M::name),
+      {"versions", [](const YAML::Node& n, const std::string& path,
+                      M* out) { return DecodeList(VersionFields(), n, path, &out->versions); }},
+  };
+  return kFields;
+}
+
+const Fields<ReplicaBounds>& BoundsFields() {
+  using R = ReplicaBounds;
+  static const Fields<R> kFields = {Int<R>("min", &R::min, 0, kMaxReplicas),
+                                    Int<R>("max", &R::max, 0, kMaxReplicas)};
+  return kFields;
+}
+
+const Fields<DeviceNeeds>& NeedsFields() {
+  using D = DeviceNeeds;
+  static const Fields<D> kFields = {
+      {"precisions", DecodePrecisions},
+      Num<D>("memory_gb", &D::memory_gb, 0, 1e6, /*lo_open=*/true),
+      Num<D>("cpus", &D::cpus, 0, 4096, /*lo_open=*/true),
+      Int<D>("gpus", &D::gpus, 0, 64),
+  };
+  return kFields;
+}
+
+const Fields<SloSpec>& SloFields() {
+  using S = SloSpec;
+  static const Fields<S> kFields = {
+      Num<S>("ttft_p95_ms", &S::ttft_p95_ms, 0, kMaxMs),
+      Num<S>("tpot_p95_ms", &S::tpot_p95_ms, 0, kMaxMs),
+      Num<S>("e2e_p95_ms", &S::e2e_p95_ms, 0, kMaxMs),
+      Num<S>("error_rate", &S::error_rate, 0, 1),
+  };
+  return kFields;
+}
+
+template <typename T>
+Field<PoolSpec> PoolSection(std::string_view name, T PoolSpec::*m, const Fields<T>& (*fields)()) {
+  return {name, [m, fields](const YAML::Node& n, const std::string& path, PoolSpec* out) {
+            return DecodeSection(fields(), n, path, &(out->*m));
+          }};
+}
+
+const Fields<PoolSpec>& PoolFields() {
+  using P = PoolSpec;
+  static const Fields<P> kFields = {
+      Str<P>("name", &P::name),
+      Str<P>("model", &P::model),
+      Str<P>("version", &P::version),
+      PoolSection("replicas", &P::replicas, BoundsFields),
+      PoolSection("devices", &P::devices, NeedsFields),
+      PoolSection("slo", &P::slo, SloFields),
+      {"workload", DecodeWorkload},
+      {"serve", DecodeServe},
+      {"serve_args",
+       [](const YAML::Node& n, const std::string& path, P* out) {
+         ASSIGN_OR_RETURN(out->serve_args, DecodeStringList(n, path));
+         return Status::Ok();
+       }},
+      {"labels", DecodeLabels},
+  };
+  return kFields;
+}
+
+const Fields<AutoscalingSpec>& AutoscalingFields() {
+  using A = AutoscalingSpec;
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  static const Fields<A> kFields = {
+      Duration<seconds, A>("interval_s", &A::interval, 1, 3600),
+      Num<A>("scale_up_max_factor", &A::scale_up_max_factor, 1, 100, /*lo_open=*/true),
+      Duration<seconds, A>("scale_down_stabilization_s", &A::scale_down_stabilization, 0, 86400),
+      Duration<seconds, A>("scale_to_zero_idle_s", &A::scale_to_zero_idle, 1, 7 * 86400),
+      Duration<milliseconds, A>("cold_start_hold_ms", &A::cold_start_hold, 0, 600'000),
+      Num<A>("hysteresis", &A::hysteresis, 0, 0.99),
+      Num<A>("error_weight", &A::error_weight, 0, 1e9),
+      Bool<A>("enabled", &A::enabled),
+  };
+  return kFields;
+}
+
+const Fields<PrometheusSpec>& PrometheusFields() {
+  using P = PrometheusSpec;
+  static const Fields<P> kFields = {
+      Int<P>("port", &P::port, 0, 65535),
+      Duration<std::chrono::seconds, P>("scrape_interval_s", &P::scrape_interval, 1, 3600),
+      Str<P>("binary", &P::binary),
+  };
+  return kFields;
+}
+
+const Fields<DeploymentSpec>& MetadataFields() {
+  static const Fields<DeploymentSpec> kFields = {
+      Str<DeploymentSpec>("name", &DeploymentSpec::name)};
+  return kFields;
+}
+
+template <typename T>
+Field<Document> SpecSection(std::string_view name, T DeploymentSpec::*m,
+                            const Fields<T>& (*fields)()) {
+  return {name, [m, fields](const YAML::Node& n, const std::string& path, Document* out) {
+            return DecodeSection(fields(), n, path, &(out->spec.*m));
+          }};
+}
+template <typename T>
+Field<Document> SpecList(std::string_view name, std::vector<T> DeploymentSpec::*m,
+                         const Fields<T>& (*fields)()) {
+  return {name, [m, fields](const YAML::Node& n, const std::string& path, Document* out) {
+            return DecodeList(fields(), n, path, &(out->spec.*m));
+          }};
+}
+
+const Fields<Document>& TopFields() {
+  using D = Document;
+  static const Fields<D> kFields = {
+      Str<D>("apiVersion", &D::api_version),
+      Str<D>("kind", &D::kind),
+      {"metadata", [](const YAML::Node& n, const std::string& path,
+                      D* out) { return DecodeSection(MetadataFields(), n, path, &out->spec); }},
+      SpecList("models", &DeploymentSpec::models, ModelFields),
+      SpecList("pools", &DeploymentSpec::pools, PoolFields),
+      {"gateway", [](const YAML::Node& n, const std::string& path,
+                     D* out) { return DecodeGateway(n, path, &out->spec); }},
+      SpecSection("autoscaling", &DeploymentSpec::autoscaling, AutoscalingFields),
+      SpecSection("prometheus", &DeploymentSpec::prometheus, PrometheusFields),
+  };
+  return kFields;
+}
+
+// ---- cross-field checks ----
+
+// A Kubernetes name part: 1..max of [a-z0-9-], starting and ending with a letter or digit.
+Status CheckKubeName(const std::string& name, const std::string& path, size_t max) {
+  if (name.empty()) return Bad(path, "is required");
+  const bool ok = name.size() <= max && name.front() != '-' && name.back() != '-' &&
+                  std::all_of(name.begin(), name.end(), [](unsigned char c) {
+                    return std::islower(c) || std::isdigit(c) || c == '-';
+                  });
+  if (ok) return Status::Ok();
+  return Bad(path, fmt::format("must be 1 to {} of [a-z0-9-], not starting or ending with '-' "
+                               "(got \"{}\")",
+                               max, name.size() > 80 ? name.substr(0, 80) + "..." : name));
+}
+
+// Model and version names (label values): 1..63 of [A-Za-z0-9._-].
+Status CheckLabelValue(const std::string& name, const std::string& path) {
+  if (name.empty()) return Bad(path, "is required");
+  const bool ok = name.size() <= 63 && std::all_of(name.begin(), name.end(), [](unsigned char c) {
+                    return std::isalnum(c) || c == '-' || c == '_' || c == '.';
+                  });
+  if (ok) return Status::Ok();
+  return Bad(path, "must be 1 to 63 letters, digits, '-', '_' or '.'");
+}
+
+Status CheckModels(const DeploymentSpec& s) {
+  if (s.models.empty()) return Bad("models", "at least one model is required");
+  std::set<std::string> names;
+  for (size_t i = 0; i < s.models.size(); ++i) {
+    const ModelSpec& m = s.models[i];
+    const std::string path = At("models", i);
+    RETURN_IF_ERROR(CheckLabelValue(m.name, Join(path, "name")));
+    if (!names.insert(m.name).second)
+      return Bad(Join(path, "name"), "duplicate model '" + m.name + "'");
+    if (m.versions.empty()) return Bad(Join(path, "versions"), "at least one version is required");
+    std::set<std::string> versions;
+    for (size_t v = 0; v < m.versions.size(); ++v) {
+      const std::string vpath = At(Join(path, "versions"), v);
+      RETURN_IF_ERROR(CheckLabelValue(m.versions[v].version, Join(vpath, "version")));
+      if (!versions.insert(m.versions[v].version).second)
+        return Bad(Join(vpath, "version"), "duplicate version '" + m.versions[v].version + "'");
+      if (m.versions[v].path.empty()) return Bad(Join(vpath, "path"), "is required (a GGUF file)");
+    }
+  }
+  return Status::Ok();
+}
+
+// Resolves the pool's model and version (a model with one version may leave `version` out).
+Status CheckPool(const DeploymentSpec& s, PoolSpec* p, const std::string& path) {
+  RETURN_IF_ERROR(CheckKubeName(p->name, Join(path, "name"), 40));
+  if (p->model.empty()) return Bad(Join(path, "model"), "is required (a models[].name)");
+  const ModelSpec* m = s.FindModel(p->model);
+  if (m == nullptr) return Bad(Join(path, "model"), "no model named '" + p->model + "'");
+  if (p->version.empty() && m->versions.size() == 1) p->version = m->versions.front().version;
+  if (p->version.empty())
+    return Bad(Join(path, "version"), fmt::format("is required (model '{}' has {} versions)",
+                                                  m->name, m->versions.size()));
+  if (m->Find(p->version) == nullptr)
+    return Bad(Join(path, "version"),
+               fmt::format("model '{}' has no version '{}'", m->name, p->version));
+  if (p->replicas.max < 1) return Bad(Join(path, "replicas.max"), "must be >= 1");
+  if (p->replicas.max < p->replicas.min)
+    return Bad(Join(path, "replicas.max"),
+               fmt::format("must be >= replicas.min ({} > {})", p->replicas.min, p->replicas.max));
+  return Status::Ok();
+}
+
+// A single pool with no routes gets the default route to it.
+void DefaultRoute(DeploymentSpec* s) {
+  if (s->pools.size() != 1) return;
+  if (!s->gateway.extra_yaml.empty()) {
+    const YAML::Node extra = YAML::Load(s->gateway.extra_yaml);
+    if (extra.IsMap() && extra["routes"]) return;
+  }
+  YAML::Emitter out;
+  out << YAML::Block << YAML::BeginMap << YAML::Key << "routes" << YAML::Value << YAML::BeginSeq
+      << YAML::BeginMap << YAML::Key << "name" << YAML::Value << "default" << YAML::Key << "to"
+      << YAML::Value << s->pools.front().name << YAML::EndMap << YAML::EndSeq << YAML::EndMap;
+  if (!s->gateway.extra_yaml.empty()) s->gateway.extra_yaml += "\n";
+  s->gateway.extra_yaml += out.c_str();
+}
+
+Status Validate(Document* d) {
+  if (d->api_version != kApiVersion)
+    return Bad("apiVersion",
+               fmt::format("must be {} (got \"{}\")", kApiVersion, d->api_version.substr(0, 80)));
+  if (d->kind != "Deployment")
+    return Bad("kind", fmt::format("must be Deployment (got \"{}\")", d->kind.substr(0, 80)));
+  DeploymentSpec& s = d->spec;
+  RETURN_IF_ERROR(CheckKubeName(s.name, "metadata.name", 40));
+  RETURN_IF_ERROR(CheckModels(s));
+  if (s.pools.empty()) return Bad("pools", "at least one pool is required");
+  std::set<std::string> names;
+  for (size_t i = 0; i < s.pools.size(); ++i) {
+    RETURN_IF_ERROR(CheckPool(s, &s.pools[i], At("pools", i)));
+    if (!names.insert(s.pools[i].name).second)
+      return Bad(At("pools", i) + ".name", "duplicate pool '" + s.pools[i].name + "'");
+  }
+  if (s.prometheus.binary.empty()) return Bad("prometheus.binary", "is required");
+  DefaultRoute(&s);
+  return CheckGatewaySection(s);
+}
+
+}  // namespace
+
+std::string_view WorkloadName(Workload w) {
+  for (const auto& [name, v] : kWorkloads) {
+    if (v == w) return name;
+  }
+  return "?";
+}
+
+const ModelVersion* ModelSpec::Find(std::string_view v) const {
+  for (const ModelVersion& mv : versions) {
+    if (mv.version == v) return &mv;
+  }
+  return nullptr;
+}
+
+const ModelSpec* DeploymentSpec::FindModel(std::string_view n) const {
+  for (const ModelSpec& m : models) {
+    if (m.name == n) return &m;
+  }
+  return nullptr;
+}
+
+const PoolSpec* DeploymentSpec::FindPool(std::string_view n) const {
+  for (const PoolSpec& p : pools) {
+    if (p.name == n) return &p;
+  }
+  return nullptr;
+}
+
+std::string DeploymentSpec::ModelPath(const PoolSpec& pool) const {
+  const ModelSpec* m = FindModel(pool.model);
+  const ModelVersion* v = m == nullptr ? nullptr : m->Find(pool.version);
+  if (v == nullptr) return "";
+  const std::filesystem::path p(v->path);
+  if (p.is_absolute() || base_dir.empty()) return p.lexically_normal().string();
+  return (std::filesystem::path(base_dir) / p).lexically_normal().string();
+}
+
+Result<DeploymentSpec> ParseDeploymentSpec(std::string_view yaml_text, std::string base_dir) {
+  if (yaml_text.size() > kMaxSpecBytes)
+    return Status::InvalidArgument(
+        fmt::format("deployment spec: larger than {} bytes", kMaxSpecBytes));
+  Document d;
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml_text));
+    if (!root.IsMap()) return Bad("", "expected a mapping (apiVersion, kind, metadata, ...)");
+    RETURN_IF_ERROR(CheckNodeBudget(root, kMaxNodes, kMaxDepth));
+    RETURN_IF_ERROR(DecodeSection(TopFields(), root, "", &d));
+    RETURN_IF_ERROR(Validate(&d));
+  } catch (const std::exception& e) {  // YAML::Exception (syntax, DeepRecursion), bad_alloc
+    return Status::InvalidArgument(std::string("YAML error: ") + e.what());
+  }
+  d.spec.base_dir = std::move(base_dir);
+  return std::move(d.spec);
+}
+
+Result<DeploymentSpec> LoadDeploymentSpec(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot open deployment spec " + path);
+  std::string text;
+  char buf[64 << 10];
+  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxSpecBytes)
+      return Status::InvalidArgument(fmt::format("{}: larger than {} bytes", path, kMaxSpecBytes));
+  }
+  if (in.bad()) return Status::IoError("cannot read " + path);
+  // The folder absolute, so model paths stay right in children started in another folder.
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(path, ec).parent_path();
+  if (ec) dir = std::filesystem::path(path).parent_path();
+  auto spec = ParseDeploymentSpec(text, dir.empty() ? std::string(".") : dir.string());
+  if (!spec.ok()) return spec.status().WithContext(path);
+  return spec;
+}
+
+}  // namespace strata::control

@@ -1,0 +1,137 @@
+// The strict YAML decoders of control/yaml_decode.h.
+#include "control/yaml_decode.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace strata::control::yaml_decode {
+
+Status Bad(const std::string& path, std::string_view what) {
+  return Status::InvalidArgument((path.empty() ? std::string("(top level)") : path) + ": " +
+                                 std::string(what));
+}
+
+std::string Join(const std::string& path, std::string_view name) {
+  return path.empty() ? std::string(name) : path + "." + std::string(name);
+}
+
+std::string At(const std::string& path, size_t i) { return fmt::format("{}[{}]", path, i); }
+
+Result<int64_t> DecodeInt(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) {
+  long long v = 0;
+  if (!n.IsScalar() || !YAML::convert<long long>::decode(n, v))
+    return Bad(path, fmt::format("expected an integer in [{}, {}]", lo, hi));
+  if (v < lo || v > hi) return Bad(path, fmt::format("must be in [{}, {}], got {}", lo, hi, v));
+  return static_cast<int64_t>(v);
+}
+
+Result<double> DecodeNumber(const YAML::Node& n, const std::string& path, double lo, double hi,
+                            bool lo_open) {
+  const std::string range = fmt::format("{}{}, {}]", lo_open ? "(" : "[", lo, hi);
+  double v = 0;
+  if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v))
+    return Bad(path, "expected a number in " + range);
+  if ((lo_open ? v <= lo : v < lo) || v > hi)
+    return Bad(path, fmt::format("must be in {}, got {}", range, v));
+  return v;
+}
+
+Result<bool> DecodeBool(const YAML::Node& n, const std::string& path) {
+  bool v = false;
+  if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v))
+    return Bad(path, "expected true or false");
+  return v;
+}
+
+Result<std::string> DecodeString(const YAML::Node& n, const std::string& path) {
+  if (n.IsNull()) return std::string();
+  if (!n.IsScalar()) return Bad(path, "expected a string");
+  return n.Scalar();
+}
+
+Result<std::vector<std::string>> DecodeStringList(const YAML::Node& n, const std::string& path) {
+  std::vector<std::string> v;
+  if (n.IsNull()) return v;
+  if (!n.IsSequence()) return Bad(path, "expected a list of strings");
+  v.reserve(n.size());
+  for (size_t i = 0; i < n.size(); ++i) {
+    ASSIGN_OR_RETURN(std::string s, DecodeString(n[i], At(path, i)));
+    v.push_back(std::move(s));
+  }
+  return v;
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> DecodeStringPairs(
+    const YAML::Node& n, const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> v;
+  if (n.IsNull()) return v;
+  if (!n.IsMap()) return Bad(path, "expected a mapping of name: value");
+  std::set<std::string> seen;
+  for (const auto& kv : n) {
+    if (!kv.first.IsScalar()) return Bad(path, "keys must be strings");
+    const std::string key = kv.first.Scalar();
+    ASSIGN_OR_RETURN(std::string value, DecodeString(kv.second, Join(path, key)));
+    if (!seen.insert(key).second) return Bad(Join(path, key), "duplicate key");
+    v.emplace_back(key, std::move(value));
+  }
+  return v;
+}
+
+namespace {
+
+// Depth-first count; false once the budget or the depth is exceeded.
+bool CountNodes(const YAML::Node& n, int depth, int max_depth, size_t* left) {
+  if (*left == 0 || depth > max_depth) return false;
+  --*left;
+  if (n.IsSequence()) {
+    for (const auto& child : n) {
+      if (!CountNodes(child, depth + 1, max_depth, left)) return false;
+    }
+  } else if (n.IsMap()) {
+    for (const auto& kv : n) {
+      if (!CountNodes(kv.first, depth + 1, max_depth, left) ||
+          !CountNodes(kv.second, depth + 1, max_depth, left))
+        return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Status CheckNodeBudget(const YAML::Node& n, size_t max_nodes, int max_depth) {
+  size_t left = max_nodes;
+  if (CountNodes(n, 0, max_depth, &left)) return Status::Ok();
+  return Bad("", fmt::format("the document is too large or too deep (more than {} nodes, counting "
+                             "every alias use, or more than {} levels)",
+                             max_nodes, max_depth));
+}
+
+std::string Suggest(std::string_view name, const std::vector<std::string_view>& known) {
+  if (name.size() > 64) return "";  // no suggestion for a hostile key (the distance is O(n·m))
+  auto distance = [](std::string_view a, std::string_view b) {  // Levenshtein
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string_view best;
+  size_t best_d = std::max<size_t>(2, name.size() / 3) + 1;
+  for (std::string_view k : known) {
+    const size_t d = distance(name, k);
+    if (d < best_d) best = k, best_d = d;
+  }
+  return best.empty() ? "" : " (did you mean " + std::string(best) + "?)";
+}
+
+}  // namespace strata::control::yaml_decode
