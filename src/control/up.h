@@ -83,6 +83,6 @@ std::string FormatStatus(const nlohmann::json& status);
 
 // `strata up`: Start, print the URLs, then SIGHUP → reload the spec file, SIGTERM/SIGINT →
 // Shutdown; returns 0 after a clean drain.
-int RunUp(const std::string& spec_path, UpOptions options);
+int RunUp(const std::string& spec_path, const UpOptions& options);
 
 }  // namespace strata::control

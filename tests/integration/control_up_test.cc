@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -185,6 +186,19 @@ TEST_F(UpTest, RunsTheSpecScrapesRestartsRollsOutHoldsFromZeroAndDrainsOnSigterm
       },
       15));
 
+  // SLO attainment from the scraped histograms: traffic for a few scrapes, then `general` meets
+  // its objectives (e2e p95 under 5 s, errors under 5 %) with measured figures.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (int i = 0; i < 5; ++i) EXPECT_EQ(Complete().status, 200);
+        const json g = Pool(Status(), "general");
+        return g.contains("slo_met") && g["slo_met"] == true &&
+               g["slo"]["e2e_p95_ms"]["measured"].is_number();
+      },
+      30));
+  text = RunStrata("status --state-dir " + (dir_ / "state").string());
+  EXPECT_NE(text.out.find("SLO met"), std::string::npos) << text.out;
+
   // A crashed replica is restarted (new pid, restarts 1) and serves again.
   const pid_t first = Replicas(Pool(Status(), "general"))[0]["pid"].get<int>();
   ASSERT_GT(first, 0);
@@ -248,6 +262,54 @@ TEST_F(UpTest, RunsTheSpecScrapesRestartsRollsOutHoldsFromZeroAndDrainsOnSigterm
   up_->Signal(SIGTERM);
   EXPECT_EQ(up_->Wait(60), 0);
   for (pid_t p : pids) EXPECT_NE(::kill(p, 0), 0) << "child " << p << " still runs";
+}
+
+// The SLO autoscaler live: pool `general` (min 1, max 3) with an e2e p95 objective of 10 ms that
+// a load of concurrent 32-token completions breaks; the count rises, and after the load ends it
+// falls back to 1, not before the (test-short, 6 s) scale-down stabilisation window.
+TEST_F(UpTest, ALoadStepRaisesTheReplicaCountAndItsEndLowersItAfterTheWindow) {
+  std::string spec = Spec();
+  const std::string from = "autoscaling: {enabled: false, interval_s: 1, cold_start_hold_ms: 30000}";
+  spec.replace(spec.find(from), from.size(),
+               "autoscaling: {enabled: true, interval_s: 1, scale_down_stabilization_s: 6, "
+               "cold_start_hold_ms: 30000}");
+  const std::string slo = "slo: {e2e_p95_ms: 5000, error_rate: 0.05}";
+  spec.replace(spec.find(slo), slo.size(), "slo: {e2e_p95_ms: 10, error_rate: 0.05}");
+  StartUp(spec);
+  auto desired = [&] {
+    const json g = Pool(Status(), "general");
+    return g.contains("desired") && g["desired"].is_number() ? g["desired"].get<int>() : -1;
+  };
+  ASSERT_EQ(desired(), 1);
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0};
+  std::vector<std::thread> load;
+  load.reserve(6);
+  for (int i = 0; i < 6; ++i)
+    load.emplace_back([&] {
+      while (!stop.load())
+        ok += HttpCall(gateway_, "POST", "/v1/completions",
+                       R"({"prompt":"load step","max_tokens":32,"temperature":0})")
+                  .status == 200;
+    });
+  const bool raised = WaitFor([&] { return desired() >= 2; }, 60);
+  stop = true;
+  for (std::thread& t : load) t.join();
+  const auto load_end = std::chrono::steady_clock::now();
+  ASSERT_TRUE(raised) << Status().dump(2);
+  EXPECT_GT(ok.load(), 0);
+  const json during = Pool(Status(), "general");
+  EXPECT_TRUE(during.contains("decision")) << during.dump();
+  ASSERT_TRUE(WaitFor([&] { return desired() == 1; }, 90)) << Status().dump(2);
+  const double down_after =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_end).count();
+  EXPECT_GE(down_after, 5.0);  // the stabilisation window (6 s), less polling slack
+  ASSERT_TRUE(WaitFor([&] { return Replicas(Pool(Status(), "general")).size() == 1; }, 30));
+  HttpReply metrics = HttpCall(PortOf(Status()["status_url"].get<std::string>()), "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("strata_control_desired_replicas{pool=\"general\"}"),
+            std::string::npos);
+  up_->Signal(SIGTERM);
+  EXPECT_EQ(up_->Wait(60), 0);
 }
 
 TEST_F(UpTest, ABadSpecIsRefusedWithThePath) {
