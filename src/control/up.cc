@@ -472,7 +472,8 @@ Status Up::Impl::StartLoop() {
     if (!spec.autoscaling.enabled || prom_port == 0) return Status::Ok();
     copy = spec;
   }
-  ASSIGN_OR_RETURN(PromClient client, PromClient::Create(fmt::format("http://127.0.0.1:{}", prom_port)));
+  ASSIGN_OR_RETURN(PromClient client,
+                   PromClient::Create(fmt::format("http://127.0.0.1:{}", prom_port)));
   const int64_t window = std::max<int64_t>(10, 4 * copy.prometheus.scrape_interval.count());
   source = std::make_unique<PromObservationSource>(std::move(client), fmt::format("{}s", window));
   actuator = std::make_unique<UpActuator>(owner, this);
