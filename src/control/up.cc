@@ -555,7 +555,7 @@ void Up::Impl::Tick() {
   }
 }
 
-Result<std::unique_ptr<Up>> Up::Start(DeploymentSpec spec, UpOptions options) {
+Result<std::unique_ptr<Up>> Up::Start(DeploymentSpec spec, const UpOptions& options) {
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.opts = options;
@@ -591,10 +591,10 @@ Result<std::unique_ptr<Up>> Up::Start(DeploymentSpec spec, UpOptions options) {
   ho.io_threads = 1;
   Impl* raw = impl.get();
   ASSIGN_OR_RETURN(m.server,
-                   http::HttpServer::Start(
-                       ho, [raw](http::HttpRequest req, std::shared_ptr<http::Responder> out) {
-                         out->Respond(raw->Handle(req));
-                       }));
+                   http::HttpServer::Start(ho, [raw](const http::HttpRequest& req,
+                                                     const std::shared_ptr<http::Responder>& out) {
+                     out->Respond(raw->Handle(req));
+                   }));
   {
     MutexLock lock(&m.mu);
     m.Reconcile();  // replicas start, gateway.yaml and targets.json are written

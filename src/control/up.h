@@ -50,7 +50,7 @@ struct UpOptions {
 
 class Up {
  public:
-  static Result<std::unique_ptr<Up>> Start(DeploymentSpec spec, UpOptions options);
+  static Result<std::unique_ptr<Up>> Start(DeploymentSpec spec, const UpOptions& options);
   ~Up();  // Shutdown()
 
   // Waits until the gateway and replicas.min replicas of every pool are ready or failed, or the
