@@ -259,6 +259,7 @@ const Fields<PoolConfig>& PoolFields() {
       {"replicas",
        [](const YAML::Node& n, const std::string& path, P* out) {
          ASSIGN_OR_RETURN(out->replicas, DecodeStringList(n, path));
+         out->replicas_listed = true;
          return Status::Ok();
        }},
       {"dns",
@@ -276,6 +277,8 @@ const Fields<PoolConfig>& PoolFields() {
        }},
       Str<P>("api_key", &P::api_key),
       Int<P>("max_in_flight", &P::max_in_flight, 0, kMaxCount),
+      Millis<P>("cold_start_hold_ms", &P::cold_start_hold, 0, kDayMs),
+      Int<P>("cold_start_max_held", &P::cold_start_max_held, 1, 100000),
   };
   return kFields;
 }
@@ -637,7 +640,8 @@ Status CheckName(const std::string& name, const std::string& path) {
 
 Status CheckPool(const PoolConfig& p, const std::string& path) {
   RETURN_IF_ERROR(CheckName(p.name, Join(path, "name")));
-  if (p.replicas.empty() && !p.dns) return Bad(path, "needs replicas: or dns:");
+  if (!p.replicas_listed && !p.dns)
+    return Bad(path, "needs replicas: or dns: (`replicas: []` for a pool with none yet)");
   std::set<std::string> seen;
   for (size_t i = 0; i < p.replicas.size(); ++i) {
     const std::string where = At(Join(path, "replicas"), i);

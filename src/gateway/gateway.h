@@ -45,6 +45,7 @@
 #include "gateway/config.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_ui.h"
+#include "gateway/pool_hold.h"
 #include "gateway/prompt.h"
 #include "gateway/proxy.h"
 #include "gateway/replica_set.h"
@@ -141,6 +142,10 @@ class Gateway {
   http::HttpResponse UiPage(http::Exchange& ex);
   http::HttpResponse UiData(http::Exchange& ex);
   void RefreshControlStatus();
+  // The cold-start hold (pool_hold.h).
+  bool HoldForReplica(const std::shared_ptr<Job>& job);
+  void TickHolds();
+  void RefreshHoldGauges();
 
   mutable Mutex mu_;
   std::shared_ptr<const Snapshot> snap_ GUARDED_BY(mu_);
@@ -154,6 +159,7 @@ class Gateway {
   std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> stopped_{false};
   ShadowSlots shadow_slots_{kMaxShadowInFlight};
+  PoolHolds holds_;  // requests waiting for a pool's first eligible replica
   bool started_ = false;
   // /v1/models: the union of the replicas' models, refreshed on the upstream thread.
   mutable Mutex models_mu_;
