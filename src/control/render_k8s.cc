@@ -459,7 +459,13 @@ Result<std::vector<ManifestFile>> RenderK8s(const DeploymentSpec& spec, const Re
                       ? n.Pool(p.name)
                       : fmt::format("{}.{}.svc.cluster.local", n.Pool(p.name), opt.namespace_name);
   }
-  ASSIGN_OR_RETURN(const std::string gateway_yaml, GatewayYaml(spec, dns, kReplicaPort));
+  ASSIGN_OR_RETURN(std::string gateway_yaml, GatewayYaml(spec, dns, kReplicaPort));
+  // The status page /ui shows the autoscaler's decisions (its /status), unless the spec set ui:.
+  if (gateway_yaml.rfind("ui:", 0) != 0 && gateway_yaml.find("\nui:") == std::string::npos) {
+    if (!gateway_yaml.empty() && gateway_yaml.back() != '\n') gateway_yaml += '\n';
+    gateway_yaml +=
+        fmt::format("ui:\n  control_url: http://{}:{}/status\n", n.Autoscaler(), kAutoscalerPort);
+  }
   const int gateway_port = spec.gateway.port > 0 ? spec.gateway.port : kGatewayPort;
   objects.push_back(ConfigMap(n.Gateway(), Selector(n, "gateway"), "gateway.yaml", gateway_yaml));
   objects.push_back(GatewayDeployment(n, gateway_yaml, gateway_port, opt));

@@ -284,11 +284,14 @@ TEST(RenderK8s, ServicesMonitorsGatewayAndRules) {
       objs["configmap-ref-gateway.yaml"]["data"]["gateway.yaml"].get<std::string>();
   EXPECT_NE(gw.find("ref-pool-general.llm.svc.cluster.local"), std::string::npos) << gw;
   EXPECT_NE(gw.find("ref-pool-long-context.llm.svc.cluster.local"), std::string::npos) << gw;
+  EXPECT_NE(gw.find("\nui:\n  control_url: http://ref-autoscaler:9100/status\n"), std::string::npos)
+      << gw;
   const J& gd = objs["deployment-ref-gateway.yaml"];
   EXPECT_EQ(gd["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"],
             "/health");
   const J& ad = objs["deployment-ref-autoscaler.yaml"];
   EXPECT_EQ(ad["spec"]["template"]["spec"]["containers"][0]["args"][0], "autoscaler");
+  EXPECT_EQ(ad["spec"]["template"]["spec"]["containers"][0]["args"][6], "0.0.0.0");
   EXPECT_EQ(objs["configmap-ref-autoscaler.yaml"]["data"]["deploy.yaml"], TestOptions().spec_yaml);
   // Relabelling gives the labels strata up's file_sd gives.
   const J& sm = objs["servicemonitor-ref-replica.yaml"];
