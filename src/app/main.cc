@@ -39,6 +39,8 @@ int Run(int argc, char** argv) {
   RegisterGateway(app, &exit_code);
   RegisterUp(app, &exit_code);
   RegisterDevices(app, &exit_code);
+  RegisterAutoscaler(app, &exit_code);
+  RegisterRender(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -128,7 +128,7 @@ ScaleDecision Autoscaler::DecideSlo(const PoolSpec& pool, const PoolObservation&
   // Calibrate on a quiet, settled pool only: the mean e2e then is service time, not waiting (a
   // window that saw a backlog, or straddles a change, would teach the model a wrong speed).
   const double settled = 6 * Seconds(policy_.interval);
-  const double expected = s.profile.ServiceTime(std::max(1.0, obs.mean_running));
+  const double expected = s.profile.ServiceTime(obs.mean_running + 1);
   if (obs.waiting > 0) s.last_backlog = now;
   if (obs.waiting <= 0 && Seconds(now - s.last_change) >= settled &&
       (!s.last_backlog || Seconds(now - *s.last_backlog) >= settled) && obs.mean_e2e_s > 0 &&
@@ -140,9 +140,9 @@ ScaleDecision Autoscaler::DecideSlo(const PoolSpec& pool, const PoolObservation&
   s.last_decide = now;
   s.last_waiting = obs.waiting;
   const int lo = std::max(1, pool.replicas.min), hi = pool.replicas.max;
-  // Arrivals plus the backlog (engine queues, gateway holds) drained over 4 intervals.
+  // Arrivals plus the backlog (engine queues, gateway holds) drained over 2 intervals.
   double rate = obs.arrival_rate +
-                (obs.waiting + obs.held_requests) / (4 * std::max(1.0, Seconds(policy_.interval)));
+                (obs.waiting + obs.held_requests) / (2 * std::max(1.0, Seconds(policy_.interval)));
   const bool saturated = obs.waiting >= static_cast<double>(s.profile.max_batch) * cur;
   if (saturated && growth > 0) rate = std::max(rate, cur * s.profile.Capacity() + growth);
   const int up = Smallest(pool, s.profile, rate, lo, hi, 1);

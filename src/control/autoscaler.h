@@ -17,7 +17,7 @@
 //     the measured mean latency and batch) predicts each count n in [max(min, 1), max]; its
 //     penalty (latencies in ms, only the objectives set in the pool's SloSpec)
 //       sum max(0, p95 - slo)^2 + error_weight * max(0, err - slo_err)
-//     must be zero, at the demand rate = arrivals + (engine waiting + gateway held) / (4 intervals)
+//     must be zero, at the demand rate = arrivals + (engine waiting + gateway held) / (2 intervals)
 //     (a backlog counts as demand), and while the backlog of a saturated pool grows, at least
 //     current * capacity + its growth per second. The profile is calibrated only on a settled
 //     pool (no backlog and no change for 6 intervals, mean within 3x of the prediction). up = the

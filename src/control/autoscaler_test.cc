@@ -260,9 +260,9 @@ TEST_F(Fixture, CalibrationFollowsASlowerReplica) {
   const PoolSpec pool = Pool(1, 50);
   PoolObservation o = Obs(4, 0.1 * profile.Capacity());
   o.mean_running = 2;
-  o.mean_e2e_s = 2.5 * profile.ServiceTime(2);
+  o.mean_e2e_s = 2.5 * profile.ServiceTime(3);  // joining 2 others
   for (int i = 0; i < 12; ++i) a.Decide(pool, o, t0 + seconds(15 * i));
-  EXPECT_NEAR(a.Profile("general").ServiceTime(2), o.mean_e2e_s, 0.01);
+  EXPECT_NEAR(a.Profile("general").ServiceTime(3), o.mean_e2e_s, 0.01);
   // 60 % of what the profile says one replica serves: enough for the profile, not for reality.
   const double rate = 0.6 * profile.Capacity();
   Autoscaler fresh(policy, profile);

@@ -229,7 +229,7 @@ std::string FindOnPath(std::string_view exe) {
   const char* path = std::getenv("PATH");
   std::istringstream in(path == nullptr ? "" : path);
   for (std::string dir; std::getline(in, dir, ':');) {
-    const std::string p = (dir.empty() ? std::string(".") : dir) + "/" + std::string(exe);
+    std::string p = (dir.empty() ? std::string(".") : dir) + "/" + std::string(exe);
     if (::access(p.c_str(), X_OK) == 0) return p;
   }
   return "";

@@ -105,5 +105,16 @@ TEST(Queries, PromtoolAcceptsTheRules) {
   EXPECT_NE(Promtool(broken, &out), 0) << out;
 }
 
+TEST(Queries, PromtoolAcceptsTheExampleSpecsRules) {
+  if (!HavePromtool()) GTEST_SKIP() << "promtool not installed (scripts/install-deps.sh)";
+  auto spec = LoadDeploymentSpec(STRATA_EXAMPLE_DEPLOY_YAML);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  ASSERT_FALSE(AlertRules(*spec).empty());  // its pools have SLOs
+  std::string out;
+  EXPECT_EQ(Promtool(RulesYaml(*spec), &out), 0) << out;
+  for (const PoolSpec& p : spec->pools)
+    EXPECT_NE(RulesYaml(*spec).find("pool=\"" + p.name + "\""), std::string::npos) << p.name;
+}
+
 }  // namespace
 }  // namespace strata::control

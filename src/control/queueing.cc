@@ -34,12 +34,21 @@ Prediction Predict(const ReplicaProfile& profile, int replicas, double arrival_r
   }
   const double lambda = std::max(0.0, arrival_rate) / replicas;
   const int c = std::max(1, profile.max_batch);
-  // Steady batch from Little's law on T(b) = alpha + beta b.
-  double batch =
-      lambda * profile.beta_s < 1 ? lambda * profile.alpha_s / (1 - lambda * profile.beta_s) : kInf;
-  const double service = profile.ServiceTime(std::clamp(batch, 1.0, static_cast<double>(c)));
+  // Steady batch from Little's law: an arrival joins the b others running, so it takes
+  // T(b + 1) and b = lambda * T(b + 1).
+  const double ab = profile.alpha_s + profile.beta_s;
+  double batch = lambda * profile.beta_s < 1 ? lambda * ab / (1 - lambda * profile.beta_s) : kInf;
+  const double service = profile.ServiceTime(std::min(batch + 1, static_cast<double>(c)));
   const double rho = lambda * service / c;
   p.utilisation = rho;
+  // Headroom: nearer than max_utilisation to the capacity, the batch (and latency) grows without
+  // bound on small errors in the rate, and a backlog cannot drain: treated as overload.
+  const double capacity = profile.Capacity();
+  if (lambda >= profile.max_utilisation * capacity && rho < 1) {
+    p.e2e_p95_s = p.ttft_p95_s = p.tpot_p95_s = kInf;
+    p.batch = std::min(batch, static_cast<double>(c));
+    return p;
+  }
   p.batch = std::min(batch, static_cast<double>(c));
   if (rho >= 1) {
     p.e2e_p95_s = p.ttft_p95_s = p.tpot_p95_s = kInf;
@@ -65,7 +74,8 @@ void Calibrate(ReplicaProfile* profile, double mean_batch, double mean_e2e_s, do
   if (!(mean_batch > 0) || mean_batch > profile->max_batch || !(mean_e2e_s > 0)) return;
   if (!(profile->alpha_s > 0)) return;
   const double ratio = profile->beta_s / profile->alpha_s;
-  const double fitted = mean_e2e_s / (1 + ratio * std::max(1.0, mean_batch));
+  const double joined = std::min(mean_batch + 1, static_cast<double>(profile->max_batch));
+  const double fitted = mean_e2e_s / (1 + ratio * joined);
   const double w = std::clamp(weight, 0.0, 1.0);
   profile->alpha_s = (1 - w) * profile->alpha_s + w * fitted;
   profile->beta_s = ratio * profile->alpha_s;

@@ -588,6 +588,11 @@ const Fields<AdminConfig>& AdminFields() {
   return kFields;
 }
 
+const Fields<UiConfig>& UiFields() {
+  static const Fields<UiConfig> kFields = {Str<UiConfig>("control_url", &UiConfig::control_url)};
+  return kFields;
+}
+
 template <typename T>
 Field<GatewayConfig> Section(std::string_view name, T GatewayConfig::*m,
                              const Fields<T>& (*fields)()) {
@@ -614,6 +619,7 @@ const Fields<GatewayConfig>& TopFields() {
       Section("balancer", &G::balancer, BalancerFields),
       Section("upstream", &G::upstream, UpstreamFields),
       Section("admin", &G::admin, AdminFields),
+      Section("ui", &G::ui, UiFields),
       Str<G>("access_log", &G::access_log),
   };
   return kFields;
@@ -779,6 +785,11 @@ Status Validate(const GatewayConfig& c) {
   if (c.health.ejection_base > c.health.ejection_max)
     return Bad("health.ejection_base_ms", "must not exceed health.ejection_max_ms");
   if (c.access_log.empty()) return Bad("access_log", "expected stderr, off or a file path");
+  if (!c.ui.control_url.empty()) {
+    auto url = http::ParseUrl(c.ui.control_url);
+    if (!url.ok())
+      return Bad("ui.control_url", "not an http:// URL (" + url.status().message() + ")");
+  }
   return Status::Ok();
 }
 

@@ -155,6 +155,13 @@ struct AdminConfig {
   std::string api_key;
 };
 
+// The status page /ui (gateway_ui.h). YAML: `ui: {control_url: http://127.0.0.1:9300/status}`:
+// the control plane's status JSON (`strata up`'s status endpoint), fetched every 2 s and shown
+// beside the gateway's own figures ("" = none; http:// only).
+struct UiConfig {
+  std::string control_url;
+};
+
 struct TenantConfig {
   std::string name;
   std::vector<std::string> api_keys;
@@ -207,6 +214,7 @@ struct GatewayConfig {
   BalancerConfig balancer;
   UpstreamConfig upstream;
   AdminConfig admin;
+  UiConfig ui;
   std::string access_log = "stderr";  // "stderr" | "off" | a file path
 
   const PoolConfig* FindPool(std::string_view name) const;

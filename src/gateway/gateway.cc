@@ -289,6 +289,7 @@ void Gateway::StartTicker() {
           admission_->Tick(Clock::now());
           TickHolds();
           NoteCanary(canary_->Tick(Clock::now()));
+          if (ticks % 40 == 0) RefreshControlStatus();
           if (ticks++ % 40 == 0) RefreshModels();
           timer.expires_after(std::chrono::milliseconds(50));
           boost::system::error_code ec;
@@ -309,6 +310,9 @@ http::Chain Gateway::MakeChain() {
       {"GET", "/ready", "/ready", false, false, false, false, on(&Gateway::Ready)},
       {"GET", "/metrics", "/metrics", false, false, false, false, on(&Gateway::Metrics)},
       {"GET", "/v1/models", "/v1/models", false, true, false, false, on(&Gateway::Models)},
+      // The status page (gateway_ui.h): read-only, no key, works while draining.
+      {"GET", "/ui", "/ui", false, false, false, false, on(&Gateway::UiPage)},
+      {"GET", "/ui/data", "/ui/data", false, false, false, false, on(&Gateway::UiData)},
       {"POST", "/v1/completions", "/v1/completions", false, true, true, true, proxy},
       {"POST", "/v1/chat/completions", "/v1/chat/completions", false, true, true, true, proxy},
       {"POST", "/v1/embeddings", "/v1/embeddings", false, true, true, true, proxy},
