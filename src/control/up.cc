@@ -343,6 +343,9 @@ Status Up::Impl::WriteGatewayYaml(const std::map<std::string, ChildStatus>& chil
     YAML::Node root = YAML::Load(text);
     for (YAML::Node pool : root["pools"])
       pool["cold_start_hold_ms"] = spec.autoscaling.cold_start_hold.count();
+    // The gateway's /ui shows this status (decisions, SLO attainment) unless the spec says.
+    if (!root["ui"])
+      root["ui"]["control_url"] = fmt::format("http://127.0.0.1:{}/status", server->port());
     YAML::Emitter out;
     out << root;
     text = std::string(out.c_str()) + "\n";

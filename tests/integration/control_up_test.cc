@@ -176,6 +176,15 @@ TEST_F(UpTest, RunsTheSpecScrapesRestartsRollsOutHoldsFromZeroAndDrainsOnSigterm
   EXPECT_NE(text.out.find("pool general (tiny@v1): 1/1 ready"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("failed"), std::string::npos) << text.out;
 
+  // The gateway's /ui data carries this status (ui.control_url set by `strata up`).
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const json ui = json::parse(HttpCall(gateway_, "GET", "/ui/data").body, nullptr, false);
+        return ui.is_object() && ui.contains("control") && ui["control"].is_object() &&
+               ui["control"].contains("pools");
+      },
+      20));
+
   // Prometheus scrapes the gateway, the replica and `strata up` itself, with the target labels.
   const int prom = PortOf(st["prometheus"]["url"].get<std::string>());
   ASSERT_TRUE(WaitFor(
