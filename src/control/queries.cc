@@ -38,8 +38,11 @@ std::string RequestRate(std::string_view window) {
                      kReplica, window);
 }
 std::string ErrorRatio(std::string_view window) {
+  // `or 0 * all`: a pool whose replicas never answered a 5xx has no numerator series; it gets
+  // a ratio of 0 (not "no data") wherever it has traffic.
   return fmt::format(
-      R"(sum by (pool) (rate(strata:http_requests_total{{{0},status=~"5.."}}[{1}])) / )"
+      R"((sum by (pool) (rate(strata:http_requests_total{{{0},status=~"5.."}}[{1}])) or )"
+      "0 * sum by (pool) (rate(strata:http_requests_total{{{0}}}[{1}]))) / "
       "sum by (pool) (rate(strata:http_requests_total{{{0}}}[{1}]))",
       kGeneration, window);
 }
