@@ -306,8 +306,9 @@ TEST_F(GatewayTest, Kill9FailsOverEjectsAndReadmits) {
   }
   watcher.join();
   EXPECT_TRUE(ejected) << last_metrics;
-  if (ejected)
+  if (ejected) {
     EXPECT_LT(ejected_at - killed, std::chrono::seconds(1) + std::chrono::milliseconds(500));
+  }
   EXPECT_NE(Metrics().find("strata_gateway:retries_total"), std::string::npos);
 
   // Back on the same address: readmitted by the health checks.
