@@ -105,9 +105,9 @@ void ObserveRequest(const RequestRecord& rec, http::MetricsRegistry* m) {
   m->Observe(kAdmissionSeconds, rp, rec.admission_s);
   if (rec.ttft_s >= 0 && rec.status >= 200 && rec.status < 300)
     m->Observe(kTtftSeconds, rp, rec.ttft_s);
-  if (rec.attempts > 0) {
-    m->Add(kPromptTokensTotal, rp, static_cast<double>(rec.prompt_tokens));
+  if (rec.attempts > 0) {  // cached first: a scrape whose prompt tokens count it sees both
     m->Add(kCachedTokensTotal, rp, static_cast<double>(rec.cached_tokens));
+    m->Add(kPromptTokensTotal, rp, static_cast<double>(rec.prompt_tokens));
   }
 }
 

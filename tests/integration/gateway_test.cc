@@ -284,21 +284,31 @@ TEST_F(GatewayTest, Kill9FailsOverEjectsAndReadmits) {
   r1->Signal(SIGKILL);
   r1->Wait(5);
   const auto killed = std::chrono::steady_clock::now();
+  // The ejection is timed from the kill by a watcher of its own, while the requests below run:
+  // their duration (10 completions on a loaded machine can take seconds) is not the gateway's.
+  const std::string down =
+      "strata_gateway:replica_eligible{pool=\"general\",replica=\"" + Url(p1) + "\"} 0";
+  std::chrono::steady_clock::time_point ejected_at{};
+  bool ejected = false;
+  std::string last_metrics;
+  std::thread watcher([&] {
+    while (!ejected && std::chrono::steady_clock::now() - killed < std::chrono::seconds(3)) {
+      last_metrics = HttpCall(gateway_->port(), "GET", "/metrics").body;
+      ejected = last_metrics.find(down) != std::string::npos;
+      if (ejected) ejected_at = std::chrono::steady_clock::now();
+      if (!ejected) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
   for (int i = 0; i < 10; ++i) {
     HttpReply r = Complete(req);
     EXPECT_EQ(r.status, 200) << r.body;  // a connect failure is retried on the other replica
     EXPECT_EQ(r.headers["x-strata-replica"], Url(r2->port()));
   }
-  const std::string down =
-      "strata_gateway:replica_eligible{pool=\"general\",replica=\"" + Url(p1) + "\"} 0";
-  bool ejected = false;
-  while (!ejected && std::chrono::steady_clock::now() - killed < std::chrono::seconds(3)) {
-    ejected = Metrics().find(down) != std::string::npos;
-    if (!ejected) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  watcher.join();
+  EXPECT_TRUE(ejected) << last_metrics;
+  if (ejected) {
+    EXPECT_LT(ejected_at - killed, std::chrono::seconds(1) + std::chrono::milliseconds(500));
   }
-  EXPECT_TRUE(ejected) << Metrics();
-  EXPECT_LT(std::chrono::steady_clock::now() - killed,
-            std::chrono::seconds(1) + std::chrono::milliseconds(500));
   EXPECT_NE(Metrics().find("strata_gateway:retries_total"), std::string::npos);
 
   // Back on the same address: readmitted by the health checks.
@@ -406,6 +416,45 @@ double Sample(const std::string& text, const std::string& series) {
   return std::atof(text.c_str() + at + series.size() + 1);
 }
 
+// The value of `series` in what `scrape` returns once it is `want`, or the last value seen after
+// a deadline of 20 s (metrics are recorded as a request ends, which may be just after its client
+// has the answer).
+template <typename Scrape>
+double SampleOnce(Scrape scrape, const std::string& series, double want) {
+  double v = -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((v = Sample(scrape(), series)) != want && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return v;
+}
+
+// Waits until the gateway has applied what the replica's /v1/kv/events says now (it holds the
+// blocks of a request just answered): the replica serves two more event polls — the first was
+// answered after the blocks were there, the gateway's poller issues the second only after it
+// applied the first. False after a deadline of 20 s.
+bool WaitKvEventsApplied(int replica_port) {
+  const std::string polls =
+      "strata:http_requests_total{model_name=\"strata-tiny\",route=\"/v1/kv/events\","
+      "status=\"200\"}";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  bool held = false;
+  while (!held && std::chrono::steady_clock::now() < deadline) {
+    const json ev = json::parse(HttpCall(replica_port, "GET", "/v1/kv/events").body, nullptr,
+                                /*allow_exceptions=*/false);
+    if (ev.is_object() && ev.contains("events") && ev["events"].is_array())
+      for (const json& e : ev["events"])
+        held = held || (e.is_object() && e.contains("op") && e["op"] == "add");
+    if (!held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const double seen = Sample(HttpCall(replica_port, "GET", "/metrics").body, polls);
+  if (!held || seen < 0) return false;
+  while (Sample(HttpCall(replica_port, "GET", "/metrics").body, polls) < seen + 2) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 // With the pool's tokenizer, the gateway counts a text prompt's tokens exactly as the replica
 // does, and predicts from the replica's KV events exactly the prefix the replica then reuses.
 TEST_F(GatewayTest, TextPromptsAreTokenizedAndHashedLikeTheReplica) {
@@ -423,14 +472,22 @@ TEST_F(GatewayTest, TextPromptsAreTokenizedAndHashedLikeTheReplica) {
   ASSERT_EQ(r.status, 200) << r.body;
   const int64_t replica_tokens = json::parse(r.body)["usage"]["prompt_tokens"];
   const std::string labels = "{route=\"default\",pool=\"general\"}";
-  EXPECT_EQ(Sample(Metrics(), "strata_gateway:prompt_tokens_total" + labels), replica_tokens);
+  const auto gateway_metrics = [this] { return Metrics(); };
+  // The gateway records the predicted cached tokens before the prompt tokens (gateway_metrics.cc
+  // ObserveRequest): once the prompt tokens count the request, so do the predicted ones.
+  EXPECT_EQ(SampleOnce(gateway_metrics, "strata_gateway:prompt_tokens_total" + labels,
+                       static_cast<double>(replica_tokens)),
+            replica_tokens);
   EXPECT_EQ(Sample(Metrics(), "strata_gateway:predicted_cached_tokens_total" + labels), 0);
 
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the KV events arrive
+  ASSERT_TRUE(WaitKvEventsApplied(a->port())) << "the gateway never polled the KV events";
   const std::string hits = "strata:prefix_cache_hits_total{model_name=\"strata-tiny\"}";
   const double hits_before = Sample(HttpCall(a->port(), "GET", "/metrics").body, hits);
   ASSERT_EQ(Complete(req).status, 200);
   const double reused = Sample(HttpCall(a->port(), "GET", "/metrics").body, hits) - hits_before;
+  ASSERT_EQ(SampleOnce(gateway_metrics, "strata_gateway:prompt_tokens_total" + labels,
+                       2.0 * static_cast<double>(replica_tokens)),
+            2 * replica_tokens);
   const double predicted =
       Sample(Metrics(), "strata_gateway:predicted_cached_tokens_total" + labels);
   EXPECT_GT(reused, 0);
