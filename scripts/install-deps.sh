@@ -19,7 +19,11 @@ PACKAGES=(
   graphviz                                # scripts/module-graph.sh renders docs/module-graph.svg
   python3                                 # scripts/check-layers.py, check-thread-safety.py
   prometheus                              # promtool: metrics_compat_test checks the /metrics text
+  chromium                                # control_ui_test opens the gateway's /ui headless
 )
+# kubectl (k8s_render_test runs `kubectl kustomize`): Debian's kubernetes-client unless a kubectl
+# from elsewhere is on PATH already.
+if ! command -v kubectl > /dev/null 2>&1; then PACKAGES+=(kubernetes-client); fi
 # Node.js and npm (Debian's nodejs, npm) for the official OpenAI SDK test and the GGUF-interop test.
 # Checked by command, not by package: a machine whose node comes from another packaging of Node.js
 # (which bundles npm) already has both, and installing Debian's npm beside it would conflict.
@@ -41,12 +45,14 @@ else
 fi
 
 # npm packages of the client/interop tests, locked by their package-lock.json: the official OpenAI
-# Node SDK (tests/integration/openai_client) and Hugging Face's GGUF parser
-# (tests/integration/gguf_interop), installed into each test's node_modules/ (git-ignored), where the
+# Node SDK (tests/integration/openai_client), Hugging Face's GGUF parser
+# (tests/integration/gguf_interop) and the Kubernetes/KEDA/prometheus-operator schemas
+# (kubernetes-models, tests/k8s), installed into each test's node_modules/ (git-ignored), where the
 # tests look for them. `npm ci` needs npm's registry at install time only; it runs again when the
 # lockfile is newer than the installed tree (npm writes node_modules/.package-lock.json).
 root="$(cd "$(dirname "$0")/.." && pwd)"
-for dir in "$root/tests/integration/openai_client" "$root/tests/integration/gguf_interop"; do
+for dir in "$root/tests/integration/openai_client" "$root/tests/integration/gguf_interop" \
+           "$root/tests/k8s"; do
   [ -f "$dir/package-lock.json" ] || continue
   if [ ! -f "$dir/node_modules/.package-lock.json" ] ||
      [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then

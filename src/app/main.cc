@@ -10,12 +10,14 @@
 
 namespace strata::app {
 
-std::string DefaultModelPath() {
+std::string SelfPath() {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  std::filesystem::path exe = n > 0
-                                  ? std::filesystem::path(std::string(buf, static_cast<size_t>(n)))
-                                  : std::filesystem::path("build/bin/strata");
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("build/bin/strata");
+}
+
+std::string DefaultModelPath() {
+  std::filesystem::path exe = SelfPath();
   return (exe.parent_path().parent_path() / "models" / "strata-tiny.gguf").string();
 }
 
@@ -35,8 +37,10 @@ int Run(int argc, char** argv) {
   RegisterBench(app, &exit_code);
   RegisterServe(app, &exit_code);
   RegisterGateway(app, &exit_code);
+  RegisterUp(app, &exit_code);
   RegisterDevices(app, &exit_code);
   RegisterAutoscaler(app, &exit_code);
+  RegisterRender(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -83,16 +83,16 @@ __attribute__((target("avx2"))) uint64_t ReadAvx2(const uint64_t* p, size_t n) {
 }
 
 // 12 chains of a = a * m + c.
-#define STRATA_FMA_LOOP(VEC, SET1, FMA, ADD, LANES)   \
-  VEC m = SET1(0.9999999F), c = SET1(1e-7F), acc[12]; \
-  for (VEC & x : acc) x = SET1(1.0F);                 \
-  for (int64_t i = 0; i < iters; ++i) {               \
-    for (VEC & x : acc) x = FMA(x, m, c);             \
-  }                                                   \
-  VEC s = acc[0];                                     \
-  for (int k = 1; k < 12; ++k) s = ADD(s, acc[k]);    \
-  float out[LANES];                                   \
-  std::memcpy(out, &s, sizeof(out));                  \
+#define STRATA_FMA_LOOP(VEC, SET1, FMA, ADD, LANES)          \
+  VEC m = SET1(0.9999999F), c = SET1(1e-7F), acc[12];        \
+  for (int k = 0; k < 12; ++k) acc[k] = SET1(1.0F);          \
+  for (int64_t i = 0; i < iters; ++i) {                      \
+    for (int k = 0; k < 12; ++k) acc[k] = FMA(acc[k], m, c); \
+  }                                                          \
+  VEC s = acc[0];                                            \
+  for (int k = 1; k < 12; ++k) s = ADD(s, acc[k]);           \
+  float out[LANES];                                          \
+  std::memcpy(out, &s, sizeof(out));                         \
   return static_cast<uint64_t>(out[0])
 
 __attribute__((target("avx512f"))) uint64_t FmaAvx512(int64_t iters) {

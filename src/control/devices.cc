@@ -229,7 +229,7 @@ std::string FindOnPath(std::string_view exe) {
   const char* path = std::getenv("PATH");
   std::istringstream in(path == nullptr ? "" : path);
   for (std::string dir; std::getline(in, dir, ':');) {
-    const std::string p = (dir.empty() ? std::string(".") : dir) + "/" + std::string(exe);
+    std::string p = (dir.empty() ? std::string(".") : dir) + "/" + std::string(exe);
     if (::access(p.c_str(), X_OK) == 0) return p;
   }
   return "";
@@ -257,16 +257,7 @@ std::vector<DeviceProfile> GpusFromNvidiaSmi(const std::string& smi) {
   while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0 && text.size() < (1 << 20))
     text.append(buf, n);
   ::pclose(p);
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    const size_t comma = line.rfind(',');
-    if (comma == std::string::npos) continue;
-    double mib = 0;
-    std::istringstream(line.substr(comma + 1)) >> mib;
-    out.push_back(GpuFromDriver(static_cast<int>(out.size()), Trim(line.substr(0, comma)),
-                                mib * 1048576 / 1e9, "nvidia-smi"));
-  }
-  return out;
+  return GpusFromNvidiaSmiCsv(text);
 }
 
 std::vector<DeviceProfile> GpusFromProcfs() {
@@ -286,6 +277,22 @@ std::vector<DeviceProfile> GpusFromProcfs() {
 }
 
 }  // namespace
+
+std::vector<DeviceProfile> GpusFromNvidiaSmiCsv(const std::string& csv) {
+  std::vector<DeviceProfile> out;
+  std::istringstream in(csv);
+  for (std::string line; std::getline(in, line);) {
+    const size_t comma = line.rfind(',');
+    if (comma == std::string::npos) continue;
+    double mib = 0;
+    std::istringstream(line.substr(comma + 1)) >> mib;
+    const std::string model = Trim(line.substr(0, comma));
+    if (model.empty()) continue;
+    out.push_back(
+        GpuFromDriver(static_cast<int>(out.size()), model, mib * 1048576 / 1e9, "nvidia-smi"));
+  }
+  return out;
+}
 
 bool DeviceProfile::Native(std::string_view p) const {
   auto it = precision.find(std::string(p));

@@ -75,6 +75,10 @@ std::vector<std::string> X86Features(uint32_t l1_ecx, uint32_t l7_ebx, uint32_t 
 // the others supported by conversion; fp8 not supported.
 std::map<std::string, bool> CpuPrecisions(const std::vector<std::string>& features);
 
+// GPUs from `nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits` output
+// (exposed for tests): a known model takes the datasheet's rates, memory is the driver's.
+std::vector<DeviceProfile> GpusFromNvidiaSmiCsv(const std::string& csv);
+
 nlohmann::json ToJson(const DeviceProfile& d);
 nlohmann::json ToJson(const std::vector<DeviceProfile>& ds);
 Result<DeviceProfile> DeviceFromJson(const nlohmann::json& j);

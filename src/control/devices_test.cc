@@ -114,6 +114,26 @@ TEST(Devices, ReferenceProfilesCarryTheirDatasheets) {
   }
 }
 
+TEST(Devices, GpusFromTheDriver) {
+  const auto gpus = GpusFromNvidiaSmiCsv(
+      "NVIDIA H200, 143771\nNVIDIA H100 80GB HBM3, 81559\nSome Future GPU, 1024\n\ngarbage\n");
+  ASSERT_EQ(gpus.size(), 3u);
+  EXPECT_EQ(gpus[0].name, "gpu0");
+  EXPECT_EQ(gpus[0].kind, "gpu");
+  EXPECT_EQ(gpus[0].model, "NVIDIA H200");
+  EXPECT_NEAR(gpus[0].mem_gb, 143771 * 1048576.0 / 1e9, 1e-6);  // the driver's memory
+  EXPECT_DOUBLE_EQ(gpus[0].mem_bandwidth_gbps, 4800);           // the datasheet's rates
+  EXPECT_TRUE(gpus[0].Native("bf16"));
+  EXPECT_NE(gpus[0].source.find("nvidia-smi"), std::string::npos);
+  EXPECT_EQ(gpus[1].name, "gpu1");
+  EXPECT_EQ(gpus[1].arch, "hopper");
+  EXPECT_DOUBLE_EQ(gpus[1].mem_bandwidth_gbps, 3350);
+  EXPECT_EQ(gpus[2].model, "Some Future GPU");
+  EXPECT_DOUBLE_EQ(gpus[2].mem_bandwidth_gbps, 0);  // unknown: rates unknown
+  EXPECT_NE(gpus[2].source.find("unknown model"), std::string::npos);
+  EXPECT_TRUE(GpusFromNvidiaSmiCsv("").empty());
+}
+
 TEST(Devices, JsonRoundTrips) {
   std::vector<DeviceProfile> v = ReferenceProfiles();
   v.push_back(ProbeCpu());

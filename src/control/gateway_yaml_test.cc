@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "gateway/config.h"
+#include "gateway/routes.h"
 
 namespace strata::control {
 namespace {
@@ -121,6 +122,37 @@ TEST(GatewayYaml, SpecLoadChecksTheGatewaySection) {
   EXPECT_NE(s.status().message().find("pools[0].chat_template: unknown built-in chat template"),
             std::string::npos)
       << s.status().message();
+}
+
+// examples/deploy.yaml through the gateway's own router: the reference decision tree (SEED-NOTES
+// §2.4), each branch to its pool, with the bundled model as every pool's tokenizer.
+TEST(GatewayYaml, TheExampleRoutesTheThreeBranches) {
+  auto spec = LoadDeploymentSpec(STRATA_EXAMPLE_DEPLOY_YAML);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  auto text = GatewayYaml(*spec, {{"long-context", {"http://127.0.0.1:9101"}},
+                                  {"compliance", {"http://127.0.0.1:9102"}},
+                                  {"general", {"http://127.0.0.1:9103", "http://127.0.0.1:9104"}}});
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  auto g = gateway::ParseGatewayConfig(*text);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ((*g)->pools[0].tokenizer, spec->ModelPath(spec->pools[0]));
+  EXPECT_EQ((*g)->admission.max_wait[0].count(), 2000);
+  using gateway::Priority;
+  auto route = [&](Priority p, std::string adapter, int64_t tokens) {
+    gateway::RequestFacts f;
+    f.model = adapter;
+    f.adapter = std::move(adapter);
+    f.priority = p;
+    const gateway::RouteConfig* r =
+        gateway::MatchRoute(**g, f, [&](const gateway::PoolConfig&) { return tokens; });
+    return r == nullptr ? std::string("(none)") : r->to;
+  };
+  EXPECT_EQ(route(Priority::kGold, "base", 4097), "long-context");
+  EXPECT_EQ(route(Priority::kGold, "base", 4096), "general");    // not "> 4096"
+  EXPECT_EQ(route(Priority::kSilver, "base", 5000), "general");  // not gold
+  EXPECT_EQ(route(Priority::kBronze, "finetune-legal-contracts", 10), "compliance");
+  EXPECT_EQ(route(Priority::kGold, "finetune-legal-v2", 9000), "long-context");  // first wins
+  EXPECT_EQ(route(Priority::kSilver, "finetune-medical-x", 10), "general");
 }
 
 }  // namespace

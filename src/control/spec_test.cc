@@ -289,6 +289,49 @@ TEST(DeploymentSpec, HostileInputIsAnErrorNotACrash) {
             std::string::npos);
 }
 
+// Random byte edits of a valid spec: every result is a spec or an error naming something, never a
+// crash (a small in-test fuzzer; the gateway's own parser is fuzzed by gateway/config_fuzz_test).
+TEST(DeploymentSpec, MutatedSpecsNeverCrash) {
+  const std::string base = kSpec;
+  const char alphabet[] = "{}[]:,-&*!|>'\"#\n 0a_.";
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  auto next = [&x] {  // xorshift64: deterministic
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return x;
+  };
+  int ok = 0, errors = 0;
+  for (int i = 0; i < 1500; ++i) {
+    std::string t = base;
+    const int edits = 1 + static_cast<int>(next() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = next() % t.size();
+      const char c = alphabet[next() % (sizeof(alphabet) - 1)];
+      switch (next() % 3) {
+        case 0:
+          t[at] = c;
+          break;
+        case 1:
+          t.insert(t.begin() + static_cast<std::ptrdiff_t>(at), c);
+          break;
+        default:
+          t.erase(at, 1 + next() % 8);
+          break;
+      }
+    }
+    auto r = ParseDeploymentSpec(t);
+    if (r.ok()) {
+      ++ok;
+      EXPECT_FALSE(r->pools.empty());
+    } else {
+      ++errors;
+      EXPECT_FALSE(r.status().message().empty());
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().message();
+    }
+  }
+  EXPECT_GT(errors, 0);
+  EXPECT_GT(ok + errors, 0);
+}
+
 TEST(DeploymentSpec, LoadResolvesAgainstTheFolderAndNamesTheFile) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("spec_test_" + std::to_string(::getpid()));

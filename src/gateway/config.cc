@@ -259,6 +259,7 @@ const Fields<PoolConfig>& PoolFields() {
       {"replicas",
        [](const YAML::Node& n, const std::string& path, P* out) {
          ASSIGN_OR_RETURN(out->replicas, DecodeStringList(n, path));
+         out->replicas_listed = true;
          return Status::Ok();
        }},
       {"dns",
@@ -276,6 +277,8 @@ const Fields<PoolConfig>& PoolFields() {
        }},
       Str<P>("api_key", &P::api_key),
       Int<P>("max_in_flight", &P::max_in_flight, 0, kMaxCount),
+      Millis<P>("cold_start_hold_ms", &P::cold_start_hold, 0, kDayMs),
+      Int<P>("cold_start_max_held", &P::cold_start_max_held, 1, 100000),
   };
   return kFields;
 }
@@ -585,6 +588,11 @@ const Fields<AdminConfig>& AdminFields() {
   return kFields;
 }
 
+const Fields<UiConfig>& UiFields() {
+  static const Fields<UiConfig> kFields = {Str<UiConfig>("control_url", &UiConfig::control_url)};
+  return kFields;
+}
+
 template <typename T>
 Field<GatewayConfig> Section(std::string_view name, T GatewayConfig::*m,
                              const Fields<T>& (*fields)()) {
@@ -611,6 +619,7 @@ const Fields<GatewayConfig>& TopFields() {
       Section("balancer", &G::balancer, BalancerFields),
       Section("upstream", &G::upstream, UpstreamFields),
       Section("admin", &G::admin, AdminFields),
+      Section("ui", &G::ui, UiFields),
       Str<G>("access_log", &G::access_log),
   };
   return kFields;
@@ -631,7 +640,8 @@ Status CheckName(const std::string& name, const std::string& path) {
 
 Status CheckPool(const PoolConfig& p, const std::string& path) {
   RETURN_IF_ERROR(CheckName(p.name, Join(path, "name")));
-  if (p.replicas.empty() && !p.dns) return Bad(path, "needs replicas: or dns:");
+  if (!p.replicas_listed && !p.dns)
+    return Bad(path, "needs replicas: or dns: (`replicas: []` for a pool with none yet)");
   std::set<std::string> seen;
   for (size_t i = 0; i < p.replicas.size(); ++i) {
     const std::string where = At(Join(path, "replicas"), i);
@@ -775,6 +785,11 @@ Status Validate(const GatewayConfig& c) {
   if (c.health.ejection_base > c.health.ejection_max)
     return Bad("health.ejection_base_ms", "must not exceed health.ejection_max_ms");
   if (c.access_log.empty()) return Bad("access_log", "expected stderr, off or a file path");
+  if (!c.ui.control_url.empty()) {
+    auto url = http::ParseUrl(c.ui.control_url);
+    if (!url.ok())
+      return Bad("ui.control_url", "not an http:// URL (" + url.status().message() + ")");
+  }
   return Status::Ok();
 }
 

@@ -47,6 +47,10 @@ struct DnsConfig {
 struct PoolConfig {
   std::string name;
   std::vector<std::string> replicas;  // "http://host:port" (validated with http::ParseUrl)
+  // The YAML had a `replicas:` key. An explicit empty list (`replicas: []`) is a pool the
+  // control plane fills in (scaled to zero, replicas starting); an absent key without `dns:` is
+  // an error.
+  bool replicas_listed = false;
   std::optional<DnsConfig> dns;
   std::string tokenizer;  // GGUF path ("" = estimate from bytes)
   // A built-in chat template name (tokenizer/chat/builtin_templates.h) the pool's replicas were
@@ -55,6 +59,11 @@ struct PoolConfig {
   std::map<std::string, std::string> labels;
   std::string api_key;    // sent upstream as Bearer ("" = none)
   int max_in_flight = 0;  // pool capacity bound in requests (0 = unbounded)
+  // With no eligible replica (scaled to zero, all starting), a request waits up to this long for
+  // one instead of a 503 (pool_hold.h); 0 = 503 at once. YAML: cold_start_hold_ms. A pool with a
+  // hold answers 503 only when the bound passes.
+  std::chrono::milliseconds cold_start_hold{0};
+  int cold_start_max_held = 256;  // requests held per pool at most (more: 503 at once)
 };
 
 struct RouteMatch {
@@ -146,6 +155,13 @@ struct AdminConfig {
   std::string api_key;
 };
 
+// The status page /ui (gateway_ui.h). YAML: `ui: {control_url: http://127.0.0.1:9300/status}`:
+// the control plane's status JSON (`strata up`'s status endpoint), fetched every 2 s and shown
+// beside the gateway's own figures ("" = none; http:// only).
+struct UiConfig {
+  std::string control_url;
+};
+
 struct TenantConfig {
   std::string name;
   std::vector<std::string> api_keys;
@@ -198,6 +214,7 @@ struct GatewayConfig {
   BalancerConfig balancer;
   UpstreamConfig upstream;
   AdminConfig admin;
+  UiConfig ui;
   std::string access_log = "stderr";  // "stderr" | "off" | a file path
 
   const PoolConfig* FindPool(std::string_view name) const;

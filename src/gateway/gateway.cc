@@ -270,6 +270,7 @@ void Gateway::Start() {
 
 void Gateway::Stop() {
   if (!started_ || stopped_.exchange(true)) return;
+  holds_.Clear();
   for (const auto& [name, set] : snapshot()->pools) set->Stop();
   upstreams_->Stop();
 }
@@ -286,7 +287,9 @@ void Gateway::StartTicker() {
         int ticks = 0;
         while (!stopped_.load()) {
           admission_->Tick(Clock::now());
+          TickHolds();
           NoteCanary(canary_->Tick(Clock::now()));
+          if (ticks % 40 == 0) RefreshControlStatus();
           if (ticks++ % 40 == 0) RefreshModels();
           timer.expires_after(std::chrono::milliseconds(50));
           boost::system::error_code ec;
@@ -307,6 +310,9 @@ http::Chain Gateway::MakeChain() {
       {"GET", "/ready", "/ready", false, false, false, false, on(&Gateway::Ready)},
       {"GET", "/metrics", "/metrics", false, false, false, false, on(&Gateway::Metrics)},
       {"GET", "/v1/models", "/v1/models", false, true, false, false, on(&Gateway::Models)},
+      // The status page (gateway_ui.h): read-only, no key, works while draining.
+      {"GET", "/ui", "/ui", false, false, false, false, on(&Gateway::UiPage)},
+      {"GET", "/ui/data", "/ui/data", false, false, false, false, on(&Gateway::UiData)},
       {"POST", "/v1/completions", "/v1/completions", false, true, true, true, proxy},
       {"POST", "/v1/chat/completions", "/v1/chat/completions", false, true, true, true, proxy},
       {"POST", "/v1/embeddings", "/v1/embeddings", false, true, true, true, proxy},
@@ -358,11 +364,14 @@ HttpResponse Gateway::Ready(Exchange&) {
   auto snap = snapshot();
   for (const auto& [name, set] : snap->pools)
     if (set->any_eligible()) return JsonResponse(200, {{"status", "ready"}});
+  for (const PoolConfig& p : snap->cfg->pools)  // it holds requests until a replica starts
+    if (p.cold_start_hold.count() > 0) return JsonResponse(200, {{"status", "ready"}});
   return http::ErrorResponse(503, "no pool has a healthy replica");
 }
 
 HttpResponse Gateway::Metrics(Exchange&) {
   RefreshPoolGauges(*snapshot(), *admission_, &metrics_);
+  RefreshHoldGauges();
   RefreshCanaryGauges();
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -551,6 +560,7 @@ void Gateway::Dispatch(const std::shared_ptr<Job>& job) {
     Escalate(job, "first_error");
     return;
   }
+  if (!pick.ok() && HoldForReplica(job)) return;
   if (!pick.ok()) {
     RespondError(job, http::ErrorResponse(
                           503, fmt::format("pool '{}': {}", job->pool, pick.status().message())));
@@ -583,6 +593,58 @@ void Gateway::Dispatch(const std::shared_ptr<Job>& job) {
   }
   upstreams_->Call(std::move(call), job->out, ClientHeaders(*job), job->cancel,
                    [this, job](const UpstreamResult& r) { OnUpstreamDone(job, r); });
+}
+
+// A pool with cold_start_hold_ms and no eligible replica: the request waits in holds_ (bounded)
+// until one is eligible (dispatched again), its client goes away (499) or the bound passes (503).
+// False when the pool does not hold (or the job is a retry or a shadow/cascade stage).
+bool Gateway::HoldForReplica(const std::shared_ptr<Job>& job) {
+  const PoolConfig* pool = job->snap->cfg->FindPool(job->pool);
+  if (!pool || pool->cold_start_hold.count() == 0 || job->attempts > 0 ||
+      job->stage != Job::Stage::kOnly || job->replicas->any_eligible() || stopped_.load())
+    return false;
+  const std::string pool_name = job->pool;
+  auto resume = [this, job, pool_name](HoldOutcome o) {
+    metrics_.Add(std::string(kPoolHoldsTotal),
+                 http::Labels({{"pool", pool_name}, {"result", HoldOutcomeName(o)}}), 1);
+    if (o == HoldOutcome::kReady) return Dispatch(job);
+    if (o == HoldOutcome::kCancelled) return Finish(job, 499, nullptr);
+    RespondError(
+        job, http::ErrorResponse(
+                 503, fmt::format("pool '{}': no replica became ready within "
+                                  "cold_start_hold_ms {}",
+                                  pool_name,
+                                  job->snap->cfg->FindPool(pool_name)->cold_start_hold.count())));
+  };
+  std::weak_ptr<Cancel> weak = job->cancel;
+  auto cancelled = [weak] {
+    auto c = weak.lock();
+    return !c || c->fired();
+  };
+  if (holds_.Hold(pool_name, pool->cold_start_max_held, Clock::now() + pool->cold_start_hold,
+                  resume, cancelled))
+    return true;
+  metrics_.Add(std::string(kPoolHoldsTotal),
+               http::Labels({{"pool", pool_name}, {"result", "full"}}), 1);
+  return false;
+}
+
+// On the ticker: held requests whose pool now has an eligible replica (in the current snapshot:
+// a reload may have added it) are dispatched.
+void Gateway::TickHolds() {
+  auto snap = snapshot();
+  holds_.Tick(Clock::now(), [&snap](const std::string& pool) {
+    auto it = snap->pools.find(pool);
+    return it != snap->pools.end() && it->second->any_eligible();
+  });
+}
+
+void Gateway::RefreshHoldGauges() {
+  for (const auto& [pool, n] : holds_.Counts())
+    metrics_.Set(kPoolHeldRequests, http::Labels({{"pool", pool}}), static_cast<double>(n));
+  for (const PoolConfig& p : snapshot()->cfg->pools)  // 0 before the first hold
+    if (p.cold_start_hold.count() > 0)
+      metrics_.Touch(kPoolHeldRequests, http::Labels({{"pool", p.name}}));
 }
 
 // Passive health: a client that went away says nothing about the replica; a stream the replica

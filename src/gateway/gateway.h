@@ -44,6 +44,8 @@
 #include "gateway/cascade.h"
 #include "gateway/config.h"
 #include "gateway/gateway_metrics.h"
+#include "gateway/gateway_ui.h"
+#include "gateway/pool_hold.h"
 #include "gateway/prompt.h"
 #include "gateway/proxy.h"
 #include "gateway/replica_set.h"
@@ -136,6 +138,14 @@ class Gateway {
   void StartShadow(const std::shared_ptr<Job>& job, int status);
   void RefreshModels();
   void StartTicker();
+  // The status page (gateway_ui.cc): /ui, /ui/data and the fetch of ui.control_url.
+  http::HttpResponse UiPage(http::Exchange& ex);
+  http::HttpResponse UiData(http::Exchange& ex);
+  void RefreshControlStatus();
+  // The cold-start hold (pool_hold.h).
+  bool HoldForReplica(const std::shared_ptr<Job>& job);
+  void TickHolds();
+  void RefreshHoldGauges();
 
   mutable Mutex mu_;
   std::shared_ptr<const Snapshot> snap_ GUARDED_BY(mu_);
@@ -149,6 +159,7 @@ class Gateway {
   std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> stopped_{false};
   ShadowSlots shadow_slots_{kMaxShadowInFlight};
+  PoolHolds holds_;  // requests waiting for a pool's first eligible replica
   bool started_ = false;
   // /v1/models: the union of the replicas' models, refreshed on the upstream thread.
   mutable Mutex models_mu_;
@@ -157,6 +168,9 @@ class Gateway {
   Mutex log_mu_;
   std::FILE* log_ GUARDED_BY(log_mu_) = nullptr;
   bool log_owned_ GUARDED_BY(log_mu_) = false;
+  // The control plane's last status (ui.control_url), written on the upstream thread.
+  mutable Mutex ui_mu_;
+  ControlStatus control_status_ GUARDED_BY(ui_mu_);
 };
 
 }  // namespace strata::gateway

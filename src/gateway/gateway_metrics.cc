@@ -72,6 +72,10 @@ constexpr Family kFamilies[] = {
      "Tokens a cascade stage's pool served (stage first|then, kind prompt|completion)."},
     {kCascadeStageSeconds, Type::kHistogram, "Duration of one cascade stage's upstream call.",
      true},
+    {kPoolHeldRequests, Type::kGauge,
+     "Requests held now for a pool with no eligible replica (cold_start_hold_ms)."},
+    {kPoolHoldsTotal, Type::kCounter,
+     "Held requests by how the hold ended (ready, timeout, cancelled, stopped, full)."},
 };
 
 // A configured label as a Prometheus label: its name reduced to [a-zA-Z0-9_] (others become '_',

@@ -53,6 +53,11 @@ inline constexpr std::string_view kCascadeRequestsTotal = "strata_gateway:cascad
 inline constexpr std::string_view kCascadeTokensTotal = "strata_gateway:cascade_tokens_total";
 inline constexpr std::string_view kCascadeStageSeconds =
     "strata_gateway:cascade_stage_duration_seconds";
+// The cold-start hold (issue 18): requests held now for a pool with no eligible replica, and holds
+// by how they ended (ready, timeout, cancelled, stopped, full). The gauge's name has no colon: it
+// is the control plane's demand signal for a pool scaled to zero (control-design.md).
+inline constexpr std::string_view kPoolHeldRequests = "strata_gateway_pool_held_requests";
+inline constexpr std::string_view kPoolHoldsTotal = "strata_gateway:pool_holds_total";
 
 // What the gateway knows of a request when it ends (metrics and the access log).
 struct RequestRecord {

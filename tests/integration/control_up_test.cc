@@ -1,0 +1,358 @@
+// `strata up` end to end: the real binary runs a deployment spec of the bundled model on
+// 127.0.0.1 (gateway, replicas and Debian's Prometheus, all on free ports) and `strata status`
+// reports it. Covers: a completion through the gateway, Prometheus scraping every target with the
+// pool/replica/version/role labels, a crashed replica restarted, a rollout to a new version (the
+// new replica ready before the old drains), a pool at zero whose first request is held, served
+// and its cold start reported, a replica that cannot start reported (not waited on), and SIGTERM
+// draining everything with exit 0.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control/queries.h"
+#include "integration/http_test_client.h"
+#include "integration/run_strata.h"
+#include "integration/serve_process.h"
+
+namespace strata::testing {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string Encode(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      char b[4];
+      std::snprintf(b, sizeof b, "%%%02X", c);
+      out += b;
+    }
+  }
+  return out;
+}
+
+int PortOf(const std::string& url) {
+  const size_t p = url.rfind(':');
+  return p == std::string::npos ? 0 : std::atoi(url.c_str() + p + 1);
+}
+
+bool WaitFor(const std::function<bool()>& cond, double timeout_s) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < until) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return cond();
+}
+
+// A spec: pool `general` (min 1, max 3, versions v1/v2 of the bundled model), pool `idle`
+// (min 0: requests with header x-pool: idle), pool `broken` (its replicas exit at once).
+std::string Spec(const std::string& extra_pools = "") {
+  const std::string serve = "    serve_args: [--threads, '1', --kv-cache-memory, 32MiB]\n";
+  return std::string("apiVersion: strata.dev/v1\nkind: Deployment\nmetadata: {name: uptest}\n") +
+         "models:\n  - name: tiny\n    versions:\n      - {version: v1, path: " +
+         STRATA_DEFAULT_MODEL + "}\n      - {version: v2, path: " + STRATA_DEFAULT_MODEL +
+         "}\npools:\n"
+         "  - name: general\n    model: tiny\n    version: v1\n    replicas: {min: 1, max: 3}\n"
+         "    slo: {e2e_p95_ms: 5000, error_rate: 0.05}\n" +
+         serve +
+         "  - name: idle\n    model: tiny\n    version: v1\n    replicas: {min: 0, max: 1}\n" +
+         serve + extra_pools +
+         "gateway:\n  port: 0\n  routes:\n"
+         "    - {name: idle, match: {headers: {x-pool: idle}}, to: idle}\n"
+         "    - {name: default, to: general}\n"
+         "  health: {interval_ms: 100}\n"
+         "autoscaling: {enabled: false, interval_s: 1, cold_start_hold_ms: 30000}\n"
+         "prometheus: {port: 0, scrape_interval_s: 1}\n";
+}
+
+class UpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("strata-up-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    up_.reset();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  void StartUp(const std::string& spec) {
+    std::ofstream(dir_ / "deploy.yaml") << spec;
+    up_ = std::make_unique<ServeProcess>(
+        std::vector<std::string>{STRATA_BIN, "up", "-f", (dir_ / "deploy.yaml").string(),
+                                 "--state-dir", (dir_ / "state").string(), "--ready-timeout", "60",
+                                 "--drain-grace", "10"},
+        std::vector<std::string>{}, "strata up: ready");
+    ASSERT_GT(up_->port(), 0) << up_->startup_output();
+    gateway_ = up_->port();
+  }
+  json Status() {
+    RunResult r = RunStrata("status --json --state-dir " + (dir_ / "state").string());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return json::parse(r.out, nullptr, false);
+  }
+  // The pool's status object (an empty object when absent).
+  static json Pool(const json& status, const std::string& name) {
+    if (status.is_object() && status.contains("pools") && status["pools"].is_array())
+      for (const json& p : status["pools"])
+        if (p.value("name", "") == name) return p;
+    return json::object();
+  }
+  // The pool's replicas (an empty array when absent).
+  static json Replicas(const json& pool) {
+    return pool.contains("replicas") && pool["replicas"].is_array() ? pool["replicas"]
+                                                                    : json::array();
+  }
+  json PromQuery(int prom_port, const std::string& expr) {
+    HttpReply r = HttpCall(prom_port, "GET", "/api/v1/query?query=" + Encode(expr));
+    json j = json::parse(r.body, nullptr, false);
+    if (!j.is_object() || !j.contains("data")) return json::array();
+    return j["data"]["result"];
+  }
+  // Prometheus evaluates `expr` without an error.
+  bool PromValid(int prom_port, const std::string& expr) {
+    HttpReply r = HttpCall(prom_port, "GET", "/api/v1/query?query=" + Encode(expr));
+    json j = json::parse(r.body, nullptr, false);
+    return r.status == 200 && j.is_object() && j.value("status", "") == "success";
+  }
+  HttpReply Complete(const std::vector<std::string>& headers = {}) {
+    return HttpCall(gateway_, "POST", "/v1/completions",
+                    R"({"prompt":"hello","max_tokens":4,"temperature":0})", headers);
+  }
+
+  fs::path dir_;
+  std::unique_ptr<ServeProcess> up_;
+  int gateway_ = 0;
+};
+
+TEST_F(UpTest, RunsTheSpecScrapesRestartsRollsOutHoldsFromZeroAndDrainsOnSigterm) {
+  StartUp(
+      Spec("  - name: broken\n    model: tiny\n    version: v1\n    replicas: {min: 1, max: 1}\n"
+           "    serve_args: [--no-such-flag]\n"));
+  // A completion through the gateway.
+  HttpReply r = Complete();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["x-strata-route"], "default");
+
+  json st = Status();
+  const json general = Pool(st, "general");
+  ASSERT_EQ(Replicas(general).size(), 1u) << st.dump();
+  EXPECT_EQ(general["ready"], 1);
+  EXPECT_EQ(Replicas(general)[0]["state"], "ready");
+  EXPECT_EQ(Replicas(general)[0]["version"], "v1");
+  EXPECT_TRUE(Replicas(general)[0]["cold_start_s"].is_number());
+  ASSERT_TRUE(st.contains("prometheus") && st["prometheus"].is_object()) << st.dump();
+  EXPECT_EQ(st["prometheus"]["state"], "ready");
+  // The broken pool is reported, with its exit and log, and did not hold up the start.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json b = Replicas(Pool(Status(), "broken"));
+        return !b.empty() && b[0]["state"] == "failed";
+      },
+      30));
+  const json broken = Replicas(Pool(Status(), "broken"));
+  ASSERT_EQ(broken.size(), 1u);
+  EXPECT_NE(broken[0]["last_exit"].get<std::string>().find("exit"), std::string::npos);
+  EXPECT_TRUE(fs::exists(broken[0]["log"].get<std::string>()));
+  RunResult text = RunStrata("status --state-dir " + (dir_ / "state").string());
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.out.find("pool general (tiny@v1): 1/1 ready"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("failed"), std::string::npos) << text.out;
+
+  // Prometheus scrapes the gateway, the replica and `strata up` itself, with the target labels.
+  const int prom = PortOf(st["prometheus"]["url"].get<std::string>());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return PromQuery(prom, "up{role=\"replica\",pool=\"general\",version=\"v1\"} == 1")
+                       .size() == 1 &&
+               PromQuery(prom, "up{role=\"gateway\"} == 1").size() == 1 &&
+               PromQuery(prom, "up{role=\"control\"} == 1").size() == 1;
+      },
+      30));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return !PromQuery(prom, "strata:e2e_request_latency_seconds_count{pool=\"general\"}")
+                    .empty();
+      },
+      15));
+
+  // SLO attainment from the scraped histograms: traffic for a few scrapes, then `general` meets
+  // its objectives (e2e p95 under 5 s, errors under 5 %) with measured figures.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (int i = 0; i < 5; ++i) EXPECT_EQ(Complete().status, 200);
+        const json g = Pool(Status(), "general");
+        return g.contains("slo_met") && g["slo_met"] == true &&
+               g["slo"]["e2e_p95_ms"]["measured"].is_number();
+      },
+      30));
+  text = RunStrata("status --state-dir " + (dir_ / "state").string());
+  EXPECT_NE(text.out.find("SLO met"), std::string::npos) << text.out;
+
+  // A crashed replica is restarted (new pid, restarts 1) and serves again.
+  const pid_t first = Replicas(Pool(Status(), "general"))[0]["pid"].get<int>();
+  ASSERT_GT(first, 0);
+  ::kill(first, SIGKILL);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json g = Replicas(Pool(Status(), "general"));
+        return g.size() == 1 && g[0]["restarts"] == 1 && g[0]["state"] == "ready";
+      },
+      30));
+  ASSERT_TRUE(WaitFor([&] { return Complete().status == 200; }, 10));
+
+  // Rollout to v2: the v2 replica becomes ready, then the v1 one drains; serving throughout.
+  const std::string status_url = st["status_url"].get<std::string>();
+  HttpReply ro =
+      HttpCall(PortOf(status_url), "POST", "/rollout", R"({"pool":"general","version":"v2"})");
+  ASSERT_EQ(ro.status, 202) << ro.body;
+  EXPECT_EQ(HttpCall(PortOf(status_url), "POST", "/rollout", R"({"pool":"general","version":"v9"})")
+                .status,
+            400);
+  int failed = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        failed += Complete().status != 200;
+        const json g = Replicas(Pool(Status(), "general"));
+        return g.size() == 1 && g[0]["version"] == "v2" && g[0]["state"] == "ready";
+      },
+      60));
+  EXPECT_EQ(failed, 0);  // never without a ready replica
+  EXPECT_EQ(Pool(Status(), "general")["version"], "v2");
+
+  // From zero: the first request to `idle` is held while its first replica starts, then served.
+  EXPECT_EQ(Replicas(Pool(Status(), "idle")).size(), 0u);
+  const auto t0 = std::chrono::steady_clock::now();
+  HttpReply held = Complete({"x-pool: idle"});
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(held.status, 200) << held.body;
+  EXPECT_EQ(held.headers["x-strata-route"], "idle");
+  st = Status();
+  bool reported = false;
+  for (const json& c : st["cold_starts"])
+    if (c["pool"] == "idle" && c["from_zero_s"].is_number()) {
+      reported = true;
+      EXPECT_LE(c["from_zero_s"].get<double>(), waited + 0.5);
+    }
+  EXPECT_TRUE(reported) << st.dump();
+  HttpReply metrics = HttpCall(PortOf(status_url), "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("strata_control_cold_start_seconds{pool=\"idle\"}"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find("strata_control_scale_from_zero_seconds{pool=\"idle\"}"),
+            std::string::npos);
+
+  // SIGTERM: everything drains, exit 0, no child left.
+  std::vector<pid_t> pids;
+  for (const json& p : Status()["pools"])
+    for (const json& rep : Replicas(p))
+      if (rep["pid"].get<int>() > 0) pids.push_back(rep["pid"].get<int>());
+  pids.push_back(Status()["gateway"]["pid"].get<int>());
+  pids.push_back(Status()["prometheus"]["pid"].get<int>());
+  up_->Signal(SIGTERM);
+  EXPECT_EQ(up_->Wait(60), 0);
+  for (pid_t p : pids) EXPECT_NE(::kill(p, 0), 0) << "child " << p << " still runs";
+}
+
+// The SLO autoscaler live: pool `general` (min 1, max 3) with an e2e p95 objective of 100 ms that
+// a load of 8 concurrent 64-token completions breaks; the count rises, and after the load ends it
+// falls back to 1, not before the (test-short, 6 s) scale-down stabilisation window.
+TEST_F(UpTest, ALoadStepRaisesTheReplicaCountAndItsEndLowersItAfterTheWindow) {
+  std::string spec = Spec();
+  const std::string from =
+      "autoscaling: {enabled: false, interval_s: 1, cold_start_hold_ms: 30000}";
+  spec.replace(spec.find(from), from.size(),
+               "autoscaling: {enabled: true, interval_s: 1, scale_down_stabilization_s: 6, "
+               "cold_start_hold_ms: 30000}");
+  const std::string slo = "slo: {e2e_p95_ms: 5000, error_rate: 0.05}";
+  spec.replace(spec.find(slo), slo.size(), "slo: {e2e_p95_ms: 100, error_rate: 0.05}");
+  StartUp(spec);
+  auto desired = [&] {
+    const json g = Pool(Status(), "general");
+    return g.contains("desired") && g["desired"].is_number() ? g["desired"].get<int>() : -1;
+  };
+  ASSERT_EQ(desired(), 1);
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0};
+  std::vector<std::thread> load;
+  load.reserve(8);
+  for (int i = 0; i < 8; ++i)
+    load.emplace_back([&] {
+      while (!stop.load())
+        ok += HttpCall(gateway_, "POST", "/v1/completions",
+                       R"({"prompt":"load step","max_tokens":64,"temperature":0})")
+                  .status == 200;
+    });
+  const bool raised = WaitFor([&] { return desired() >= 2; }, 60);
+  // Every expression the autoscaler queries and every recording rule returns data from the
+  // Prometheus `strata up` runs (the rules file is loaded: the recorded series exist).
+  const int prom = PortOf(Status()["prometheus"]["url"].get<std::string>());
+  // Known gap (part scale's queries.cc): the error ratio's numerator has no series until a
+  // replica answered a 5xx, so without errors it returns no data (the loop reads that as 0);
+  // for it this test checks only that Prometheus accepts the expression.
+  auto no_data_without_errors = [](const std::string& name) {
+    return name.find("error_ratio") != std::string::npos;
+  };
+  for (const control::NamedQuery& q : control::AutoscalerQueries("10s")) {
+    if (no_data_without_errors(q.name)) {
+      EXPECT_TRUE(PromValid(prom, q.expr)) << q.name << ": " << q.expr;
+      continue;
+    }
+    EXPECT_TRUE(WaitFor([&] { return !PromQuery(prom, q.expr).empty(); }, 20))
+        << q.name << ": " << q.expr;
+  }
+  for (const control::NamedQuery& q : control::RecordingRules()) {
+    if (no_data_without_errors(q.name)) {
+      EXPECT_TRUE(PromValid(prom, q.expr)) << q.name << ": " << q.expr;
+      continue;
+    }
+    EXPECT_TRUE(WaitFor([&] { return !PromQuery(prom, q.name).empty(); }, 20))
+        << "recorded " << q.name << " = " << q.expr;
+  }
+  stop = true;
+  for (std::thread& t : load) t.join();
+  const auto load_end = std::chrono::steady_clock::now();
+  ASSERT_TRUE(raised) << Status().dump(2);
+  EXPECT_GT(ok.load(), 0);
+  const json during = Pool(Status(), "general");
+  EXPECT_TRUE(during.contains("decision")) << during.dump();
+  ASSERT_TRUE(WaitFor([&] { return desired() == 1; }, 90)) << Status().dump(2);
+  const double down_after =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_end).count();
+  EXPECT_GE(down_after, 5.0);  // the stabilisation window (6 s), less polling slack
+  ASSERT_TRUE(WaitFor([&] { return Replicas(Pool(Status(), "general")).size() == 1; }, 30));
+  HttpReply metrics =
+      HttpCall(PortOf(Status()["status_url"].get<std::string>()), "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("strata_control_desired_replicas{pool=\"general\"}"),
+            std::string::npos);
+  up_->Signal(SIGTERM);
+  EXPECT_EQ(up_->Wait(60), 0);
+}
+
+TEST_F(UpTest, ABadSpecIsRefusedWithThePath) {
+  std::ofstream(dir_ / "bad.yaml") << Spec() + "unknown_key: 1\n";
+  RunResult r = RunStrata("up -f " + (dir_ / "bad.yaml").string() + " --state-dir " +
+                          (dir_ / "state").string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("unknown_key"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace strata::testing
