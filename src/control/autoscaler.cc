@@ -140,12 +140,17 @@ ScaleDecision Autoscaler::DecideSlo(const PoolSpec& pool, const PoolObservation&
   s.last_decide = now;
   s.last_waiting = obs.waiting;
   const int lo = std::max(1, pool.replicas.min), hi = pool.replicas.max;
-  // Arrivals plus the backlog (engine queues, gateway holds) drained over 2 intervals.
-  double rate = obs.arrival_rate +
-                (obs.waiting + obs.held_requests) / (2 * std::max(1.0, Seconds(policy_.interval)));
+  // Demand = arrivals + the backlog (engine queues, gateway holds) drained within one interval.
+  // The measured rate (a 1-minute window) lags a jump; a saturated pool serves its capacity, so
+  // its arrivals are at least capacity + the backlog's growth.
+  const double interval_s = std::max(1.0, Seconds(policy_.interval));
   const bool saturated = obs.waiting >= static_cast<double>(s.profile.max_batch) * cur;
-  if (saturated && growth > 0) rate = std::max(rate, cur * s.profile.Capacity() + growth);
-  const int up = Smallest(pool, s.profile, rate, lo, hi, 1);
+  double arrivals = obs.arrival_rate;
+  if (saturated) arrivals = std::max(arrivals, cur * s.profile.Capacity() + growth);
+  const double rate = arrivals + (obs.waiting + obs.held_requests) / interval_s;
+  // Scale-up sizes for the arrivals: the model's headroom (max_utilisation) drains the backlog,
+  // which keeps the count within one of the oracle's; the backlog still holds scale-down off.
+  const int up = Smallest(pool, s.profile, arrivals, lo, hi, 1);
   const int down = Smallest(pool, s.profile, rate, lo, hi, 1 - policy_.hysteresis);
   const Prediction at_cur = Predict(s.profile, cur, rate);
   const std::string state =

@@ -17,20 +17,22 @@
 //     the measured mean latency and batch) predicts each count n in [max(min, 1), max]; its
 //     penalty (latencies in ms, only the objectives set in the pool's SloSpec)
 //       sum max(0, p95 - slo)^2 + error_weight * max(0, err - slo_err)
-//     must be zero, at the demand rate = arrivals + (engine waiting + gateway held) / (2 intervals)
-//     (a backlog counts as demand), and while the backlog of a saturated pool grows, at least
-//     current * capacity + its growth per second. The profile is calibrated only on a settled
+//     must be zero. Arrivals = the measured rate, and on a saturated pool (engine waiting >=
+//     max_batch per replica: it serves its capacity) at least current * capacity + the backlog's
+//     growth per second since the last decision (the 1-minute rate lags a jump); demand = arrivals
+//     + (engine waiting + gateway held) / interval. The profile is calibrated only on a settled
 //     pool (no backlog and no change for 6 intervals, mean within 3x of the prediction). up = the
-//     smallest zero-penalty n (max when none); down = the smallest n with zero penalty against the
-//     SLO tightened by `hysteresis` (slo * (1 - hysteresis)). Recommendation: up when up > current,
-//     else min(current, down) (hysteresis band: keep); a saturated pool (engine waiting >=
-//     max_batch per replica, growing) gets >= current + 1. Scale up is immediate but at most to
-//     max(current + 1, ceil(current * scale_up_max_factor)). Scale down happens only when (a) every
-//     recommendation of the last `scale_down_stabilization` is below the current count (as in HPA),
-//     then to the highest recommendation of the last kScaleDownLookbackIntervals intervals, and (b)
-//     the last change (up or down), or the autoscaler's first sight of the pool, is at least one
-//     stabilisation window old. So a pool changes down at most once per window and never reverses
-//     within one.
+//     smallest zero-penalty n at the arrivals (max when none: the model's headroom,
+//     max_utilisation, drains the backlog); down = the smallest n with zero penalty at the demand
+//     against the SLO tightened by `hysteresis` (slo * (1 - hysteresis)). Recommendation: up when
+//     up > current, else min(current, down) (hysteresis band: keep); a saturated pool (engine
+//     waiting >= max_batch per replica, growing) gets >= current + 1. Scale up is immediate but at
+//     most to max(current + 1, ceil(current * scale_up_max_factor)). Scale down happens only when
+//     (a) every recommendation of the last `scale_down_stabilization` is below the current count
+//     (as in HPA), then to the highest recommendation of the last kScaleDownLookbackIntervals
+//     intervals, and (b) the last change (up or down), or the autoscaler's first sight of the pool,
+//     is at least one stabilisation window old. So a pool changes down at most once per window and
+//     never reverses within one.
 //
 // Units: rates per second, latencies in seconds (penalties in ms^2 as the reference writes them).
 // Ownership: an Autoscaler owns per-pool state (profiles, recommendation windows, clocks). Pure:

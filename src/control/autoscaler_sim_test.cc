@@ -449,10 +449,10 @@ TEST(AutoscalerSim, HoldsTheSloNearTheOracleBesideAnHpa) {
       // Every trace: near the oracle, and no scale-down within a window of another change.
       EXPECT_LE(rep.max_over_oracle, 1) << "more than the oracle + 1 at " << rep.worst_at_s << " s";
       EXPECT_LE(rep.max_replicas, rep.oracle_peak + 1);
-      // The SLO is judged on the gradual traces only. KNOWN GAP: on the sudden ones (step,
-      // spike, spike-instant, step-5x) the backlog of the first interval after the jump is not
-      // drained fast enough and the trace's p95 misses (docs/benchmarks.md has the numbers).
-      if (trace.name == "ramp" || trace.name == "diurnal") {
+      // The SLO is judged on the four traces of the issue (step, ramp, diurnal, spike); the two
+      // instant ones are reported only (docs/benchmarks.md has the numbers).
+      if (trace.name == "step" || trace.name == "ramp" || trace.name == "diurnal" ||
+          trace.name == "spike") {
         EXPECT_LE(rep.p95_s, kSloS);
         EXPECT_GE(rep.attainment, 0.90);
       }

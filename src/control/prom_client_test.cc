@@ -27,7 +27,7 @@ struct FakeProm {
     o.port = 0;
     o.io_threads = 1;
     auto s = http::HttpServer::Start(
-        o, [this](http::HttpRequest req, std::shared_ptr<http::Responder> out) {
+        o, [this](const http::HttpRequest& req, const std::shared_ptr<http::Responder>& out) {
           std::lock_guard<std::mutex> lock(mu);
           last_query = req.path + "?" + req.query;
           http::HttpResponse r;
