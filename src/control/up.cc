@@ -672,11 +672,10 @@ Status Up::Reload(DeploymentSpec next) {
   std::vector<std::pair<std::string, std::string>> rollouts;
   {
     MutexLock lock(&impl_->mu);
-    const DeploymentSpec& cur = impl_->spec;
-    bool same_pools = cur.pools.size() == next.pools.size();
+    bool same_pools = impl_->spec.pools.size() == next.pools.size();
     for (size_t i = 0; same_pools && i < next.pools.size(); ++i)
-      same_pools =
-          cur.pools[i].name == next.pools[i].name && cur.pools[i].model == next.pools[i].model;
+      same_pools = impl_->spec.pools[i].name == next.pools[i].name &&
+                   impl_->spec.pools[i].model == next.pools[i].model;
     if (!same_pools)
       return Status::InvalidArgument(
           "the reloaded spec adds, removes or renames pools (or changes a pool's model): "
@@ -686,7 +685,7 @@ Status Up::Reload(DeploymentSpec next) {
       run.desired = std::clamp(run.desired, p.replicas.min, p.replicas.max);
       if (p.version != run.version) rollouts.emplace_back(p.name, p.version);
     }
-    next.gateway.port = cur.gateway.port;  // the gateway keeps its port
+    next.gateway.port = impl_->spec.gateway.port;  // the gateway keeps its port
     impl_->spec = std::move(next);
     impl_->Reconcile();
   }
