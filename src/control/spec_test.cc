@@ -332,6 +332,45 @@ TEST(DeploymentSpec, MutatedSpecsNeverCrash) {
   EXPECT_GT(ok + errors, 0);
 }
 
+// Every key of the full spec, in turn, gets a value of every wrong YAML kind (a map, a list, a
+// string, a negative number, a huge number, null): the result is the parsed spec or an
+// InvalidArgument error that names that key — never a crash or another kind of error.
+void SweepKeys(const YAML::Node& root, YAML::Node node, int* errors, int* cases) {
+  if (!node.IsMap()) {
+    if (node.IsSequence())
+      for (YAML::Node item : node) SweepKeys(root, item, errors, cases);
+    return;
+  }
+  const char* wrong[] = {"{x: 1}", "[1, 2]", "not-a-number", "-7", "1e400", "~"};
+  for (auto kv : node) {
+    const auto key = kv.first.as<std::string>();
+    YAML::Node original = YAML::Clone(kv.second);
+    for (const char* w : wrong) {
+      node[key] = YAML::Load(w);
+      YAML::Emitter out;
+      out << root;
+      auto r = ParseDeploymentSpec(out.c_str());
+      ++*cases;
+      if (!r.ok()) {
+        ++*errors;
+        EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << key << " = " << w;
+        EXPECT_NE(r.status().message().find(key), std::string::npos)
+            << key << " = " << w << ": " << r.status().message();
+      }
+    }
+    node[key] = original;
+    SweepKeys(root, node[key], errors, cases);
+  }
+}
+
+TEST(DeploymentSpec, EveryKeyWithEveryWrongTypeIsAnErrorNamingIt) {
+  YAML::Node root = YAML::Load(kSpec);
+  int errors = 0, cases = 0;
+  SweepKeys(root, root, &errors, &cases);
+  EXPECT_GT(cases, 100);
+  EXPECT_GT(errors, cases / 2);
+}
+
 TEST(DeploymentSpec, LoadResolvesAgainstTheFolderAndNamesTheFile) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("spec_test_" + std::to_string(::getpid()));
