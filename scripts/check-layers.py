@@ -39,6 +39,7 @@ MODULES = {
     "lora": (["lora/"], ["model"]),  # LoRA adapters (GGUF), the registry, the low-rank product
     "cachekey": (["cachekey/"], ["base"]),  # block hashing; the gateway computes the same keys
     "http": (["http/"], ["base"]),  # Beast server/client, SSE, Prometheus text; Boost only
+    "trace": (["trace/"], ["http"]),  # W3C trace context, spans, the OTLP/HTTP exporter
     # engine/: sampler and kv at the bottom; kv <- kvtier; kv <- runner; sampler, kv, runner <-
     # sched (sees the tiers only through its port); everything <- serving.
     "engine/sampler": (["engine/sampler/"], ["model", "tokenizer", "kernels", "cachekey"]),
@@ -48,9 +49,9 @@ MODULES = {
     "engine/sched": (["engine/sched/"], ["engine/sampler", "engine/kv", "engine/runner"]),
     "engine/serving": (["engine/serving/"], ["engine/sched", "engine/kvtier"]),
     "synth": (["synth/"], ["gguf", "kernels", "tokenizer", "model", "lora"]),  # a tool module
-    "server": (["server/"], ["engine/serving", "http", "tokenizer"]),
+    "server": (["server/"], ["engine/serving", "http", "tokenizer", "trace"]),
     "bench": (["bench/"], ["http", "tokenizer", "gguf"]),
-    "gateway": (["gateway/"], ["http", "cachekey", "tokenizer"]),  # never engine/ or server/
+    "gateway": (["gateway/"], ["http", "trace", "cachekey", "tokenizer"]),  # never engine/ or server/
     "control": (["control/"], ["http", "gateway"]),  # never engine/ or server/
     "app": (["app/"], ["server", "bench", "synth", "gateway", "control"]),
 }
@@ -61,6 +62,7 @@ FORBIDDEN = {
     "gateway": ["engine/", "server"],
     "control": ["engine/", "server"],
     "http": ["engine/", "server", "model", "tokenizer"],
+    "trace": ["engine/", "server", "gateway", "model", "tokenizer"],
 }
 
 # Test files may include these modules too (and tests/ helpers).

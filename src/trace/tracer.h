@@ -1,0 +1,80 @@
+// trace/tracer: the span exporter — OTLP/HTTP with the protobuf-JSON encoding (POST
+// {endpoint}/v1/traces, Content-Type application/json, an ExportTraceServiceRequest), batched,
+// from a bounded queue drained by the tracer's own thread.
+//
+// Contract:
+//   - Export() never blocks and never does I/O: it moves spans into the queue, or drops them
+//     (counted as dropped_queue_full) when the queue holds queue_capacity spans. Callers on the
+//     request path (the gateway's and the server's I/O threads) call it; the engine thread never
+//     does (the server builds the engine's spans from the request's timeline when it ends).
+//   - The exporter thread sends a batch when max_batch spans are queued or flush_interval passed.
+//     A batch that fails is retried (exponential backoff from 100 ms, at most max_retries times,
+//     honouring Retry-After) only where OTLP says so — HTTP 429, 502, 503, 504 and connection
+//     failures; any other answer drops the batch (dropped_export_failed), as does running out of
+//     retries. While a batch is retried new spans keep queueing (and drop when full).
+//   - Sampling is head sampling, parent-based: a request with a valid traceparent follows its
+//     sampled flag; otherwise the trace id decides against sample_ratio (the lowest 8 bytes of the
+//     id as an integer below ratio * 2^64), so every service with the same ratio agrees.
+//   - Shutdown (or the destructor) flushes what is queued within flush_timeout, then stops.
+// Thread contract: thread-safe; one exporter thread per Tracer. Errors: Start returns
+// InvalidArgument for a bad endpoint (not http://host[:port][/path]) or options out of range.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "trace/span.h"
+
+namespace strata::trace {
+
+struct TracerOptions {
+  std::string endpoint;      // "http://127.0.0.1:4318" (OTLP/HTTP base; /v1/traces is appended)
+  std::string service_name;  // resource attribute service.name ("strata-serve", "strata-gateway")
+  std::vector<Attribute> resource;  // more resource attributes (service.instance.id, ...)
+  double sample_ratio = 1.0;        // [0, 1]
+  size_t queue_capacity = 8192;     // spans
+  size_t max_batch = 512;           // spans per export request
+  std::chrono::milliseconds flush_interval{500};
+  std::chrono::milliseconds export_timeout{2000};
+  int max_retries = 3;
+};
+
+struct TracerStats {
+  uint64_t spans_exported = 0;
+  uint64_t dropped_queue_full = 0;
+  uint64_t dropped_export_failed = 0;
+  uint64_t export_requests = 0;  // POSTs sent, retries included
+  uint64_t export_retries = 0;
+  uint64_t queued = 0;  // now
+};
+
+class Tracer {
+ public:
+  static Result<std::unique_ptr<Tracer>> Start(TracerOptions options);
+  ~Tracer();  // Shutdown(flush_interval)
+
+  // Head sampling for a request that arrived with `parent` (nullopt: no or invalid traceparent).
+  bool ShouldSample(const std::optional<TraceContext>& parent, const TraceId& trace_id) const;
+
+  void Export(Span span);
+  void Export(std::vector<Span> spans);
+
+  TracerStats stats() const;
+  void Shutdown(std::chrono::milliseconds flush_timeout);
+
+ private:
+  struct Impl;
+  explicit Tracer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The ExportTraceServiceRequest JSON of `spans` under one resource (ids as hex strings, times as
+// decimal strings of Unix nanoseconds, enums as numbers — OTLP's JSON mapping).
+std::string EncodeOtlpJson(const std::vector<Attribute>& resource, const std::vector<Span>& spans);
+
+}  // namespace strata::trace
