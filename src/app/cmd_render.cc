@@ -2,12 +2,18 @@
 // (src/control/render_k8s.h) written into DIR, one object per file plus kustomization.yaml and
 // models.txt (which model file goes where on the models volume). Wiring only: read and parse the
 // spec, measure the model files that exist here (the startupProbe's budget), render, write.
+// `strata render grafana -o FILE [-f deploy.yaml]`: the Grafana dashboard JSON
+// (control/dashboard.h); `strata render rules -f deploy.yaml -o FILE`: the Prometheus rules file
+// (control/queries.h RulesYaml). deploy/grafana/strata.json and deploy/prometheus/strata-rules.yml
+// are these two for examples/deploy.yaml.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "app/commands.h"
+#include "control/dashboard.h"
+#include "control/queries.h"
 #include "control/render_k8s.h"
 #include "control/spec.h"
 
@@ -39,6 +45,70 @@ Status RunRenderK8s(RenderFlags f) {
   return Status::Ok();
 }
 
+struct FileFlags {
+  std::string spec_path;  // "" = none (grafana only)
+  std::string out_file;
+};
+
+Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return Status::InvalidArgument("cannot write " + path);
+  out << text;
+  out.close();
+  if (!out) return Status::Internal("writing " + path + " failed");
+  return Status::Ok();
+}
+
+Status RunRenderGrafana(const FileFlags& f) {
+  std::string text;
+  if (f.spec_path.empty()) {
+    text = control::GrafanaDashboardJson(nullptr);
+  } else {
+    ASSIGN_OR_RETURN(control::DeploymentSpec spec, control::LoadDeploymentSpec(f.spec_path));
+    text = control::GrafanaDashboardJson(&spec);
+  }
+  RETURN_IF_ERROR(WriteText(f.out_file, text));
+  std::printf("strata render grafana: wrote %s (import it in Grafana; pick a Prometheus source)\n",
+              f.out_file.c_str());
+  return Status::Ok();
+}
+
+Status RunRenderRules(const FileFlags& f) {
+  ASSIGN_OR_RETURN(control::DeploymentSpec spec, control::LoadDeploymentSpec(f.spec_path));
+  RETURN_IF_ERROR(WriteText(f.out_file, control::RulesYaml(spec)));
+  std::printf("strata render rules: wrote %s (a Prometheus rule_files entry)\n",
+              f.out_file.c_str());
+  return Status::Ok();
+}
+
+void RegisterFileRender(CLI::App* render, int* exit_code) {
+  auto g = std::make_shared<FileFlags>();
+  CLI::App* c = render->add_subcommand(
+      "grafana", "the Grafana dashboard JSON (the queries of the autoscaler and the rules)");
+  c->add_option("-f,--file", g->spec_path,
+                "deployment spec: its SLO objectives and name (default: every objective)");
+  c->add_option("-o,--out", g->out_file, "output file (replaced)")->required();
+  c->callback([g, exit_code] {
+    Status s = RunRenderGrafana(*g);
+    if (!s.ok()) {
+      std::fprintf(stderr, "strata render grafana: %s\n", s.ToString().c_str());
+      *exit_code = 1;
+    }
+  });
+  auto r = std::make_shared<FileFlags>();
+  CLI::App* rc = render->add_subcommand(
+      "rules", "the Prometheus rules file (recording rules, SLO objectives, burn-rate alerts)");
+  rc->add_option("-f,--file", r->spec_path, "deployment spec (examples/deploy.yaml)")->required();
+  rc->add_option("-o,--out", r->out_file, "output file (replaced)")->required();
+  rc->callback([r, exit_code] {
+    Status s = RunRenderRules(*r);
+    if (!s.ok()) {
+      std::fprintf(stderr, "strata render rules: %s\n", s.ToString().c_str());
+      *exit_code = 1;
+    }
+  });
+}
+
 }  // namespace
 
 void RegisterRender(CLI::App& app, int* exit_code) {
@@ -67,6 +137,7 @@ void RegisterRender(CLI::App& app, int* exit_code) {
   c->add_option("--gpu-resource", f->opt.gpu_resource,
                 "extended resource name of a pool's devices.gpus")
       ->capture_default_str();
+  RegisterFileRender(render, exit_code);
   c->callback([f, exit_code] {
     Status s = RunRenderK8s(*f);
     if (!s.ok()) {

@@ -8,7 +8,7 @@ namespace strata::control {
 namespace {
 
 constexpr std::string_view kReplica = R"(role="replica")";
-constexpr std::string_view kGeneration = R"(role="replica",route=~"/v1/(chat/)?completions")";
+constexpr std::string_view kGenerationRoutes = R"(route=~"/v1/(chat/)?completions")";
 constexpr std::array<std::string_view, 5> kWindows = {"1m", "5m", "30m", "1h", "6h"};
 
 // A latency family recorded as a per-pool p95.
@@ -27,31 +27,212 @@ constexpr std::array<Latency, 3> kLatencies = {{
      &SloSpec::tpot_p95_ms},
 }};
 
+// The grouping labels of a replica expression.
+std::string By(const QueryScope& s) { return s.per_replica ? "pool, replica" : "pool"; }
+// The replica selector: role="replica" and the scope's matchers, then `extra`.
+std::string Sel(const QueryScope& s, std::string_view extra = "") {
+  std::string out(kReplica);
+  if (!s.match.empty()) out += "," + s.match;
+  if (!extra.empty()) out += "," + std::string(extra);
+  return out;
+}
+// A gateway series' selector: the scope's matchers only ("" or "{...}").
+std::string GwSel(const QueryScope& s, std::string_view extra = "") {
+  std::string in = s.match;
+  if (!extra.empty()) in += (in.empty() ? "" : ",") + std::string(extra);
+  return in.empty() ? "" : "{" + in + "}";
+}
+
+std::string Quantile(double q, std::string_view family, const QueryScope& s) {
+  return fmt::format("histogram_quantile({}, sum by ({}, le) (rate({}_bucket{{{}}}[{}])))", q,
+                     By(s), family, Sel(s), s.window);
+}
 std::string P95(std::string_view family, std::string_view window) {
-  return fmt::format("histogram_quantile(0.95, sum by (pool, le) (rate({}_bucket{{{}}}[{}])))",
-                     family, kReplica, window);
+  QueryScope s;
+  s.window = std::string(window);
+  return Quantile(0.95, family, s);
+}
+// sum by (grouping[, extra_by]) (rate(family{selector}[window])).
+std::string SumRate(std::string_view family, const QueryScope& s, std::string_view extra_by = "",
+                    std::string_view extra_match = "") {
+  return fmt::format("sum by ({}{}) (rate({}{{{}}}[{}]))", By(s),
+                     extra_by.empty() ? "" : ", " + std::string(extra_by), family,
+                     Sel(s, extra_match), s.window);
+}
+// Mean of a histogram: rate of its _sum over rate of its _count.
+std::string Mean(std::string_view family, const QueryScope& s) {
+  return SumRate(std::string(family) + "_sum", s) + " / " +
+         SumRate(std::string(family) + "_count", s);
 }
 // Requests accepted by the replicas' engines (counted at acceptance, so it follows arrivals
 // even while the replicas are saturated and finish fewer).
-std::string RequestRate(std::string_view window) {
-  return fmt::format("sum by (pool) (rate(strata:request_queue_time_seconds_count{{{}}}[{}]))",
-                     kReplica, window);
+std::string RequestRate(const QueryScope& s) {
+  return SumRate("strata:request_queue_time_seconds_count", s);
 }
-std::string ErrorRatio(std::string_view window) {
+std::string RequestRate(std::string_view window) {
+  QueryScope s;
+  s.window = std::string(window);
+  return RequestRate(s);
+}
+std::string ErrorRatio(const QueryScope& s) {
   // `or 0 * all`: a pool whose replicas never answered a 5xx has no numerator series; it gets
   // a ratio of 0 (not "no data") wherever it has traffic.
+  const std::string gen = Sel(s, kGenerationRoutes);
   return fmt::format(
-      R"((sum by (pool) (rate(strata:http_requests_total{{{0},status=~"5.."}}[{1}])) or )"
-      "0 * sum by (pool) (rate(strata:http_requests_total{{{0}}}[{1}]))) / "
-      "sum by (pool) (rate(strata:http_requests_total{{{0}}}[{1}]))",
-      kGeneration, window);
+      R"((sum by ({0}) (rate(strata:http_requests_total{{{1},status=~"5.."}}[{2}])) or )"
+      "0 * sum by ({0}) (rate(strata:http_requests_total{{{1}}}[{2}]))) / "
+      "sum by ({0}) (rate(strata:http_requests_total{{{1}}}[{2}]))",
+      By(s), gen, s.window);
 }
-std::string Reporting() { return fmt::format("count by (pool) (up{{{}}} == 1)", kReplica); }
-std::string Running(std::string_view agg) {
-  return fmt::format("{} by (pool) (strata:num_requests_running{{{}}})", agg, kReplica);
+std::string ErrorRatio(std::string_view window) {
+  QueryScope s;
+  s.window = std::string(window);
+  return ErrorRatio(s);
 }
-std::string Waiting() {
-  return fmt::format("sum by (pool) (strata:num_requests_waiting{{{}}})", kReplica);
+std::string Reporting(const QueryScope& s = {}) {
+  return fmt::format("count by ({}) (up{{{}}} == 1)", By(s), Sel(s));
+}
+std::string Gauge(std::string_view agg, std::string_view family, const QueryScope& s) {
+  return fmt::format("{} by ({}) ({}{{{}}})", agg, By(s), family, Sel(s));
+}
+std::string Running(std::string_view agg, const QueryScope& s = {}) {
+  return Gauge(agg, "strata:num_requests_running", s);
+}
+std::string Waiting(const QueryScope& s = {}) {
+  return Gauge("sum", "strata:num_requests_waiting", s);
+}
+// hits / lookups of the KV tiers, per tier.
+std::string TierHitRate(const QueryScope& s) {
+  const std::string hits = SumRate("strata:kv_tier_hits_total", s, "kv_tier");
+  return hits + " / (" + hits + " + " + SumRate("strata:kv_tier_misses_total", s, "kv_tier") + ")";
+}
+// A gateway counter's rate by pool and `dimension`.
+std::string GatewayRate(std::string_view family, std::string_view dimension, const QueryScope& s) {
+  return fmt::format("sum by (pool, {}) (rate({}{}[{}]))", dimension, family, GwSel(s), s.window);
+}
+
+using Builder = std::string (*)(const QueryScope&);
+struct SignalDef {
+  std::string_view name;
+  Builder build;
+};
+
+// The one table. Latency quantiles are spelled out (a template cannot take a string literal).
+const SignalDef kSignals[] = {
+    {"replicas", [](const QueryScope& s) { return Gauge("count", "up", s); }},
+    {"replicas_reporting", [](const QueryScope& s) { return Reporting(s); }},
+    {"desired_replicas",
+     [](const QueryScope& s) {
+       return "max by (pool) (strata_control_desired_replicas" + GwSel(s) + ")";
+     }},
+    {"arrival_rate", [](const QueryScope& s) { return RequestRate(s); }},
+    {"finished_rate",
+     [](const QueryScope& s) {
+       return SumRate("strata:request_success_total", s, "finished_reason");
+     }},
+    {"generation_tokens_rate",
+     [](const QueryScope& s) { return SumRate("strata:generation_tokens_total", s); }},
+    {"prompt_tokens_rate",
+     [](const QueryScope& s) { return SumRate("strata:prompt_tokens_total", s); }},
+    {"error_ratio", [](const QueryScope& s) { return ErrorRatio(s); }},
+    {"e2e_p50",
+     [](const QueryScope& s) { return Quantile(0.5, "strata:e2e_request_latency_seconds", s); }},
+    {"e2e_p95",
+     [](const QueryScope& s) { return Quantile(0.95, "strata:e2e_request_latency_seconds", s); }},
+    {"e2e_p99",
+     [](const QueryScope& s) { return Quantile(0.99, "strata:e2e_request_latency_seconds", s); }},
+    {"ttft_p50",
+     [](const QueryScope& s) { return Quantile(0.5, "strata:time_to_first_token_seconds", s); }},
+    {"ttft_p95",
+     [](const QueryScope& s) { return Quantile(0.95, "strata:time_to_first_token_seconds", s); }},
+    {"ttft_p99",
+     [](const QueryScope& s) { return Quantile(0.99, "strata:time_to_first_token_seconds", s); }},
+    {"tpot_p50",
+     [](const QueryScope& s) { return Quantile(0.5, "strata:inter_token_latency_seconds", s); }},
+    {"tpot_p95",
+     [](const QueryScope& s) { return Quantile(0.95, "strata:inter_token_latency_seconds", s); }},
+    {"tpot_p99",
+     [](const QueryScope& s) { return Quantile(0.99, "strata:inter_token_latency_seconds", s); }},
+    {"mean_e2e", [](const QueryScope& s) { return Mean("strata:e2e_request_latency_seconds", s); }},
+    {"queue_mean",
+     [](const QueryScope& s) { return Mean("strata:request_queue_time_seconds", s); }},
+    {"prefill_mean",
+     [](const QueryScope& s) { return Mean("strata:request_prefill_time_seconds", s); }},
+    {"decode_mean",
+     [](const QueryScope& s) { return Mean("strata:request_decode_time_seconds", s); }},
+    {"inference_mean",
+     [](const QueryScope& s) { return Mean("strata:request_inference_time_seconds", s); }},
+    {"queue_p95",
+     [](const QueryScope& s) { return Quantile(0.95, "strata:request_queue_time_seconds", s); }},
+    {"prefill_p95",
+     [](const QueryScope& s) { return Quantile(0.95, "strata:request_prefill_time_seconds", s); }},
+    {"decode_p95",
+     [](const QueryScope& s) { return Quantile(0.95, "strata:request_decode_time_seconds", s); }},
+    {"inference_p95",
+     [](const QueryScope& s) {
+       return Quantile(0.95, "strata:request_inference_time_seconds", s);
+     }},
+    {"mean_running", [](const QueryScope& s) { return Running("avg", s); }},
+    {"running", [](const QueryScope& s) { return Running("sum", s); }},
+    {"waiting", [](const QueryScope& s) { return Waiting(s); }},
+    {"kv_usage", [](const QueryScope& s) { return Gauge("avg", "strata:kv_cache_usage_perc", s); }},
+    {"prefix_hit_rate",
+     [](const QueryScope& s) {
+       return SumRate("strata:prefix_cache_hits_total", s) + " / " +
+              SumRate("strata:prefix_cache_queries_total", s);
+     }},
+    {"kv_tier_hit_rate", [](const QueryScope& s) { return TierHitRate(s); }},
+    {"preemption_rate",
+     [](const QueryScope& s) { return SumRate("strata:num_preemptions_total", s); }},
+    {"deadline_exceeded_rate",
+     [](const QueryScope& s) { return SumRate("strata:requests_deadline_exceeded_total", s); }},
+    {"displaced_rate",
+     [](const QueryScope& s) { return SumRate("strata:requests_displaced_total", s); }},
+    {"trace_spans_exported_rate",
+     [](const QueryScope& s) { return SumRate("strata:trace_spans_exported_total", s); }},
+    {"trace_spans_dropped_rate",
+     [](const QueryScope& s) { return SumRate("strata:trace_spans_dropped_total", s, "reason"); }},
+    {"held",
+     [](const QueryScope& s) {
+       return "sum by (pool) (strata_gateway_pool_held_requests" + GwSel(s) + ")";
+     }},
+    {"gateway_request_rate",
+     [](const QueryScope& s) { return GatewayRate("strata_gateway:requests_total", "code", s); }},
+    {"gateway_routing_decisions",
+     [](const QueryScope& s) {
+       return GatewayRate("strata_gateway:routing_decisions_total", "reason", s);
+     }},
+    {"gateway_rejections",
+     [](const QueryScope& s) {
+       return GatewayRate("strata_gateway:rejections_total", "reason", s);
+     }},
+    {"gateway_ttft_p95",
+     [](const QueryScope& s) {
+       return fmt::format(
+           "histogram_quantile(0.95, sum by (pool, le) "
+           "(rate(strata_gateway:time_to_first_token_seconds_bucket{}[{}])))",
+           GwSel(s), s.window);
+     }},
+    // The gateway's exporter counters carry no pool (one gateway serves every pool).
+    {"gateway_trace_spans_exported_rate",
+     [](const QueryScope& s) {
+       return "sum(rate(strata_gateway:trace_spans_exported_total{role=\"gateway\"}[" + s.window +
+              "]))";
+     }},
+    {"gateway_trace_spans_dropped_rate",
+     [](const QueryScope& s) {
+       return "sum by (reason) (rate(strata_gateway:trace_spans_dropped_total{role=\"gateway\"}[" +
+              s.window + "]))";
+     }},
+};
+
+// The largest latency bucket bound at or under `objective_s` (seconds); 0 when none (no
+// objective, or one under the smallest bucket).
+double WithinBucket(double objective_s) {
+  double best = 0;
+  for (double b : LatencyBuckets())
+    if (b <= objective_s + 1e-12) best = b;
+  return best;
 }
 
 // A YAML single-quoted scalar.
@@ -114,23 +295,43 @@ std::vector<Alert> Alerts(const DeploymentSpec& spec) {
 
 }  // namespace
 
+std::vector<NamedQuery> Signals(const QueryScope& scope) {
+  std::vector<NamedQuery> out;
+  out.reserve(std::size(kSignals));
+  for (const SignalDef& d : kSignals) out.push_back({std::string(d.name), d.build(scope)});
+  return out;
+}
+
+std::vector<std::string> SignalNames() {
+  std::vector<std::string> out;
+  out.reserve(std::size(kSignals));
+  for (const SignalDef& d : kSignals) out.emplace_back(d.name);
+  return out;
+}
+
+std::string Signal(std::string_view name, const QueryScope& scope) {
+  for (const SignalDef& d : kSignals)
+    if (d.name == name) return d.build(scope);
+  return "";
+}
+
+const std::vector<double>& LatencyBuckets() {
+  static const std::vector<double> kBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                               0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
+                                               7.5,   10.0,  20.0, 40.0, 80.0};
+  return kBuckets;
+}
+
 std::vector<NamedQuery> AutoscalerQueries(std::string_view window) {
-  return {
-      {"replicas", fmt::format("count by (pool) (up{{{}}})", kReplica)},
-      {"replicas_reporting", Reporting()},
-      {"arrival_rate", RequestRate(window)},
-      {"error_ratio", ErrorRatio(window)},
-      {"e2e_p95", P95("strata:e2e_request_latency_seconds", window)},
-      {"ttft_p95", P95("strata:time_to_first_token_seconds", window)},
-      {"tpot_p95", P95("strata:inter_token_latency_seconds", window)},
-      {"mean_e2e",
-       fmt::format("sum by (pool) (rate(strata:e2e_request_latency_seconds_sum{{{0}}}[{1}])) / "
-                   "sum by (pool) (rate(strata:e2e_request_latency_seconds_count{{{0}}}[{1}]))",
-                   kReplica, window)},
-      {"mean_running", Running("avg")},
-      {"waiting", Waiting()},
-      {"held", "sum by (pool) (strata_gateway_pool_held_requests)"},
-  };
+  QueryScope s;
+  s.window = std::string(window);
+  constexpr std::array<const char*, 11> kNames = {
+      "replicas", "replicas_reporting", "arrival_rate", "error_ratio", "e2e_p95", "ttft_p95",
+      "tpot_p95", "mean_e2e",           "mean_running", "waiting",     "held"};
+  std::vector<NamedQuery> out;
+  out.reserve(kNames.size());
+  for (const char* name : kNames) out.push_back({name, Signal(name, s)});
+  return out;
 }
 
 std::vector<NamedQuery> RecordingRules() {
@@ -144,8 +345,54 @@ std::vector<NamedQuery> RecordingRules() {
   out.push_back({"strata:pool_replicas_reporting", Reporting()});
   out.push_back({"strata:pool_requests_running", Running("sum")});
   out.push_back({"strata:pool_requests_waiting", Waiting()});
-  out.push_back(
-      {"strata:pool_desired_replicas", "max by (pool) (strata_control_desired_replicas)"});
+  out.push_back({"strata:pool_desired_replicas", Signal("desired_replicas", {})});
+  return out;
+}
+
+namespace {
+
+// A per-pool recorded rule: its pool goes into the rule's labels (the same record name for each
+// pool must differ in its labels: promtool's duplicate-rule lint).
+struct PoolRule {
+  std::string pool;
+  NamedQuery rule;
+};
+
+std::vector<PoolRule> SloRules(const DeploymentSpec& spec) {
+  std::vector<PoolRule> out;
+  for (const PoolSpec& pool : spec.pools) {
+    for (std::string_view w : kWindows) {
+      if (pool.slo.error_rate > 0)
+        out.push_back({pool.name,
+                       {fmt::format("strata:pool_error_budget_burn:{}", w),
+                        fmt::format(R"(strata:pool_error_ratio:{}{{pool="{}"}} / {})", w, pool.name,
+                                    pool.slo.error_rate)}});
+      for (const Latency& l : kLatencies) {
+        const double bound = WithinBucket(pool.slo.*l.objective / 1000);
+        if (bound <= 0) continue;
+        const std::string attainment = fmt::format("{}:attainment_{}", l.recorded, w);
+        const std::string sel = fmt::format(R"({},pool="{}")", kReplica, pool.name);
+        out.push_back(
+            {pool.name,
+             {attainment, fmt::format(R"(sum by (pool) (rate({0}_bucket{{{1},le="{2}"}}[{3}])) / )"
+                                      "sum by (pool) (rate({0}_count{{{1}}}[{3}]))",
+                                      l.family, sel, bound, w)}});
+        out.push_back({pool.name,
+                       {fmt::format("{}:budget_burn_{}", l.recorded, w),
+                        fmt::format(R"((1 - {}{{pool="{}"}}) / 0.05)", attainment, pool.name)}});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<NamedQuery> SloRecordingRules(const DeploymentSpec& spec) {
+  std::vector<PoolRule> rules = SloRules(spec);
+  std::vector<NamedQuery> out;
+  out.reserve(rules.size());
+  for (PoolRule& r : rules) out.push_back(std::move(r.rule));
   return out;
 }
 
@@ -162,6 +409,12 @@ std::string RulesYaml(const DeploymentSpec& spec) {
       spec.name);
   for (const NamedQuery& r : RecordingRules())
     y += fmt::format("      - record: {}\n        expr: {}\n", r.name, Quote(r.expr));
+  const std::vector<PoolRule> objectives = SloRules(spec);
+  y += "  - name: strata-slo-objectives\n    rules:";
+  y += objectives.empty() ? " []\n" : "\n";
+  for (const PoolRule& r : objectives)
+    y += fmt::format("      - record: {}\n        expr: {}\n        labels:\n          pool: {}\n",
+                     r.rule.name, Quote(r.rule.expr), Quote(r.pool));
   y += "  - name: strata-slo\n    rules:\n";
   const std::vector<Alert> alerts = Alerts(spec);
   if (alerts.empty()) y.resize(y.size() - std::string_view("    rules:\n").size());

@@ -1,5 +1,6 @@
 #include "control/queries.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -114,6 +115,61 @@ TEST(Queries, PromtoolAcceptsTheExampleSpecsRules) {
   EXPECT_EQ(Promtool(RulesYaml(*spec), &out), 0) << out;
   for (const PoolSpec& p : spec->pools)
     EXPECT_NE(RulesYaml(*spec).find("pool=\"" + p.name + "\""), std::string::npos) << p.name;
+}
+
+TEST(Queries, TheAutoscalerQueriesAreSignalsOfTheOneTable) {
+  QueryScope s;
+  s.window = "2m";
+  for (const NamedQuery& q : AutoscalerQueries("2m"))
+    EXPECT_EQ(q.expr, Signal(q.name, s)) << q.name;
+  EXPECT_EQ(Signal("no_such_signal", s), "");
+  EXPECT_EQ(Signal("e2e_p95", s),
+            "histogram_quantile(0.95, sum by (pool, le) "
+            "(rate(strata:e2e_request_latency_seconds_bucket{role=\"replica\"}[2m])))");
+  s.per_replica = true;
+  s.match = R"(pool=~"$pool")";
+  EXPECT_EQ(
+      Signal("running", s),
+      R"(sum by (pool, replica) (strata:num_requests_running{role="replica",pool=~"$pool"}))");
+  // Gateway series are never split per replica (their own `replica` label is the upstream URL).
+  EXPECT_EQ(Signal("gateway_rejections", s),
+            R"(sum by (pool, reason) (rate(strata_gateway:rejections_total{pool=~"$pool"}[2m])))");
+  EXPECT_EQ(SignalNames().size(), Signals(s).size());
+}
+
+TEST(Queries, SloObjectivesAreRecordedPerPoolOnBucketBounds) {
+  const std::vector<NamedQuery> rules = SloRecordingRules(Spec());
+  // long-context: errors + e2e 100 ms + TTFT 50 ms; general: errors + e2e 500 ms + TPOT 20 ms;
+  // each objective attainment + burn (latency) or burn (errors), five windows.
+  EXPECT_EQ(rules.size(), 5u * (1 + 2 + 2 + 1 + 2 + 2));
+  int attain = 0;
+  for (const NamedQuery& r : rules) {
+    if (r.name.find(":attainment_") == std::string::npos) continue;
+    ++attain;
+    const size_t at = r.expr.find(",le=\"");  // not role="
+    ASSERT_NE(at, std::string::npos) << r.expr;
+    const std::string le = r.expr.substr(at + 5, r.expr.find('"', at + 5) - at - 5);
+    const double bound = std::stod(le);
+    bool is_bucket = false;
+    for (double b : LatencyBuckets()) is_bucket |= fmt::format("{}", b) == le;
+    EXPECT_TRUE(is_bucket) << r.expr;
+    EXPECT_GT(bound, 0);
+  }
+  EXPECT_EQ(attain, 5 * 4);
+  const std::string y = RulesYaml(Spec());
+  EXPECT_NE(y.find("name: strata-slo-objectives"), std::string::npos);
+  EXPECT_NE(y.find(R"(strata:pool_error_ratio:5m{pool="general"} / 0.05)"), std::string::npos);
+  EXPECT_NE(y.find(R"(le="0.1")"), std::string::npos);  // e2e 100 ms is a bucket bound
+  // TTFT 50 ms is not (0.04, 0.06): the largest bound under it counts.
+  EXPECT_NE(
+      y.find(
+          R"(strata:time_to_first_token_seconds_bucket{role="replica",pool="long-context",le="0.04"})"),
+      std::string::npos);
+  // 300 ms is not: the largest bound under it (250 ms) counts, never a bound above.
+  DeploymentSpec silver = Spec();
+  silver.pools[0].slo.e2e_p95_ms = 300;
+  EXPECT_NE(RulesYaml(silver).find(R"(le="0.25")"), std::string::npos);
+  EXPECT_EQ(RulesYaml(silver).find(R"(le="0.5",pool)"), std::string::npos);
 }
 
 }  // namespace
