@@ -4,6 +4,7 @@
 
 #include <array>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string_view>
 
 #include "control/queries.h"
@@ -55,40 +56,38 @@ std::vector<DashboardTarget> Quantiles(std::string_view stem, const QueryScope& 
   return out;
 }
 
-// The latency objectives: signal stem, recorded stem, title, the SloSpec field.
+// The latency objectives: title, recorded stem (control/queries).
 struct Objective {
   std::string_view title;
   std::string_view recorded;
-  double SloSpec::*field;
 };
 constexpr std::array<Objective, 3> kObjectives = {{
-    {"E2E", "strata:pool_e2e_latency_seconds", &SloSpec::e2e_p95_ms},
-    {"TTFT", "strata:pool_ttft_seconds", &SloSpec::ttft_p95_ms},
-    {"TPOT", "strata:pool_tpot_seconds", &SloSpec::tpot_p95_ms},
+    {"E2E", "strata:pool_e2e_latency_seconds"},
+    {"TTFT", "strata:pool_ttft_seconds"},
+    {"TPOT", "strata:pool_tpot_seconds"},
 }};
 
-bool AnyPool(const DeploymentSpec* spec, double SloSpec::*field) {
-  if (spec == nullptr) return true;
-  for (const PoolSpec& p : spec->pools)
-    if (p.slo.*field > 0) return true;
-  return false;
-}
-
 DashboardRow SloRow(const DeploymentSpec* spec) {
+  // With a spec, the per-objective series its rules record (an objective under the smallest
+  // latency bucket records none); without, all of them.
+  std::set<std::string> recorded;
+  if (spec != nullptr)
+    for (const NamedQuery& r : SloRecordingRules(*spec)) recorded.insert(r.name);
+  const auto add = [&](std::vector<DashboardTarget>* to, std::string series, std::string legend) {
+    if (spec == nullptr || recorded.count(series) > 0)
+      to->push_back(Recorded(series, std::move(legend)));
+  };
   std::vector<DashboardTarget> attain;
   std::vector<DashboardTarget> burn;
-  if (AnyPool(spec, &SloSpec::error_rate)) {
-    for (std::string_view w : {"5m", "1h"})
-      burn.push_back(Recorded(fmt::format("strata:pool_error_budget_burn:{}", w),
-                              fmt::format("{{{{pool}}}} errors {}", w)));
-  }
+  for (std::string_view w : {"5m", "1h"})
+    add(&burn, fmt::format("strata:pool_error_budget_burn:{}", w),
+        fmt::format("{{{{pool}}}} errors {}", w));
   for (const Objective& o : kObjectives) {
-    if (!AnyPool(spec, o.field)) continue;
-    attain.push_back(Recorded(fmt::format("{}:attainment_1h", o.recorded),
-                              fmt::format("{{{{pool}}}} {}", o.title)));
+    add(&attain, fmt::format("{}:attainment_1h", o.recorded),
+        fmt::format("{{{{pool}}}} {}", o.title));
     for (std::string_view w : {"5m", "1h"})
-      burn.push_back(Recorded(fmt::format("{}:budget_burn_{}", o.recorded, w),
-                              fmt::format("{{{{pool}}}} {} {}", o.title, w)));
+      add(&burn, fmt::format("{}:budget_burn_{}", o.recorded, w),
+          fmt::format("{{{{pool}}}} {} {}", o.title, w));
   }
   DashboardRow row{"SLOs (per pool)", {}};
   if (!attain.empty())

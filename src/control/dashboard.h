@@ -12,8 +12,8 @@
 // filter on the `pool` (multi, All) and, in the replica row, `replica` template variables and
 // rate over Grafana's `$__rate_interval`.
 //
-// With a spec, the SLO row shows only the objectives some pool sets (the per-objective recorded
-// series exist only for those) and the title / uid name the deployment; without one (nullptr),
+// With a spec, the SLO row shows only the per-objective series its rules record
+// (SloRecordingRules: the objectives some pool sets) and the title / uid name the deployment; without one (nullptr),
 // every objective and the name "strata".
 //
 // Thread contract: pure functions. Errors: none (the spec is already validated).
