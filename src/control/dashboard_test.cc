@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -173,6 +174,14 @@ TEST(Dashboard, TheCommittedFilesAreTheRenderedOnes) {
   EXPECT_TRUE(ReadFile(dir + "prometheus/strata-rules.yml") == RulesYaml(spec))
       << "deploy/prometheus/strata-rules.yml is stale: strata render rules -f "
          "examples/deploy.yaml -o deploy/prometheus/strata-rules.yml";
+}
+
+TEST(Dashboard, PromtoolAcceptsTheCommittedRulesFile) {
+  if (std::system("command -v promtool > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "promtool not installed (scripts/install-deps.sh)";
+  const std::string file = std::string(STRATA_SOURCE_DIR) + "/deploy/prometheus/strata-rules.yml";
+  EXPECT_EQ(std::system(("promtool check rules " + file + " > /dev/null 2>&1").c_str()), 0)
+      << "promtool check rules " << file;
 }
 
 TEST(Dashboard, EveryPanelReadsTheDatasourceVariableAndWellFormedQueries) {
