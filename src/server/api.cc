@@ -45,8 +45,21 @@ const MetricSpec kMetrics[] = {
     {"strata:e2e_request_latency_seconds", T::kHistogram,
      "Time from request arrival to its last byte.", &kLatencyBuckets},
     {"strata:request_queue_time_seconds", T::kHistogram,
-     "Time from arrival to acceptance by the engine (parse, template, tokenize, submit).",
+     "Time from submission to the engine to the first engine step that runs the request (its "
+     "wait in the engine's queue, a KV-tier prefetch included).",
      &kLatencyBuckets},
+    {"strata:request_prefill_time_seconds", T::kHistogram,
+     "Time from the first engine step that runs the request to its first token.", &kLatencyBuckets},
+    {"strata:request_decode_time_seconds", T::kHistogram,
+     "Time from the first token to the last token of a request.", &kLatencyBuckets},
+    {"strata:request_inference_time_seconds", T::kHistogram,
+     "Time from the first engine step that runs the request to its last token (prefill + "
+     "decode).",
+     &kLatencyBuckets},
+    {"strata:requests_received_total", T::kCounter,
+     "Generation requests accepted by the engine (counted at acceptance, so it follows arrivals "
+     "while the replica is saturated).",
+     nullptr},
     {"strata:request_prompt_tokens", T::kHistogram,
      "Prompt length of finished requests, in tokens.", &kTokenBuckets},
     {"strata:request_generation_tokens", T::kHistogram,
@@ -190,6 +203,12 @@ const VllmSpec kVllmMetrics[] = {
      "Histogram of e2e request latency in seconds.", B::kLatency},
     {"strata:request_queue_time_seconds", "vllm:request_queue_time_seconds",
      "Histogram of time spent in WAITING phase for request.", B::kLatency},
+    {"strata:request_prefill_time_seconds", "vllm:request_prefill_time_seconds",
+     "Histogram of time spent in PREFILL phase for request.", B::kLatency},
+    {"strata:request_decode_time_seconds", "vllm:request_decode_time_seconds",
+     "Histogram of time spent in DECODE phase for request.", B::kLatency},
+    {"strata:request_inference_time_seconds", "vllm:request_inference_time_seconds",
+     "Histogram of time spent in RUNNING phase for request.", B::kLatency},
 };
 // strata:lora_adapter_events_total{event} (exported at zero for each from the start).
 constexpr const char* kLoraEvents[] = {"load", "unload", "evict", "load_error"};

@@ -53,6 +53,8 @@
 
 namespace strata::server {
 
+struct RequestBreakdown;  // request_timing.h
+
 struct ApiOptions {
   std::vector<std::string> api_keys;  // empty: no auth
   int retry_after_s = 1;              // Retry-After on 429
@@ -138,6 +140,7 @@ class Api {
   void CountAbort(const Job& job);
   void CutJob(Job& job);  // on the job's work strand
   void Finish(Job& job);
+  void ObserveBreakdown(const Job& job, const RequestBreakdown& b);
   void FinishStream(Job& job, const nlohmann::ordered_json& usage);
   nlohmann::ordered_json FinalChoices(const Job& job) const;
   void Forget(const Job& job);

@@ -12,6 +12,7 @@
 #include "http/sse.h"
 #include "server/api.h"
 #include "server/api_internal.h"
+#include "server/request_timing.h"
 #include "server/response_id.h"
 #include "tokenizer/utf8.h"
 
@@ -62,6 +63,9 @@ struct Api::Job {
   int completion_tokens = 0;
   SteadyTime arrival, first_token, last_token;
   bool have_first = false;
+  // The latest timeline snapshot of each engine request (handles[k]), for the breakdown.
+  std::vector<std::shared_ptr<const engine::sched::RequestTimeline>> timelines;
+  bool timing = false;  // x-strata-timing: 1 (the breakdown on the response)
   bool error = false;
   std::string error_message;
   Status error_status;  // the engine's: a runner failure, DeadlineExceeded or displaced
@@ -284,8 +288,8 @@ HttpResponse Api::Generate(Endpoint ep, Exchange& ex) {
   std::shared_ptr<Job> job = NewJob(ep, std::move(g), std::move(handles));
   job->out = ex.out;
   job->arrival = arrival;
-  metrics_.Observe("strata:request_queue_time_seconds", job->labels,
-                   Seconds(arrival, std::chrono::steady_clock::now()));
+  job->timing = ex.request.Header("x-strata-timing") == "1";
+  metrics_.Add("strata:requests_received_total", job->labels, 1);
   metrics_.Add("strata:prompt_tokens_total", job->labels, job->prompt_tokens);
   if (job->req.stream) StartStream(*job);
   Watch(job);
@@ -299,6 +303,7 @@ std::shared_ptr<Api::Job> Api::NewJob(Endpoint ep, GenRequest g,
   auto job = std::make_shared<Job>();
   job->req = std::move(g);
   job->handles = std::move(handles);
+  job->timelines.resize(job->handles.size());
   for (const auto& p : job->req.prompts) job->prompt_tokens += static_cast<int>(p.size());
   auto priority = std::string(engine::sched::PriorityName(job->req.submit.priority));
   job->labels = http::Labels({{"model_name", model_.name}, {"tier", priority}});
@@ -424,6 +429,7 @@ std::string Api::StartChoice(Job& job, size_t index, const TokenEvent& ev) {
 
 bool Api::OnEvent(Job& job, size_t sub, const TokenEvent& ev) {
   const size_t n = static_cast<size_t>(job.req.submit.n);
+  if (ev.timeline != nullptr) job.timelines[sub] = ev.timeline;
   if (ev.index < 0 || static_cast<size_t>(ev.index) >= n) return true;
   const size_t index = sub * n + static_cast<size_t>(ev.index);
   auto& c = job.choices[index];
@@ -547,6 +553,10 @@ void Api::Finish(Job& job) {
                              {"status", std::to_string(status)}}),
                1);
   metrics_.Observe("strata:e2e_request_latency_seconds", job.labels, Seconds(job.arrival, now));
+  const RequestBreakdown breakdown = ComputeBreakdown(
+      job.timelines, job.arrival, job.have_first ? job.last_token : SteadyTime{}, now);
+  if (!job.error && breakdown.known) ObserveBreakdown(job, breakdown);
+  if (job.timing && !job.error) usage["strata_timing"] = TimingJson(breakdown);
   metrics_.Observe("strata:request_prompt_tokens", job.labels, job.prompt_tokens);
   metrics_.Observe("strata:request_generation_tokens", job.labels, job.completion_tokens);
   metrics_.Add("strata:generation_tokens_total", job.labels, job.completion_tokens);
@@ -568,7 +578,16 @@ void Api::Finish(Job& job) {
                {"choices", FinalChoices(job)},
                {"usage", usage}};
   AddPromptIds(job, &resp);
-  job.out->Respond(OrderedJsonResponse(200, resp));
+  HttpResponse r = OrderedJsonResponse(200, resp);
+  if (job.timing) r.headers.emplace_back("x-strata-timing", TimingHeaderValue(breakdown));
+  job.out->Respond(std::move(r));
+}
+
+void Api::ObserveBreakdown(const Job& job, const RequestBreakdown& b) {
+  metrics_.Observe("strata:request_queue_time_seconds", job.labels, b.queue_s);
+  metrics_.Observe("strata:request_prefill_time_seconds", job.labels, b.prefill_s);
+  metrics_.Observe("strata:request_decode_time_seconds", job.labels, b.decode_s);
+  metrics_.Observe("strata:request_inference_time_seconds", job.labels, b.inference_s);
 }
 
 void Api::FinishStream(Job& job, const json& usage) {

@@ -1,0 +1,132 @@
+// EncodeOtlpJson: the OTLP/JSON mapping, field by field (parsed back with nlohmann-json), and the
+// shared test receiver's decoder agreeing with it.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "testing/otlp_receiver.h"
+#include "trace/tracer.h"
+
+namespace strata::trace {
+namespace {
+
+using nlohmann::json;
+
+Span Sample() {
+  auto parent = ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "a=b");
+  Span s = ChildOf(*parent, "chat tiny", SpanKind::kServer);
+  s.start_unix_ns = 1'700'000'000'123'456'789;
+  s.end_unix_ns = 1'700'000'001'000'000'000;
+  s.AddAttribute("gen_ai.request.model", std::string("tiny"));
+  s.AddAttribute("gen_ai.request.max_tokens", int64_t{9'007'199'254'740'993});  // > 2^53
+  s.AddAttribute("strata.ratio", 0.25);
+  s.AddAttribute("strata.stream", true);
+  s.AddAttribute("gen_ai.response.finish_reasons", std::vector<std::string>{"stop", "length"});
+  s.AddEvent("first_token", 1'700'000'000'500'000'000, {Attribute{"strata.tokens", int64_t{1}}});
+  s.status = SpanStatus::kError;
+  s.status_message = "upstream 503";
+  return s;
+}
+
+// The one value object of attribute `key` in `attrs` (an OTLP KeyValue list).
+json Attr(const json& attrs, const std::string& key) {
+  for (const auto& kv : attrs) {
+    if (kv.at("key") == key) return kv.at("value");
+  }
+  ADD_FAILURE() << "no attribute " << key;
+  return json::object();
+}
+
+TEST(OtlpJson, EncodesTheExportTraceServiceRequestShape) {
+  const Span s = Sample();
+  const std::string body = EncodeOtlpJson(
+      {Attribute{"service.name", std::string("strata-gateway")}, Attribute{"n", int64_t{3}}}, {s});
+  const json doc = json::parse(body);
+  ASSERT_TRUE(doc.at("resourceSpans").is_array());
+  ASSERT_EQ(doc.at("resourceSpans").size(), 1u);
+  const json& rs = doc.at("resourceSpans")[0];
+  EXPECT_EQ(Attr(rs.at("resource").at("attributes"), "service.name"),
+            json({{"stringValue", "strata-gateway"}}));
+  EXPECT_EQ(Attr(rs.at("resource").at("attributes"), "n"), json({{"intValue", "3"}}));
+  ASSERT_EQ(rs.at("scopeSpans").size(), 1u);
+  EXPECT_EQ(rs.at("scopeSpans")[0].at("scope").at("name"), "strata");
+  const json& spans = rs.at("scopeSpans")[0].at("spans");
+  ASSERT_EQ(spans.size(), 1u);
+  const json& j = spans[0];
+  EXPECT_EQ(j.at("traceId"), "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(j.at("spanId"), s.span_id.Hex());
+  EXPECT_EQ(j.at("parentSpanId"), "00f067aa0ba902b7");
+  EXPECT_EQ(j.at("traceState"), "a=b");
+  EXPECT_EQ(j.at("name"), "chat tiny");
+  EXPECT_EQ(j.at("kind"), 2);  // SPAN_KIND_SERVER
+  EXPECT_EQ(j.at("startTimeUnixNano"), "1700000000123456789");
+  EXPECT_EQ(j.at("endTimeUnixNano"), "1700000001000000000");
+  const json& attrs = j.at("attributes");
+  EXPECT_EQ(Attr(attrs, "gen_ai.request.model"), json({{"stringValue", "tiny"}}));
+  EXPECT_EQ(Attr(attrs, "gen_ai.request.max_tokens"), json({{"intValue", "9007199254740993"}}));
+  EXPECT_EQ(Attr(attrs, "strata.ratio"), json({{"doubleValue", 0.25}}));
+  EXPECT_EQ(Attr(attrs, "strata.stream"), json({{"boolValue", true}}));
+  EXPECT_EQ(Attr(attrs, "gen_ai.response.finish_reasons"),
+            json::parse(R"({"arrayValue":{"values":[{"stringValue":"stop"},)"
+                        R"({"stringValue":"length"}]}})"));
+  ASSERT_EQ(j.at("events").size(), 1u);
+  EXPECT_EQ(j.at("events")[0].at("name"), "first_token");
+  EXPECT_EQ(j.at("events")[0].at("timeUnixNano"), "1700000000500000000");
+  EXPECT_EQ(Attr(j.at("events")[0].at("attributes"), "strata.tokens"), json({{"intValue", "1"}}));
+  EXPECT_EQ(j.at("status"), json({{"code", 2}, {"message", "upstream 503"}}));
+}
+
+TEST(OtlpJson, RootSpanHasNoParentAndUnsetStatusHasNoMessage) {
+  Span root = ChildOf(TraceContext{}, "gateway.route", SpanKind::kInternal);
+  const json doc = json::parse(EncodeOtlpJson({}, {root}));
+  const json& j = doc.at("resourceSpans")[0].at("scopeSpans")[0].at("spans")[0];
+  EXPECT_FALSE(j.contains("parentSpanId"));
+  EXPECT_FALSE(j.contains("traceState"));
+  EXPECT_FALSE(j.contains("events"));
+  EXPECT_EQ(j.at("kind"), 1);
+  EXPECT_EQ(j.at("status"), json({{"code", 0}}));
+}
+
+TEST(OtlpJson, InvalidUtf8IsReplacedNotThrown) {
+  Span s = ChildOf(TraceContext{}, "chat \xff\xfe", SpanKind::kServer);
+  s.AddAttribute("gen_ai.request.model", std::string("m\xc3"));
+  std::string body;
+  ASSERT_NO_THROW(body = EncodeOtlpJson({}, {s}));
+  EXPECT_FALSE(json::parse(body, nullptr, false).is_discarded());
+}
+
+TEST(OtlpJson, TheTestReceiverDecodesWhatTheEncoderWrites) {
+  const Span s = Sample();
+  Span child = ChildOf(s.Context(), "gateway.route", SpanKind::kInternal);
+  child.start_unix_ns = s.start_unix_ns + 1;
+  child.end_unix_ns = s.start_unix_ns + 2;
+  auto decoded = testing::DecodeOtlpJson(
+      EncodeOtlpJson({Attribute{"service.name", std::string("svc")}}, {s, child}));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  ASSERT_EQ(decoded->size(), 2u);
+  const auto& d = (*decoded)[0];
+  EXPECT_EQ(d.service, "svc");
+  EXPECT_EQ(d.trace_id, s.trace_id.Hex());
+  EXPECT_EQ(d.span_id, s.span_id.Hex());
+  EXPECT_EQ(d.parent_span_id, "00f067aa0ba902b7");
+  EXPECT_EQ(d.kind, 2);
+  EXPECT_EQ(d.start_unix_ns, s.start_unix_ns);
+  EXPECT_EQ(d.end_unix_ns, s.end_unix_ns);
+  EXPECT_EQ(d.Str("gen_ai.request.model"), "tiny");
+  EXPECT_EQ(d.Int("gen_ai.request.max_tokens"), 9'007'199'254'740'993);
+  EXPECT_EQ(d.Double("strata.ratio"), 0.25);
+  EXPECT_EQ(d.Bool("strata.stream"), true);
+  EXPECT_EQ(d.StrArray("gen_ai.response.finish_reasons"),
+            (std::vector<std::string>{"stop", "length"}));
+  EXPECT_FALSE(d.Str("gen_ai.request.max_tokens").has_value());  // typed: not a string
+  ASSERT_EQ(d.events.size(), 1u);
+  EXPECT_EQ(d.events[0].name, "first_token");
+  EXPECT_EQ(d.status_code, 2);
+  EXPECT_EQ(d.status_message, "upstream 503");
+  EXPECT_EQ((*decoded)[1].parent_span_id, s.span_id.Hex());
+  EXPECT_FALSE(testing::DecodeOtlpJson("{\"resourceSpans\": 3}").ok());
+  EXPECT_FALSE(testing::DecodeOtlpJson("not json").ok());
+}
+
+}  // namespace
+}  // namespace strata::trace

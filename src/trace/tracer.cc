@@ -1,0 +1,302 @@
+// trace/tracer: the bounded span queue and the exporter thread (see tracer.h).
+#include "trace/tracer.h"
+
+// clang-format off
+#include <utility>  // std::exchange, used by Boost 1.74's awaitable.hpp: must come before it
+// clang-format on
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <charconv>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "http/client.h"
+
+namespace strata::trace {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace asio = boost::asio;
+
+constexpr std::chrono::milliseconds kFirstBackoff{100};
+constexpr std::chrono::milliseconds kMaxBackoff{30000};
+constexpr int kMaxRetriesLimit = 16;
+constexpr std::chrono::milliseconds kWatchPeriod{20};
+
+// What one POST came to.
+enum class Outcome : uint8_t { kDelivered, kRetryable, kFatal };
+
+Outcome Classify(const http::HttpResult& r) {
+  if (!r.status.ok()) return Outcome::kRetryable;  // connection refused, reset, timeout
+  if (r.http_status >= 200 && r.http_status < 300) return Outcome::kDelivered;
+  switch (r.http_status) {
+    case 429:
+    case 502:
+    case 503:
+    case 504:
+      return Outcome::kRetryable;
+    default:
+      return Outcome::kFatal;
+  }
+}
+
+// Retry-After in seconds (the HTTP-date form is not used by collectors; it falls back to backoff).
+std::optional<std::chrono::milliseconds> ParseRetryAfter(std::string_view v) {
+  int64_t seconds = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), seconds);
+  if (ec != std::errc() || end != v.data() + v.size() || seconds < 0) return std::nullopt;
+  return std::min<std::chrono::milliseconds>(std::chrono::seconds(seconds), kMaxBackoff);
+}
+
+Status Validate(const TracerOptions& o) {
+  if (!(o.sample_ratio >= 0.0 && o.sample_ratio <= 1.0)) {
+    return Status::InvalidArgument("otlp sample ratio must be in [0, 1]");
+  }
+  if (o.queue_capacity == 0 || o.max_batch == 0) {
+    return Status::InvalidArgument("otlp queue capacity and batch size must be positive");
+  }
+  if (o.flush_interval.count() <= 0 || o.export_timeout.count() <= 0) {
+    return Status::InvalidArgument("otlp flush interval and export timeout must be positive");
+  }
+  if (o.max_retries < 0 || o.max_retries > kMaxRetriesLimit) {
+    return Status::InvalidArgument("otlp max retries must be in [0, 16]");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct Tracer::Impl {
+  TracerOptions options;
+  http::Url url;
+  std::vector<Attribute> resource;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Span> queue;           // guarded by mu
+  bool stopping = false;            // guarded by mu
+  Clock::time_point stop_deadline;  // guarded by mu; valid once stopping
+  // The same deadline for the exporter's POST watch (steady ticks; max while not stopping).
+  std::atomic<int64_t> stop_deadline_ns{std::numeric_limits<int64_t>::max()};
+
+  std::atomic<uint64_t> exported{0};
+  std::atomic<uint64_t> dropped_queue_full{0};
+  std::atomic<uint64_t> dropped_export_failed{0};
+  std::atomic<uint64_t> export_requests{0};
+  std::atomic<uint64_t> export_retries{0};
+
+  asio::io_context io;  // the exporter thread's only
+  std::unique_ptr<http::HttpClient> client;
+  std::thread thread;
+  std::once_flag shutdown_once;
+
+  void Run();
+  // Takes the next batch (blocks until one is due or the tracer stops); empty when done.
+  std::vector<Span> NextBatch();
+  void Send(std::vector<Span> batch);
+  http::HttpResult Post(const std::string& body,
+                        std::optional<std::chrono::milliseconds>* retry_after);
+  asio::awaitable<void> DoPost(const std::string& body, http::HttpClient::RequestOptions ro,
+                               http::HttpResult* out, bool* done, asio::steady_timer* watch);
+  // Aborts the POST in flight once the shutdown's flush deadline passed.
+  asio::awaitable<void> Watch(http::RequestAbort* abort, const bool* done,
+                              asio::steady_timer* watch);
+  // Sleeps `d`, cut short (returning false) when the stop deadline would pass first.
+  bool Backoff(std::chrono::milliseconds d);
+};
+
+void Tracer::Impl::Run() {
+  client = std::make_unique<http::HttpClient>(io, url, "");
+  while (true) {
+    std::vector<Span> batch = NextBatch();
+    if (batch.empty()) break;
+    Send(std::move(batch));
+  }
+  client.reset();
+}
+
+std::vector<Span> Tracer::Impl::NextBatch() {
+  std::unique_lock lock(mu);
+  const auto due = Clock::now() + options.flush_interval;
+  cv.wait_until(lock, due, [&] { return stopping || queue.size() >= options.max_batch; });
+  while (queue.empty() && !stopping) {
+    cv.wait_for(lock, options.flush_interval,
+                [&] { return stopping || queue.size() >= options.max_batch; });
+  }
+  if (stopping && Clock::now() >= stop_deadline) {
+    dropped_export_failed += queue.size();  // no time left to send them
+    queue.clear();
+  }
+  const size_t n = std::min(queue.size(), options.max_batch);
+  std::vector<Span> batch;
+  batch.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    batch.push_back(std::move(queue.front()));
+    queue.pop_front();
+  }
+  return batch;
+}
+
+http::HttpResult Tracer::Impl::Post(const std::string& body,
+                                    std::optional<std::chrono::milliseconds>* retry_after) {
+  http::HttpResult result;
+  http::RequestAbort abort;
+  http::HttpClient::RequestOptions ro;
+  ro.abort = &abort;
+  ro.on_head = [retry_after](const http::ResponseHead& head) {
+    if (auto v = head.Header("retry-after"); !v.empty()) *retry_after = ParseRetryAfter(v);
+    return Status::Ok();
+  };
+  bool done = false;
+  asio::steady_timer watch(io);
+  asio::co_spawn(io, DoPost(body, std::move(ro), &result, &done, &watch), asio::detached);
+  asio::co_spawn(io, Watch(&abort, &done, &watch), asio::detached);
+  io.restart();
+  io.run();
+  ++export_requests;
+  return result;
+}
+
+asio::awaitable<void> Tracer::Impl::DoPost(const std::string& body,
+                                           http::HttpClient::RequestOptions ro,
+                                           http::HttpResult* out, bool* done,
+                                           asio::steady_timer* watch) {
+  const auto deadline = Clock::now() + options.export_timeout;
+  *out = co_await client->Request(
+      "POST", "/v1/traces", body, deadline, [](std::string_view) { return Status::Ok(); },
+      std::move(ro));
+  *done = true;
+  watch->cancel();
+}
+
+asio::awaitable<void> Tracer::Impl::Watch(http::RequestAbort* abort, const bool* done,
+                                          asio::steady_timer* watch) {
+  while (!*done) {
+    watch->expires_after(kWatchPeriod);
+    boost::system::error_code ec;
+    co_await watch->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (*done) break;
+    const int64_t deadline = stop_deadline_ns.load();
+    if (Clock::now().time_since_epoch().count() >= deadline) abort->Abort();  // flush time is up
+  }
+}
+
+bool Tracer::Impl::Backoff(std::chrono::milliseconds d) {
+  std::unique_lock lock(mu);
+  const auto wake = Clock::now() + d;
+  if (stopping && wake >= stop_deadline) return false;
+  cv.wait_until(lock, wake, [&] { return stopping && stop_deadline <= wake; });
+  return !(stopping && stop_deadline <= wake);
+}
+
+void Tracer::Impl::Send(std::vector<Span> batch) {
+  const std::string body = EncodeOtlpJson(resource, batch);
+  std::chrono::milliseconds backoff = kFirstBackoff;
+  for (int attempt = 0;; ++attempt) {
+    std::optional<std::chrono::milliseconds> retry_after;
+    const Outcome outcome = Classify(Post(body, &retry_after));
+    if (outcome == Outcome::kDelivered) {
+      exported += batch.size();
+      return;
+    }
+    if (outcome == Outcome::kFatal || attempt >= options.max_retries) break;
+    if (!Backoff(retry_after.value_or(backoff))) break;
+    backoff = std::min(backoff * 2, kMaxBackoff);
+    ++export_retries;
+  }
+  dropped_export_failed += batch.size();
+}
+
+Tracer::Tracer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Tracer::~Tracer() { Shutdown(impl_->options.flush_interval); }
+
+Result<std::unique_ptr<Tracer>> Tracer::Start(TracerOptions options) {
+  if (Status s = Validate(options); !s.ok()) return s;
+  auto url = http::ParseUrl(options.endpoint);
+  if (!url.ok()) return Status::InvalidArgument("otlp endpoint: " + url.status().message());
+  auto impl = std::make_unique<Impl>();
+  impl->url = std::move(*url);
+  impl->resource.push_back(Attribute{
+      "service.name", options.service_name.empty() ? "unknown_service" : options.service_name});
+  for (const auto& a : options.resource) impl->resource.push_back(a);
+  impl->options = std::move(options);
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->Run(); });
+  return std::unique_ptr<Tracer>(new Tracer(std::move(impl)));
+}
+
+bool Tracer::ShouldSample(const std::optional<TraceContext>& parent,
+                          const TraceId& trace_id) const {
+  if (parent.has_value()) return parent->sampled;
+  const double ratio = impl_->options.sample_ratio;
+  if (ratio >= 1.0) return true;
+  if (ratio <= 0.0) return false;
+  uint64_t low = 0;
+  for (size_t i = 8; i < 16; ++i) low = low << 8 | trace_id.bytes[i];
+  const double threshold = std::ldexp(ratio, 64);  // ratio * 2^64, below 2^64 for ratio < 1
+  if (threshold >= std::ldexp(1.0, 64)) return true;
+  return low < static_cast<uint64_t>(threshold);
+}
+
+void Tracer::Export(Span span) {
+  std::vector<Span> one;
+  one.push_back(std::move(span));
+  Export(std::move(one));
+}
+
+void Tracer::Export(std::vector<Span> spans) {
+  bool wake = false;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->stopping) {
+      impl_->dropped_queue_full += spans.size();
+      return;
+    }
+    const size_t room = impl_->options.queue_capacity - impl_->queue.size();
+    const size_t take = std::min(room, spans.size());
+    for (size_t i = 0; i < take; ++i) impl_->queue.push_back(std::move(spans[i]));
+    impl_->dropped_queue_full += spans.size() - take;
+    wake = impl_->queue.size() >= impl_->options.max_batch &&
+           impl_->queue.size() - take < impl_->options.max_batch;
+  }
+  if (wake) impl_->cv.notify_all();
+}
+
+TracerStats Tracer::stats() const {
+  TracerStats s;
+  s.spans_exported = impl_->exported.load();
+  s.dropped_queue_full = impl_->dropped_queue_full.load();
+  s.dropped_export_failed = impl_->dropped_export_failed.load();
+  s.export_requests = impl_->export_requests.load();
+  s.export_retries = impl_->export_retries.load();
+  std::lock_guard lock(impl_->mu);
+  s.queued = impl_->queue.size();
+  return s;
+}
+
+void Tracer::Shutdown(std::chrono::milliseconds flush_timeout) {
+  std::call_once(impl_->shutdown_once, [&] {
+    {
+      std::lock_guard lock(impl_->mu);
+      impl_->stopping = true;
+      impl_->stop_deadline = Clock::now() + flush_timeout;
+      impl_->stop_deadline_ns = impl_->stop_deadline.time_since_epoch().count();
+    }
+    impl_->cv.notify_all();
+    if (impl_->thread.joinable()) impl_->thread.join();
+  });
+}
+
+}  // namespace strata::trace
