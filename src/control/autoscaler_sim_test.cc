@@ -258,7 +258,7 @@ class Sim {
       if (r.ready_at + kScrapeS <= t) ++o.reporting_replicas;
     }
     o.waiting = static_cast<double>(queue_.size());
-    // As rate(strata:request_queue_time_seconds_count[1m]): requests counted as they arrive.
+    // As rate(strata:requests_received_total[1m]): requests counted as they arrive.
     o.arrival_rate = static_cast<double>(arrivals_.size()) / std::min(t, kRateWindowS);
     std::vector<float> lat;
     double sum = 0;

@@ -58,6 +58,7 @@ const std::set<std::string>& ExportedFamilies() {
       "strata:kv_tier_hit_tokens_total", "strata:kv_tier_hits_total", "strata:kv_tier_misses_total",
       // issue 19: the breakdown histograms and the exporter counters (obs-design)
       "strata:request_prefill_time_seconds", "strata:request_decode_time_seconds",
+      "strata:requests_received_total",
       "strata:request_inference_time_seconds", "strata:trace_spans_exported_total",
       "strata:trace_spans_dropped_total",
       // strata gateway (gateway/gateway_metrics.h)

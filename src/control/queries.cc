@@ -65,9 +65,10 @@ std::string Mean(std::string_view family, const QueryScope& s) {
          SumRate(std::string(family) + "_count", s);
 }
 // Requests accepted by the replicas' engines (counted at acceptance, so it follows arrivals
-// even while the replicas are saturated and finish fewer).
+// even while the replicas are saturated and finish fewer). Until issue 19 this was the count of
+// strata:request_queue_time_seconds, which now ends at the first scheduled step.
 std::string RequestRate(const QueryScope& s) {
-  return SumRate("strata:request_queue_time_seconds_count", s);
+  return SumRate("strata:requests_received_total", s);
 }
 std::string RequestRate(std::string_view window) {
   QueryScope s;
