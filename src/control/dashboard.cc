@@ -73,7 +73,8 @@ DashboardRow SloRow(const DeploymentSpec* spec) {
   std::set<std::string> recorded;
   if (spec != nullptr)
     for (const NamedQuery& r : SloRecordingRules(*spec)) recorded.insert(r.name);
-  const auto add = [&](std::vector<DashboardTarget>* to, std::string series, std::string legend) {
+  const auto add = [&](std::vector<DashboardTarget>* to, const std::string& series,
+                       std::string legend) {
     if (spec == nullptr || recorded.count(series) > 0)
       to->push_back(Recorded(series, std::move(legend)));
   };

@@ -13,8 +13,8 @@
 // rate over Grafana's `$__rate_interval`.
 //
 // With a spec, the SLO row shows only the per-objective series its rules record
-// (SloRecordingRules: the objectives some pool sets) and the title / uid name the deployment; without one (nullptr),
-// every objective and the name "strata".
+// (SloRecordingRules: the objectives some pool sets) and the title / uid name the deployment;
+// without one (nullptr), every objective and the name "strata".
 //
 // Thread contract: pure functions. Errors: none (the spec is already validated).
 #pragma once

@@ -58,9 +58,8 @@ const std::set<std::string>& ExportedFamilies() {
       "strata:kv_tier_hit_tokens_total", "strata:kv_tier_hits_total", "strata:kv_tier_misses_total",
       // issue 19: the breakdown histograms and the exporter counters (obs-design)
       "strata:request_prefill_time_seconds", "strata:request_decode_time_seconds",
-      "strata:requests_received_total",
-      "strata:request_inference_time_seconds", "strata:trace_spans_exported_total",
-      "strata:trace_spans_dropped_total",
+      "strata:requests_received_total", "strata:request_inference_time_seconds",
+      "strata:trace_spans_exported_total", "strata:trace_spans_dropped_total",
       // strata gateway (gateway/gateway_metrics.h)
       "strata_gateway:requests_total", "strata_gateway:time_to_first_token_seconds",
       "strata_gateway:routing_decisions_total", "strata_gateway:rejections_total",
