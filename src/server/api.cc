@@ -145,6 +145,12 @@ const MetricSpec kMetrics[] = {
     {"strata:kv_tier_queue_drops_total", T::kCounter,
      "Tier writes dropped because the write queue was full.", nullptr},
     {"strata:kv_tier_queued_writes", T::kGauge, "Tier writes waiting for a worker.", nullptr},
+    {"strata:trace_spans_exported_total", T::kCounter,
+     "Spans the OTLP exporter delivered (--otlp-endpoint; absent without it).", nullptr},
+    {"strata:trace_spans_dropped_total", T::kCounter,
+     "Spans the OTLP exporter dropped, by reason: queue_full (the bounded queue was full), "
+     "export_failed (the collector refused them or retries ran out).",
+     nullptr},
 };
 
 // `--metrics-compat vllm`: the same events also under vLLM's names, types, labels (model_name,
@@ -408,10 +414,21 @@ HttpResponse Api::Ready(Exchange&) { return readiness_.Probe(); }
 
 HttpResponse Api::Metrics(Exchange&) {
   RefreshEngineGauges();
+  RefreshTracerCounters();
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body = metrics_.Render();
   return r;
+}
+
+void Api::RefreshTracerCounters() {
+  if (options_.tracer == nullptr) return;
+  const trace::TracerStats s = options_.tracer->stats();
+  metrics_.Set("strata:trace_spans_exported_total", "", static_cast<double>(s.spans_exported));
+  metrics_.Set("strata:trace_spans_dropped_total", http::Labels({{"reason", "queue_full"}}),
+               static_cast<double>(s.dropped_queue_full));
+  metrics_.Set("strata:trace_spans_dropped_total", http::Labels({{"reason", "export_failed"}}),
+               static_cast<double>(s.dropped_export_failed));
 }
 
 // The block events a gateway polls (kv_events.h): no readiness needed, read under the log's short
