@@ -1133,7 +1133,9 @@ std::string RolloutLine(const json& r) {
                                 Str(r, "strategy"), Str(r, "from"), Str(r, "to"), phase);
   if (!ended && r.contains("step") && r.contains("steps") && r["steps"].is_array())
     out += fmt::format(", step {}/{}, canary {} % ({})", Str(r, "step"), r["steps"].size(),
-                       Str(r, "weight"), Str(r, "state"));
+                       r["weight"].is_number() ? fmt::format("{:g}", r["weight"].get<double>())
+                                               : Str(r, "weight"),
+                       Str(r, "state"));
   const auto d = r.find("last_decision");
   if (d != r.end() && d->is_object() && !Str(*d, "decision").empty())
     out += fmt::format("; last decision {}: {}", Str(*d, "decision"), Str(*d, "reason"));
