@@ -129,13 +129,14 @@ Result<std::string> Build(const DeploymentSpec& spec, bool with_tokenizer,
     PoolSpec pool = *base;
     pool.name = CanaryPoolName(name, set.version);
     pool.version = set.version;
-    EmitPool(spec, pool, with_tokenizer,
-             [&set](const PoolSpec&, YAML::Emitter* o) {
-               *o << YAML::Key << "replicas" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-               for (const std::string& url : set.replicas) *o << url;
-               *o << YAML::EndSeq;
-             },
-             &out);
+    EmitPool(
+        spec, pool, with_tokenizer,
+        [&set](const PoolSpec&, YAML::Emitter* o) {
+          *o << YAML::Key << "replicas" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+          for (const std::string& url : set.replicas) *o << url;
+          *o << YAML::EndSeq;
+        },
+        &out);
   }
   out << YAML::EndSeq << YAML::EndMap;
   if (!out.good()) return Status::Internal("gateway.yaml: " + out.GetLastError());

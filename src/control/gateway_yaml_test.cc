@@ -162,11 +162,12 @@ TEST(GatewayYaml, TheExampleRoutesTheThreeBranches) {
 TEST(GatewayYaml, CanaryRolloutSplitsThePoolsPlainRoutes) {
   std::string text = kSpec;
   const std::string routes = "    - {name: default, to: general}\n";
-  text.replace(text.find(routes), routes.size(),
-               "    - {name: ab, match: {tenant: acme}, to: [{pool: general, weight: 1}, "
-               "{pool: gold, weight: 1}]}\n"
-               "    - {name: casc, match: {model: c}, to: {cascade: {first: general, then: gold}}}\n" +
-                   routes);
+  text.replace(
+      text.find(routes), routes.size(),
+      "    - {name: ab, match: {tenant: acme}, to: [{pool: general, weight: 1}, "
+      "{pool: gold, weight: 1}]}\n"
+      "    - {name: casc, match: {model: c}, to: {cascade: {first: general, then: gold}}}\n" +
+          routes);
   auto spec = ParseDeploymentSpec(text, "/m");
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   auto plain = PlainRoutesTo(*spec, "general");
@@ -182,9 +183,9 @@ TEST(GatewayYaml, CanaryRolloutSplitsThePoolsPlainRoutes) {
   policy.interval = std::chrono::seconds(1);
   policy.guards.error_rate_max_delta = 0.2;
   policy.guards.ttft_p95_max_ratio = 2;
-  auto out = GatewayYaml(*spec,
-                         {{"gold", {"http://127.0.0.1:9001"}}, {"general", {"http://127.0.0.1:9003"}}},
-                         {{"general", CanarySet{"v2", {"http://127.0.0.1:9005"}, policy}}});
+  auto out = GatewayYaml(
+      *spec, {{"gold", {"http://127.0.0.1:9001"}}, {"general", {"http://127.0.0.1:9003"}}},
+      {{"general", CanarySet{"v2", {"http://127.0.0.1:9005"}, policy}}});
   ASSERT_TRUE(out.ok()) << out.status().message();
   auto g = gateway::ParseGatewayConfig(*out);
   ASSERT_TRUE(g.ok()) << g.status().message() << "\n" << *out;

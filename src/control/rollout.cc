@@ -164,9 +164,8 @@ void CanaryRollout::ObserveGateway(const Result<std::vector<CanaryRouteState>>& 
            now);
     return;
   }
-  const bool all_promoted = std::all_of(seen_.begin(), seen_.end(), [](const CanaryRouteState& c) {
-    return c.state == "promoted";
-  });
+  const bool all_promoted = std::all_of(
+      seen_.begin(), seen_.end(), [](const CanaryRouteState& c) { return c.state == "promoted"; });
   if (all_promoted && !seen_.empty()) {
     const CanaryRouteState& c = seen_.front();
     Finish(RolloutPhase::kPromoted,
@@ -198,8 +197,8 @@ nlohmann::json CanaryRollout::ToJson(Time now) const {
     j["step"] = c.step + 1;  // 1-based for people
     j["steps"] = c.steps;
     j["weight"] = c.weight;
-    j["last_decision"] = {{"route", c.route}, {"decision", c.last_decision},
-                          {"reason", c.last_reason}};
+    j["last_decision"] = {
+        {"route", c.route}, {"decision", c.last_decision}, {"reason", c.last_reason}};
   }
   return j;
 }

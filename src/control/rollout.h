@@ -41,8 +41,8 @@ struct CanaryRouteState {
   std::string state;  // progressing | paused | promoted | rolled_back
   int64_t step = 0;   // 0-based
   std::vector<double> steps;
-  double weight = 0;                        // the canary's weight %
-  std::string last_decision, last_reason;   // "" before the first decision
+  double weight = 0;                                   // the canary's weight %
+  std::string last_decision, last_reason;              // "" before the first decision
   int64_t baseline_requests = 0, canary_requests = 0;  // the current step's windows
 };
 

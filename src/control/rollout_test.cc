@@ -47,8 +47,7 @@ class RolloutTest : public ::testing::Test {
  protected:
   Time At(double s) const { return t0_ + milliseconds(static_cast<int64_t>(s * 1000)); }
   CanaryRollout Make(std::vector<std::string> routes = {"default"}) const {
-    return CanaryRollout("general", "v1", "v2", "general.v2", std::move(routes), seconds(30),
-                         t0_);
+    return CanaryRollout("general", "v1", "v2", "general.v2", std::move(routes), seconds(30), t0_);
   }
   const Time t0_ = Time() + seconds(1000);
 };
@@ -61,8 +60,7 @@ TEST_F(RolloutTest, StartsUntilTheWholeNewSetIsReadyThenSplits) {
   r.ObserveReplicas({2, 0, ""}, At(1));
   r.ObserveReplicas({2, 1, ""}, At(2));
   EXPECT_EQ(r.phase(), RolloutPhase::kStarting);  // never split before all of the set is ready
-  EXPECT_NE(r.Summary().find("starting general.v2 (1/2 ready)"), std::string::npos)
-      << r.Summary();
+  EXPECT_NE(r.Summary().find("starting general.v2 (1/2 ready)"), std::string::npos) << r.Summary();
   r.ObserveReplicas({2, 2, ""}, At(3));
   EXPECT_EQ(r.phase(), RolloutPhase::kCanary);
   EXPECT_TRUE(r.splitting());
@@ -126,10 +124,10 @@ TEST_F(RolloutTest, StepsThenPromotionOfEveryRoute) {
 TEST_F(RolloutTest, AnyRollbackEndsItWithTheCanarysReason) {
   CanaryRollout r = Make({"default", "chat"});
   r.ObserveReplicas({1, 1, ""}, At(1));
-  r.ObserveGateway(
-      Answer({Entry("default", "promoted", 1, 100, "promote", "within bounds"),
-              Entry("chat", "rolled_back", 0, 0, "rollback", "error_rate 0.5 > baseline 0 + 0.01")}),
-      At(2));
+  r.ObserveGateway(Answer({Entry("default", "promoted", 1, 100, "promote", "within bounds"),
+                           Entry("chat", "rolled_back", 0, 0, "rollback",
+                                 "error_rate 0.5 > baseline 0 + 0.01")}),
+                   At(2));
   EXPECT_EQ(r.phase(), RolloutPhase::kRolledBack);
   EXPECT_EQ(r.reason(), "route chat: canary rollback: error_rate 0.5 > baseline 0 + 0.01");
   EXPECT_NE(r.Summary().find("rolled_back: route chat"), std::string::npos);
@@ -175,11 +173,11 @@ TEST(ParseCanaryList, ReadsTheAdminBodyStrictly) {
   auto ok = ParseCanaryList(R"({"canaries":[]})", "p.v2");
   ASSERT_TRUE(ok.ok());
   EXPECT_TRUE(ok->empty());
-  for (const char* bad : {"", "[]", "{}", R"({"canaries":{}})", R"({"canaries":[1]})",
-                          R"({"canaries":[{"route":7}]})",
-                          R"({"canaries":[{"route":"r","step":"x"}]})",
-                          R"({"canaries":[{"route":"r","weight":900}]})",
-                          R"({"canaries":[{"route":"r","decisions":{}}]})"}) {
+  for (const char* bad :
+       {"", "[]", "{}", R"({"canaries":{}})", R"({"canaries":[1]})",
+        R"({"canaries":[{"route":7}]})", R"({"canaries":[{"route":"r","step":"x"}]})",
+        R"({"canaries":[{"route":"r","weight":900}]})",
+        R"({"canaries":[{"route":"r","decisions":{}}]})"}) {
     auto r = ParseCanaryList(bad, "p.v2");
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {

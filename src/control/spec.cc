@@ -416,8 +416,8 @@ Status MergeRollouts(const YAML::Node& root, DeploymentSpec* s) {
     const YAML::Node own = pools && pools.IsSequence() && i < pools.size() && pools[i].IsMap()
                                ? pools[i]["rollout"]
                                : YAML::Node();
-    if (own) RETURN_IF_ERROR(DecodeSection(RolloutFields(), own, At("pools", i) + ".rollout",
-                                           &p.rollout));
+    if (own)
+      RETURN_IF_ERROR(DecodeSection(RolloutFields(), own, At("pools", i) + ".rollout", &p.rollout));
   }
   return Status::Ok();
 }

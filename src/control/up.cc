@@ -211,7 +211,7 @@ struct Up::Impl {
   // The gateway's admin API key: the spec's admin.api_key, else one made up at start.
   std::string admin_key GUARDED_BY(mu);
   std::string generated_admin_key;
-  bool gateway_stale GUARDED_BY(mu) = false;               // written, SIGHUP not sent yet
+  bool gateway_stale GUARDED_BY(mu) = false;  // written, SIGHUP not sent yet
   std::string targets GUARDED_BY(mu);
   std::vector<ColdStart> cold_starts GUARDED_BY(mu);
   std::set<std::string> seen_ready GUARDED_BY(mu);
@@ -242,8 +242,7 @@ struct Up::Impl {
   void ReconcileCanarySet(const PoolSpec& p, PoolRun& run,
                           const std::map<std::string, ChildStatus>& children,
                           std::vector<std::string>* leave) REQUIRES(mu);
-  void FinishCanary(const PoolSpec& p, PoolRun& run, std::vector<std::string>* leave)
-      REQUIRES(mu);
+  void FinishCanary(const PoolSpec& p, PoolRun& run, std::vector<std::string>* leave) REQUIRES(mu);
   // The gateway URL to poll for canaries now ("" = not due: no canary splits, or polled < 1 s ago).
   std::string CanaryPollDue() REQUIRES(mu);
   void ObserveCanaries(const Result<FetchReply>& reply) REQUIRES(mu);
@@ -321,9 +320,9 @@ void Up::Impl::ReconcilePool(const PoolSpec& p, PoolRun& run,
   std::sort(old.begin(), old.end(), not_ready_first);
   for (size_t i = 0; old.size() - i > allowed_old; ++i) leave->push_back(old[i]);
   if (old.empty() && !run.rollout.empty()) {
-    run.last_rollout = {{"strategy", "surge"},     {"pool", p.name},
-                        {"from", run.surge_from},  {"to", run.version},
-                        {"phase", "promoted"},     {"reason", "every old replica drained"}};
+    run.last_rollout = {{"strategy", "surge"},    {"pool", p.name},
+                        {"from", run.surge_from}, {"to", run.version},
+                        {"phase", "promoted"},    {"reason", "every old replica drained"}};
     run.rollout.clear();
   }
   std::sort(current.begin(), current.end(), not_ready_first);
@@ -660,8 +659,8 @@ void Up::Impl::ObserveCanaries(const Result<FetchReply>& reply) {
     if (!reply.ok()) {
       list = reply.status();
     } else if (reply->status != 200) {
-      list = Status::Unavailable(fmt::format("GET /admin/canary: HTTP {}: {}", reply->status,
-                                             reply->body.substr(0, 200)));
+      list = Status::Unavailable(
+          fmt::format("GET /admin/canary: HTTP {}: {}", reply->status, reply->body.substr(0, 200)));
     } else {
       list = ParseCanaryList(reply->body, run.canary->canary_pool());
     }
@@ -838,9 +837,8 @@ Status Up::Rollout(const std::string& pool, const std::string& version) {
     run.version = version;
   } else {
     run.canary_policy = p->rollout;
-    run.canary.emplace(pool, run.version, version, CanaryPoolName(pool, version),
-                       std::move(routes), impl_->opts.ready_timeout,
-                       std::chrono::steady_clock::now());
+    run.canary.emplace(pool, run.version, version, CanaryPoolName(pool, version), std::move(routes),
+                       impl_->opts.ready_timeout, std::chrono::steady_clock::now());
     std::fprintf(stderr, "strata up: pool %s: canary rollout %s -> %s\n", pool.c_str(),
                  run.version.c_str(), version.c_str());
   }
@@ -1132,10 +1130,10 @@ std::string RolloutLine(const json& r) {
   std::string out = fmt::format("  {}: {} {} -> {} {}", ended ? "last rollout" : "rollout",
                                 Str(r, "strategy"), Str(r, "from"), Str(r, "to"), phase);
   if (!ended && r.contains("step") && r.contains("steps") && r["steps"].is_array())
-    out += fmt::format(", step {}/{}, canary {} % ({})", Str(r, "step"), r["steps"].size(),
-                       r["weight"].is_number() ? fmt::format("{:g}", r["weight"].get<double>())
-                                               : Str(r, "weight"),
-                       Str(r, "state"));
+    out += fmt::format(
+        ", step {}/{}, canary {} % ({})", Str(r, "step"), r["steps"].size(),
+        r["weight"].is_number() ? fmt::format("{:g}", r["weight"].get<double>()) : Str(r, "weight"),
+        Str(r, "state"));
   const auto d = r.find("last_decision");
   if (d != r.end() && d->is_object() && !Str(*d, "decision").empty())
     out += fmt::format("; last decision {}: {}", Str(*d, "decision"), Str(*d, "reason"));

@@ -353,7 +353,8 @@ TEST_F(UpTest, ABadSpecIsRefusedWithThePath) {
 // 1 s per step) with latency guards loose enough for a loaded 2-core machine, and the gateway's
 // admin key so the test can watch (and act on) the canary.
 std::string CanarySpec() {
-  return std::string("apiVersion: strata.dev/v1\nkind: Deployment\nmetadata: {name: canarytest}\n") +
+  return std::string(
+             "apiVersion: strata.dev/v1\nkind: Deployment\nmetadata: {name: canarytest}\n") +
          "models:\n  - name: tiny\n    versions:\n      - {version: v1, path: " +
          STRATA_DEFAULT_MODEL + "}\n      - {version: v2, path: " + STRATA_DEFAULT_MODEL +
          "}\npools:\n"
@@ -450,12 +451,12 @@ TEST_F(UpTest, ACanaryRolloutReachesBothArmsPromotesAndTheOldReplicaExits) {
   EXPECT_EQ(canary["baseline"], "general");
   EXPECT_EQ(canary["canary"], "general.v2");
   // Another rollout while this one runs is refused (409), the same one is accepted again.
-  EXPECT_EQ(HttpCall(status_port, "POST", "/rollout", R"({"pool":"general","version":"v1"})")
-                .status,
-            409);
-  EXPECT_EQ(HttpCall(status_port, "POST", "/rollout", R"({"pool":"general","version":"v2"})")
-                .status,
-            202);
+  EXPECT_EQ(
+      HttpCall(status_port, "POST", "/rollout", R"({"pool":"general","version":"v1"})").status,
+      409);
+  EXPECT_EQ(
+      HttpCall(status_port, "POST", "/rollout", R"({"pool":"general","version":"v2"})").status,
+      202);
   // Promoted: the pool runs v2 alone, the v1 replica has exited, and load reached both arms.
   ASSERT_TRUE(WaitFor([&] { return Phase(Pool(Status(), "general")) == "promoted"; }, 50))
       << Status().dump(2);
@@ -481,8 +482,7 @@ TEST_F(UpTest, ACanaryRolloutReachesBothArmsPromotesAndTheOldReplicaExits) {
   EXPECT_NE(g["rollout_state"]["reason"].get<std::string>().find("promote"), std::string::npos);
   RunResult text = RunStrata("status --state-dir " + (dir_ / "state").string());
   EXPECT_NE(text.out.find("pool general (tiny@v2): 1/1 ready"), std::string::npos) << text.out;
-  EXPECT_NE(text.out.find("last rollout: canary v1 -> v2 promoted"), std::string::npos)
-      << text.out;
+  EXPECT_NE(text.out.find("last rollout: canary v1 -> v2 promoted"), std::string::npos) << text.out;
   EXPECT_EQ(Complete().status, 200);
   up_->Signal(SIGTERM);
   EXPECT_EQ(up_->Wait(60), 0);
@@ -495,15 +495,14 @@ TEST_F(UpTest, ARolledBackCanaryStopsTheNewReplicaAndTheOldVersionKeepsServing) 
   ASSERT_EQ(before.size(), 1u);
   const pid_t old_pid = before[0]["pid"].get<int>();
   // A very long first step: the canary cannot promote before the operator rolls it back.
-  std::ofstream(dir_ / "deploy.yaml")
-      << [] {
-           std::string spec = CanarySpec();
-           const std::string from = "version: v1\n    replicas";
-           spec.replace(spec.find(from), from.size(), "version: v2\n    replicas");
-           const std::string steps = "min_duration_s: 1";
-           spec.replace(spec.find(steps), steps.size(), "min_duration_s: 3600");
-           return spec;
-         }();
+  std::ofstream(dir_ / "deploy.yaml") << [] {
+    std::string spec = CanarySpec();
+    const std::string from = "version: v1\n    replicas";
+    spec.replace(spec.find(from), from.size(), "version: v2\n    replicas");
+    const std::string steps = "min_duration_s: 1";
+    spec.replace(spec.find(steps), steps.size(), "min_duration_s: 3600");
+    return spec;
+  }();
   Load load(gateway_);
   up_->Signal(SIGHUP);  // the spec's version changed: the rollout starts
   ASSERT_TRUE(WaitFor(
@@ -524,6 +523,19 @@ TEST_F(UpTest, ARolledBackCanaryStopsTheNewReplicaAndTheOldVersionKeepsServing) 
   EXPECT_NE(text.out.find("rollout: canary v1 -> v2 canary, step 1/2, canary 50 % (progressing)"),
             std::string::npos)
       << text.out;
+  // The gateway's /ui data: its own canaries table and the control plane's rollout state.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const json ui = json::parse(HttpCall(gateway_, "GET", "/ui/data").body, nullptr, false);
+        if (!ui.is_object() || !ui.contains("canaries") || !ui["canaries"].is_array() ||
+            ui["canaries"].empty() || ui["canaries"][0].value("canary", "") != "general.v2")
+          return false;
+        const json pools = ui.contains("control") && ui["control"].is_object()
+                               ? ui["control"].value("pools", json::array())
+                               : json::array();
+        return !pools.empty() && Phase(pools[0]) == "canary";
+      },
+      20));
   // The operator rolls the canary back through the gateway's admin API.
   HttpReply rb = HttpCall(gateway_, "POST", "/admin/canary/default/rollback", "",
                           {"Authorization: Bearer test-admin"});
