@@ -123,7 +123,9 @@ Result<std::string> Build(const DeploymentSpec& spec, bool with_tokenizer,
   YAML::Emitter out;
   out << YAML::BeginMap << YAML::Key << "pools" << YAML::Value << YAML::BeginSeq;
   for (const PoolSpec& pool : spec.pools) EmitPool(spec, pool, with_tokenizer, emit_replicas, &out);
-  for (const auto& [name, set] : canaries) {
+  for (const auto& entry : canaries) {
+    const std::string& name = entry.first;
+    const CanarySet& set = entry.second;
     const PoolSpec* base = spec.FindPool(name);
     if (base == nullptr) return Status::InvalidArgument("canaries: no pool named '" + name + "'");
     PoolSpec pool = *base;
