@@ -15,10 +15,10 @@ namespace strata::control {
 
 Result<FetchReply> FetchHttp(const std::string& method, const std::string& url,
                              const std::string& path, std::chrono::milliseconds timeout,
-                             const std::string& body) {
+                             const std::string& body, const std::string& bearer) {
   ASSIGN_OR_RETURN(http::Url u, http::ParseUrl(url));
   boost::asio::io_context io;
-  http::HttpClient client(io, u, "");
+  http::HttpClient client(io, u, bearer);
   FetchReply reply;
   std::optional<http::HttpResult> result;
   auto run = [&]() -> boost::asio::awaitable<void> {

@@ -20,9 +20,10 @@ struct FetchReply {
   std::string body;  // 2xx: the body; otherwise the first 4 KiB of it
 };
 
-// `url` is http://host:port[/prefix]; `path` is appended. A non-empty body is sent as JSON.
+// `url` is http://host:port[/prefix]; `path` is appended. A non-empty body is sent as JSON; a
+// non-empty `bearer` as `Authorization: Bearer <bearer>` (the gateway's admin API).
 Result<FetchReply> FetchHttp(const std::string& method, const std::string& url,
                              const std::string& path, std::chrono::milliseconds timeout,
-                             const std::string& body = "");
+                             const std::string& body = "", const std::string& bearer = "");
 
 }  // namespace strata::control

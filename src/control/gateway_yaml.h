@@ -18,6 +18,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -30,6 +31,32 @@ namespace strata::control {
 Result<std::string> GatewayYaml(
     const DeploymentSpec& spec,
     const std::map<std::string, std::vector<std::string>>& replica_urls_by_pool);
+
+// A canary rollout's new replica set of one pool (control/up).
+struct CanarySet {
+  std::string version;                // the new model version
+  std::vector<std::string> replicas;  // its replicas' URLs
+  RolloutSpec policy;                 // steps, min_requests, durations, guards
+};
+
+// The gateway pool of pool's canary set: "POOL.VERSION" (a name no spec pool can have: spec pool
+// names have no '.'), or "POOL.canary" when that would pass the gateway's 64 characters.
+std::string CanaryPoolName(std::string_view pool, std::string_view version);
+
+// As above, during canary rollouts: per pool P in `canaries`, one more gateway pool
+// CanaryPoolName(P, version) with the set's replicas (labels and tokenizer of the new version),
+// and every route whose `to:` is P alone (PlainRoutesTo) becomes the split
+// `to: [{pool: P, weight: 100 - steps[0]}, {pool: P.VERSION, weight: steps[0]}]` with
+// `canary: {baseline: P, canary: P.VERSION, steps, min_requests, min_duration_s, interval_s,
+// guards}` from the set's policy. Other routes naming P (splits, cascades, shadows) keep P.
+Result<std::string> GatewayYaml(
+    const DeploymentSpec& spec,
+    const std::map<std::string, std::vector<std::string>>& replica_urls_by_pool,
+    const std::map<std::string, CanarySet>& canaries);
+
+// The names of the gateway routes whose `to:` is `pool` alone and that have no `canary:` of their
+// own — the routes a canary rollout of the pool splits (empty: the pool is not routed that way).
+Result<std::vector<std::string>> PlainRoutesTo(const DeploymentSpec& spec, std::string_view pool);
 
 // Kubernetes: `dns_name_by_pool[pool]` (e.g. "strata-general.ns.svc.cluster.local"), each
 // resolved by the gateway to replicas http://addr:replica_port. Every pool needs a name.

@@ -155,5 +155,94 @@ TEST(GatewayYaml, TheExampleRoutesTheThreeBranches) {
   EXPECT_EQ(route(Priority::kSilver, "finetune-medical-x", 10), "general");
 }
 
+// During a canary rollout of `general` (v1 → v2): one more pool `general.v2` (its replicas, the
+// v2 tokenizer and version label), the route whose `to:` is `general` alone becomes the 2-arm
+// split with the rollout's canary block; other routes (to gold, a split naming general, a
+// cascade) stay as they were; the whole text parses with the gateway's own parser.
+TEST(GatewayYaml, CanaryRolloutSplitsThePoolsPlainRoutes) {
+  std::string text = kSpec;
+  const std::string routes = "    - {name: default, to: general}\n";
+  text.replace(
+      text.find(routes), routes.size(),
+      "    - {name: ab, match: {tenant: acme}, to: [{pool: general, weight: 1}, "
+      "{pool: gold, weight: 1}]}\n"
+      "    - {name: casc, match: {model: c}, to: {cascade: {first: general, then: gold}}}\n" +
+          routes);
+  auto spec = ParseDeploymentSpec(text, "/m");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  auto plain = PlainRoutesTo(*spec, "general");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(*plain, (std::vector<std::string>{"default"}));
+  EXPECT_EQ(*PlainRoutesTo(*spec, "gold"), (std::vector<std::string>{"long"}));
+  EXPECT_TRUE(PlainRoutesTo(*spec, "nope")->empty());
+
+  RolloutSpec policy;
+  policy.steps = {20, 60, 100};
+  policy.min_requests = 4;
+  policy.min_duration = std::chrono::seconds(3);
+  policy.interval = std::chrono::seconds(1);
+  policy.guards.error_rate_max_delta = 0.2;
+  policy.guards.ttft_p95_max_ratio = 2;
+  auto out = GatewayYaml(
+      *spec, {{"gold", {"http://127.0.0.1:9001"}}, {"general", {"http://127.0.0.1:9003"}}},
+      {{"general", CanarySet{"v2", {"http://127.0.0.1:9005"}, policy}}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  auto g = gateway::ParseGatewayConfig(*out);
+  ASSERT_TRUE(g.ok()) << g.status().message() << "\n" << *out;
+  ASSERT_EQ((*g)->pools.size(), 3u);
+  const gateway::PoolConfig* canary = (*g)->FindPool("general.v2");
+  ASSERT_NE(canary, nullptr);
+  EXPECT_EQ(canary->replicas, (std::vector<std::string>{"http://127.0.0.1:9005"}));
+  EXPECT_EQ(canary->tokenizer, "/m/t2.gguf");
+  EXPECT_EQ(canary->labels.at("version"), "v2");
+  EXPECT_EQ(canary->chat_template, "llama3");  // the pool's serve flags
+  EXPECT_EQ((*g)->FindPool("general")->labels.at("version"), "v1");
+  EXPECT_EQ((*g)->FindPool("general")->replicas,
+            (std::vector<std::string>{"http://127.0.0.1:9003"}));
+
+  ASSERT_EQ((*g)->routes.size(), 4u);
+  EXPECT_EQ((*g)->routes[0].to, "gold");  // long: untouched
+  EXPECT_FALSE((*g)->routes[0].canary.has_value());
+  EXPECT_EQ((*g)->routes[1].arms.size(), 2u);  // ab: a split of its own, untouched
+  EXPECT_EQ((*g)->routes[1].arms[0].pool, "general");
+  EXPECT_FALSE((*g)->routes[1].canary.has_value());
+  ASSERT_TRUE((*g)->routes[2].cascade.has_value());  // casc: untouched
+  EXPECT_EQ((*g)->routes[2].cascade->first, "general");
+  const gateway::RouteConfig& def = (*g)->routes[3];
+  EXPECT_EQ(def.name, "default");
+  EXPECT_TRUE(def.to.empty());
+  ASSERT_EQ(def.arms.size(), 2u);
+  EXPECT_EQ(def.arms[0].pool, "general");
+  EXPECT_DOUBLE_EQ(def.arms[0].weight, 80);
+  EXPECT_EQ(def.arms[1].pool, "general.v2");
+  EXPECT_DOUBLE_EQ(def.arms[1].weight, 20);
+  ASSERT_TRUE(def.canary.has_value());
+  EXPECT_EQ(def.canary->baseline, "general");
+  EXPECT_EQ(def.canary->canary, "general.v2");
+  EXPECT_EQ(def.canary->steps, (std::vector<double>{20, 60, 100}));
+  EXPECT_EQ(def.canary->min_requests, 4);
+  EXPECT_EQ(def.canary->min_duration, std::chrono::seconds(3));
+  EXPECT_EQ(def.canary->interval, std::chrono::seconds(1));
+  EXPECT_DOUBLE_EQ(def.canary->guards.error_rate_max_delta, 0.2);
+  EXPECT_DOUBLE_EQ(def.canary->guards.ttft_p95_max_ratio, 2);
+  EXPECT_DOUBLE_EQ(def.canary->guards.tpot_p95_max_ratio, 1.2);
+  EXPECT_DOUBLE_EQ(def.canary->guards.latency_min_delta_s, 0.005);
+
+  // Without canaries the same spec renders as before (to: general).
+  const std::map<std::string, std::vector<std::string>> urls = {
+      {"general", {"http://127.0.0.1:9003"}}};
+  auto before = GatewayYaml(*spec, urls, std::map<std::string, CanarySet>{});
+  ASSERT_TRUE(before.ok()) << before.status().message();
+  EXPECT_EQ((*gateway::ParseGatewayConfig(*before))->routes[3].to, "general");
+  // A canary set of a pool that is not in the spec is an error, not a silent pool.
+  EXPECT_FALSE(GatewayYaml(*spec, {}, {{"nope", CanarySet{"v2", {}, policy}}}).ok());
+}
+
+TEST(GatewayYaml, CanaryPoolNamesFitTheGateway) {
+  EXPECT_EQ(CanaryPoolName("general", "v2"), "general.v2");
+  const std::string pool(40, 'p'), version(30, 'v');
+  EXPECT_EQ(CanaryPoolName(pool, version), pool + ".canary");  // 71 > 64 characters
+}
+
 }  // namespace
 }  // namespace strata::control

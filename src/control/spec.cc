@@ -173,6 +173,62 @@ const Fields<SloSpec>& SloFields() {
   return kFields;
 }
 
+constexpr std::pair<std::string_view, RolloutStrategy> kStrategies[] = {
+    {"surge", RolloutStrategy::kSurge}, {"canary", RolloutStrategy::kCanary}};
+
+Status DecodeStrategy(const YAML::Node& n, const std::string& path, RolloutSpec* out) {
+  ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
+  for (const auto& [name, v] : kStrategies) {
+    if (s == name) {
+      out->strategy = v;
+      return Status::Ok();
+    }
+  }
+  return Bad(path, fmt::format("expected surge or canary (got \"{}\")", s.substr(0, 80)));
+}
+
+// steps: [10, 50, 100] — canary weights in %, each in (0, 100] and above the one before.
+Status DecodeRolloutSteps(const YAML::Node& n, const std::string& path, RolloutSpec* out) {
+  if (!n.IsSequence()) return Bad(path, "expected a list of canary weights in (0, 100]");
+  if (n.size() == 0) return Bad(path, "at least one step is required");
+  if (n.size() > 100) return Bad(path, "at most 100 steps");
+  out->steps.clear();
+  for (size_t i = 0; i < n.size(); ++i) {
+    ASSIGN_OR_RETURN(double v, DecodeNumber(n[i], At(path, i), 0, 100, /*lo_open=*/true));
+    if (!out->steps.empty() && v <= out->steps.back())
+      return Bad(At(path, i),
+                 fmt::format("must be greater than the step before ({})", out->steps.back()));
+    out->steps.push_back(v);
+  }
+  return Status::Ok();
+}
+
+const Fields<RolloutGuards>& RolloutGuardFields() {
+  using G = RolloutGuards;
+  static const Fields<G> kFields = {
+      Num<G>("ttft_p95_max_ratio", &G::ttft_p95_max_ratio, 0, 1000, /*lo_open=*/true),
+      Num<G>("tpot_p95_max_ratio", &G::tpot_p95_max_ratio, 0, 1000, /*lo_open=*/true),
+      Num<G>("latency_min_delta_s", &G::latency_min_delta_s, 0, 3600),
+      Num<G>("error_rate_max_delta", &G::error_rate_max_delta, 0, 1),
+  };
+  return kFields;
+}
+
+const Fields<RolloutSpec>& RolloutFields() {
+  using R = RolloutSpec;
+  using std::chrono::seconds;
+  static const Fields<R> kFields = {
+      {"strategy", DecodeStrategy},
+      {"steps", DecodeRolloutSteps},
+      Int<R>("min_requests", &R::min_requests, 1, 1'000'000),
+      Duration<seconds, R>("min_duration_s", &R::min_duration, 0, 86400),
+      Duration<seconds, R>("interval_s", &R::interval, 1, 3600),
+      {"guards", [](const YAML::Node& n, const std::string& path,
+                    R* out) { return DecodeSection(RolloutGuardFields(), n, path, &out->guards); }},
+  };
+  return kFields;
+}
+
 template <typename T>
 Field<PoolSpec> PoolSection(std::string_view name, T PoolSpec::*m, const Fields<T>& (*fields)()) {
   return {name, [m, fields](const YAML::Node& n, const std::string& path, PoolSpec* out) {
@@ -197,6 +253,7 @@ const Fields<PoolSpec>& PoolFields() {
          return Status::Ok();
        }},
       {"labels", DecodeLabels},
+      PoolSection("rollout", &P::rollout, RolloutFields),  // checked here, merged in Validate
   };
   return kFields;
 }
@@ -262,6 +319,7 @@ const Fields<Document>& TopFields() {
                      D* out) { return DecodeGateway(n, path, &out->spec); }},
       SpecSection("autoscaling", &DeploymentSpec::autoscaling, AutoscalingFields),
       SpecSection("prometheus", &DeploymentSpec::prometheus, PrometheusFields),
+      SpecSection("rollout", &DeploymentSpec::rollout, RolloutFields),
   };
   return kFields;
 }
@@ -348,6 +406,37 @@ void DefaultRoute(DeploymentSpec* s) {
   s->gateway.extra_yaml += out.c_str();
 }
 
+// Each pool's rollout: the top level's with the pool's own `rollout:` keys decoded over it (the
+// pool's section was checked as it was decoded; document order does not matter).
+Status MergeRollouts(const YAML::Node& root, DeploymentSpec* s) {
+  const YAML::Node pools = root["pools"];
+  for (size_t i = 0; i < s->pools.size(); ++i) {
+    PoolSpec& p = s->pools[i];
+    p.rollout = s->rollout;
+    const YAML::Node own = pools && pools.IsSequence() && i < pools.size() && pools[i].IsMap()
+                               ? pools[i]["rollout"]
+                               : YAML::Node();
+    if (own)
+      RETURN_IF_ERROR(DecodeSection(RolloutFields(), own, At("pools", i) + ".rollout", &p.rollout));
+  }
+  return Status::Ok();
+}
+
+// A canary rollout needs a route to split: `to:` naming the pool alone.
+Status CheckRollouts(const DeploymentSpec& s) {
+  for (size_t i = 0; i < s.pools.size(); ++i) {
+    const PoolSpec& p = s.pools[i];
+    if (p.rollout.strategy != RolloutStrategy::kCanary) continue;
+    ASSIGN_OR_RETURN(std::vector<std::string> routes, PlainRoutesTo(s, p.name));
+    if (routes.empty())
+      return Bad(At("pools", i) + ".rollout.strategy",
+                 fmt::format("canary needs a route in gateway.routes whose to: is pool '{}' "
+                             "alone (none is; use strategy: surge)",
+                             p.name));
+  }
+  return Status::Ok();
+}
+
 Status Validate(Document* d) {
   if (d->api_version != kApiVersion)
     return Bad("apiVersion",
@@ -366,7 +455,8 @@ Status Validate(Document* d) {
   }
   if (s.prometheus.binary.empty()) return Bad("prometheus.binary", "is required");
   DefaultRoute(&s);
-  return CheckGatewaySection(s);
+  RETURN_IF_ERROR(CheckGatewaySection(s));
+  return CheckRollouts(s);
 }
 
 }  // namespace
@@ -376,6 +466,13 @@ std::string_view WorkloadName(Workload w) {
     if (v == w) return name;
   }
   return "?";
+}
+
+std::string_view RolloutStrategyName(RolloutStrategy s) {
+  for (const auto& [name, v] : kStrategies) {
+    if (v == s) return name;
+  }
+  return "auto";
 }
 
 const ModelVersion* ModelSpec::Find(std::string_view v) const {
@@ -418,6 +515,7 @@ Result<DeploymentSpec> ParseDeploymentSpec(std::string_view yaml_text, std::stri
     if (!root.IsMap()) return Bad("", "expected a mapping (apiVersion, kind, metadata, ...)");
     RETURN_IF_ERROR(CheckNodeBudget(root, kMaxNodes, kMaxDepth));
     RETURN_IF_ERROR(DecodeSection(TopFields(), root, "", &d));
+    RETURN_IF_ERROR(MergeRollouts(root, &d.spec));
     RETURN_IF_ERROR(Validate(&d));
   } catch (const std::exception& e) {  // YAML::Exception (syntax, DeepRecursion), bad_alloc
     return Status::InvalidArgument(std::string("YAML error: ") + e.what());

@@ -66,6 +66,36 @@ struct ReplicaBounds {
 };
 inline constexpr int kMaxReplicas = 1000;
 
+// How a new model version of a pool rolls out (`strata up`: POST /rollout, or a SIGHUP after the
+// pool's `version` changed). YAML `rollout: {strategy, steps, min_requests, min_duration_s,
+// interval_s, guards: {...}}` at the top level (every pool's default) and per pool (its keys
+// override the top level's, key by key).
+//   surge:  new replicas start; each one ready lets one old replica drain.
+//   canary: the new version's replicas start as a replica set of their own (gateway pool
+//           `POOL.VERSION`); once all are ready every route whose `to:` is the pool becomes a
+//           2-arm split baseline POOL / canary POOL.VERSION with a gateway `canary:` block
+//           (these steps, guards, intervals); promoted → the pool is the new version and the old
+//           replicas drain; rolled back → the new replicas stop and the rollout is reported
+//           failed with the canary's reason.
+// Absent `strategy`: canary when the pool is routed (a route's `to:` names it alone), else surge.
+enum class RolloutStrategy { kAuto, kSurge, kCanary };
+std::string_view RolloutStrategyName(RolloutStrategy s);  // "auto" | "surge" | "canary"
+
+struct RolloutGuards {  // the gateway's canary guards (gateway/config.h CanaryGuards)
+  double ttft_p95_max_ratio = 1.2, tpot_p95_max_ratio = 1.2;
+  double latency_min_delta_s = 0.005;
+  double error_rate_max_delta = 0.01;
+};
+
+struct RolloutSpec {
+  RolloutStrategy strategy = RolloutStrategy::kAuto;
+  std::vector<double> steps = {10, 50, 100};  // canary weight % per step, increasing, (0, 100]
+  int64_t min_requests = 50;                  // per arm, per step
+  std::chrono::seconds min_duration{30};      // min_duration_s: per step
+  std::chrono::seconds interval{5};           // interval_s: between analyses
+  RolloutGuards guards;
+};
+
 struct PoolSpec {
   std::string name;     // [a-z0-9-], <= 40 chars (a Kubernetes name part)
   std::string model;    // a ModelSpec name
@@ -79,6 +109,7 @@ struct PoolSpec {
   std::string serve_yaml;
   std::vector<std::string> serve_args;  // extra `strata serve` flags, e.g. ["--chat-template", "x"]
   std::map<std::string, std::string> labels;  // gateway pool labels
+  RolloutSpec rollout;  // the top level's `rollout:` with this pool's `rollout:` keys over it
 };
 
 // The gateway part: the `routes`, `tenants`, `admission`, `balancer` ... of gateway.yaml, kept as
@@ -114,6 +145,7 @@ struct DeploymentSpec {
   GatewaySpec gateway;
   AutoscalingSpec autoscaling;
   PrometheusSpec prometheus;
+  RolloutSpec rollout;   // the top-level `rollout:` (each pool's defaults)
   std::string base_dir;  // the spec file's folder (relative model paths resolve against it)
 
   const ModelSpec* FindModel(std::string_view name) const;

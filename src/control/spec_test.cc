@@ -38,6 +38,7 @@ pools:
   - name: general
     model: tiny
     version: v1
+    rollout: {strategy: canary, min_requests: 7}
 gateway:
   port: 0
   routes:
@@ -57,6 +58,12 @@ autoscaling:
   error_weight: 500
   enabled: false
 prometheus: {port: 0, scrape_interval_s: 2, binary: /usr/bin/prometheus}
+rollout:
+  steps: [5, 50, 100]
+  min_requests: 20
+  min_duration_s: 10
+  interval_s: 2
+  guards: {ttft_p95_max_ratio: 1.5, error_rate_max_delta: 0.05}
 )";
 
 constexpr const char* kMinimal = R"(
@@ -435,6 +442,76 @@ TEST(DeploymentSpec, ExampleDeployYaml) {
   EXPECT_EQ(routes[1]["to"].as<std::string>(), "compliance");
   EXPECT_FALSE(routes[2]["match"]);
   EXPECT_EQ(routes[2]["to"].as<std::string>(), "general");
+}
+
+// `rollout:` at the top level is every pool's default; a pool's own keys override it key by key
+// (wherever the top level appears in the document); absent everywhere, the defaults.
+TEST(DeploymentSpec, RolloutSectionMergesTopLevelAndPool) {
+  auto s = ParseDeploymentSpec(kSpec);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->rollout.strategy, RolloutStrategy::kAuto);
+  EXPECT_EQ(s->rollout.steps, (std::vector<double>{5, 50, 100}));
+  const RolloutSpec& lc = s->pools[0].rollout;  // no section of its own: the top level's
+  EXPECT_EQ(lc.strategy, RolloutStrategy::kAuto);
+  EXPECT_EQ(lc.min_requests, 20);
+  EXPECT_EQ(lc.min_duration, std::chrono::seconds(10));
+  EXPECT_EQ(lc.interval, std::chrono::seconds(2));
+  EXPECT_DOUBLE_EQ(lc.guards.ttft_p95_max_ratio, 1.5);
+  EXPECT_DOUBLE_EQ(lc.guards.tpot_p95_max_ratio, 1.2);
+  EXPECT_DOUBLE_EQ(lc.guards.error_rate_max_delta, 0.05);
+  const RolloutSpec& g = s->pools[1].rollout;  // its own keys over the top level's
+  EXPECT_EQ(g.strategy, RolloutStrategy::kCanary);
+  EXPECT_EQ(g.min_requests, 7);
+  EXPECT_EQ(g.steps, (std::vector<double>{5, 50, 100}));
+  EXPECT_EQ(g.min_duration, std::chrono::seconds(10));
+  EXPECT_EQ(RolloutStrategyName(g.strategy), "canary");
+
+  auto m = ParseDeploymentSpec(kMinimal);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const RolloutSpec& d = m->pools[0].rollout;
+  EXPECT_EQ(d.strategy, RolloutStrategy::kAuto);
+  EXPECT_EQ(d.steps, (std::vector<double>{10, 50, 100}));
+  EXPECT_EQ(d.min_requests, 50);
+  EXPECT_EQ(d.min_duration, std::chrono::seconds(30));
+  EXPECT_EQ(d.interval, std::chrono::seconds(5));
+
+  // The top level after the pools in the document still applies to them.
+  auto late = ParseDeploymentSpec(std::string(kMinimal) + "rollout: {strategy: surge}\n");
+  ASSERT_TRUE(late.ok()) << late.status().message();
+  EXPECT_EQ(late->pools[0].rollout.strategy, RolloutStrategy::kSurge);
+}
+
+TEST(DeploymentSpec, RolloutErrorsNameThePath) {
+  const BadCase cases[] = {
+      {"strategy: canary", "strategy: blue-green",
+       "pools[1].rollout.strategy: expected surge or canary (got \"blue-green\")"},
+      {"min_requests: 7}", "min_requests: 0}",
+       "pools[1].rollout.min_requests: must be in [1, 1000000], got 0"},
+      {"min_requests: 7}", "min_requests: 7, steps: []}",
+       "pools[1].rollout.steps: at least one step is required"},
+      {"min_requests: 7}", "min_requests: 7, stepz: [1]}",
+       "pools[1].rollout.stepz: unknown key (did you mean steps?)"},
+      {"steps: [5, 50, 100]", "steps: [5, 50, 50]",
+       "rollout.steps[2]: must be greater than the step before (50)"},
+      {"steps: [5, 50, 100]", "steps: [0, 50]", "rollout.steps[0]: must be in (0, 100], got 0"},
+      {"steps: [5, 50, 100]", "steps: [5, 150]", "rollout.steps[1]: must be in (0, 100], got 150"},
+      {"steps: [5, 50, 100]", "steps: 5", "rollout.steps: expected a list"},
+      {"\n  interval_s: 2", "\n  interval_s: 0", "rollout.interval_s: must be in [1, 3600], got 0"},
+      {"min_duration_s: 10", "min_duration_s: -1", "rollout.min_duration_s: must be in [0, 86400]"},
+      {"error_rate_max_delta: 0.05", "error_rate_max_delta: 2",
+       "rollout.guards.error_rate_max_delta: must be in [0, 1], got 2"},
+      {"ttft_p95_max_ratio: 1.5", "ttft_p95_max_ratio: 0",
+       "rollout.guards.ttft_p95_max_ratio: must be in (0, 1000], got 0"},
+      {"guards: {", "guards: {p99: 1, ", "rollout.guards.p99: unknown key"},
+      // A canary needs a route that names the pool alone.
+      {"    - name: default\n      to: general", "    - name: default\n      to: long-context",
+       "pools[1].rollout.strategy: canary needs a route in gateway.routes whose to: is pool "
+       "'general' alone"},
+  };
+  for (const BadCase& c : cases) {
+    const std::string err = ErrorOf(With(c.from, c.to));
+    EXPECT_NE(err.find(c.error), std::string::npos) << "want: " << c.error << "\ngot:  " << err;
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -29,6 +30,7 @@
 #include "control/loop.h"
 #include "control/prom_client.h"
 #include "control/queries.h"
+#include "control/rollout.h"
 #include "control/supervisor.h"
 #include "http/json_fields.h"
 #include "http/server.h"
@@ -174,8 +176,18 @@ struct Up::Impl {
     int desired = 0;
     int next_index = 0;
     std::optional<ScaleDecision> decision;
-    std::string rollout;  // "v1 -> v2" while one runs
+    std::string rollout;     // "v1 -> v2" while a surge rollout runs
+    std::string surge_from;  // its old version
+    // A canary rollout (control/rollout.h): active, or finished and not applied yet; its policy
+    // as it was when it started (a reload does not restart the gateway's canary).
+    std::optional<CanaryRollout> canary;
+    RolloutSpec canary_policy;
+    json last_rollout;  // the last finished rollout (null: none yet)
     PoolFigures figures;
+    // Whether replica version `v` belongs to the pool's active canary set.
+    bool InCanarySet(const std::string& v) const {
+      return canary && canary->active() && v == canary->to();
+    }
   };
   struct ColdStart {
     std::string pool, replica;
@@ -196,7 +208,10 @@ struct Up::Impl {
   std::map<std::string, PoolRun> pools GUARDED_BY(mu);
   std::map<std::string, Replica> replicas GUARDED_BY(mu);  // by child name
   std::string gateway_yaml GUARDED_BY(mu);                 // as last written
-  bool gateway_stale GUARDED_BY(mu) = false;               // written, SIGHUP not sent yet
+  // The gateway's admin API key: the spec's admin.api_key, else one made up at start.
+  std::string admin_key GUARDED_BY(mu);
+  std::string generated_admin_key;
+  bool gateway_stale GUARDED_BY(mu) = false;  // written, SIGHUP not sent yet
   std::string targets GUARDED_BY(mu);
   std::vector<ColdStart> cold_starts GUARDED_BY(mu);
   std::set<std::string> seen_ready GUARDED_BY(mu);
@@ -206,6 +221,7 @@ struct Up::Impl {
   };
   std::vector<Activation> activations GUARDED_BY(mu);  // pools started from zero, awaiting ready
   bool stopping GUARDED_BY(mu) = false;
+  std::chrono::steady_clock::time_point next_canary_poll GUARDED_BY(mu);
   std::thread ticker;
   // The SLO autoscaler (control/loop): Prometheus in, this Up as its actuator.
   std::unique_ptr<ObservationSource> source;
@@ -223,6 +239,14 @@ struct Up::Impl {
   void ReconcilePool(const PoolSpec& p, PoolRun& run,
                      const std::map<std::string, ChildStatus>& children,
                      std::vector<std::string>* leave) REQUIRES(mu);
+  void ReconcileCanarySet(const PoolSpec& p, PoolRun& run,
+                          const std::map<std::string, ChildStatus>& children,
+                          std::vector<std::string>* leave) REQUIRES(mu);
+  void FinishCanary(const PoolSpec& p, PoolRun& run, std::vector<std::string>* leave) REQUIRES(mu);
+  // The gateway URL to poll for canaries now ("" = not due: no canary splits, or polled < 1 s ago).
+  std::string CanaryPollDue() REQUIRES(mu);
+  void ObserveCanaries(const Result<FetchReply>& reply) REQUIRES(mu);
+  Result<std::vector<std::string>> CanaryRoutes(const PoolSpec& p) const REQUIRES(mu);
   Status WriteGatewayYaml(const std::map<std::string, ChildStatus>& children) REQUIRES(mu);
   void WriteTargets(const std::map<std::string, ChildStatus>& children) REQUIRES(mu);
   Status StartGateway();
@@ -268,10 +292,11 @@ Status Up::Impl::StartReplica(const PoolSpec& p, const std::string& version) {
 void Up::Impl::ReconcilePool(const PoolSpec& p, PoolRun& run,
                              const std::map<std::string, ChildStatus>& children,
                              std::vector<std::string>* leave) {
+  FinishCanary(p, run, leave);
   std::vector<std::string> current, old;
   int ready_new = 0;
   for (const auto& [name, r] : replicas) {
-    if (r.pool != p.name || r.leaving) continue;
+    if (r.pool != p.name || r.leaving || run.InCanarySet(r.version)) continue;
     (r.version == run.version ? current : old).push_back(name);
     auto it = children.find(name);
     if (r.version == run.version && it != children.end() && it->second.state == ChildState::kReady)
@@ -294,10 +319,78 @@ void Up::Impl::ReconcilePool(const PoolSpec& p, PoolRun& run,
   const size_t allowed_old = static_cast<size_t>(std::max(0, run.desired - ready_new));
   std::sort(old.begin(), old.end(), not_ready_first);
   for (size_t i = 0; old.size() - i > allowed_old; ++i) leave->push_back(old[i]);
-  if (old.empty()) run.rollout.clear();
+  if (old.empty() && !run.rollout.empty()) {
+    run.last_rollout = {{"strategy", "surge"},    {"pool", p.name},
+                        {"from", run.surge_from}, {"to", run.version},
+                        {"phase", "promoted"},    {"reason", "every old replica drained"}};
+    run.rollout.clear();
+  }
   std::sort(current.begin(), current.end(), not_ready_first);
   for (size_t i = 0; current.size() - i > static_cast<size_t>(run.desired); ++i)
     leave->push_back(current[i]);
+  ReconcileCanarySet(p, run, children, leave);
+}
+
+// The new version's set of a canary rollout: as many replicas as the pool's count (the old set's:
+// the autoscaler sizes the pool, the set follows), extras leave; then the rollout sees the set.
+void Up::Impl::ReconcileCanarySet(const PoolSpec& p, PoolRun& run,
+                                  const std::map<std::string, ChildStatus>& children,
+                                  std::vector<std::string>* leave) {
+  if (!run.canary || !run.canary->active()) return;
+  const std::string version = run.canary->to();
+  std::vector<std::string> set;
+  NewSetState seen;
+  seen.wanted = std::max(1, run.desired);
+  for (const auto& [name, r] : replicas) {
+    if (r.pool != p.name || r.leaving || r.version != version) continue;
+    set.push_back(name);
+    auto it = children.find(name);
+    if (it == children.end()) continue;
+    seen.ready += it->second.state == ChildState::kReady;
+    if (it->second.state == ChildState::kFailed && seen.failed.empty())
+      seen.failed = fmt::format("{}: {} (log {})", name, it->second.last_exit, it->second.log_path);
+  }
+  for (int i = static_cast<int>(set.size()); i < seen.wanted; ++i) {
+    if (Status s = StartReplica(p, version); !s.ok()) {
+      seen.failed = s.ToString();
+      break;
+    }
+  }
+  auto ready = [&children](const std::string& n) {
+    auto it = children.find(n);
+    return it != children.end() && it->second.state == ChildState::kReady;
+  };
+  std::sort(set.begin(), set.end(), [&ready](const std::string& a, const std::string& b) {
+    return ready(a) != ready(b) ? !ready(a) : a > b;
+  });
+  for (size_t i = 0; set.size() - i > static_cast<size_t>(seen.wanted); ++i) {
+    seen.ready -= ready(set[i]);
+    leave->push_back(set[i]);
+  }
+  run.canary->ObserveReplicas(seen, std::chrono::steady_clock::now());
+  FinishCanary(p, run, leave);  // a failed start ends it at once
+}
+
+// A finished canary rollout is applied: promoted → the pool runs the new version (the old
+// replicas are then "old" and drain, the new set ready); rolled back or failed → the new set
+// leaves and the pool keeps its version. The rollout stays in the status as last_rollout.
+void Up::Impl::FinishCanary(const PoolSpec& p, PoolRun& run, std::vector<std::string>* leave) {
+  if (!run.canary || run.canary->active()) return;
+  const CanaryRollout& c = *run.canary;
+  if (c.phase() == RolloutPhase::kPromoted) {
+    run.version = c.to();
+  } else {
+    for (auto& [name, r] : replicas) {
+      if (r.pool != p.name || r.leaving || r.version != c.to()) continue;
+      r.leaving = true;
+      leave->push_back(name);
+    }
+  }
+  run.last_rollout = c.ToJson(std::chrono::steady_clock::now());
+  std::fprintf(stderr, "strata up: pool %s: rollout %s -> %s %s: %s\n", p.name.c_str(),
+               c.from().c_str(), c.to().c_str(), std::string(RolloutPhaseName(c.phase())).c_str(),
+               c.reason().c_str());
+  run.canary.reset();
 }
 
 void Up::Impl::Reconcile() {
@@ -332,12 +425,26 @@ void Up::Impl::Reconcile() {
 
 Status Up::Impl::WriteGatewayYaml(const std::map<std::string, ChildStatus>& children) {
   std::map<std::string, std::vector<std::string>> urls;
+  std::map<std::string, CanarySet> canaries;  // pools whose routes split now
+  for (const auto& [pool, run] : pools)
+    if (run.canary && run.canary->splitting())
+      canaries[pool] = CanarySet{run.canary->to(), {}, run.canary_policy};
   for (const auto& [name, r] : replicas) {
     auto it = children.find(name);
     if (r.leaving || it == children.end() || it->second.port == 0) continue;
+    auto run = pools.find(r.pool);
+    if (run != pools.end() && run->second.InCanarySet(r.version)) {
+      // A starting canary set gets no traffic; a splitting one is its own gateway pool.
+      if (auto c = canaries.find(r.pool); c != canaries.end())
+        c->second.replicas.push_back(it->second.url());
+      continue;
+    }
     urls[r.pool].push_back(it->second.url());
   }
-  ASSIGN_OR_RETURN(std::string text, GatewayYaml(spec, urls));
+  DeploymentSpec render = spec;  // each pool's labels carry the version it runs
+  for (PoolSpec& p : render.pools)
+    if (auto run = pools.find(p.name); run != pools.end()) p.version = run->second.version;
+  ASSIGN_OR_RETURN(std::string text, GatewayYaml(render, urls, canaries));
   // Every pool holds requests while it has no ready replica (scale from zero, restarts).
   try {
     YAML::Node root = YAML::Load(text);
@@ -346,6 +453,15 @@ Status Up::Impl::WriteGatewayYaml(const std::map<std::string, ChildStatus>& chil
     // The gateway's /ui shows this status (decisions, SLO attainment) unless the spec says.
     if (!root["ui"])
       root["ui"]["control_url"] = fmt::format("http://127.0.0.1:{}/status", server->port());
+    // The admin API (a canary rollout follows the gateway's canary through it): the spec's key,
+    // else one made up at start (written only to this state dir's gateway.yaml).
+    const YAML::Node key = root["admin"] ? root["admin"]["api_key"] : YAML::Node();
+    if (key && key.IsScalar() && !key.Scalar().empty()) {
+      admin_key = key.Scalar();
+    } else {
+      root["admin"]["api_key"] = generated_admin_key;
+      admin_key = generated_admin_key;
+    }
     YAML::Emitter out;
     out << root;
     text = std::string(out.c_str()) + "\n";
@@ -458,9 +574,11 @@ std::optional<int> Up::Impl::CurrentReplicas(const std::string& pool) {
   for (ChildStatus& c : sup->Children()) children.emplace(c.name, std::move(c));
   MutexLock lock(&mu);
   int n = 0;
+  auto run = pools.find(pool);
   for (const auto& [name, r] : replicas) {
     auto it = children.find(name);
-    n += r.pool == pool && !r.leaving && it != children.end() &&
+    const bool canary_set = run != pools.end() && run->second.InCanarySet(r.version);
+    n += r.pool == pool && !r.leaving && !canary_set && it != children.end() &&
          it->second.state != ChildState::kFailed;
   }
   return n;
@@ -523,6 +641,33 @@ void Up::Impl::Activate(const std::map<std::string, int>& held) {
   }
 }
 
+std::string Up::Impl::CanaryPollDue() {
+  const auto now = std::chrono::steady_clock::now();
+  bool any = false;
+  for (const auto& [name, run] : pools) any = any || (run.canary && run.canary->splitting());
+  if (!any || now < next_canary_poll) return "";
+  next_canary_poll = now + std::chrono::seconds(1);
+  auto gw = sup->Find(std::string(kGateway));
+  return gw && gw->port > 0 ? gw->url() : "unreachable";
+}
+
+// One answer of GET /admin/canary for every splitting canary rollout.
+void Up::Impl::ObserveCanaries(const Result<FetchReply>& reply) {
+  for (auto& [name, run] : pools) {
+    if (!run.canary || !run.canary->splitting()) continue;
+    Result<std::vector<CanaryRouteState>> list = std::vector<CanaryRouteState>{};
+    if (!reply.ok()) {
+      list = reply.status();
+    } else if (reply->status != 200) {
+      list = Status::Unavailable(
+          fmt::format("GET /admin/canary: HTTP {}: {}", reply->status, reply->body.substr(0, 200)));
+    } else {
+      list = ParseCanaryList(reply->body, run.canary->canary_pool());
+    }
+    run.canary->ObserveGateway(list, std::chrono::steady_clock::now());
+  }
+}
+
 // Every 250 ms: the gateway's held requests (activation), reconcile (a child's port or state may
 // have changed without a callback); every scrape interval: the pools' measured figures.
 void Up::Impl::Tick() {
@@ -539,6 +684,17 @@ void Up::Impl::Tick() {
       lock.Lock();
       if (stopping) break;
       Activate(held);
+    }
+    if (const std::string url = CanaryPollDue(); !url.empty()) {
+      const std::string key = admin_key;
+      lock.Unlock();
+      const Result<FetchReply> reply =
+          url == "unreachable"
+              ? Result<FetchReply>(Status::Unavailable("the gateway is not listening"))
+              : FetchHttp("GET", url, "/admin/canary", milliseconds(2000), "", key);
+      lock.Lock();
+      if (stopping) break;
+      ObserveCanaries(reply);
     }
     Reconcile();
     if (prom_port > 0 && std::chrono::steady_clock::now() >= next_measure) {
@@ -562,6 +718,8 @@ Result<std::unique_ptr<Up>> Up::Start(DeploymentSpec spec, const UpOptions& opti
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.opts = options;
+  std::random_device rd;
+  for (int i = 0; i < 4; ++i) m.generated_admin_key += fmt::format("{:08x}", rd());
   m.state_dir = options.state_dir.empty() ? ".strata/" + spec.name : options.state_dir;
   std::error_code ec;
   for (const char* sub : {"logs", "serve", "prometheus"})
@@ -660,12 +818,43 @@ Status Up::Rollout(const std::string& pool, const std::string& version) {
     return Status::InvalidArgument(
         fmt::format("pool '{}': model '{}' has no version '{}'", pool, p->model, version));
   Impl::PoolRun& run = impl_->pools[pool];
+  if (run.canary && run.canary->active()) {
+    if (run.canary->to() == version) return Status::Ok();
+    return Status::Unavailable(
+        fmt::format("pool '{}': the canary rollout {} is in progress; wait until it is promoted "
+                    "or rolled back (the gateway's POST /admin/canary/<route>/rollback ends it)",
+                    pool, run.canary->Summary()));
+  }
   if (run.version == version) return Status::Ok();
-  run.rollout = run.version + " -> " + version;
-  run.version = version;
+  ASSIGN_OR_RETURN(std::vector<std::string> routes, impl_->CanaryRoutes(*p));
+  if (!routes.empty() && !run.rollout.empty())
+    return Status::Unavailable(fmt::format(
+        "pool '{}': the surge rollout {} is in progress; wait until it ends", pool, run.rollout));
   if (run.desired == 0) run.desired = 1;  // a rollout of an idle pool starts one to prove it
+  if (routes.empty()) {  // surge: new replicas ready first, then one old one drains per new one
+    if (run.rollout.empty()) run.surge_from = run.version;
+    run.rollout = run.surge_from + " -> " + version;
+    run.version = version;
+  } else {
+    run.canary_policy = p->rollout;
+    run.canary.emplace(pool, run.version, version, CanaryPoolName(pool, version), std::move(routes),
+                       impl_->opts.ready_timeout, std::chrono::steady_clock::now());
+    std::fprintf(stderr, "strata up: pool %s: canary rollout %s -> %s\n", pool.c_str(),
+                 run.version.c_str(), version.c_str());
+  }
   impl_->Reconcile();
   return Status::Ok();
+}
+
+// The routes a canary rollout of `p` splits; empty for a surge rollout (strategy surge, or no
+// strategy and the pool is not routed alone by any route).
+Result<std::vector<std::string>> Up::Impl::CanaryRoutes(const PoolSpec& p) const {
+  if (p.rollout.strategy == RolloutStrategy::kSurge) return std::vector<std::string>{};
+  ASSIGN_OR_RETURN(std::vector<std::string> routes, PlainRoutesTo(spec, p.name));
+  if (routes.empty() && p.rollout.strategy == RolloutStrategy::kCanary)
+    return Status::InvalidArgument(fmt::format(
+        "pool '{}': rollout strategy canary needs a route whose to: is the pool alone", p.name));
+  return routes;
 }
 
 Status Up::Reload(DeploymentSpec next) {
@@ -722,7 +911,9 @@ nlohmann::json Up::StatusJson() const {
       if (r.pool != p.name || it == children.end()) continue;
       json j = child_json(it->second);
       if (r.leaving) j["state"] = "draining";
-      ready += it->second.state == ChildState::kReady && !r.leaving;
+      const bool canary_set = run.InCanarySet(r.version);
+      if (canary_set) j["canary"] = true;  // the new set of a canary rollout
+      ready += it->second.state == ChildState::kReady && !r.leaving && !canary_set;
       reps.push_back(std::move(j));
     }
     json attainment = Attainment(p.slo, run.figures);
@@ -749,7 +940,9 @@ nlohmann::json Up::StatusJson() const {
                  {"request_rate", Number(run.figures.request_rate)}}},
                {"slo", attainment},
                {"slo_met", known ? json(met) : json(nullptr)},
-               {"rollout", run.rollout}};
+               {"rollout", run.canary ? run.canary->Summary() : run.rollout},
+               {"rollout_state", run.canary ? run.canary->ToJson(std::chrono::steady_clock::now())
+                                            : run.last_rollout}};
     if (run.decision)
       pj["decision"] = {{"desired", run.decision->desired},
                         {"reason", run.decision->reason},
@@ -833,7 +1026,9 @@ http::HttpResponse JsonReply(int status, const json& body) {
 }
 
 http::HttpResponse ErrorReply(const Status& s) {
-  const int code = s.code() == StatusCode::kNotFound ? 404 : 400;
+  const int code = s.code() == StatusCode::kNotFound      ? 404
+                   : s.code() == StatusCode::kUnavailable ? 409  // a rollout is in progress
+                                                          : 400;
   return JsonReply(code, {{"error", s.message()}});
 }
 
@@ -927,6 +1122,25 @@ std::string Objectives(const json& slo) {
   return out;
 }
 
+// "  rollout: canary v1 -> v2 canary, step 2/3, canary 50 % (progressing); last decision step:
+// within bounds" — or "  last rollout: ..." once it ended (with the reason).
+std::string RolloutLine(const json& r) {
+  const std::string phase = Str(r, "phase");
+  const bool ended = phase == "promoted" || phase == "rolled_back" || phase == "failed";
+  std::string out = fmt::format("  {}: {} {} -> {} {}", ended ? "last rollout" : "rollout",
+                                Str(r, "strategy"), Str(r, "from"), Str(r, "to"), phase);
+  if (!ended && r.contains("step") && r.contains("steps") && r["steps"].is_array())
+    out += fmt::format(
+        ", step {}/{}, canary {} % ({})", Str(r, "step"), r["steps"].size(),
+        r["weight"].is_number() ? fmt::format("{:g}", r["weight"].get<double>()) : Str(r, "weight"),
+        Str(r, "state"));
+  const auto d = r.find("last_decision");
+  if (d != r.end() && d->is_object() && !Str(*d, "decision").empty())
+    out += fmt::format("; last decision {}: {}", Str(*d, "decision"), Str(*d, "reason"));
+  if (ended && !Str(r, "reason").empty()) out += " (" + Str(r, "reason") + ")";
+  return out + "\n";
+}
+
 }  // namespace
 
 std::string FormatStatus(const nlohmann::json& s) {
@@ -949,6 +1163,8 @@ std::string FormatStatus(const nlohmann::json& s) {
                        Str(p, "model"), Str(p, "version"), Str(p, "ready"), Str(p, "desired"),
                        Str(p, "min"), Str(p, "max"), slo,
                        Str(p, "rollout").empty() ? "" : ", rollout " + Str(p, "rollout"));
+    const auto ro = p.find("rollout_state");
+    if (ro != p.end() && ro->is_object()) out += RolloutLine(*ro);
     const auto slo_it = p.find("slo");
     if (slo_it != p.end()) out += "  slo:" + Objectives(*slo_it) + "\n";
     const auto d = p.find("decision");

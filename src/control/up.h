@@ -8,13 +8,25 @@
 // 127.0.0.1), and serves a status endpoint:
 //   GET /status   JSON: pools, replicas (state, health, URL, restarts, cold start, last exit,
 //                 log), SLOs with their measured figures and attainment, the autoscaler's last
-//                 decisions, rollouts, cold starts;
+//                 decisions, rollouts (`rollout` summary, `rollout_state`: phase, step, weights,
+//                 last decision, reason), cold starts;
 //   GET /metrics  strata_control_* (cold starts, replicas by state, restarts, the control loop's
 //                 families) for the Prometheus it runs;
-//   POST /rollout {"pool": P, "version": V} — rolls pool P out to model version V.
-// A rollout (POST /rollout, or a SIGHUP after editing a pool's `version` in the spec) starts
-// replicas of the new version; each one that is ready lets one old replica drain (removed from
-// the gateway first, then SIGTERM), so serving capacity never drops below the pool's count.
+//   POST /rollout {"pool": P, "version": V} — rolls pool P out to model version V (202; 404 no
+//                 such pool; 400 no such version; 409 another rollout of P is in progress).
+// A rollout (POST /rollout, or a SIGHUP after editing a pool's `version` in the spec) follows the
+// pool's `rollout.strategy` (spec.h):
+//   canary (default for a pool some route names alone): the new version's replicas start as a set
+//     of their own (as many as the pool's desired count; no traffic yet); once all are ready,
+//     gateway.yaml splits the pool's routes baseline P / canary P.V with a `canary:` block
+//     (control/gateway_yaml.h) and the gateway's GET /admin/canary is read every second
+//     (control/rollout.h): promoted → P runs V and the old replicas drain; rolled back or
+//     failed → the new replicas stop and P keeps its version, the reason in the status;
+//   surge: replicas of the new version start; each one that is ready lets one old replica drain
+//     (removed from the gateway first, then SIGTERM), so serving capacity never drops below the
+//     pool's count.
+// The gateway gets an admin API key (the spec's gateway.admin.api_key, else one made up at start
+// and written only to the state dir's gateway.yaml) so that up can read the canary.
 // SetReplicas (the autoscaler's actuator) changes a pool's desired count within [min, max].
 // Shutdown drains in order: the gateway (in-flight requests finish), then replicas, then
 // Prometheus and the status server.

@@ -1,8 +1,10 @@
 // `strata up` end to end: the real binary runs a deployment spec of the bundled model on
 // 127.0.0.1 (gateway, replicas and Debian's Prometheus, all on free ports) and `strata status`
 // reports it. Covers: a completion through the gateway, Prometheus scraping every target with the
-// pool/replica/version/role labels, a crashed replica restarted, a rollout to a new version (the
-// new replica ready before the old drains), a pool at zero whose first request is held, served
+// pool/replica/version/role labels, a crashed replica restarted, a surge rollout to a new version
+// (the new replica ready before the old drains), a canary rollout through the gateway's canary
+// (load reaches both arms, promoted → the old replica exits; rolled back → the new one exits and
+// the old version keeps serving), a pool at zero whose first request is held, served
 // and its cold start reported, a replica that cannot start reported (not waited on), and SIGTERM
 // draining everything with exit 0.
 #include <gtest/gtest.h>
@@ -14,7 +16,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -68,7 +72,8 @@ std::string Spec(const std::string& extra_pools = "") {
          STRATA_DEFAULT_MODEL + "}\n      - {version: v2, path: " + STRATA_DEFAULT_MODEL +
          "}\npools:\n"
          "  - name: general\n    model: tiny\n    version: v1\n    replicas: {min: 1, max: 3}\n"
-         "    slo: {e2e_p95_ms: 5000, error_rate: 0.05}\n" +
+         "    slo: {e2e_p95_ms: 5000, error_rate: 0.05}\n"
+         "    rollout: {strategy: surge}\n" +  // the canary path has tests of its own below
          serve +
          "  - name: idle\n    model: tiny\n    version: v1\n    replicas: {min: 0, max: 1}\n" +
          serve + extra_pools +
@@ -93,13 +98,13 @@ class UpTest : public ::testing::Test {
     up_.reset();
     if (!HasFailure()) fs::remove_all(dir_);
   }
-  void StartUp(const std::string& spec) {
+  void StartUp(const std::string& spec, std::vector<std::string> extra = {}) {
     std::ofstream(dir_ / "deploy.yaml") << spec;
     up_ = std::make_unique<ServeProcess>(
         std::vector<std::string>{STRATA_BIN, "up", "-f", (dir_ / "deploy.yaml").string(),
                                  "--state-dir", (dir_ / "state").string(), "--ready-timeout", "60",
                                  "--drain-grace", "10"},
-        std::vector<std::string>{}, "strata up: ready");
+        std::move(extra), "strata up: ready");
     ASSERT_GT(up_->port(), 0) << up_->startup_output();
     gateway_ = up_->port();
   }
@@ -341,6 +346,226 @@ TEST_F(UpTest, ABadSpecIsRefusedWithThePath) {
                           (dir_ / "state").string());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("unknown_key"), std::string::npos) << r.err;
+}
+
+// A one-pool spec for the canary rollouts: `general` (1 replica) of versions v1 / v2 (the same
+// bundled GGUF), the default route to it, a short canary (steps 50 → 100, 3 requests per arm,
+// 1 s per step) with latency guards loose enough for a loaded 2-core machine, and the gateway's
+// admin key so the test can watch (and act on) the canary.
+std::string CanarySpec() {
+  return std::string(
+             "apiVersion: strata.dev/v1\nkind: Deployment\nmetadata: {name: canarytest}\n") +
+         "models:\n  - name: tiny\n    versions:\n      - {version: v1, path: " +
+         STRATA_DEFAULT_MODEL + "}\n      - {version: v2, path: " + STRATA_DEFAULT_MODEL +
+         "}\npools:\n"
+         "  - name: general\n    model: tiny\n    version: v1\n    replicas: {min: 1, max: 1}\n"
+         "    serve_args: [--threads, '1', --kv-cache-memory, 32MiB]\n"
+         "rollout:\n  steps: [50, 100]\n  min_requests: 3\n  min_duration_s: 1\n  interval_s: 1\n"
+         "  guards: {ttft_p95_max_ratio: 1000, tpot_p95_max_ratio: 1000, "
+         "error_rate_max_delta: 0.5}\n"
+         "gateway:\n  port: 0\n  admin: {api_key: test-admin}\n  health: {interval_ms: 100}\n"
+         "autoscaling: {enabled: false}\n";
+}
+
+// Completions from two threads until stopped, counting answers per arm (x-strata-arm) and failures.
+class Load {
+ public:
+  explicit Load(int gateway) {
+    for (int i = 0; i < 2; ++i)
+      threads_.emplace_back([this, gateway] {
+        while (!stop_.load()) {
+          HttpReply r = HttpCall(gateway, "POST", "/v1/completions",
+                                 R"({"prompt":"hello","max_tokens":4,"temperature":0})");
+          std::lock_guard<std::mutex> lock(mu_);
+          if (r.status != 200) {
+            ++failed_;
+            last_failure_ = std::to_string(r.status) + " " + r.body;
+          }
+          ++by_arm_[r.headers["x-strata-arm"]];  // "" for a route that is not a split
+          ok_ += r.status == 200;
+        }
+      });
+  }
+  ~Load() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    for (std::thread& t : threads_)
+      if (t.joinable()) t.join();
+  }
+  int Arm(const std::string& arm) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return by_arm_[arm];
+  }
+  int failed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_;
+  }
+  int ok() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ok_;
+  }
+  std::string last_failure() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_failure_;
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::map<std::string, int> by_arm_;
+  int failed_ = 0, ok_ = 0;
+  std::string last_failure_;
+};
+
+// The gateway's canary of route `default` (null when it has none).
+json DefaultCanary(int gateway) {
+  HttpReply r = HttpCall(gateway, "GET", "/admin/canary", "", {"Authorization: Bearer test-admin"});
+  const json j = json::parse(r.body, nullptr, false);
+  if (j.is_object() && j.contains("canaries") && j["canaries"].is_array())
+    for (const json& c : j["canaries"])
+      if (c.value("route", "") == "default") return c;
+  return nullptr;
+}
+
+std::string Phase(const json& pool) {
+  return pool.contains("rollout_state") && pool["rollout_state"].is_object()
+             ? pool["rollout_state"].value("phase", "")
+             : "";
+}
+
+TEST_F(UpTest, ACanaryRolloutReachesBothArmsPromotesAndTheOldReplicaExits) {
+  StartUp(CanarySpec(), {"--no-prometheus"});
+  ASSERT_EQ(Complete().status, 200);
+  const json before = Replicas(Pool(Status(), "general"));
+  ASSERT_EQ(before.size(), 1u);
+  const pid_t old_pid = before[0]["pid"].get<int>();
+  const int status_port = PortOf(Status()["status_url"].get<std::string>());
+  Load load(gateway_);
+  HttpReply ro = HttpCall(status_port, "POST", "/rollout", R"({"pool":"general","version":"v2"})");
+  ASSERT_EQ(ro.status, 202) << ro.body;
+  // The gateway splits the default route: baseline general, canary general.v2 (its own pool),
+  // once the v2 replica is ready; the status reports the rollout's step and weights.
+  ASSERT_TRUE(WaitFor([&] { return !DefaultCanary(gateway_).is_null(); }, 60)) << Status().dump(2);
+  const json canary = DefaultCanary(gateway_);
+  EXPECT_EQ(canary["baseline"], "general");
+  EXPECT_EQ(canary["canary"], "general.v2");
+  // Another rollout while this one runs is refused (409), the same one is accepted again.
+  EXPECT_EQ(
+      HttpCall(status_port, "POST", "/rollout", R"({"pool":"general","version":"v1"})").status,
+      409);
+  EXPECT_EQ(
+      HttpCall(status_port, "POST", "/rollout", R"({"pool":"general","version":"v2"})").status,
+      202);
+  // Promoted: the pool runs v2 alone, the v1 replica has exited, and load reached both arms.
+  ASSERT_TRUE(WaitFor([&] { return Phase(Pool(Status(), "general")) == "promoted"; }, 50))
+      << Status().dump(2);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json g = Replicas(Pool(Status(), "general"));
+        return g.size() == 1 && g[0]["version"] == "v2" && g[0]["state"] == "ready";
+      },
+      30))
+      << Status().dump(2);
+  EXPECT_TRUE(WaitFor([&] { return ::kill(old_pid, 0) != 0; }, 20)) << "v1 replica still runs";
+  ASSERT_TRUE(WaitFor([&] { return DefaultCanary(gateway_).is_null(); }, 20));  // to: general
+  const int baseline = load.Arm("general"), canary_arm = load.Arm("general.v2");
+  load.Stop();
+  EXPECT_GE(baseline, 3);
+  EXPECT_GE(canary_arm, 3);
+  EXPECT_EQ(load.failed(), 0) << load.last_failure();
+  const json g = Pool(Status(), "general");
+  EXPECT_EQ(g["version"], "v2");
+  EXPECT_EQ(g["rollout_state"]["strategy"], "canary");
+  EXPECT_EQ(g["rollout_state"]["from"], "v1");
+  EXPECT_EQ(g["rollout_state"]["to"], "v2");
+  EXPECT_NE(g["rollout_state"]["reason"].get<std::string>().find("promote"), std::string::npos);
+  RunResult text = RunStrata("status --state-dir " + (dir_ / "state").string());
+  EXPECT_NE(text.out.find("pool general (tiny@v2): 1/1 ready"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("last rollout: canary v1 -> v2 promoted"), std::string::npos) << text.out;
+  EXPECT_EQ(Complete().status, 200);
+  up_->Signal(SIGTERM);
+  EXPECT_EQ(up_->Wait(60), 0);
+}
+
+TEST_F(UpTest, ARolledBackCanaryStopsTheNewReplicaAndTheOldVersionKeepsServing) {
+  StartUp(CanarySpec(), {"--no-prometheus"});
+  ASSERT_EQ(Complete().status, 200);
+  const json before = Replicas(Pool(Status(), "general"));
+  ASSERT_EQ(before.size(), 1u);
+  const pid_t old_pid = before[0]["pid"].get<int>();
+  // A very long first step: the canary cannot promote before the operator rolls it back.
+  std::ofstream(dir_ / "deploy.yaml") << [] {
+    std::string spec = CanarySpec();
+    const std::string from = "version: v1\n    replicas";
+    spec.replace(spec.find(from), from.size(), "version: v2\n    replicas");
+    const std::string steps = "min_duration_s: 1";
+    spec.replace(spec.find(steps), steps.size(), "min_duration_s: 3600");
+    return spec;
+  }();
+  Load load(gateway_);
+  up_->Signal(SIGHUP);  // the spec's version changed: the rollout starts
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json c = DefaultCanary(gateway_);
+        const json ro = Pool(Status(), "general")["rollout_state"];
+        return !c.is_null() && c["window"]["canary"]["requests"].get<int>() >= 1 &&
+               ro.is_object() && ro.contains("step");  // `strata up` has seen it too
+      },
+      60))
+      << Status().dump(2);
+  const json during = Pool(Status(), "general");
+  EXPECT_EQ(Phase(during), "canary") << during.dump(2);
+  EXPECT_NE(during["rollout"].get<std::string>().find("v1 -> v2 canary: step 1/2, canary 50 %"),
+            std::string::npos)
+      << during.dump(2);
+  RunResult text = RunStrata("status --state-dir " + (dir_ / "state").string());
+  EXPECT_NE(text.out.find("rollout: canary v1 -> v2 canary, step 1/2, canary 50 % (progressing)"),
+            std::string::npos)
+      << text.out;
+  // The gateway's /ui data: its own canaries table and the control plane's rollout state.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const json ui = json::parse(HttpCall(gateway_, "GET", "/ui/data").body, nullptr, false);
+        if (!ui.is_object() || !ui.contains("canaries") || !ui["canaries"].is_array() ||
+            ui["canaries"].empty() || ui["canaries"][0].value("canary", "") != "general.v2")
+          return false;
+        const json pools = ui.contains("control") && ui["control"].is_object()
+                               ? ui["control"].value("pools", json::array())
+                               : json::array();
+        return !pools.empty() && Phase(pools[0]) == "canary";
+      },
+      20));
+  // The operator rolls the canary back through the gateway's admin API.
+  HttpReply rb = HttpCall(gateway_, "POST", "/admin/canary/default/rollback", "",
+                          {"Authorization: Bearer test-admin"});
+  ASSERT_EQ(rb.status, 200) << rb.body;
+  ASSERT_TRUE(WaitFor([&] { return Phase(Pool(Status(), "general")) == "rolled_back"; }, 30))
+      << Status().dump(2);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json g = Replicas(Pool(Status(), "general"));
+        return g.size() == 1 && g[0]["version"] == "v1" && g[0]["pid"] == old_pid;
+      },
+      30))
+      << Status().dump(2);
+  ASSERT_TRUE(WaitFor([&] { return DefaultCanary(gateway_).is_null(); }, 20));  // to: general
+  const int served = load.ok();
+  ASSERT_TRUE(WaitFor([&] { return load.ok() >= served + 5; }, 20));  // v1 serves on
+  load.Stop();
+  EXPECT_GE(load.Arm("general.v2"), 1);
+  EXPECT_EQ(load.failed(), 0) << load.last_failure();
+  const json g = Pool(Status(), "general");
+  EXPECT_EQ(g["version"], "v1");
+  EXPECT_NE(g["rollout_state"]["reason"].get<std::string>().find("manual_rollback"),
+            std::string::npos)
+      << g.dump(2);
+  text = RunStrata("status --state-dir " + (dir_ / "state").string());
+  EXPECT_NE(text.out.find("pool general (tiny@v1): 1/1 ready"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("last rollout: canary v1 -> v2 rolled_back"), std::string::npos)
+      << text.out;
+  up_->Signal(SIGTERM);
+  EXPECT_EQ(up_->Wait(60), 0);
 }
 
 }  // namespace
