@@ -1129,11 +1129,10 @@ std::string RolloutLine(const json& r) {
   const bool ended = phase == "promoted" || phase == "rolled_back" || phase == "failed";
   std::string out = fmt::format("  {}: {} {} -> {} {}", ended ? "last rollout" : "rollout",
                                 Str(r, "strategy"), Str(r, "from"), Str(r, "to"), phase);
-  if (!ended && r.contains("step") && r.contains("steps") && r["steps"].is_array())
-    out += fmt::format(
-        ", step {}/{}, canary {} % ({})", Str(r, "step"), r["steps"].size(),
-        r["weight"].is_number() ? fmt::format("{:g}", r["weight"].get<double>()) : Str(r, "weight"),
-        Str(r, "state"));
+  const auto steps = r.find("steps"), weight = r.find("weight");
+  if (!ended && steps != r.end() && steps->is_array() && weight != r.end() && weight->is_number())
+    out += fmt::format(", step {}/{}, canary {:g} % ({})", Str(r, "step"), steps->size(),
+                       weight->get<double>(), Str(r, "state"));
   const auto d = r.find("last_decision");
   if (d != r.end() && d->is_object() && !Str(*d, "decision").empty())
     out += fmt::format("; last decision {}: {}", Str(*d, "decision"), Str(*d, "reason"));

@@ -568,5 +568,42 @@ TEST_F(UpTest, ARolledBackCanaryStopsTheNewReplicaAndTheOldVersionKeepsServing) 
   EXPECT_EQ(up_->Wait(60), 0);
 }
 
+// A new version whose replica cannot start (its GGUF does not exist): the rollout is reported
+// failed with the replica's exit once the supervisor gives up on it, never split, and v1 serves on.
+TEST_F(UpTest, ACanaryRolloutWhoseNewReplicaCannotStartFailsAndTheOldVersionServes) {
+  std::string spec = CanarySpec();
+  const std::string v2 = std::string("{version: v2, path: ") + STRATA_DEFAULT_MODEL + "}";
+  spec.replace(spec.find(v2), v2.size(), "{version: v2, path: /nonexistent/strata-v2.gguf}");
+  StartUp(spec, {"--no-prometheus"});
+  const int status_port = PortOf(Status()["status_url"].get<std::string>());
+  HttpReply ro = HttpCall(status_port, "POST", "/rollout", R"({"pool":"general","version":"v2"})");
+  ASSERT_EQ(ro.status, 202) << ro.body;
+  int failed = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        failed += Complete().status != 200;
+        return Phase(Pool(Status(), "general")) == "failed";
+      },
+      60))
+      << Status().dump(2);
+  EXPECT_EQ(failed, 0);
+  EXPECT_TRUE(DefaultCanary(gateway_).is_null());  // never split
+  const json g = Pool(Status(), "general");
+  EXPECT_EQ(g["version"], "v1");
+  EXPECT_NE(g["rollout_state"]["reason"].get<std::string>().find("a replica of v2 failed"),
+            std::string::npos)
+      << g.dump(2);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json reps = Replicas(Pool(Status(), "general"));
+        return reps.size() == 1 && reps[0]["version"] == "v1";
+      },
+      20))
+      << Status().dump(2);
+  EXPECT_EQ(Complete().status, 200);
+  up_->Signal(SIGTERM);
+  EXPECT_EQ(up_->Wait(60), 0);
+}
+
 }  // namespace
 }  // namespace strata::testing
