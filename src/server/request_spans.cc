@@ -69,7 +69,7 @@ class Builder {
     out_->push_back(std::move(s));
     return out_->size() - 1;
   }
-  Span& at(size_t i) { return (*out_)[i]; }
+  Span& Ref(size_t i) { return (*out_)[i]; }
 
  private:
   const RequestTrace& t_;
@@ -117,16 +117,16 @@ SteadyClockTime AddQueue(Builder& b, const trace::SpanId& root, const Phases& p,
   const SteadyClockTime start = Set(cursor) ? cursor : p.submitted;
   const SteadyClockTime stop = Set(p.scheduled) ? p.scheduled : Set(p.finished) ? p.finished : end;
   const size_t q = b.Child(root, "strata.queue", start, stop);
-  b.at(q).AddAttribute(
+  b.Ref(q).AddAttribute(
       "strata.queue_ms",
       std::chrono::duration<double, std::milli>(std::max(p.submitted, stop) - p.submitted).count());
-  const trace::SpanId queue_id = b.at(q).span_id;
+  const trace::SpanId queue_id = b.Ref(q).span_id;
   for (const auto& t : timelines) {
     if (t == nullptr) continue;
     for (const RequestTimeline::TierFetch& f : t->tier_fetches) {
       const size_t i = b.Child(queue_id, "strata.kv_tier.fetch", f.start,
                                RequestTimeline::Set(f.end) ? f.end : stop);
-      Span& s = b.at(i);
+      Span& s = b.Ref(i);
       s.AddAttribute("strata.tier", std::string("kv_tiers"));
       s.AddAttribute("strata.blocks", int64_t{f.blocks});
       s.AddAttribute("strata.blocks_requested", int64_t{f.blocks_requested});
@@ -144,7 +144,7 @@ void AddPrefill(Builder& b, const trace::SpanId& root,
     if (t == nullptr) continue;
     for (size_t c = 0; c < t->prefill_chunks.size(); ++c) {
       const RequestTimeline::Chunk& chunk = t->prefill_chunks[c];
-      Span& s = b.at(b.Child(root, "strata.prefill", chunk.start, chunk.end));
+      Span& s = b.Ref(b.Child(root, "strata.prefill", chunk.start, chunk.end));
       s.AddAttribute("strata.chunk_index", static_cast<int64_t>(c));
       s.AddAttribute("strata.chunk_tokens", int64_t{chunk.tokens});
       s.AddAttribute("strata.cached_tokens", int64_t{t->cached_tokens});
@@ -156,7 +156,7 @@ void AddPrefill(Builder& b, const trace::SpanId& root,
 void AddDecode(Builder& b, const trace::SpanId& root, const Phases& p,
                std::span<const std::shared_ptr<const RequestTimeline>> timelines,
                const TraceStamps& stamps) {
-  Span& s = b.at(b.Child(root, "strata.decode", p.first_token, p.finished));
+  Span& s = b.Ref(b.Child(root, "strata.decode", p.first_token, p.finished));
   s.AddAttribute("strata.decode_steps", p.decode_steps);
   s.AddEvent("first_token", trace::ToUnixNanos(p.first_token));
   for (const auto& t : timelines) {
@@ -202,7 +202,7 @@ std::vector<Span> BuildRequestSpans(
   } else if (Set(p.finished)) {
     cursor = std::max(cursor, p.finished);
   }
-  Span& stream = b.at(b.Child(root, "strata.stream", cursor, end));
+  Span& stream = b.Ref(b.Child(root, "strata.stream", cursor, end));
   stream.AddAttribute("strata.detokenize_ms", static_cast<double>(st.detokenize_ns) / 1e6);
   return out;
 }

@@ -268,6 +268,7 @@ TEST(RequestSpans, TierFetchNestsInTheQueueAndPreemptionsBecomeDecodeEvents) {
   const trace::Span& d = *by["strata.decode"][0];
   EXPECT_EQ(d.end_unix_ns - d.start_unix_ns, 30'000'000);
   std::vector<std::string> events;
+  events.reserve(d.events.size());
   for (const auto& e : d.events) events.push_back(e.name);
   EXPECT_EQ(events, (std::vector<std::string>{"first_token", "preempted", "resumed", "tokens"}));
   ASSERT_EQ(by["strata.stream"].size(), 1u);
@@ -294,6 +295,7 @@ TEST(RequestSpans, ErrorBeforeSchedulingHasAQueueAndAnErrorStatusButNoEnginePhas
   const auto spans = BuildRequestSpans(t, f, tls, {}, t0 + milliseconds(51));
   EXPECT_EQ(spans.front().status, trace::SpanStatus::kError);
   std::vector<std::string> names;
+  names.reserve(spans.size());
   for (const auto& s : spans) names.push_back(s.name);
   EXPECT_EQ(names, (std::vector<std::string>{"text_completion m", "strata.parse", "strata.tokenize",
                                              "strata.queue", "strata.stream"}));
