@@ -1,0 +1,182 @@
+// Tracing end to end with the real binaries: `strata gateway` in front of a `strata serve` replica
+// (the bundled tiny model) on 127.0.0.1, spans exported to the shared test OTLP receiver
+// (tests/testing/otlp_receiver.h) running in this process.
+//   - Collector down (connection refused) or stalled (never answers): every request still
+//     succeeds, the gateway's drop counter on /metrics rises, and the exporter's queue never holds
+//     more than tracing.queue_capacity spans.
+//   - A working collector: the gateway's spans arrive with the client's trace id, and the replica
+//     is handed a traceparent naming the gateway's upstream span.
+// Latency under a bad collector is measured by the benchmark (docs/benchmarks.md, "Tracing"),
+// not asserted here.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "integration/http_test_client.h"
+#include "integration/serve_process.h"
+#include "testing/otlp_receiver.h"
+
+namespace strata::testing {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr const char* kClientTrace = "4bf92f3577b34da6a3ce929d0e0e4736";
+constexpr const char* kClientSpan = "00f067aa0ba902b7";
+
+// The value of one series of a Prometheus text ("name{labels} value"), or -1 when absent.
+double Series(const std::string& text, const std::string& series) {
+  const size_t p = text.find("\n" + series + " ");
+  if (p == std::string::npos) return -1;
+  return std::stod(text.substr(p + series.size() + 2));
+}
+
+class TraceE2e : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("strata-trace-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    gateway_.reset();
+    replica_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  void StartReplica(std::vector<std::string> extra = {}) {
+    std::vector<std::string> base = {STRATA_BIN,  "serve",   "--port",
+                                     "0",         "--model", STRATA_DEFAULT_MODEL,
+                                     "--threads", "1",       "--kv-cache-memory",
+                                     "32MiB"};
+    replica_ = std::make_unique<ServeProcess>(base, std::move(extra));
+    ASSERT_GT(replica_->port(), 0) << replica_->startup_output();
+  }
+  // The gateway in front of the replica with `tracing` (a YAML block) and extra flags.
+  void StartGateway(const std::string& tracing, std::vector<std::string> flags = {}) {
+    const std::string path = (dir_ / "gateway.yaml").string();
+    std::ofstream(path) << "pools:\n  - name: general\n    replicas: [http://127.0.0.1:"
+                        << replica_->port()
+                        << "]\nroutes:\n  - name: default\n    to: general\n"
+                           "health: {interval_ms: 100}\naccess_log: \"off\"\n"
+                        << tracing;
+    std::vector<std::string> base = {STRATA_BIN, "gateway", "--config", path, "--port", "0"};
+    gateway_ = std::make_unique<ServeProcess>(base, std::move(flags), "strata gateway: ready");
+    ASSERT_GT(gateway_->port(), 0) << gateway_->startup_output();
+    for (int i = 0; i < 400; ++i) {
+      if (HttpCall(gateway_->port(), "GET", "/ready").status == 200) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    FAIL() << "gateway never became ready";
+  }
+  HttpReply Complete(const std::vector<std::string>& headers = {}) {
+    const json body = {
+        {"model", "strata-tiny"}, {"prompt", "Hello there"}, {"max_tokens", 4}, {"temperature", 0}};
+    return HttpCall(gateway_->port(), "POST", "/v1/completions", body.dump(), headers);
+  }
+  std::string Metrics() { return HttpCall(gateway_->port(), "GET", "/metrics").body; }
+  // Polls the gateway's /metrics until `series` reaches `at_least`; its last value.
+  double WaitSeries(const std::string& series, double at_least, int timeout_s = 30) {
+    double v = -1;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (std::chrono::steady_clock::now() < until) {
+      v = Series(Metrics(), series);
+      if (v >= at_least) return v;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return v;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<ServeProcess> replica_, gateway_;
+};
+
+constexpr const char* kExported = "strata_gateway:trace_spans_exported_total";
+constexpr const char* kFailed =
+    R"(strata_gateway:trace_spans_dropped_total{reason="export_failed"})";
+constexpr const char* kQueueFull =
+    R"(strata_gateway:trace_spans_dropped_total{reason="queue_full"})";
+constexpr const char* kQueued = "strata_gateway:trace_spans_queued";
+
+TEST_F(TraceE2e, CollectorRefusingConnectionsDropsAndCountsRequestsSucceed) {
+  std::string dead;
+  {
+    auto rx = OtlpReceiver::Start();
+    ASSERT_TRUE(rx.ok());
+    dead = (*rx)->endpoint();
+  }  // stopped: its port refuses connections
+  ASSERT_NO_FATAL_FAILURE(StartReplica());
+  ASSERT_NO_FATAL_FAILURE(StartGateway("", {"--otlp-endpoint", dead}));
+  constexpr int kRequests = 10;
+  for (int i = 0; i < kRequests; ++i) {
+    HttpReply r = Complete();
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  // Three spans per request (server, route, upstream), all dropped after the retries.
+  EXPECT_EQ(WaitSeries(kFailed, 3 * kRequests), 3 * kRequests);
+  const std::string m = Metrics();
+  EXPECT_EQ(Series(m, kExported), 0);
+  EXPECT_EQ(Series(m, kQueued), 0);
+}
+
+TEST_F(TraceE2e, StalledCollectorKeepsTheQueueBoundedAndRequestsSucceed) {
+  auto rx = OtlpReceiver::Start();
+  ASSERT_TRUE(rx.ok());
+  (*rx)->Stall(true);  // accepts the POST, never answers
+  ASSERT_NO_FATAL_FAILURE(StartReplica());
+  constexpr int kCapacity = 8;
+  ASSERT_NO_FATAL_FAILURE(StartGateway("tracing: {otlp_endpoint: \"" + (*rx)->endpoint() +
+                                       "\", queue_capacity: " + std::to_string(kCapacity) + "}\n"));
+  constexpr int kRequests = 30;
+  double max_queued = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    HttpReply r = Complete();
+    ASSERT_EQ(r.status, 200) << r.body;
+    max_queued = std::max(max_queued, Series(Metrics(), kQueued));
+  }
+  EXPECT_LE(max_queued, kCapacity);
+  EXPECT_GT(WaitSeries(kQueueFull, 1), 0);  // 90 spans into 8 places while a POST hangs
+  EXPECT_GE((*rx)->requests(), 1);          // the exporter did try
+  const std::string m = Metrics();
+  EXPECT_EQ(Series(m, kExported), 0);
+  EXPECT_LE(Series(m, kQueued), kCapacity);
+  (*rx)->Stall(false);
+}
+
+TEST_F(TraceE2e, GatewaySpansArriveAndTheReplicaIsHandedTheUpstreamSpan) {
+  auto rx = OtlpReceiver::Start();
+  ASSERT_TRUE(rx.ok());
+  ASSERT_NO_FATAL_FAILURE(StartReplica());
+  ASSERT_NO_FATAL_FAILURE(
+      StartGateway("", {"--otlp-endpoint", (*rx)->endpoint(), "--otlp-service-name", "gw-test"}));
+  const std::string parent = std::string("00-") + kClientTrace + "-" + kClientSpan + "-01";
+  HttpReply r = Complete({"traceparent: " + parent});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_TRUE((*rx)->WaitForSpans(3, std::chrono::seconds(20)));
+  std::map<std::string, ReceivedSpan> gw;
+  for (const auto& s : (*rx)->spans())
+    if (s.service == "gw-test") gw.emplace(s.name, s);
+  ASSERT_TRUE(gw.count("text_completion strata-tiny")) << (*rx)->spans().size();
+  const ReceivedSpan& server = gw["text_completion strata-tiny"];
+  EXPECT_EQ(server.trace_id, kClientTrace);
+  EXPECT_EQ(server.parent_span_id, kClientSpan);
+  EXPECT_EQ(gw["gateway.route"].parent_span_id, server.span_id);
+  EXPECT_EQ(gw["gateway.upstream"].parent_span_id, server.span_id);
+  EXPECT_EQ(server.Int("gen_ai.usage.output_tokens"), 4);
+  EXPECT_TRUE(server.Int("gen_ai.usage.input_tokens").value_or(0) > 0);
+  EXPECT_EQ(server.StrArray("gen_ai.response.finish_reasons"), std::vector<std::string>{"length"});
+  EXPECT_EQ(WaitSeries(kExported, 3), 3);
+}
+
+}  // namespace
+}  // namespace strata::testing
