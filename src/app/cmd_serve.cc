@@ -24,6 +24,7 @@
 #include "tokenizer/chat/builtin_templates.h"
 #include "tokenizer/chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "trace/tracer.h"
 
 namespace strata::app {
 namespace {
@@ -93,6 +94,18 @@ Status RunServe(const engine::serving::ReplicaConfig& config) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   ASSIGN_OR_RETURN(auto keys, LoadKeys(o));
+  // Tracing only with --otlp-endpoint: otherwise no tracer exists and nothing is traced. Started
+  // before the port is bound, so a bad endpoint fails start-up.
+  std::unique_ptr<trace::Tracer> tracer;
+  if (!config.tracing.otlp_endpoint.empty()) {
+    trace::TracerOptions to;
+    to.endpoint = config.tracing.otlp_endpoint;
+    to.service_name = config.tracing.service_name;
+    to.sample_ratio = config.tracing.sample_ratio;
+    auto started = trace::Tracer::Start(std::move(to));
+    if (!started.ok()) return started.status().WithContext("--otlp-endpoint");
+    tracer = std::move(*started);
+  }
   const engine::serving::ServingConfig& sc = config.engine;
 
   // HTTP comes up first: while the model loads, /health is 200 and everything else 503 (loading).
@@ -175,6 +188,7 @@ Status RunServe(const engine::serving::ReplicaConfig& config) {
   engine::serving::ServingEngine* serving_ptr = serving.get();
   ao.tier_stats = [serving_ptr] { return serving_ptr->TierStats(); };
   ao.adapters = &adapters;
+  ao.tracer = tracer.get();
   auto api = std::make_unique<server::Api>(info, eng, ao);
 
   api->SetReady(true);
@@ -208,6 +222,7 @@ Status RunServe(const engine::serving::ReplicaConfig& config) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the last writes leave
   server->Stop();  // joins the I/O threads: no handler or disconnect callback runs after this
   api.reset();     // detaches the live jobs from their streams, cancels them
+  if (tracer) tracer->Shutdown(std::chrono::milliseconds(1000));  // flushes the last spans
   serving->Stop();
   server.reset();
   std::fprintf(stderr, "strata serve: stopped\n");

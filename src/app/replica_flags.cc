@@ -120,6 +120,19 @@ void ReplicaFlags::AddServer(CLI::App* cmd) {
       cmd, "--metrics-compat",
       "'vllm': /metrics also exports the families under vLLM's names and labels",
       [](ReplicaConfig & c) -> auto& { return c.server.metrics_compat; });
+  Bind<std::string>(
+      cmd, "--otlp-endpoint",
+      "export OpenTelemetry spans over OTLP/HTTP JSON to this base URL (http://host:4318); "
+      "absent: no tracing",
+      [](ReplicaConfig & c) -> auto& { return c.tracing.otlp_endpoint; });
+  Bind<double>(
+      cmd, "--otlp-sample-ratio",
+      "fraction of requests without a traceparent that are traced, 0..1 (a traceparent's sampled "
+      "flag decides for the others)",
+      [](ReplicaConfig & c) -> auto& { return c.tracing.sample_ratio; });
+  Bind<std::string>(
+      cmd, "--otlp-service-name", "service.name of the exported spans",
+      [](ReplicaConfig & c) -> auto& { return c.tracing.service_name; });
 }
 
 void ReplicaFlags::AddEngine(CLI::App* cmd) {

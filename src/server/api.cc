@@ -45,8 +45,21 @@ const MetricSpec kMetrics[] = {
     {"strata:e2e_request_latency_seconds", T::kHistogram,
      "Time from request arrival to its last byte.", &kLatencyBuckets},
     {"strata:request_queue_time_seconds", T::kHistogram,
-     "Time from arrival to acceptance by the engine (parse, template, tokenize, submit).",
+     "Time from submission to the engine to the first engine step that runs the request (its "
+     "wait in the engine's queue, a KV-tier prefetch included).",
      &kLatencyBuckets},
+    {"strata:request_prefill_time_seconds", T::kHistogram,
+     "Time from the first engine step that runs the request to its first token.", &kLatencyBuckets},
+    {"strata:request_decode_time_seconds", T::kHistogram,
+     "Time from the first token to the last token of a request.", &kLatencyBuckets},
+    {"strata:request_inference_time_seconds", T::kHistogram,
+     "Time from the first engine step that runs the request to its last token (prefill + "
+     "decode).",
+     &kLatencyBuckets},
+    {"strata:requests_received_total", T::kCounter,
+     "Generation requests accepted by the engine (counted at acceptance, so it follows arrivals "
+     "while the replica is saturated).",
+     nullptr},
     {"strata:request_prompt_tokens", T::kHistogram,
      "Prompt length of finished requests, in tokens.", &kTokenBuckets},
     {"strata:request_generation_tokens", T::kHistogram,
@@ -132,6 +145,12 @@ const MetricSpec kMetrics[] = {
     {"strata:kv_tier_queue_drops_total", T::kCounter,
      "Tier writes dropped because the write queue was full.", nullptr},
     {"strata:kv_tier_queued_writes", T::kGauge, "Tier writes waiting for a worker.", nullptr},
+    {"strata:trace_spans_exported_total", T::kCounter,
+     "Spans the OTLP exporter delivered (--otlp-endpoint; absent without it).", nullptr},
+    {"strata:trace_spans_dropped_total", T::kCounter,
+     "Spans the OTLP exporter dropped, by reason: queue_full (the bounded queue was full), "
+     "export_failed (the collector refused them or retries ran out).",
+     nullptr},
 };
 
 // `--metrics-compat vllm`: the same events also under vLLM's names, types, labels (model_name,
@@ -190,6 +209,12 @@ const VllmSpec kVllmMetrics[] = {
      "Histogram of e2e request latency in seconds.", B::kLatency},
     {"strata:request_queue_time_seconds", "vllm:request_queue_time_seconds",
      "Histogram of time spent in WAITING phase for request.", B::kLatency},
+    {"strata:request_prefill_time_seconds", "vllm:request_prefill_time_seconds",
+     "Histogram of time spent in PREFILL phase for request.", B::kLatency},
+    {"strata:request_decode_time_seconds", "vllm:request_decode_time_seconds",
+     "Histogram of time spent in DECODE phase for request.", B::kLatency},
+    {"strata:request_inference_time_seconds", "vllm:request_inference_time_seconds",
+     "Histogram of time spent in RUNNING phase for request.", B::kLatency},
 };
 // strata:lora_adapter_events_total{event} (exported at zero for each from the start).
 constexpr const char* kLoraEvents[] = {"load", "unload", "evict", "load_error"};
@@ -389,10 +414,21 @@ HttpResponse Api::Ready(Exchange&) { return readiness_.Probe(); }
 
 HttpResponse Api::Metrics(Exchange&) {
   RefreshEngineGauges();
+  RefreshTracerCounters();
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body = metrics_.Render();
   return r;
+}
+
+void Api::RefreshTracerCounters() {
+  if (options_.tracer == nullptr) return;
+  const trace::TracerStats s = options_.tracer->stats();
+  metrics_.Set("strata:trace_spans_exported_total", "", static_cast<double>(s.spans_exported));
+  metrics_.Set("strata:trace_spans_dropped_total", http::Labels({{"reason", "queue_full"}}),
+               static_cast<double>(s.dropped_queue_full));
+  metrics_.Set("strata:trace_spans_dropped_total", http::Labels({{"reason", "export_failed"}}),
+               static_cast<double>(s.dropped_export_failed));
 }
 
 // The block events a gateway polls (kv_events.h): no readiness needed, read under the log's short

@@ -50,8 +50,12 @@
 #include "server/embeddings.h"
 #include "server/lora_adapters.h"
 #include "server/openai_request.h"
+#include "trace/tracer.h"
 
 namespace strata::server {
+
+struct RequestBreakdown;  // request_timing.h
+struct RequestTrace;      // request_spans.h
 
 struct ApiOptions {
   std::vector<std::string> api_keys;  // empty: no auth
@@ -64,10 +68,17 @@ struct ApiOptions {
   // The replica's LoRA adapters (borrowed; must outlive the Api). Null: no adapters (a request
   // naming one is a 404, load/unload are 501).
   AdapterStore* adapters = nullptr;
+  // The replica's span exporter (borrowed; must outlive the Api). Null: no tracing at all — no
+  // traceparent is read, no stamp is taken. Set: a generation request whose head-sampling decision
+  // (Tracer::ShouldSample: the client's traceparent sampled flag, else the ratio) says yes gets
+  // the span tree of request_spans.h, exported when it ends; /metrics exports the tracer's
+  // counters (strata:trace_spans_exported_total, strata:trace_spans_dropped_total{reason}).
+  trace::Tracer* tracer = nullptr;
 };
 
 class Api {
  public:
+  using SteadyTimePoint = std::chrono::steady_clock::time_point;
   Api(ModelInfo model, engine::sched::Engine* engine, ApiOptions options);
   ~Api();  // detaches every live job from its stream and cancels it
 
@@ -135,9 +146,15 @@ class Api {
   // A choice's first event: its echo text (and prompt logprobs).
   std::string StartChoice(Job& job, size_t index, const engine::sched::TokenEvent& ev);
   void StreamDelta(Job& job, size_t index, const std::string& delta);
-  void CountAbort(const Job& job);
+  void CountAbort(Job& job);
   void CutJob(Job& job);  // on the job's work strand
   void Finish(Job& job);
+  void ObserveBreakdown(const Job& job, const RequestBreakdown& b);
+  // Tracing (generate.cc): the sampled request's trace identity (null: not traced), and its spans
+  // exported when the job ends (on its work strand).
+  std::unique_ptr<RequestTrace> StartTrace(const http::HttpRequest& req, SteadyTimePoint arrival);
+  void ExportTrace(const Job& job);
+  void RefreshTracerCounters();
   void FinishStream(Job& job, const nlohmann::ordered_json& usage);
   nlohmann::ordered_json FinalChoices(const Job& job) const;
   void Forget(const Job& job);

@@ -12,6 +12,8 @@
 #include "http/sse.h"
 #include "server/api.h"
 #include "server/api_internal.h"
+#include "server/request_spans.h"
+#include "server/request_timing.h"
 #include "server/response_id.h"
 #include "tokenizer/utf8.h"
 
@@ -62,6 +64,12 @@ struct Api::Job {
   int completion_tokens = 0;
   SteadyTime arrival, first_token, last_token;
   bool have_first = false;
+  // The latest timeline snapshot of each engine request (handles[k]), for the breakdown.
+  std::vector<std::shared_ptr<const engine::sched::RequestTimeline>> timelines;
+  bool timing = false;                  // x-strata-timing: 1 (the breakdown on the response)
+  std::unique_ptr<RequestTrace> trace;  // sampled for tracing (request_spans.h); else null
+  int answer_status = 200;              // the HTTP status answered (499: the client left)
+  std::string answer_error;             // why it failed, for the span status
   bool error = false;
   std::string error_message;
   Status error_status;  // the engine's: a runner failure, DeadlineExceeded or displaced
@@ -258,7 +266,10 @@ std::optional<HttpResponse> Api::ApplyHeaders(const http::HttpRequest& req, GenR
 
 HttpResponse Api::Generate(Endpoint ep, Exchange& ex) {
   SteadyTime arrival = std::chrono::steady_clock::now();
-  auto parsed = ParseGenRequest(ep, ex.body, model_, ex.request.Header("x-strata-tier"));
+  std::unique_ptr<RequestTrace> traced = StartTrace(ex.request, arrival);
+  ParseStamps stamps;
+  auto parsed = ParseGenRequest(ep, ex.body, model_, ex.request.Header("x-strata-tier"),
+                                traced ? &stamps : nullptr);
   if (!parsed.ok()) return http::ErrorResponse(parsed.error());
   GenRequest g = std::move(*parsed);
   if (auto bad = ApplyHeaders(ex.request, g)) return std::move(*bad);
@@ -284,8 +295,14 @@ HttpResponse Api::Generate(Endpoint ep, Exchange& ex) {
   std::shared_ptr<Job> job = NewJob(ep, std::move(g), std::move(handles));
   job->out = ex.out;
   job->arrival = arrival;
-  metrics_.Observe("strata:request_queue_time_seconds", job->labels,
-                   Seconds(arrival, std::chrono::steady_clock::now()));
+  job->timing = ex.request.Header("x-strata-timing") == "1";
+  if (traced) {
+    traced->stamps.prompt_start = stamps.prompt_start;
+    traced->stamps.template_end = stamps.template_end;
+    traced->stamps.tokenize_end = stamps.tokenize_end;
+    job->trace = std::move(traced);
+  }
+  metrics_.Add("strata:requests_received_total", job->labels, 1);
   metrics_.Add("strata:prompt_tokens_total", job->labels, job->prompt_tokens);
   if (job->req.stream) StartStream(*job);
   Watch(job);
@@ -299,6 +316,7 @@ std::shared_ptr<Api::Job> Api::NewJob(Endpoint ep, GenRequest g,
   auto job = std::make_shared<Job>();
   job->req = std::move(g);
   job->handles = std::move(handles);
+  job->timelines.resize(job->handles.size());
   for (const auto& p : job->req.prompts) job->prompt_tokens += static_cast<int>(p.size());
   auto priority = std::string(engine::sched::PriorityName(job->req.submit.priority));
   job->labels = http::Labels({{"model_name", model_.name}, {"tier", priority}});
@@ -364,7 +382,45 @@ void Api::Watch(const std::shared_ptr<Job>& job) {
 void Api::Drain(const std::shared_ptr<Job>& job) {
   if (job->finished || !Process(*job)) return;
   job->finished = true;
+  if (job->trace) ExportTrace(*job);
   Forget(*job);
+}
+
+std::unique_ptr<RequestTrace> Api::StartTrace(const http::HttpRequest& req, SteadyTime arrival) {
+  if (options_.tracer == nullptr) return nullptr;
+  const std::optional<trace::TraceContext> parent =
+      trace::ParseTraceparent(req.Header("traceparent"), req.Header("tracestate"));
+  const trace::TraceId id = parent ? parent->trace_id : trace::NewTraceId();
+  if (!options_.tracer->ShouldSample(parent, id)) return nullptr;
+  auto t = std::make_unique<RequestTrace>();
+  t->trace_id = id;
+  t->span_id = trace::NewSpanId();
+  if (parent) {
+    t->parent_span_id = parent->span_id;
+    t->tracestate = parent->tracestate;
+  }
+  t->stamps.arrival = arrival;
+  return t;
+}
+
+void Api::ExportTrace(const Job& job) {
+  SpanFacts f;
+  f.chat = job.chat();
+  f.stream = job.req.stream;
+  f.model = job.model;
+  f.max_tokens = job.req.max_tokens;
+  f.response_id = job.id;
+  f.input_tokens = job.prompt_tokens;
+  f.output_tokens = job.completion_tokens;
+  for (const auto& c : job.choices)
+    if (!c.finish.empty()) f.finish_reasons.push_back(c.finish);
+  f.priority = std::string(engine::sched::PriorityName(job.req.submit.priority));
+  f.tenant = job.req.submit.tenant;
+  f.http_status = job.answer_status;
+  f.error = job.answer_error;
+  options_.tracer->Export(BuildRequestSpans(*job.trace, f, job.timelines,
+                                            job.have_first ? job.last_token : SteadyTime{},
+                                            std::chrono::steady_clock::now()));
 }
 
 void Api::Forget(const Job& job) {
@@ -424,6 +480,7 @@ std::string Api::StartChoice(Job& job, size_t index, const TokenEvent& ev) {
 
 bool Api::OnEvent(Job& job, size_t sub, const TokenEvent& ev) {
   const size_t n = static_cast<size_t>(job.req.submit.n);
+  if (ev.timeline != nullptr) job.timelines[sub] = ev.timeline;
   if (ev.index < 0 || static_cast<size_t>(ev.index) >= n) return true;
   const size_t index = sub * n + static_cast<size_t>(ev.index);
   auto& c = job.choices[index];
@@ -462,7 +519,11 @@ bool Api::OnEvent(Job& job, size_t sub, const TokenEvent& ev) {
                        Seconds(job.last_token, now));
     }
     job.last_token = now;
+    if (job.trace && job.completion_tokens % kTokensEvery == 0 &&
+        job.trace->stamps.token_marks.size() < trace::kMaxEvents)
+      job.trace->stamps.token_marks.emplace_back(now, job.completion_tokens);
   }
+  const SteadyTime detok_start = job.trace ? std::chrono::steady_clock::now() : SteadyTime{};
   std::string delta;
   if (ev.token >= 0 && ev.finish != FinishReason::kStop) {
     std::string piece = c.dec->Push(ev.token);
@@ -471,6 +532,10 @@ bool Api::OnEvent(Job& job, size_t sub, const TokenEvent& ev) {
     delta = c.stop->Push(piece);
   }
   FinishChoice(c, ev, &delta);
+  if (job.trace)
+    job.trace->stamps.detokenize_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::steady_clock::now() - detok_start)
+                                           .count();
   // The prompt is not subject to stop strings: it goes before the completion's text as is.
   if (!job.req.stream) {
     c.text += echo + delta;
@@ -515,7 +580,9 @@ void Api::StreamDelta(Job& job, size_t index, const std::string& delta) {
   job.out->Write(http::SseEvent(Dump(chunk)));
 }
 
-void Api::CountAbort(const Job& job) {
+void Api::CountAbort(Job& job) {
+  job.answer_status = 499;
+  job.answer_error = "the client disconnected";
   metrics_.Add("strata:request_success_total",
                http::Labels({{"model_name", model_.name},
                              {"tier", engine::sched::PriorityName(job.req.submit.priority)},
@@ -533,6 +600,8 @@ void Api::Finish(Job& job) {
                 {"total_tokens", job.prompt_tokens + job.completion_tokens}};
   const EngineErrorKind* kind = job.error ? FindEngineError(job.error_status) : nullptr;
   const int status = job.req.stream || !job.error ? 200 : kind ? kind->http_status : 500;
+  job.answer_status = status;
+  if (job.error) job.answer_error = job.error_message;
   // Counted before the response goes out, so a client that reads /metrics after its response
   // always sees its request.
   std::string reason = job.error ? "error" : job.choices.empty() ? "stop" : job.choices[0].finish;
@@ -547,6 +616,10 @@ void Api::Finish(Job& job) {
                              {"status", std::to_string(status)}}),
                1);
   metrics_.Observe("strata:e2e_request_latency_seconds", job.labels, Seconds(job.arrival, now));
+  const RequestBreakdown breakdown = ComputeBreakdown(
+      job.timelines, job.arrival, job.have_first ? job.last_token : SteadyTime{}, now);
+  if (!job.error && breakdown.known) ObserveBreakdown(job, breakdown);
+  if (job.timing && !job.error) usage["strata_timing"] = TimingJson(breakdown);
   metrics_.Observe("strata:request_prompt_tokens", job.labels, job.prompt_tokens);
   metrics_.Observe("strata:request_generation_tokens", job.labels, job.completion_tokens);
   metrics_.Add("strata:generation_tokens_total", job.labels, job.completion_tokens);
@@ -568,7 +641,16 @@ void Api::Finish(Job& job) {
                {"choices", FinalChoices(job)},
                {"usage", usage}};
   AddPromptIds(job, &resp);
-  job.out->Respond(OrderedJsonResponse(200, resp));
+  HttpResponse r = OrderedJsonResponse(200, resp);
+  if (job.timing) r.headers.emplace_back("x-strata-timing", TimingHeaderValue(breakdown));
+  job.out->Respond(std::move(r));
+}
+
+void Api::ObserveBreakdown(const Job& job, const RequestBreakdown& b) {
+  metrics_.Observe("strata:request_queue_time_seconds", job.labels, b.queue_s);
+  metrics_.Observe("strata:request_prefill_time_seconds", job.labels, b.prefill_s);
+  metrics_.Observe("strata:request_decode_time_seconds", job.labels, b.decode_s);
+  metrics_.Observe("strata:request_inference_time_seconds", job.labels, b.inference_s);
 }
 
 void Api::FinishStream(Job& job, const json& usage) {
@@ -622,6 +704,7 @@ int Api::CutAtShutdown(std::chrono::milliseconds wait) {
       if (j->finished) return;  // finished meanwhile: its response is complete
       j->finished = true;
       CutJob(*j);
+      if (j->trace) ExportTrace(*j);
       Forget(*j);
     });
   }
@@ -641,6 +724,8 @@ void Api::CutJob(Job& job) {
   constexpr std::string_view kWhy =
       "the server is shutting down: the request was still running when --shutdown-timeout expired";
   metrics_.Add("strata:requests_cut_at_shutdown_total", job.labels, 1);
+  job.answer_status = job.req.stream ? 200 : 503;
+  job.answer_error = std::string(kWhy);
   metrics_.Add("strata:http_requests_total",
                http::Labels({{"model_name", model_.name},
                              {"route", job.route()},

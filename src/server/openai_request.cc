@@ -97,7 +97,8 @@ ApiResult<std::vector<std::vector<int32_t>>> CompletionPrompts(const json& body,
   return out;
 }
 
-ApiResult<std::vector<int32_t>> ChatPrompt(const json& body, const ModelInfo& model) {
+ApiResult<std::vector<int32_t>> ChatPrompt(const json& body, const ModelInfo& model,
+                                           ParseStamps* stamps) {
   if (!Present(body, "messages")) return Bad("messages", "is required");
   bool add_gen = true;
   RETURN_IF_API_ERROR(http::Fields(body).Bool("add_generation_prompt", &add_gen));
@@ -106,6 +107,7 @@ ApiResult<std::vector<int32_t>> ChatPrompt(const json& body, const ModelInfo& mo
     return Bad("chat_template_kwargs", "must be an object");
   ASSIGN_OR_RETURN_API(std::string text,
                        ApplyChatTemplate(body["messages"], add_gen, model, extra));
+  if (stamps != nullptr) stamps->template_end = std::chrono::steady_clock::now();
   return model.tok->Encode(text, /*add_special=*/false, /*parse_special=*/true);
 }
 
@@ -323,13 +325,16 @@ ApiResult<std::string> ApplyChatTemplate(const json& messages, bool add_generati
   return std::move(*r);
 }
 
-ApiResult<std::vector<std::vector<int32_t>>> ParsePrompt(Endpoint endpoint, const json& body,
-                                                         const ModelInfo& model) {
+namespace {
+
+ApiResult<std::vector<std::vector<int32_t>>> ParsePromptStamped(Endpoint endpoint, const json& body,
+                                                                const ModelInfo& model,
+                                                                ParseStamps* stamps) {
   std::vector<std::vector<int32_t>> prompts;
   if (endpoint == Endpoint::kCompletions) {
     ASSIGN_OR_RETURN_API(prompts, CompletionPrompts(body, model));
   } else {
-    ASSIGN_OR_RETURN_API(std::vector<int32_t> ids, ChatPrompt(body, model));
+    ASSIGN_OR_RETURN_API(std::vector<int32_t> ids, ChatPrompt(body, model, stamps));
     prompts.push_back(std::move(ids));
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -350,13 +355,22 @@ ApiResult<std::vector<std::vector<int32_t>>> ParsePrompt(Endpoint endpoint, cons
   return prompts;
 }
 
+}  // namespace
+
+ApiResult<std::vector<std::vector<int32_t>>> ParsePrompt(Endpoint endpoint, const json& body,
+                                                         const ModelInfo& model) {
+  return ParsePromptStamped(endpoint, body, model, nullptr);
+}
+
 ApiResult<GenRequest> ParseGenRequest(Endpoint endpoint, const json& body, const ModelInfo& model,
-                                      std::string_view priority_header) {
+                                      std::string_view priority_header, ParseStamps* stamps) {
   if (!body.is_object()) return Bad("body", "must be a JSON object");
   GenRequest g;
   g.endpoint = endpoint;
   RETURN_IF_API_ERROR(CheckFieldSupport(endpoint, body));
-  ASSIGN_OR_RETURN_API(g.prompts, ParsePrompt(endpoint, body, model));
+  if (stamps != nullptr) stamps->prompt_start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN_API(g.prompts, ParsePromptStamped(endpoint, body, model, stamps));
+  if (stamps != nullptr) stamps->tokenize_end = std::chrono::steady_clock::now();
   g.submit.prompt = g.prompts[0];
   const FieldContext f{body, model, endpoint, priority_header};
   for (FieldParser parse : kFieldParsers) RETURN_IF_API_ERROR(parse(f, &g));

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -80,9 +81,17 @@ struct GenRequest {
 // Parses a /v1/completions or /v1/chat/completions body. `priority_header` is the x-strata-tier
 // header (may be empty); the body's `priority` wins over it. `priority` is a class name (gold,
 // silver, bronze) or an integer as vLLM's (lower runs first): < 0 gold, 0 silver, > 0 bronze.
+// When a request is traced: the steady-clock times its parse reached the prompt, the chat template
+// was rendered (chat) and the prompt was tokenized (request_spans.h).
+struct ParseStamps {
+  std::chrono::steady_clock::time_point prompt_start{}, template_end{}, tokenize_end{};
+};
+
+// `stamps` (null: none taken) records the phase times of a traced request.
 http::ApiResult<GenRequest> ParseGenRequest(Endpoint endpoint, const nlohmann::json& body,
                                             const ModelInfo& model,
-                                            std::string_view priority_header = {});
+                                            std::string_view priority_header = {},
+                                            ParseStamps* stamps = nullptr);
 
 // Renders `messages` (the request's JSON array) with the model's chat template.
 // InvalidArgument "messages: ..." for malformed messages; "model has no chat template" when absent;

@@ -104,6 +104,7 @@ class ServerTest : public ::testing::Test {
     ApiOptions ao;
     ao.api_keys = std::move(keys);
     ao.adapters = adapters_;
+    ao.tracer = tracer_;
     api_ = std::make_unique<Api>(info, engine_.get(), ao);
     api_->SetReady(true);
     HttpServerOptions so;
@@ -138,6 +139,7 @@ class ServerTest : public ::testing::Test {
   }
 
   AdapterStore* adapters_ = nullptr;  // set before Boot(): the Api's LoRA adapters
+  trace::Tracer* tracer_ = nullptr;   // set before Boot(): the Api's span exporter
   engine::sched::SteadyClock clock_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   std::unique_ptr<tokenizer::chat::ChatTemplate> tmpl_;

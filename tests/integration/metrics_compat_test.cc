@@ -95,6 +95,9 @@ TEST(MetricsCompat, VllmFamiliesNamesLabelsAndBuckets) {
       {"vllm:time_per_output_token_seconds", "histogram"},
       {"vllm:e2e_request_latency_seconds", "histogram"},
       {"vllm:request_queue_time_seconds", "histogram"},
+      {"vllm:request_prefill_time_seconds", "histogram"},
+      {"vllm:request_decode_time_seconds", "histogram"},
+      {"vllm:request_inference_time_seconds", "histogram"},
   };
   for (const auto& [name, type] : families)
     EXPECT_NE(m.find(std::string("# TYPE ") + name + " " + type + "\n"), std::string::npos) << name;

@@ -101,6 +101,7 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
   std::vector<uint8_t> salt =
       cachekey::RequestSalt(model_salt_, {.adapter = req.adapter, .tenant = req.tenant});
   auto state = MakeRequestState(0, std::move(req), clock_->Now());
+  state->timeline.submitted = state->arrival;
   state->salt = std::move(salt);
   if (embed) state->embed_sum.assign(static_cast<size_t>(hidden_dim_), 0.0);
   if (!embed && state->req.prompt_logprobs >= 0) {
@@ -255,11 +256,17 @@ void Engine::EndRequest(RequestId id, FinishReason why, const Status& error) {
   std::unique_ptr<RequestState> owned = sched_.Abort(id, why);
   if (was_queued) Dequeued(id);
   CountLoraRequest(*owned);
+  std::shared_ptr<const RequestTimeline> timeline;
+  if (!id_list_.empty()) {
+    owned->timeline.finished = clock_->Now();
+    timeline = std::make_shared<const RequestTimeline>(std::move(owned->timeline));
+  }
   for (int32_t i : id_list_) {
     TokenEvent ev;
     ev.index = i;
     ev.finish = why;
     ev.error = error;
+    ev.timeline = timeline;
     owned->stream->Push(ev);
   }
   finished_requests_ += 1;
@@ -359,8 +366,10 @@ bool Engine::MaybePrefetch(RequestState* r) {
   if (!r->tier->WantsPrefetch(s.tokens, r->started, r->prompt_hashes, r->salt, kv_)) return false;
   const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(prefetch_timeout_s_));
+  const TimePoint now = clock_->Now();
   r->tier->Start(
-      tier_, r->req.tenant, [this] { cv_.NotifyOne(); }, clock_->Now() + timeout);
+      tier_, r->req.tenant, [this] { cv_.NotifyOne(); }, now + timeout);
+  r->timeline_fetch = r->timeline.StartFetch(now, r->tier->blocks_asked());
   fetching_.push_back(r->id);
   tier_prefetches_ += 1;
   return true;
@@ -375,11 +384,17 @@ void Engine::PollPrefetches() {
     if (r == nullptr || r->tier == nullptr) continue;
     if (r->phase != RequestState::Phase::kWaiting) {
       r->tier->Cancel();
+      r->timeline.EndFetch(r->timeline_fetch, now, 0, false);
       continue;
     }
     const TierStaging::PollResult p = r->tier->Poll(now);
     if (p == TierStaging::PollResult::kTimedOut) tier_timeouts_ += 1;
-    if (p != TierStaging::PollResult::kPending) continue;
+    if (p != TierStaging::PollResult::kPending) {
+      const bool timed_out = p == TierStaging::PollResult::kTimedOut;
+      r->timeline.EndFetch(r->timeline_fetch, now, timed_out ? 0 : r->tier->blocks_staged(),
+                           timed_out);
+      continue;
+    }
     fetching_[keep++] = fetching_[i];
   }
   fetching_.resize(keep);
@@ -400,12 +415,14 @@ void Engine::FlushKvTier() {
 }
 
 void Engine::Emit(RequestState* r, int index, int32_t token, FinishReason why, Sampler* sampler,
-                  std::shared_ptr<const PromptLogprobs> prompt_lp) {
+                  std::shared_ptr<const PromptLogprobs> prompt_lp,
+                  std::shared_ptr<const RequestTimeline> timeline) {
   TokenEvent ev;
   ev.index = index;
   ev.token = token;
   ev.finish = why;
   ev.prompt_logprobs = std::move(prompt_lp);
+  ev.timeline = std::move(timeline);
   if (r->req.logprobs) {
     ev.logprob = sampler->LastLogprob(token);
     const int k = std::min(r->req.top_logprobs, n_vocab_);
@@ -475,10 +492,13 @@ void Engine::SampleAndCommit(const ScheduledSeq& e, std::span<const float> logit
     sched_.Fork(r);
     const bool send_prompt_lp = r->wants_prompt_logits();
     r->prompt_lp_sent = true;  // from now on the request may read the prefix cache again
+    r->timeline.first_token = run_end_;
+    const auto first = std::make_shared<const RequestTimeline>(r->timeline);  // shared by all n
     for (size_t i = 0; i < r->seqs.size(); ++i) {
       const FinishReason why = sched_.AppendToken(r, static_cast<int>(i), first_tokens_[i]);
       Emit(r, static_cast<int>(i), first_tokens_[i], why, r->seqs[i].sampler.get(),
-           send_prompt_lp ? r->prompt_lp : nullptr);
+           send_prompt_lp ? r->prompt_lp : nullptr,
+           why == FinishReason::kNone ? first : EndTimeline(r));
     }
     generated_tokens_ += static_cast<int64_t>(r->seqs.size());
     if (r->phase == RequestState::Phase::kFinished) finished_requests_ += 1;
@@ -488,8 +508,17 @@ void Engine::SampleAndCommit(const ScheduledSeq& e, std::span<const float> logit
   const int32_t token = s.sampler->Sample(logits, s.tokens, banned);
   const bool send_prompt_lp = r->wants_prompt_logits();  // n == 1: its first token
   r->prompt_lp_sent = true;
+  const bool first = !r->timeline.has_first_token();
+  if (first) r->timeline.first_token = run_end_;
   const FinishReason why = sched_.AppendToken(r, e.seq_index, token);
-  Emit(r, e.seq_index, token, why, s.sampler.get(), send_prompt_lp ? r->prompt_lp : nullptr);
+  std::shared_ptr<const RequestTimeline> timeline;
+  if (why != FinishReason::kNone) {
+    timeline = EndTimeline(r);
+  } else if (first) {
+    timeline = std::make_shared<const RequestTimeline>(r->timeline);
+  }
+  Emit(r, e.seq_index, token, why, s.sampler.get(), send_prompt_lp ? r->prompt_lp : nullptr,
+       std::move(timeline));
   generated_tokens_ += 1;
   if (r->phase == RequestState::Phase::kFinished) finished_requests_ += 1;
 }
@@ -515,6 +544,7 @@ void Engine::FinishEmbedding(RequestState* r) {
   for (size_t i = 0; i < r->embed_sum.size(); ++i)
     ev.embedding[i] = norm > 0 ? static_cast<float>(r->embed_sum[i] / norm) : 0.0f;
   sched_.FinishEmbedding(r);
+  ev.timeline = EndTimeline(r);
   r->stream->Push(ev);
   embeddings_ += 1;
   finished_requests_ += 1;
@@ -543,6 +573,7 @@ Status Engine::Step() {
     for (const ScheduledSeq& e : out.seqs) {
       decode_only =
           decode_only && e.num_tokens == 1 && e.sample && e.start_pos >= e.req->prompt_len;
+      StampScheduled(e, step_start);
       const SequenceState& s = e.req->seqs[static_cast<size_t>(e.seq_index)];
       BatchSeq b;
       b.seq_id = e.kv_id;
@@ -560,6 +591,7 @@ Status Engine::Step() {
       tokens_computed_ += e.num_tokens;
     }
     if (status.ok()) status = runner_->Run(batch_, &logits_, &hidden_);
+    run_end_ = clock_->Now();
     const size_t v = static_cast<size_t>(n_vocab_);
     if (status.ok() && logits_.size() < static_cast<size_t>(rows) * v) {
       status =
@@ -585,6 +617,7 @@ Status Engine::Step() {
       for (size_t i = 0; i < out.seqs.size(); ++i) {
         const ScheduledSeq& e = out.seqs[i];
         sched_.CommitComputed(e);
+        StampComputed(e, step_start);
         if (e.req->is_embed()) {
           AccumulateEmbedding(e, hidden_.data() + hidden_row * static_cast<size_t>(hidden_dim_));
           hidden_row += static_cast<size_t>(e.num_tokens);
@@ -609,6 +642,32 @@ Status Engine::Step() {
   has_work_.store(sched_.has_work());
   PublishStats();
   return status;
+}
+
+void Engine::StampScheduled(const ScheduledSeq& e, TimePoint step_start) {
+  RequestTimeline& t = e.req->timeline;
+  if (!t.scheduled()) {
+    t.first_scheduled = step_start;
+    t.cached_tokens = e.start_pos;  // what the admission did not compute: pool hit + tier adoption
+  }
+  t.Ran(step_start);
+}
+
+void Engine::StampComputed(const ScheduledSeq& e, TimePoint step_start) {
+  RequestTimeline& t = e.req->timeline;
+  if (e.start_pos < e.req->prompt_len) {
+    if (!t.has_first_token()) t.AddChunk(step_start, run_end_, e.num_tokens);
+  } else if (e.num_tokens == 1) {
+    t.decode_steps += 1;
+  }
+}
+
+std::shared_ptr<const RequestTimeline> Engine::EndTimeline(RequestState* r) {
+  r->timeline.finished = run_end_;
+  // The request's last event: nothing is recorded after it, so its timeline moves out.
+  if (r->phase == RequestState::Phase::kFinished)
+    return std::make_shared<const RequestTimeline>(std::move(r->timeline));
+  return std::make_shared<const RequestTimeline>(r->timeline);
 }
 
 void Engine::CountLoraRequest(const RequestState& r) {

@@ -203,7 +203,14 @@ class Engine : private kv::KvManager::Listener {
   // Prompt logprobs of the positions a want_all_logits chunk predicts (rows = its logits).
   void RecordPromptLogprobs(const ScheduledSeq& e, const float* rows);
   void Emit(RequestState* r, int index, int32_t token, FinishReason why, sampler::Sampler* sampler,
-            std::shared_ptr<const PromptLogprobs> prompt_lp = nullptr);
+            std::shared_ptr<const PromptLogprobs> prompt_lp = nullptr,
+            std::shared_ptr<const RequestTimeline> timeline = nullptr);
+  // Timeline stamps (timeline.h): a scheduled entry (first_scheduled, cached tokens, a resumption)
+  // before the forward pass, a computed one (prefill chunk, decode step) after it; EndTimeline
+  // stamps `finished` at run_end_ and returns the snapshot of a completion's terminal event.
+  void StampScheduled(const ScheduledSeq& e, TimePoint step_start);
+  void StampComputed(const ScheduledSeq& e, TimePoint step_start);
+  std::shared_ptr<const RequestTimeline> EndTimeline(RequestState* r);
   void EndRequest(RequestId id, FinishReason why, const Status& error);
   // Removes a never-started request from the queue bound's count (no-op when it is not counted:
   // already dequeued or displaced).
@@ -264,6 +271,7 @@ class Engine : private kv::KvManager::Listener {
   std::vector<float> lp_scratch_;
   std::vector<int32_t> id_scratch_;
   std::vector<int32_t> first_tokens_;
+  TimePoint run_end_{};  // when this step's forward pass returned (engine clock)
   std::vector<int32_t> no_ban_;
   std::atomic<bool> has_work_{false};
   std::vector<RequestId> id_list_;

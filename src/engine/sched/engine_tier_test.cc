@@ -159,6 +159,55 @@ TEST(EngineTierSim, EvictedBlocksReturnFromTheTierAndSkipPrefillWithSameTokens) 
   EXPECT_EQ(sim.results[*id3][0].tokens, ref);
 }
 
+TEST(EngineTierSim, TimelineRecordsTheFetchAndTheAdoptedBlocksAsCached) {
+  Sim sim(/*num_blocks=*/8, Cfg(), /*block_size=*/16);
+  MapTier tier(sim.runner.get());
+  sim.engine->AttachKvTier(&tier, 0.05);
+  const auto a = MakePrompt(70, 1);  // 4 full blocks + 6 tokens
+  ASSERT_TRUE(sim.Submit(Greedy(a, 8, "acme")).ok());
+  sim.RunToCompletion();
+  ASSERT_TRUE(sim.Submit(Greedy(MakePrompt(110, 2), 8)).ok());  // recycles A's blocks
+  sim.RunToCompletion();
+  auto id = sim.Submit(Greedy(a, 8, "acme"));
+  ASSERT_TRUE(id.ok());
+  sim.RunToCompletion();
+  const auto& events = sim.results[*id][0].events;
+  ASSERT_FALSE(events.empty());
+  ASSERT_NE(events.back().timeline, nullptr);
+  const RequestTimeline& t = *events.back().timeline;
+  ASSERT_EQ(t.num_tier_fetches, 1);
+  ASSERT_EQ(t.tier_fetches.size(), 1u);
+  const RequestTimeline::TierFetch& f = t.tier_fetches[0];
+  EXPECT_EQ(f.blocks_requested, 4);
+  EXPECT_EQ(f.blocks, 4);
+  EXPECT_FALSE(f.timed_out);
+  EXPECT_LE(t.submitted, f.start);
+  EXPECT_LE(f.start, f.end);
+  EXPECT_LE(f.end, t.first_scheduled);  // the fetch is part of the wait
+  EXPECT_EQ(t.cached_tokens, 64);
+  ASSERT_EQ(t.prefill_chunks.size(), 1u);
+  EXPECT_EQ(t.prefill_chunks[0].tokens, 70 - 64);
+}
+
+TEST(EngineTierSim, TimelineMarksATimedOutFetch) {
+  Sim sim(8, Cfg(), 16);
+  MapTier tier(sim.runner.get());
+  tier.stall = true;
+  sim.engine->AttachKvTier(&tier, 0.05);
+  auto id = sim.Submit(Greedy(MakePrompt(40, 4), 5));
+  ASSERT_TRUE(id.ok());
+  sim.RunToCompletion();
+  const auto& events = sim.results[*id][0].events;
+  ASSERT_FALSE(events.empty());
+  ASSERT_NE(events.back().timeline, nullptr);
+  const RequestTimeline& t = *events.back().timeline;
+  ASSERT_EQ(t.tier_fetches.size(), 1u);
+  EXPECT_TRUE(t.tier_fetches[0].timed_out);
+  EXPECT_EQ(t.tier_fetches[0].blocks, 0);
+  EXPECT_GE(t.tier_fetches[0].end - t.tier_fetches[0].start, std::chrono::milliseconds(50));
+  EXPECT_EQ(t.cached_tokens, 0);
+}
+
 TEST(EngineTierSim, PublishWritesComputedBlocksThrough) {
   Sim sim(16, Cfg(), 16);
   MapTier tier(sim.runner.get());

@@ -31,6 +31,7 @@
 #include "base/status.h"
 #include "engine/sampler/sampler.h"
 #include "engine/sched/clock.h"
+#include "engine/sched/timeline.h"
 #include "lora/adapter.h"
 
 namespace strata::engine::sched {
@@ -132,6 +133,11 @@ struct TokenEvent {
   std::vector<float> embedding;  // kEmbed: the pooled vector, on the final (kStop) event only
   // SubmitRequest::prompt_logprobs >= 0: on the first token event of each completion (shared).
   std::shared_ptr<const PromptLogprobs> prompt_logprobs;
+  // The request's phase times so far (timeline.h), an immutable snapshot: on the first token event
+  // of each completion (up to its first token) and on every terminal event (up to that end; null
+  // only when the request ended before the engine's step took it in: its Add failed, or the
+  // engine was destroyed with it still in the inbox).
+  std::shared_ptr<const RequestTimeline> timeline;
 
   std::span<const TopLogprob> top_logprobs() const {
     return {top.data(), static_cast<size_t>(num_top)};

@@ -402,6 +402,7 @@ void Scheduler::Preempt(RequestState* victim) {
   victim->phase = RequestState::Phase::kWaiting;
   victim->preempted_in_step = step_;
   victim->num_preemptions += 1;
+  victim->timeline.Preempted(clock_->Now());
   waiting_.push_back(victim);
   preemptions_ += 1;
   out_.num_preempted += 1;

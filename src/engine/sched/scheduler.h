@@ -112,6 +112,7 @@
 #include "engine/sched/clock.h"
 #include "engine/sched/request.h"
 #include "engine/sched/tier_staging.h"
+#include "engine/sched/timeline.h"
 
 namespace strata::engine::sched {
 
@@ -188,6 +189,9 @@ struct RequestState {
   // chunks are computed (a recompute rewrites the same values), handed to the first token events.
   std::shared_ptr<PromptLogprobs> prompt_lp;
   bool prompt_lp_sent = false;
+  // When each phase happened (timeline.h): stamped by the engine, preemptions by the scheduler.
+  RequestTimeline timeline;
+  int timeline_fetch = -1;  // the tier fetch in flight's index in timeline.tier_fetches
 
   // Scheduler-internal, valid during Schedule().
   int64_t key_level = 0;

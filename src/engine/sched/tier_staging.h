@@ -44,6 +44,8 @@ class TierStaging {
   void Start(TierPort* port, std::string_view tenant, std::function<void()> wake,
              TimePoint deadline);
   bool fetching() const { return fetch_ != nullptr; }
+  int blocks_asked() const { return want_end_ - want_first_; }            // by the last Start
+  int blocks_staged() const { return static_cast<int>(staged_.size()); }  // brought back
   bool ready() const { return fetch_ != nullptr && fetch_->ready(); }
 
   enum class PollResult { kPending, kLoaded, kTimedOut };

@@ -445,6 +445,16 @@ const Section<ServerConfig>& ServerKeys() {
   return kKeys;
 }
 
+const Section<TracingConfig>& TracingKeys() {
+  using T = TracingConfig;
+  static const Section<T> kKeys = {
+      Leaf<T>("otlp_endpoint", "--otlp-endpoint", &T::otlp_endpoint, kString),
+      Leaf<T>("sample_ratio", "--otlp-sample-ratio", &T::sample_ratio, kDouble, InRange(0.0, 1.0)),
+      Leaf<T>("service_name", "--otlp-service-name", &T::service_name, kString),
+  };
+  return kKeys;
+}
+
 const Section<KvCacheConfig>& KvCacheKeys() {
   using K = KvCacheConfig;
   static const Section<K> kKeys = {
@@ -568,6 +578,7 @@ const Section<ReplicaConfig>& ReplicaKeys() {
       Sub<R>("model", &R::model, ModelKeys()),
       Sub<R>("server", &R::server, ServerKeys()),
       Sub<R>("engine", &R::engine, EngineKeys()),
+      Sub<R>("tracing", &R::tracing, TracingKeys()),
   };
   return kKeys;
 }
@@ -631,6 +642,7 @@ Status ReplicaConfig::Validate() const {
         "model.chat_template (--chat-template) and model.chat_template_file "
         "(--chat-template-file): set one of them, not both");
   RETURN_IF_ERROR(CheckSection(ServerKeys(), server, "server", /*with_flags=*/true));
+  RETURN_IF_ERROR(CheckSection(TracingKeys(), tracing, "tracing", /*with_flags=*/true));
   return engine.Validate();
 }
 

@@ -64,6 +64,13 @@ struct ServerConfig {
   std::string metrics_compat;            // "vllm": /metrics also under vLLM's names; "": none
 };
 
+// tracing: (the replica's OpenTelemetry spans; cmd_serve starts a trace::Tracer from it)
+struct TracingConfig {
+  std::string otlp_endpoint;  // OTLP/HTTP base ("http://127.0.0.1:4318"); "": no tracing
+  double sample_ratio = 1.0;  // head sampling of requests without a traceparent, 0..1
+  std::string service_name = "strata-serve";  // resource attribute service.name
+};
+
 // engine.kv_cache:
 struct KvCacheConfig {
   std::string memory = "1GiB";  // size ("4GiB") or fraction of RAM ("0.25", "25%")
@@ -107,6 +114,7 @@ struct ReplicaConfig {
   ModelFileConfig model;
   ServerConfig server;
   ServingConfig engine;
+  TracingConfig tracing;
   Status Validate() const;
 };
 
