@@ -35,6 +35,10 @@ namespace {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// When Handle() took the current request on this I/O thread (Proxy runs inside it, synchronously):
+// the start of the request's SERVER span, which so covers the body parse too.
+thread_local Clock::time_point tls_handle_start;
+
 }  // namespace
 
 // One proxied request, from admission to its last byte. Shared by the callbacks of admission and
@@ -356,6 +360,7 @@ http::Chain Gateway::MakeChain() {
 }
 
 void Gateway::Handle(http::HttpRequest req, std::shared_ptr<http::Responder> out) {
+  tls_handle_start = Clock::now();
   Exchange ex{std::move(req), std::move(out), nullptr, nullptr};
   HttpResponse r = chain_->Run(ex);
   if (r.status == http::kDeferred) return;
@@ -509,7 +514,7 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   job->prompt = measure(*pool);
   if (job->prompt.ids.empty()) job->text_key = job->prompt.text;
   job->headers = ForwardedHeaders(ex.request, job->tenant, job->priority);
-  if (tracer_) job->trace = StartRequestTrace(*tracer_, ex.request, job->start);
+  if (tracer_) job->trace = StartRequestTrace(*tracer_, ex.request, tls_handle_start);
   if (auto e = PrepareTraffic(job, *route, ex.body, measure); !e.ok())
     return http::ErrorResponse(e);
 
@@ -741,9 +746,9 @@ void Gateway::Finish(const std::shared_ptr<Job>& job, int status, const Upstream
           static_cast<double>(n));
   }
   if (job->trace) {
-    const TraceFacts facts{job->endpoint, job->model,    job->route,
-                           job->pool,     job->tenant,   job->priority,
-                           job->asked_max_tokens, job->attempts};
+    const TraceFacts facts{
+        job->endpoint,         job->model,   job->route, job->pool, job->tenant, job->priority,
+        job->asked_max_tokens, job->attempts};
     std::vector<trace::Span> spans = FinishRequestTrace(job->trace.get(), facts, status, r, now);
     if (!spans.empty()) tracer_->Export(std::move(spans));
   }
