@@ -366,6 +366,17 @@ class OtlpSink:
         self.server.shutdown()
 
 
+def cpu_seconds(pids):
+    """utime + stime of the processes (from /proc/PID/stat), in seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / tick
+
+
 def serve_has_otlp():
     r = subprocess.run([STRATA, "serve", "--help"], capture_output=True, text=True)
     return "--otlp-endpoint" in r.stdout
@@ -390,10 +401,13 @@ def scenario_tracing(a, work):
                     if replica_traces:
                         rep_args = ["--otlp-endpoint", sink.url, "--otlp-sample-ratio", "1"]
                 c = Cluster(a, "cost", work, gateway_args=gw_args, replica_args=rep_args)
+                pids = [c.gateway.p.pid] + [x.p.pid for x in c.replicas]
                 try:
                     sink.take()
+                    cpu0 = cpu_seconds(pids)
                     r = bench(c.url, args_base + ["--seed", str(rep + 1)], work, mode)
                     time.sleep(1.0)  # the exporters' last flush
+                    cpu1 = cpu_seconds(pids)
                     gm = get(c.url + "/metrics")
                 finally:
                     c.stop()
@@ -402,6 +416,9 @@ def scenario_tracing(a, work):
                     "request_throughput": r["request_throughput"],
                     "output_throughput": r["output_throughput"],
                     "completed": r["completed"],
+                    # CPU the gateway and replicas used per request: far less sensitive to other
+                    # load on the machine than throughput.
+                    "cpu_ms_per_request": 1000.0 * (cpu1 - cpu0) / max(1, r["completed"]),
                     "spans_received": spans,
                     "export_requests": posts,
                     "gateway_spans_dropped": metric_sum(
@@ -414,6 +431,8 @@ def scenario_tracing(a, work):
     med["replicas_export"] = replica_traces
     for k in ("request_throughput", "output_throughput"):
         med[k + "_cost_pct"] = 100.0 * (1 - med["on"][k] / med["off"][k])
+    med["cpu_per_request_cost_pct"] = 100.0 * (
+        med["on"]["cpu_ms_per_request"] / med["off"]["cpu_ms_per_request"] - 1)
     med["runs"] = rows
     return med
 

@@ -89,8 +89,11 @@ class TraceE2e : public ::testing::Test {
     FAIL() << "gateway never became ready";
   }
   HttpReply Complete(const std::vector<std::string>& headers = {}) {
-    const json body = {
-        {"model", "strata-tiny"}, {"prompt", "Hello there"}, {"max_tokens", 4}, {"temperature", 0}};
+    const json body = {{"model", "strata-tiny"},
+                       {"prompt", "Hello there"},
+                       {"max_tokens", 4},
+                       {"temperature", 0},
+                       {"ignore_eos", true}};
     return HttpCall(gateway_->port(), "POST", "/v1/completions", body.dump(), headers);
   }
   std::string Metrics() { return HttpCall(gateway_->port(), "GET", "/metrics").body; }
@@ -185,6 +188,28 @@ TEST_F(TraceE2e, GatewaySpansArriveAndTheReplicaIsHandedTheUpstreamSpan) {
   EXPECT_TRUE(server.Int("gen_ai.usage.input_tokens").value_or(0) > 0);
   EXPECT_EQ(server.StrArray("gen_ai.response.finish_reasons"), std::vector<std::string>{"length"});
   EXPECT_EQ(WaitSeries(kExported, 3), 3);
+
+  // A stream: usage from its usage chunk, the finish reason from its last choice event.
+  const json stream = {{"model", "strata-tiny"},
+                       {"prompt", "Hello there"},
+                       {"max_tokens", 4},
+                       {"temperature", 0},
+                       {"ignore_eos", true},
+                       {"stream", true},
+                       {"stream_options", {{"include_usage", true}}}};
+  const std::string parent2 = "00-5bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  HttpReply sr = HttpCall(gateway_->port(), "POST", "/v1/completions", stream.dump(),
+                          {"traceparent: " + parent2});
+  ASSERT_EQ(sr.status, 200) << sr.body;
+  ASSERT_TRUE((*rx)->WaitForSpans(6, std::chrono::seconds(20)));
+  const ReceivedSpan* streamed = nullptr;
+  const auto spans = (*rx)->spans();
+  for (const auto& s : spans)
+    if (s.trace_id == "5bf92f3577b34da6a3ce929d0e0e4736" && s.kind == 2) streamed = &s;
+  ASSERT_NE(streamed, nullptr);
+  EXPECT_EQ(streamed->Int("gen_ai.usage.output_tokens"), 4);
+  EXPECT_EQ(streamed->StrArray("gen_ai.response.finish_reasons"),
+            std::vector<std::string>{"length"});
 }
 
 // Spans of another process's clock: its steady->Unix offset is taken separately, so a child can
