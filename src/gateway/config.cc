@@ -803,8 +803,7 @@ Status Validate(const GatewayConfig& c) {
   if (!c.tracing.otlp_endpoint.empty()) {
     auto url = http::ParseUrl(c.tracing.otlp_endpoint);
     if (!url.ok())
-      return Bad("tracing.otlp_endpoint",
-                 "not an http:// URL (" + url.status().message() + ")");
+      return Bad("tracing.otlp_endpoint", "not an http:// URL (" + url.status().message() + ")");
   }
   if (c.tracing.service_name.empty()) return Bad("tracing.service_name", "must not be empty");
   return Status::Ok();

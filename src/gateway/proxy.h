@@ -91,10 +91,10 @@ struct UpstreamResult {
   std::vector<std::pair<std::string, std::string>> headers;  // the forwarded subset
   double header_s = 0, first_chunk_s = 0, total_s = 0;       // from the call's start (0 = never)
   int64_t prompt_tokens = -1, completion_tokens = -1;  // from `usage` (JSON body or SSE event)
-  // choices[].finish_reason (non-null), in choice order, at most kMaxFinishReasons (tracing).
-  std::vector<std::string> finish_reasons;
   int64_t stream_chunks = 0;                           // SSE data events relayed (not [DONE])
   int64_t body_bytes = 0;                              // body bytes received from the replica
+  // choices[].finish_reason (non-null), in choice order, at most kMaxFinishReasons (tracing).
+  std::vector<std::string> finish_reasons;
 };
 
 inline constexpr size_t kMaxFinishReasons = 16;

@@ -9,8 +9,9 @@
 //                         thread, never on an I/O thread); SetStream(n) answers SSE with n chunks.
 //                         SetLatency / SetStatus change one of them; SetAnswer builds the body
 //                         per request (e.g. LogprobAnswer with logprobs the test draws).
-// Counts the requests per path and keeps the last POST body and headers. Thread contract: every method is
-// thread-safe; an answer function runs under the fake's lock (it must not call back into it).
+// Counts the requests per path and keeps the last POST body and headers. Thread contract: every
+// method is thread-safe; an answer function runs under the fake's lock (it must not call back into
+// it).
 #pragma once
 
 #include <fmt/format.h>
