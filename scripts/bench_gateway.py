@@ -14,6 +14,9 @@ Scenarios:
   kill           kill -9 of one replica during a run: failed requests that had not started
                  streaming (target 0), time to ejection (target <= 1 s), readmission
   overhead       TTFT through the gateway vs direct to the replica, one request at a time
+  tracing        throughput through the gateway with tracing off vs on at 100 % sampling (an
+                 in-script OTLP/HTTP sink on 127.0.0.1 takes the spans; the replicas export too
+                 when `strata serve` has --otlp-endpoint); target: <= 2 % lower
 
 Usage: scripts/bench_gateway.py SCENARIO [--replicas N] [--reps R] [--model PATH] [--json FILE]
 Python 3 standard library only; needs build/bin/strata.
@@ -112,9 +115,10 @@ def metric_by(text, name, label):
 
 
 class Cluster:
-    def __init__(self, a, policy, work, ports=None):
+    def __init__(self, a, policy, work, ports=None, gateway_args=(), replica_args=()):
         self.work = work
         self.replicas = []
+        self.replica_args = list(replica_args)
         ports = ports or [0] * a.replicas
         for i, port in enumerate(ports):
             self.replicas.append(self.start_replica(a, port, i))
@@ -130,7 +134,7 @@ class Cluster:
             f.write("health:\n  interval_ms: 200\n  timeout_ms: 500\n  eject_after_failures: 1\n"
                     "  ejection_base_ms: 500\n  ejection_max_ms: 2000\n")
             f.write(f"access_log: {os.environ.get('STRATA_BENCH_ACCESS_LOG', 'off')}\n")
-        self.gateway = Proc([STRATA, "gateway", "--config", cfg, "--port", "0"],
+        self.gateway = Proc([STRATA, "gateway", "--config", cfg, "--port", "0"] + list(gateway_args),
                             "strata gateway: ready", os.path.join(work, "gateway.log"))
         self.url = f"http://127.0.0.1:{self.gateway.port}"
         for _ in range(200):
@@ -143,7 +147,7 @@ class Cluster:
 
     def start_replica(self, a, port, i):
         return Proc([STRATA, "serve", "--model", a.model, "--port", str(port), "--threads", "1",
-                     "--kv-cache-memory", a.kv_cache_memory],
+                     "--kv-cache-memory", a.kv_cache_memory] + self.replica_args,
                     "strata serve: ready", os.path.join(self.work, f"replica{i}.log"))
 
     def replica_metrics(self):
@@ -318,9 +322,125 @@ def scenario_overhead(a, work):
     return med
 
 
+class OtlpSink:
+    """A minimal OTLP/HTTP collector on 127.0.0.1: answers POST /v1/traces 200 and counts the
+    spans (occurrences of "spanId" at the top of each span object; no JSON parse, so the sink
+    costs the machine little)."""
+
+    def __init__(self):
+        import http.server
+        sink = self
+        self.spans = 0
+        self.requests = 0
+        self.lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(n)
+                with sink.lock:
+                    sink.requests += 1
+                    sink.spans += body.count(b'"spanId"')
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def take(self):
+        with self.lock:
+            n, self.spans = self.spans, 0
+            r, self.requests = self.requests, 0
+        return n, r
+
+    def stop(self):
+        self.server.shutdown()
+
+
+def cpu_seconds(pids):
+    """utime + stime of the processes (from /proc/PID/stat), in seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / tick
+
+
+def serve_has_otlp():
+    r = subprocess.run([STRATA, "serve", "--help"], capture_output=True, text=True)
+    return "--otlp-endpoint" in r.stdout
+
+
+def scenario_tracing(a, work):
+    """Throughput (requests/s and output tokens/s of `strata bench serve`) through the gateway,
+    tracing off vs on (100 % sampling), fresh processes for every run, order alternating."""
+    sink = OtlpSink()
+    replica_traces = serve_has_otlp()
+    rows = {"off": [], "on": []}
+    args_base = ["--dataset", "random", "--num-prompts", str(a.num_prompts), "--random-input-len",
+                 "64", "--random-output-len", str(a.output_len), "--max-concurrency",
+                 str(a.concurrency)]
+    try:
+        for rep in range(a.reps):
+            order = ["off", "on"] if rep % 2 == 0 else ["on", "off"]
+            for mode in order:
+                gw_args, rep_args = [], []
+                if mode == "on":
+                    gw_args = ["--otlp-endpoint", sink.url, "--otlp-sample-ratio", "1"]
+                    if replica_traces:
+                        rep_args = ["--otlp-endpoint", sink.url, "--otlp-sample-ratio", "1"]
+                c = Cluster(a, "cost", work, gateway_args=gw_args, replica_args=rep_args)
+                pids = [c.gateway.p.pid] + [x.p.pid for x in c.replicas]
+                try:
+                    sink.take()
+                    cpu0 = cpu_seconds(pids)
+                    r = bench(c.url, args_base + ["--seed", str(rep + 1)], work, mode)
+                    time.sleep(1.0)  # the exporters' last flush
+                    cpu1 = cpu_seconds(pids)
+                    gm = get(c.url + "/metrics")
+                finally:
+                    c.stop()
+                spans, posts = sink.take()
+                rows[mode].append({
+                    "request_throughput": r["request_throughput"],
+                    "output_throughput": r["output_throughput"],
+                    "completed": r["completed"],
+                    # CPU the gateway and replicas used per request: far less sensitive to other
+                    # load on the machine than throughput.
+                    "cpu_ms_per_request": 1000.0 * (cpu1 - cpu0) / max(1, r["completed"]),
+                    "spans_received": spans,
+                    "export_requests": posts,
+                    "gateway_spans_dropped": metric_sum(
+                        gm, "strata_gateway:trace_spans_dropped_total"),
+                })
+                print(f"  rep {rep + 1} {mode}: {rows[mode][-1]}", flush=True)
+    finally:
+        sink.stop()
+    med = {m: {k: statistics.median(r[k] for r in v) for k in v[0]} for m, v in rows.items()}
+    med["replicas_export"] = replica_traces
+    for k in ("request_throughput", "output_throughput"):
+        med[k + "_cost_pct"] = 100.0 * (1 - med["on"][k] / med["off"][k])
+    med["cpu_per_request_cost_pct"] = 100.0 * (
+        med["on"]["cpu_ms_per_request"] / med["off"]["cpu_ms_per_request"] - 1)
+    med["runs"] = rows
+    return med
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("scenario", choices=["shared-prefix", "random", "one-prompt", "kill", "overhead"])
+    ap.add_argument("scenario",
+                    choices=["shared-prefix", "random", "one-prompt", "kill", "overhead", "tracing"])
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--model", default=os.path.join(ROOT, "build", "models", "strata-tiny.gguf"))
@@ -350,6 +470,8 @@ def main():
             res = scenario_spread(a, work, 1, a.num_prompts, "shared-prefix")
         elif a.scenario == "kill":
             res = scenario_kill(a, work)
+        elif a.scenario == "tracing":
+            res = scenario_tracing(a, work)
         else:
             res = scenario_overhead(a, work)
     res = {"scenario": a.scenario, "cpu": cpu_name(), "args": vars(a), "result": res}

@@ -24,7 +24,22 @@ struct GatewayFlags {
   int io_threads = 2;
   double shutdown_timeout_s = 30;
   uint64_t max_body_bytes = 4u << 20;
+  // Tracing (empty / negative: the config's `tracing:` block decides).
+  std::string otlp_endpoint;
+  double otlp_sample_ratio = -1;
+  std::string otlp_service_name;
 };
+
+// The config with the tracing flags applied over its `tracing:` block (flags win).
+std::shared_ptr<const gateway::GatewayConfig> WithTracingFlags(
+    std::shared_ptr<const gateway::GatewayConfig> cfg, const GatewayFlags& f) {
+  if (f.otlp_endpoint.empty() && f.otlp_sample_ratio < 0 && f.otlp_service_name.empty()) return cfg;
+  auto copy = std::make_shared<gateway::GatewayConfig>(*cfg);
+  if (!f.otlp_endpoint.empty()) copy->tracing.otlp_endpoint = f.otlp_endpoint;
+  if (f.otlp_sample_ratio >= 0) copy->tracing.sample_ratio = f.otlp_sample_ratio;
+  if (!f.otlp_service_name.empty()) copy->tracing.service_name = f.otlp_service_name;
+  return copy;
+}
 
 Status RunGateway(const GatewayFlags& f) {
   sigset_t sigs;
@@ -34,7 +49,8 @@ Status RunGateway(const GatewayFlags& f) {
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  ASSIGN_OR_RETURN(auto cfg, gateway::LoadGatewayConfig(f.config));
+  ASSIGN_OR_RETURN(auto loaded, gateway::LoadGatewayConfig(f.config));
+  auto cfg = WithTracingFlags(std::move(loaded), f);
   ASSIGN_OR_RETURN(auto gw, gateway::Gateway::Create(cfg));
   gw->Start();
   http::HttpServerOptions so;
@@ -61,7 +77,7 @@ Status RunGateway(const GatewayFlags& f) {
     sigwait(&sigs, &sig);
     if (sig != SIGHUP) break;
     auto next = gateway::LoadGatewayConfig(f.config);
-    Status s = next.ok() ? gw->Reload(*next) : next.status();
+    Status s = next.ok() ? gw->Reload(WithTracingFlags(*next, f)) : next.status();
     if (s.ok()) {
       std::fprintf(stderr, "strata gateway: SIGHUP: reloaded %s (generation %llu)\n",
                    f.config.c_str(), static_cast<unsigned long long>(gw->generation()));
@@ -110,6 +126,16 @@ void RegisterGateway(CLI::App& app, int* exit_code) {
   c->add_option("--max-body-bytes", f->max_body_bytes, "request body limit (413 above)")
       ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 30))
       ->capture_default_str();
+  c->add_option("--otlp-endpoint", f->otlp_endpoint,
+                "OTLP/HTTP collector base URL for traces, e.g. http://127.0.0.1:4318 (spans go to "
+                "/v1/traces; overrides tracing.otlp_endpoint; absent: no export, traceparent is "
+                "still passed on)");
+  c->add_option("--otlp-sample-ratio", f->otlp_sample_ratio,
+                "head sampling ratio of requests without a traceparent (default 1.0, or "
+                "tracing.sample_ratio)")
+      ->check(CLI::Range(0.0, 1.0));
+  c->add_option("--otlp-service-name", f->otlp_service_name,
+                "service.name of the gateway's spans (default strata-gateway)");
   c->callback([f, exit_code] {
     Status s = RunGateway(*f);
     if (!s.ok()) {

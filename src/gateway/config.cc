@@ -593,6 +593,15 @@ const Fields<UiConfig>& UiFields() {
   return kFields;
 }
 
+const Fields<TracingConfig>& TracingFields() {
+  using T = TracingConfig;
+  static const Fields<T> kFields = {Str<T>("otlp_endpoint", &T::otlp_endpoint),
+                                    Num<T>("sample_ratio", &T::sample_ratio, 0, 1),
+                                    Str<T>("service_name", &T::service_name),
+                                    Int<T>("queue_capacity", &T::queue_capacity, 1, 1 << 20)};
+  return kFields;
+}
+
 template <typename T>
 Field<GatewayConfig> Section(std::string_view name, T GatewayConfig::*m,
                              const Fields<T>& (*fields)()) {
@@ -620,6 +629,7 @@ const Fields<GatewayConfig>& TopFields() {
       Section("upstream", &G::upstream, UpstreamFields),
       Section("admin", &G::admin, AdminFields),
       Section("ui", &G::ui, UiFields),
+      Section("tracing", &G::tracing, TracingFields),
       Str<G>("access_log", &G::access_log),
   };
   return kFields;
@@ -790,6 +800,12 @@ Status Validate(const GatewayConfig& c) {
     if (!url.ok())
       return Bad("ui.control_url", "not an http:// URL (" + url.status().message() + ")");
   }
+  if (!c.tracing.otlp_endpoint.empty()) {
+    auto url = http::ParseUrl(c.tracing.otlp_endpoint);
+    if (!url.ok())
+      return Bad("tracing.otlp_endpoint", "not an http:// URL (" + url.status().message() + ")");
+  }
+  if (c.tracing.service_name.empty()) return Bad("tracing.service_name", "must not be empty");
   return Status::Ok();
 }
 

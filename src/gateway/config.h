@@ -162,6 +162,16 @@ struct UiConfig {
   std::string control_url;
 };
 
+// OpenTelemetry traces (src/trace, README.md "Tracing"). YAML: `tracing: {otlp_endpoint,
+// sample_ratio, service_name}`; the flags --otlp-endpoint / --otlp-sample-ratio /
+// --otlp-service-name override them. Read once at start: a reload does not change tracing.
+struct TracingConfig {
+  std::string otlp_endpoint;  // OTLP/HTTP base, http://host:4318 ("" = the gateway exports none)
+  double sample_ratio = 1.0;  // head sampling of requests without a traceparent, [0, 1]
+  std::string service_name = "strata-gateway";
+  int64_t queue_capacity = 8192;  // spans waiting for export at most (more are dropped, counted)
+};
+
 struct TenantConfig {
   std::string name;
   std::vector<std::string> api_keys;
@@ -215,6 +225,7 @@ struct GatewayConfig {
   UpstreamConfig upstream;
   AdminConfig admin;
   UiConfig ui;
+  TracingConfig tracing;
   std::string access_log = "stderr";  // "stderr" | "off" | a file path
 
   const PoolConfig* FindPool(std::string_view name) const;

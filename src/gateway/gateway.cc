@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "gateway/gateway_metrics.h"
+#include "gateway/gateway_trace.h"
 #include "gateway/routes.h"
 #include "gateway/split.h"
 #include "http/auth.h"
@@ -33,6 +34,10 @@ using nlohmann::json;
 namespace {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// When Handle() took the current request on this I/O thread (Proxy runs inside it, synchronously):
+// the start of the request's SERVER span, which so covers the body parse too.
+thread_local Clock::time_point tls_handle_start;
 
 }  // namespace
 
@@ -80,6 +85,9 @@ struct Gateway::Job {
   std::string shadow_body;
   std::shared_ptr<TeeResponder> tee;
   bool cascade_skipped = false;  // embeddings or echo: straight to `then`
+  // Tracing (gateway_trace.h): null when the gateway has no tracer (headers pass through).
+  std::unique_ptr<RequestTrace> trace;
+  std::optional<int64_t> asked_max_tokens;  // gen_ai.request.max_tokens, as the client sent it
 
   RequestRecord Record(int status, const UpstreamResult* r, Clock::time_point now) const {
     RequestRecord rec;
@@ -207,6 +215,17 @@ Result<std::unique_ptr<Gateway>> Gateway::Create(std::shared_ptr<const GatewayCo
       g->log_owned_ = true;
     }
   }
+  if (!cfg->tracing.otlp_endpoint.empty()) {
+    trace::TracerOptions to;
+    to.endpoint = cfg->tracing.otlp_endpoint;
+    to.service_name = cfg->tracing.service_name;
+    to.sample_ratio = cfg->tracing.sample_ratio;
+    to.queue_capacity = static_cast<size_t>(cfg->tracing.queue_capacity);
+    auto tracer = trace::Tracer::Start(std::move(to));
+    if (!tracer.ok()) return Status::InvalidArgument("tracing: " + tracer.status().message());
+    g->tracer_ = std::move(*tracer);
+    DeclareTraceMetrics(&g->metrics_);
+  }
   g->chain_ = std::make_unique<http::Chain>(g->MakeChain());
   g->readiness_.SetReady(true);
   return g;
@@ -273,6 +292,7 @@ void Gateway::Stop() {
   holds_.Clear();
   for (const auto& [name, set] : snapshot()->pools) set->Stop();
   upstreams_->Stop();
+  if (tracer_) tracer_->Shutdown(kTracerFlushTimeout);  // the last requests' spans
 }
 
 void Gateway::StartDraining() { readiness_.StartDraining(); }
@@ -340,6 +360,7 @@ http::Chain Gateway::MakeChain() {
 }
 
 void Gateway::Handle(http::HttpRequest req, std::shared_ptr<http::Responder> out) {
+  tls_handle_start = Clock::now();
   Exchange ex{std::move(req), std::move(out), nullptr, nullptr};
   HttpResponse r = chain_->Run(ex);
   if (r.status == http::kDeferred) return;
@@ -373,6 +394,7 @@ HttpResponse Gateway::Metrics(Exchange&) {
   RefreshPoolGauges(*snapshot(), *admission_, &metrics_);
   RefreshHoldGauges();
   RefreshCanaryGauges();
+  if (tracer_) RefreshTraceMetrics(tracer_->stats(), &metrics_);
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body = metrics_.Render();
@@ -458,6 +480,7 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   if (!max_tokens)
     if (auto e = f.Int("max_completion_tokens", 0, INT32_MAX, &max_tokens); !e.ok())
       return http::ErrorResponse(e);
+  job->asked_max_tokens = max_tokens;
   job->max_tokens =
       job->endpoint == Endpoint::kEmbeddings ? 0 : max_tokens.value_or(kDefaultMaxTokens);
 
@@ -491,6 +514,7 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   job->prompt = measure(*pool);
   if (job->prompt.ids.empty()) job->text_key = job->prompt.text;
   job->headers = ForwardedHeaders(ex.request, job->tenant, job->priority);
+  if (tracer_) job->trace = StartRequestTrace(*tracer_, ex.request, tls_handle_start);
   if (auto e = PrepareTraffic(job, *route, ex.body, measure); !e.ok())
     return http::ErrorResponse(e);
 
@@ -583,6 +607,9 @@ void Gateway::Dispatch(const std::shared_ptr<Job>& job) {
   call.path = job->path;
   call.body = job->body;
   call.headers = job->headers;
+  if (job->trace)
+    BeginUpstream(job->trace.get(), job->pick, job->attempts, job->route, job->pool,
+                  job->dispatched_at, &call.headers);
   call.api_key = job->api_key;
   call.deadline = Clock::now() + job->snap->cfg->upstream.timeout;
   if (job->stage == Job::Stage::kFirst) {  // buffered: the answer is decided on before relaying
@@ -651,6 +678,7 @@ void Gateway::RefreshHoldGauges() {
 // broke off does.
 void Gateway::NoteUpstream(const std::shared_ptr<Job>& job, const UpstreamResult& r) {
   using Kind = UpstreamResult::Kind;
+  if (job->trace) EndUpstream(job->trace.get(), r, Clock::now());
   const bool transport_ok = r.kind == Kind::kClientGone || (r.kind != Kind::kFailedMidStream &&
                                                             (r.status.ok() || r.http_status > 0));
   job->replicas->OnFinished(job->pick.url, transport_ok, r.http_status, Clock::now());
@@ -716,6 +744,13 @@ void Gateway::Finish(const std::shared_ptr<Job>& job, int status, const Upstream
           http::Labels(
               {{"route", job->route}, {"stage", "then"}, {"pool", job->pool}, {"kind", kind}}),
           static_cast<double>(n));
+  }
+  if (job->trace) {
+    const TraceFacts facts{
+        job->endpoint,         job->model,   job->route, job->pool, job->tenant, job->priority,
+        job->asked_max_tokens, job->attempts};
+    std::vector<trace::Span> spans = FinishRequestTrace(job->trace.get(), facts, status, r, now);
+    if (!spans.empty()) tracer_->Export(std::move(spans));
   }
   StartShadow(job, status);
   in_flight_.fetch_sub(1);

@@ -54,6 +54,7 @@
 #include "http/chain.h"
 #include "http/prometheus.h"
 #include "http/server.h"
+#include "trace/tracer.h"
 
 namespace strata::gateway {
 
@@ -70,6 +71,8 @@ struct Snapshot {
 inline constexpr int kMaxShadowInFlight = 64;
 // The primary's answer kept for the shadow comparison, at most (bytes).
 inline constexpr size_t kMaxShadowCopy = 1u << 20;
+// Stop() gives the tracer this long to send the last spans.
+inline constexpr std::chrono::milliseconds kTracerFlushTimeout{1000};
 
 class Gateway {
  public:
@@ -93,6 +96,8 @@ class Gateway {
   uint64_t generation() const;
   std::shared_ptr<const Snapshot> snapshot() const;
   http::MetricsRegistry& metrics() { return metrics_; }
+  // The span exporter (config `tracing` / --otlp-endpoint), or null when the gateway exports none.
+  const trace::Tracer* tracer() const { return tracer_.get(); }
 
   struct Job;  // one proxied request (gateway.cc)
 
@@ -156,6 +161,7 @@ class Gateway {
   std::unique_ptr<http::Chain> chain_;
   http::Readiness readiness_;
   http::MetricsRegistry metrics_;
+  std::unique_ptr<trace::Tracer> tracer_;  // null: tracing off (set in Create, then read-only)
   std::atomic<int64_t> in_flight_{0};
   std::atomic<bool> stopped_{false};
   ShadowSlots shadow_slots_{kMaxShadowInFlight};

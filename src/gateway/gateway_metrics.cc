@@ -94,6 +94,27 @@ void DeclareGatewayMetrics(http::MetricsRegistry* m) {
                f.latency ? kLatencyBuckets : std::vector<double>{});
 }
 
+void DeclareTraceMetrics(http::MetricsRegistry* m) {
+  using T = http::MetricsRegistry::Type;
+  m->Declare(std::string(kTraceSpansExportedTotal), T::kCounter,
+             "Spans the OTLP exporter delivered to the collector.");
+  m->Declare(std::string(kTraceSpansDroppedTotal), T::kCounter,
+             "Spans dropped: queue_full (the bounded queue was full) or export_failed (the "
+             "collector refused them, was unreachable or out of retries).");
+  m->Declare(std::string(kTraceSpansQueued), T::kGauge,
+             "Spans waiting in the exporter's bounded queue now (at most tracing.queue_capacity).");
+  RefreshTraceMetrics(trace::TracerStats{}, m);
+}
+
+void RefreshTraceMetrics(const trace::TracerStats& s, http::MetricsRegistry* m) {
+  m->Set(kTraceSpansExportedTotal, "", static_cast<double>(s.spans_exported));
+  m->Set(kTraceSpansDroppedTotal, http::Labels({{"reason", "queue_full"}}),
+         static_cast<double>(s.dropped_queue_full));
+  m->Set(kTraceSpansDroppedTotal, http::Labels({{"reason", "export_failed"}}),
+         static_cast<double>(s.dropped_export_failed));
+  m->Set(kTraceSpansQueued, "", static_cast<double>(s.queued));
+}
+
 void ObserveRequest(const RequestRecord& rec, http::MetricsRegistry* m) {
   const std::string code = std::to_string(rec.status);
   m->Add(kRequestsTotal,

@@ -13,6 +13,7 @@
 
 #include "gateway/types.h"
 #include "http/prometheus.h"
+#include "trace/tracer.h"
 
 namespace strata::gateway {
 
@@ -59,6 +60,13 @@ inline constexpr std::string_view kCascadeStageSeconds =
 inline constexpr std::string_view kPoolHeldRequests = "strata_gateway_pool_held_requests";
 inline constexpr std::string_view kPoolHoldsTotal = "strata_gateway:pool_holds_total";
 
+// Tracing (gateway_trace.h): the span exporter's counters, present when --otlp-endpoint is set.
+inline constexpr std::string_view kTraceSpansExportedTotal =
+    "strata_gateway:trace_spans_exported_total";
+inline constexpr std::string_view kTraceSpansDroppedTotal =
+    "strata_gateway:trace_spans_dropped_total";
+inline constexpr std::string_view kTraceSpansQueued = "strata_gateway:trace_spans_queued";
+
 // What the gateway knows of a request when it ends (metrics and the access log).
 struct RequestRecord {
   std::string_view tenant, route, pool, replica, path, model, reason;
@@ -76,6 +84,9 @@ struct RequestRecord {
 
 // Declares every family (once, at start-up).
 void DeclareGatewayMetrics(http::MetricsRegistry* m);
+// The tracer's families (declared only when the gateway traces) and their values at a scrape.
+void DeclareTraceMetrics(http::MetricsRegistry* m);
+void RefreshTraceMetrics(const trace::TracerStats& s, http::MetricsRegistry* m);
 // A finished request: requests_total, latency histograms, prompt/cached tokens.
 void ObserveRequest(const RequestRecord& rec, http::MetricsRegistry* m);
 // One upstream call: upstream duration / TTFT, errors by kind.

@@ -94,11 +94,20 @@ double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Reads `usage.prompt_tokens` / `usage.completion_tokens` from a JSON text, when it has them.
+// Reads `usage.prompt_tokens` / `usage.completion_tokens` and the choices' non-null
+// `finish_reason`s from a JSON text, when it has them.
 void ParseUsage(std::string_view text, UpstreamResult* r) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded()) return;
   http::Fields f(j);
+  const nlohmann::json* choices = nullptr;
+  if (f.Array("choices", &choices).ok() && choices != nullptr) {
+    for (const nlohmann::json& c : *choices) {
+      std::string reason;
+      if (!http::Fields(c).String("finish_reason", &reason).ok() || reason.empty()) continue;
+      if (r->finish_reasons.size() < kMaxFinishReasons) r->finish_reasons.push_back(reason);
+    }
+  }
   const nlohmann::json* usage = nullptr;
   if (!f.Object("usage", &usage).ok() || usage == nullptr) return;
   http::Fields u(*usage, "usage.");
@@ -106,6 +115,13 @@ void ParseUsage(std::string_view text, UpstreamResult* r) {
   int64_t prompt = -1, completion = -1;
   if (u.Int("prompt_tokens", 0, kMax, &prompt).ok()) r->prompt_tokens = prompt;
   if (u.Int("completion_tokens", 0, kMax, &completion).ok()) r->completion_tokens = completion;
+}
+
+// Whether an SSE event may carry usage or a finish reason (cheap test before a JSON parse: a
+// finish_reason that is null is not one).
+bool MayCarryAnswerFacts(std::string_view e) {
+  return e.find("\"usage\"") != std::string_view::npos ||
+         e.find("\"finish_reason\":\"") != std::string_view::npos;
 }
 
 std::string MidStreamErrorEvent(std::string_view message) {
@@ -290,7 +306,7 @@ void Relay::Emit(std::string bytes) {
     for (const std::string& e : events_) {
       if (e == "[DONE]") continue;
       ++r_.stream_chunks;
-      if (e.find("\"usage\"") != std::string::npos) ParseUsage(e, &r_);
+      if (MayCarryAnswerFacts(e)) ParseUsage(e, &r_);
     }
   }
   out_->Write(std::move(bytes));

@@ -93,7 +93,11 @@ struct UpstreamResult {
   int64_t prompt_tokens = -1, completion_tokens = -1;  // from `usage` (JSON body or SSE event)
   int64_t stream_chunks = 0;                           // SSE data events relayed (not [DONE])
   int64_t body_bytes = 0;                              // body bytes received from the replica
+  // choices[].finish_reason (non-null), in choice order, at most kMaxFinishReasons (tracing).
+  std::vector<std::string> finish_reasons;
 };
+
+inline constexpr size_t kMaxFinishReasons = 16;
 
 std::string_view UpstreamKindName(UpstreamResult::Kind k);  // "done" | "retryable" | ...
 

@@ -64,14 +64,14 @@ Span ChildOf(const TraceContext& parent, std::string name, SpanKind kind) {
 }
 
 int64_t ToUnixNanos(std::chrono::steady_clock::time_point t) {
-  static const int64_t offset_ns = [] {
+  static const int64_t kOffsetNs = [] {
     const auto wall = std::chrono::system_clock::now().time_since_epoch();
     const auto mono = std::chrono::steady_clock::now().time_since_epoch();
     return std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count() -
            std::chrono::duration_cast<std::chrono::nanoseconds>(mono).count();
   }();
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count() +
-         offset_ns;
+         kOffsetNs;
 }
 
 }  // namespace strata::trace

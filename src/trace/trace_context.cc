@@ -16,21 +16,21 @@ int HexValue(char c) {
   return -1;
 }
 
-template <size_t N>
-std::string ToHex(const std::array<uint8_t, N>& bytes) {
-  std::string out(2 * N, '0');
-  for (size_t i = 0; i < N; ++i) {
+template <size_t kN>
+std::string ToHex(const std::array<uint8_t, kN>& bytes) {
+  std::string out(2 * kN, '0');
+  for (size_t i = 0; i < kN; ++i) {
     out[2 * i] = kHexDigits[bytes[i] >> 4];
     out[2 * i + 1] = kHexDigits[bytes[i] & 0xf];
   }
   return out;
 }
 
-// Parses exactly 2 * N lower-case hex digits into `out`.
-template <size_t N>
-bool FromHex(std::string_view hex, std::array<uint8_t, N>* out) {
-  if (hex.size() != 2 * N) return false;
-  for (size_t i = 0; i < N; ++i) {
+// Parses exactly 2 * kN lower-case hex digits into `out`.
+template <size_t kN>
+bool FromHex(std::string_view hex, std::array<uint8_t, kN>* out) {
+  if (hex.size() != 2 * kN) return false;
+  for (size_t i = 0; i < kN; ++i) {
     const int hi = HexValue(hex[2 * i]);
     const int lo = HexValue(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) return false;
@@ -39,8 +39,8 @@ bool FromHex(std::string_view hex, std::array<uint8_t, N>* out) {
   return true;
 }
 
-template <size_t N>
-bool AnyNonZero(const std::array<uint8_t, N>& bytes) {
+template <size_t kN>
+bool AnyNonZero(const std::array<uint8_t, kN>& bytes) {
   return std::any_of(bytes.begin(), bytes.end(), [](uint8_t b) { return b != 0; });
 }
 
@@ -53,12 +53,12 @@ std::mt19937_64& Generator() {
   return gen;
 }
 
-template <size_t N>
-void FillRandom(std::array<uint8_t, N>* bytes) {
+template <size_t kN>
+void FillRandom(std::array<uint8_t, kN>* bytes) {
   do {
-    for (size_t i = 0; i < N; i += 8) {
+    for (size_t i = 0; i < kN; i += 8) {
       uint64_t v = Generator()();
-      for (size_t j = i; j < N && j < i + 8; ++j) {
+      for (size_t j = i; j < kN && j < i + 8; ++j) {
         (*bytes)[j] = static_cast<uint8_t>(v);
         v >>= 8;
       }

@@ -104,7 +104,7 @@ struct Tracer::Impl {
   void Run();
   // Takes the next batch (blocks until one is due or the tracer stops); empty when done.
   std::vector<Span> NextBatch();
-  void Send(std::vector<Span> batch);
+  void Send(const std::vector<Span>& batch);
   http::HttpResult Post(const std::string& body,
                         std::optional<std::chrono::milliseconds>* retry_after);
   asio::awaitable<void> DoPost(const std::string& body, http::HttpClient::RequestOptions ro,
@@ -121,7 +121,7 @@ void Tracer::Impl::Run() {
   while (true) {
     std::vector<Span> batch = NextBatch();
     if (batch.empty()) break;
-    Send(std::move(batch));
+    Send(batch);
   }
   client.reset();
 }
@@ -200,7 +200,7 @@ bool Tracer::Impl::Backoff(std::chrono::milliseconds d) {
   return !(stopping && stop_deadline <= wake);
 }
 
-void Tracer::Impl::Send(std::vector<Span> batch) {
+void Tracer::Impl::Send(const std::vector<Span>& batch) {
   const std::string body = EncodeOtlpJson(resource, batch);
   std::chrono::milliseconds backoff = kFirstBackoff;
   for (int attempt = 0;; ++attempt) {

@@ -15,7 +15,9 @@
 //   - Sampling is head sampling, parent-based: a request with a valid traceparent follows its
 //     sampled flag; otherwise the trace id decides against sample_ratio (the lowest 8 bytes of the
 //     id as an integer below ratio * 2^64), so every service with the same ratio agrees.
-//   - Shutdown (or the destructor) flushes what is queued within flush_timeout, then stops.
+//   - Shutdown (or the destructor) flushes what is queued within flush_timeout, then stops (a POST
+//     still in flight at the deadline is aborted; what is left counts as dropped_export_failed).
+//     Export after Shutdown drops the spans (counted as dropped_queue_full).
 // Thread contract: thread-safe; one exporter thread per Tracer. Errors: Start returns
 // InvalidArgument for a bad endpoint (not http://host[:port][/path]) or options out of range.
 #pragma once

@@ -54,7 +54,7 @@ bool Eventually(Pred pred, milliseconds timeout = milliseconds(10000)) {
 std::string DeadEndpoint() {
   auto r = testing::OtlpReceiver::Start();
   EXPECT_TRUE(r.ok());
-  const std::string endpoint = (*r)->endpoint();
+  std::string endpoint = (*r)->endpoint();
   (*r)->Stop();
   return endpoint;
 }
@@ -125,6 +125,7 @@ TEST(Exporter, DeliversSpansInBatches) {
   o.max_batch = 10;
   auto t = MustStart(o);
   std::vector<Span> many;
+  many.reserve(24);
   for (int i = 0; i < 24; ++i) many.push_back(MakeSpan(i));
   t->Export(std::move(many));
   t->Export(MakeSpan(24));

@@ -9,8 +9,9 @@
 //                         thread, never on an I/O thread); SetStream(n) answers SSE with n chunks.
 //                         SetLatency / SetStatus change one of them; SetAnswer builds the body
 //                         per request (e.g. LogprobAnswer with logprobs the test draws).
-// Counts the requests per path and keeps the last POST body. Thread contract: every method is
-// thread-safe; an answer function runs under the fake's lock (it must not call back into it).
+// Counts the requests per path and keeps the last POST body and headers. Thread contract: every
+// method is thread-safe; an answer function runs under the fake's lock (it must not call back into
+// it).
 #pragma once
 
 #include <fmt/format.h>
@@ -188,6 +189,20 @@ class FakeReplica {
     std::lock_guard<std::mutex> l(mu_);
     return last_body_;
   }
+  // Header `lower_name` of the last POST ("" when absent), e.g. traceparent.
+  std::string last_header(const std::string& lower_name) const {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [name, value] : last_headers_)
+      if (name == lower_name) return value;
+    return "";
+  }
+  // How many times the last POST carried header `lower_name`.
+  int last_header_count(const std::string& lower_name) const {
+    std::lock_guard<std::mutex> l(mu_);
+    int n = 0;
+    for (const auto& h : last_headers_) n += h.first == lower_name ? 1 : 0;
+    return n;
+  }
   std::string last_auth() const {  // the Authorization header of the last request
     std::lock_guard<std::mutex> l(mu_);
     return last_auth_;
@@ -259,6 +274,7 @@ class FakeReplica {
       r.body = kv_status_ == 200 ? EventsBody(req.query) : R"({"error":{"message":"not found"}})";
     } else if (req.method == "POST") {
       last_body_ = req.body;
+      last_headers_ = req.headers;
       Generate(std::move(out), l);
       return;
     } else {
@@ -319,6 +335,7 @@ class FakeReplica {
   std::map<std::string, int64_t> counts_;
   std::string last_auth_;
   std::string last_body_;
+  std::vector<std::pair<std::string, std::string>> last_headers_;
   std::function<std::string(const std::string&)> answer_fn_;
   std::vector<std::thread> delayed_;
 };

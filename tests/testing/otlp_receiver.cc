@@ -199,7 +199,7 @@ Result<std::unique_ptr<OtlpReceiver>> OtlpReceiver::Start() {
   o.max_body_bytes = 64u << 20;
   OtlpReceiver* raw = r.get();
   auto server = http::HttpServer::Start(
-      o, [raw](http::HttpRequest req, std::shared_ptr<http::Responder> out) {
+      o, [raw](const http::HttpRequest& req, const std::shared_ptr<http::Responder>& out) {
         raw->Handle(req, out);
       });
   if (!server.ok()) return server.status();
