@@ -22,6 +22,15 @@ std::string Ms(double s) {
   return std::isfinite(s) ? fmt::format("{:.0f} ms", s * 1000) : std::string("overload");
 }
 
+// A latency objective measured above its target (no data: not a breach).
+bool MeasuredBreach(const SloSpec& slo, const PoolObservation& o) {
+  const auto over = [](double p95_s, double slo_ms) {
+    return slo_ms > 0 && std::isfinite(p95_s) && p95_s * 1000 > slo_ms;
+  };
+  return over(o.e2e_p95_s, slo.e2e_p95_ms) || over(o.ttft_p95_s, slo.ttft_p95_ms) ||
+         over(o.tpot_p95_s, slo.tpot_p95_ms);
+}
+
 ScaleDecision Keep(int current, std::string rule, std::string reason) {
   ScaleDecision d;
   d.current = d.desired = current;
@@ -67,6 +76,14 @@ int Autoscaler::Smallest(const PoolSpec& pool, const ReplicaProfile& prof, doubl
   return hi;
 }
 
+int Autoscaler::Draining(const ReplicaProfile& prof, double arrivals, double backlog, int lo,
+                         int hi) const {
+  if (!(backlog > 0)) return lo;
+  const double drain_s = kDrainIntervals * std::max(1.0, Seconds(policy_.interval));
+  const double need = arrivals + backlog / drain_s;
+  return std::clamp(static_cast<int>(std::ceil(need / prof.Capacity())), lo, hi);
+}
+
 ScaleDecision Autoscaler::Decide(const PoolSpec& pool, const PoolObservation& obs,
                                  Clock::time_point now) {
   PoolState& s = State(pool.name, now);
@@ -108,6 +125,7 @@ ScaleDecision Autoscaler::Decide(const PoolSpec& pool, const PoolObservation& ob
   d.current = cur;
   d.changed = d.desired != cur;
   if (d.changed) {
+    s.last_up = d.desired > cur;
     s.last_change = now;
     s.recommendations.clear();
   }
@@ -130,10 +148,22 @@ ScaleDecision Autoscaler::DecideSlo(const PoolSpec& pool, const PoolObservation&
   const double settled = 6 * Seconds(policy_.interval);
   const double expected = s.profile.ServiceTime(obs.mean_running + 1);
   if (obs.waiting > 0) s.last_backlog = now;
-  if (obs.waiting <= 0 && Seconds(now - s.last_change) >= settled &&
+  // Least-loaded routing makes a pool of several replicas look faster than one replica at the
+  // same mean batch (an arrival joins the least busy one), which does not raise its capacity
+  // (a full batch is a full batch): with several replicas only a point slower than the profile
+  // (routing never makes it slower) is taken; one replica fits both ways.
+  // The mean e2e spans the rate window while the batch is a gauge of now: only a steady rate
+  // (within kSteadyRate of the last decision's) keeps the two about the same load, and only a
+  // batch of kMinCalibrationBatch or more is measured well enough to fit.
+  const bool fits = cur == 1 || obs.mean_e2e_s > expected;
+  const bool steady_rate =
+      s.last_rate && std::abs(obs.arrival_rate - *s.last_rate) <= kSteadyRate * obs.arrival_rate;
+  s.last_rate = obs.arrival_rate;
+  if (obs.waiting <= 0 && steady_rate && Seconds(now - s.last_change) >= settled &&
       (!s.last_backlog || Seconds(now - *s.last_backlog) >= settled) && obs.mean_e2e_s > 0 &&
-      obs.mean_e2e_s < 3 * expected && obs.mean_e2e_s > expected / 3)
-    Calibrate(&s.profile, obs.mean_running, obs.mean_e2e_s);
+      obs.mean_e2e_s < 3 * expected && obs.mean_e2e_s > expected / 3 &&
+      obs.mean_running >= kMinCalibrationBatch && fits)
+    Calibrate(&s.profile, obs.mean_running, obs.mean_e2e_s, kCalibrationWeight);
   // A growing backlog proves demand above what the replicas serve: served + growth.
   const double dt = s.last_decide ? Seconds(now - *s.last_decide) : 0;
   const double growth = dt > 0 ? (obs.waiting - s.last_waiting) / dt : 0;
@@ -148,10 +178,26 @@ ScaleDecision Autoscaler::DecideSlo(const PoolSpec& pool, const PoolObservation&
   double arrivals = obs.arrival_rate;
   if (saturated) arrivals = std::max(arrivals, cur * s.profile.Capacity() + growth);
   const double rate = arrivals + (obs.waiting + obs.held_requests) / interval_s;
-  // Scale-up sizes for the arrivals: the model's headroom (max_utilisation) drains the backlog,
-  // which keeps the count within one of the oracle's; the backlog still holds scale-down off.
-  const int up = Smallest(pool, s.profile, arrivals, lo, hi, 1);
-  const int down = Smallest(pool, s.profile, rate, lo, hi, 1 - policy_.hysteresis);
+  // Scale-up is one decisive step: the smallest count that meets the SLO at the arrivals and
+  // whose capacity drains the backlog within kDrainIntervals on top of them.
+  // A rising rate (the arrivals above the last decision's) is extrapolated one interval on, so
+  // that a burst still rising is met by one step. The backlog and the trend each add at most one
+  // replica beyond the count the arrivals fill at full capacity.
+  const double backlog = obs.waiting + obs.held_requests;
+  const double trend = s.last_arrivals ? std::max(0.0, arrivals - *s.last_arrivals) : 0;
+  s.last_arrivals = arrivals;
+  const int steady = Smallest(pool, s.profile, arrivals, lo, hi, 1);
+  const int filled = static_cast<int>(std::ceil(arrivals / s.profile.Capacity()));
+  const int ahead = std::max(Smallest(pool, s.profile, arrivals + trend, lo, hi, 1),
+                             Draining(s.profile, arrivals, backlog, lo, hi));
+  const int up = std::max(steady, std::min(ahead, std::clamp(filled + 1, lo, hi)));
+  // Scale-down needs the smaller count inside the SLO tightened by the hysteresis, and its
+  // utilisation inside the model's headroom tightened by half as much: near the knee latencies
+  // change little until the queue explodes, so the latency margin alone lets a count go that is
+  // needed again.
+  ReplicaProfile tight = s.profile;
+  tight.max_utilisation *= 1 - policy_.hysteresis / 2;
+  const int down = Smallest(pool, tight, rate, lo, hi, 1 - policy_.hysteresis);
   const Prediction at_cur = Predict(s.profile, cur, rate);
   const std::string state =
       fmt::format("{:.2f} req/s, predicted e2e p95 {} at {}, measured {}", rate,
@@ -165,6 +211,20 @@ ScaleDecision Autoscaler::DecideSlo(const PoolSpec& pool, const PoolObservation&
   while (!s.recommendations.empty() && now - s.recommendations.front().first >= window)
     s.recommendations.pop_front();
   s.recommendations.emplace_back(now, rec);
+  // Up-stabilisation: within a window of a scale-up, another one only when the first fell short
+  // — the replicas it added report (rule 4) and the SLO is still predicted to be missed at the
+  // count, or the backlog still grows. A scale-up sized as above rarely needs a second.
+  if (rec > cur && s.last_up && now - s.last_change < window) {
+    const Prediction at = Predict(s.profile, cur, obs.arrival_rate);
+    const bool predicted = Penalty(pool.slo, at, policy_.error_weight) > 0;
+    const bool short_fell =
+        (saturated && growth > 0) ||
+        (predicted && (at.utilisation >= 1 || obs.waiting > 0 || MeasuredBreach(pool.slo, obs)));
+    if (!short_fell)
+      return Keep(cur, "slo",
+                  fmt::format("stabilizing up: {}, {} would do, last scale-up {:.0f} s ago", state,
+                              rec, Seconds(now - s.last_change)));
+  }
   if (rec > cur) {
     const int cap = std::max(
         cur + 1, static_cast<int>(std::ceil(cur * std::max(1.0, policy_.scale_up_max_factor))));

@@ -20,19 +20,27 @@
 //     must be zero. Arrivals = the measured rate, and on a saturated pool (engine waiting >=
 //     max_batch per replica: it serves its capacity) at least current * capacity + the backlog's
 //     growth per second since the last decision (the 1-minute rate lags a jump); demand = arrivals
-//     + (engine waiting + gateway held) / interval. The profile is calibrated only on a settled
-//     pool (no backlog and no change for 6 intervals, mean within 3x of the prediction). up = the
-//     smallest zero-penalty n at the arrivals (max when none: the model's headroom,
-//     max_utilisation, drains the backlog); down = the smallest n with zero penalty at the demand
-//     against the SLO tightened by `hysteresis` (slo * (1 - hysteresis)). Recommendation: up when
-//     up > current, else min(current, down) (hysteresis band: keep); a saturated pool (engine
-//     waiting >= max_batch per replica, growing) gets >= current + 1. Scale up is immediate but at
-//     most to max(current + 1, ceil(current * scale_up_max_factor)). Scale down happens only when
-//     (a) every recommendation of the last `scale_down_stabilization` is below the current count
-//     (as in HPA), then to the highest recommendation of the last kScaleDownLookbackIntervals
-//     intervals, and (b) the last change (up or down), or the autoscaler's first sight of the pool,
-//     is at least one stabilisation window old. So a pool changes down at most once per window and
-//     never reverses within one.
+//     + (engine waiting + gateway held) / interval. up = the largest of: the smallest
+//     zero-penalty n at the arrivals; that n at the arrivals + their rise since the last decision
+//     (a burst still rising met by one step); the n whose full capacity serves the arrivals and
+//     drains the backlog within kDrainIntervals — the last two at most ceil(arrivals / capacity)
+//     + 1. down = the smallest zero-penalty n at the demand against the SLO tightened by
+//     `hysteresis` and with max_utilisation tightened by hysteresis / 2. Recommendation: up when
+//     up > current, else min(current, down); a saturated pool whose backlog grows gets >=
+//     current + 1. Scale up is immediate, at most to max(current + 1, ceil(current *
+//     scale_up_max_factor)); within a window of a scale-up a second one only when the first fell
+//     short (the backlog still grows, or the SLO is predicted missed at the count while the
+//     arrivals overload it, a backlog or a measured p95 over an objective shows it). Scale down
+//     happens only when (a) every recommendation of the last `scale_down_stabilization` is below
+//     the current count (as in HPA), then to the highest recommendation of the last
+//     kScaleDownLookbackIntervals intervals, and (b) the last change (up or down), or the
+//     autoscaler's first sight of the pool, is at least one stabilisation window old. So a pool
+//     changes at most once per window unless a scale-up fell short, and never reverses within one.
+//     Calibration (Calibrate, weight kCalibrationWeight) only on a settled pool (no backlog and no
+//     change for 6 intervals), a steady rate (kSteadyRate), a mean batch >= kMinCalibrationBatch,
+//     the mean within 3x of the prediction, and with several replicas only from a point slower
+//     than the profile (least-loaded routing makes a pool look faster at the same mean batch
+//     without adding capacity).
 //
 // Units: rates per second, latencies in seconds (penalties in ms^2 as the reference writes them).
 // Ownership: an Autoscaler owns per-pool state (profiles, recommendation windows, clocks). Pure:
@@ -57,6 +65,10 @@ using Clock = std::chrono::steady_clock;
 
 inline constexpr int kMaxReportWaitIntervals = 8;
 inline constexpr int kScaleDownLookbackIntervals = 4;
+inline constexpr int kDrainIntervals = 2;          // a scale-up drains the backlog within this many
+inline constexpr double kSteadyRate = 0.05;        // calibrate only while the rate moves less
+inline constexpr double kCalibrationWeight = 0.5;  // each point's weight in the smoothed fit
+inline constexpr double kMinCalibrationBatch = 1;  // mean requests running to calibrate on
 inline constexpr double kNoData = std::numeric_limits<double>::quiet_NaN();
 
 // One pool's figures over the last window (rates per second; latencies in seconds).
@@ -107,10 +119,13 @@ class Autoscaler {
     ReplicaProfile profile;
     std::deque<std::pair<Clock::time_point, int>> recommendations;  // within the window
     Clock::time_point last_change;                                  // or the first Decide
+    bool last_up = false;                                           // that change was up
     std::optional<Clock::time_point> idle_since;
     std::optional<Clock::time_point> unreported_since;
     std::optional<Clock::time_point> last_decide;  // of rule 6 (for the backlog's growth)
     double last_waiting = 0;
+    std::optional<double> last_arrivals;            // of rule 6's last decision (the rate's trend)
+    std::optional<double> last_rate;                // its measured arrival rate (calibration)
     std::optional<Clock::time_point> last_backlog;  // last time anything waited
   };
   PoolState& State(const std::string& pool, Clock::time_point now);
@@ -120,6 +135,9 @@ class Autoscaler {
   // The smallest count in [lo, hi] with zero penalty at `slo_scale`; hi when none.
   int Smallest(const PoolSpec& pool, const ReplicaProfile& prof, double rate, int lo, int hi,
                double slo_scale) const;
+  // The smallest count in [lo, hi] whose full capacity serves `arrivals` and drains `backlog`
+  // within kDrainIntervals intervals; lo without a backlog.
+  int Draining(const ReplicaProfile& prof, double arrivals, double backlog, int lo, int hi) const;
 
   AutoscalingSpec policy_;
   ReplicaProfile default_profile_;

@@ -901,6 +901,8 @@ nlohmann::json Up::StatusJson() const {
     return j;
   };
   MutexLock lock(&m.mu);
+  const std::map<std::string, ScaleDecision> last_decisions =
+      m.loop ? m.loop->LastDecisions() : std::map<std::string, ScaleDecision>{};
   json pools = json::array();
   for (const PoolSpec& p : m.spec.pools) {
     const Impl::PoolRun& run = m.pools.at(p.name);
@@ -943,11 +945,17 @@ nlohmann::json Up::StatusJson() const {
                {"rollout", run.canary ? run.canary->Summary() : run.rollout},
                {"rollout_state", run.canary ? run.canary->ToJson(std::chrono::steady_clock::now())
                                             : run.last_rollout}};
-    if (run.decision)
-      pj["decision"] = {{"desired", run.decision->desired},
-                        {"reason", run.decision->reason},
-                        {"predicted_penalty", run.decision->predicted_penalty},
-                        {"predicted_e2e_p95_s", run.decision->predicted_e2e_p95_s}};
+    // The autoscaler's latest decision for the pool (a hold too), else the last one applied.
+    const auto latest = last_decisions.find(p.name);
+    const ScaleDecision* d = latest != last_decisions.end() ? &latest->second
+                             : run.decision                 ? &*run.decision
+                                                            : nullptr;
+    if (d)
+      pj["decision"] = {{"desired", d->desired},
+                        {"rule", d->rule},
+                        {"reason", d->reason},
+                        {"predicted_penalty", Number(d->predicted_penalty)},
+                        {"predicted_e2e_p95_s", Number(d->predicted_e2e_p95_s)}};
     pools.push_back(std::move(pj));
   }
   json colds = json::array();

@@ -46,6 +46,8 @@ td.num { text-align:right; font-variant-numeric:tabular-nums; }
 svg.chart { width:100%; height:90px; background:#fafbfc; border:1px solid #eceef2; border-radius:4px; }
 .legend { font-size:12px; color:var(--mute); display:flex; gap:12px; margin:2px 0 6px; }
 .legend i { display:inline-block; width:10px; height:3px; margin-right:4px; vertical-align:middle; }
+#control-table { width:auto; min-width:60%; }
+#control-table td { white-space:normal; }
 .muted { color:var(--mute); }
 .error { color:var(--bad); }
 </style>
@@ -190,14 +192,23 @@ function renderPools(d, ctl) {
   }
 }
 
-// One level of a control pool object flattened to "key" / "parent.key" scalar cells.
+// An SLO objective ({target, measured, met}, as `strata up` reports them) as one cell's text.
+function objective(o) {
+  const verdict = o.met === true ? "met" : o.met === false ? "BREACHED" : "no data";
+  const m = typeof o.measured === "number" ? o.measured.toPrecision(3) : "–";
+  return `${m} / ${num(o.target)} ${verdict}`;
+}
+// One level of a control pool object flattened to "key" / "parent.key" scalar cells (an SLO
+// objective one level further down is one cell: "measured / target verdict").
 function flatten(obj) {
   const out = [];
   for (const [k, v] of Object.entries(obj)) {
     if (v === null || typeof v !== "object") { out.push([k, v]); continue; }
     if (Array.isArray(v)) { out.push([k, `${v.length} items`]); continue; }
-    for (const [k2, v2] of Object.entries(v))
+    for (const [k2, v2] of Object.entries(v)) {
       if (v2 === null || typeof v2 !== "object") out.push([`${k}.${k2}`, v2]);
+      else if (!Array.isArray(v2) && "target" in v2) out.push([`${k}.${k2}`, objective(v2)]);
+    }
   }
   return out;
 }
@@ -219,16 +230,18 @@ function renderControl(d) {
   if (d.control_error) root.append(el("p", {class: "error"}, d.control_error));
   const pools = d.control && Array.isArray(d.control.pools) ? d.control.pools : [];
   if (!pools.length) { root.append(el("p", {class: "muted"}, "no pools reported yet")); return; }
+  // One column per pool, one row per field (a pool's object is wide): the name, counts and the
+  // SLO verdict first, then every other field in the order the objects give them.
+  const rows = pools.map(p => new Map(flatten(p)));
   const keys = [];
-  const rows = pools.map(p => flatten(p));
-  for (const r of rows) for (const [k] of r) if (!keys.includes(k)) keys.push(k);
+  for (const k of ["desired", "ready", "slo_met"]) if (rows.some(r => r.has(k))) keys.push(k);
+  for (const r of rows) for (const k of r.keys()) if (!keys.includes(k)) keys.push(k);
+  const names = pools.map(p => p.pool || p.name || "");
   root.append(el("table", {id: "control-table"},
-      el("tr", {}, ...keys.map(k => el("th", {}, k))),
-      ...rows.map((r, i) => {
-        const m = new Map(r);
-        const name = pools[i].pool || pools[i].name || "";
-        return el("tr", {class: "control-pool", "data-pool": name}, ...keys.map(k => cell(m.get(k))));
-      })));
+      el("tr", {}, el("th", {}, "pool"),
+         ...names.map(n => el("th", {class: "control-pool", "data-pool": n}, n))),
+      ...keys.filter(k => k !== "name" && k !== "pool").map(k =>
+          el("tr", {"data-key": k}, el("th", {}, k), ...rows.map(r => cell(r.get(k)))))));
 }
 
 function renderCanaries(d) {

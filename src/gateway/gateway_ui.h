@@ -12,8 +12,10 @@
 // The control plane's part (autoscaler decisions, SLO attainment, replicas as the supervisor sees
 // them) comes from the gateway config's `ui.control_url` (config.h UiConfig): the gateway fetches
 // it every 2 s on its upstream thread and keeps the last answer (at most kMaxControlStatusBytes);
-// the page shows it as it is, whatever its fields, plus a desired-replicas chart when its pools
-// carry `desired`.
+// the page shows it as it is, whatever its fields (a table with a column per pool and a row per
+// field, nested objects one level deep as "parent.key", an SLO objective {target, measured, met}
+// as one "measured / target verdict" cell), plus a desired-replicas chart when its pools carry
+// `desired`.
 // The page is read-only and needs no key: it shows pool names, replica URLs and load, never API
 // keys or tenants.
 //

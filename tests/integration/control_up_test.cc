@@ -28,6 +28,7 @@
 #include "integration/http_test_client.h"
 #include "integration/run_strata.h"
 #include "integration/serve_process.h"
+#include "testing/wait_for.h"
 
 namespace strata::testing {
 namespace {
@@ -52,15 +53,6 @@ std::string Encode(const std::string& s) {
 int PortOf(const std::string& url) {
   const size_t p = url.rfind(':');
   return p == std::string::npos ? 0 : std::atoi(url.c_str() + p + 1);
-}
-
-bool WaitFor(const std::function<bool()>& cond, double timeout_s) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < until) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return cond();
 }
 
 // A spec: pool `general` (min 1, max 3, versions v1/v2 of the bundled model), pool `idle`

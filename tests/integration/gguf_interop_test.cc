@@ -4,58 +4,53 @@
 // offset, every metadata key and scalar value, every tensor's name, type, shape and offset.
 // Skips with a message when node or the npm package is not installed (scripts/install-deps.sh).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+
+#include "testing/run_command.h"
 
 namespace strata {
 namespace {
 
 using nlohmann::json;
 
-int RunCmd(const std::string& cmd, std::string* out) {
-  out->clear();
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  std::array<char, 8192> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out->append(buf.data(), n);
-  int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+using strata::testing::RunCommand;
 
-const std::map<std::string, int> kGgmlTypeIds = {{"f32", 0},  {"f16", 1},  {"q4_0", 2}, {"q8_0", 8},
-                                                 {"q4_K", 12}, {"q5_K", 13}, {"q6_K", 14}, {"bf16", 30}};
+const std::map<std::string, int> kGgmlTypeIds = {{"f32", 0},   {"f16", 1},   {"q4_0", 2},
+                                                 {"q8_0", 8},  {"q4_K", 12}, {"q5_K", 13},
+                                                 {"q6_K", 14}, {"bf16", 30}};
 
 class GgufInteropTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GgufInteropTest, HuggingFaceParserReadsWhatWeWrote) {
   const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/integration/gguf_interop";
   std::string out;
-  if (RunCmd("node --version 2>/dev/null", &out) != 0) GTEST_SKIP() << "node not installed";
+  if (RunCommand("node --version 2>/dev/null", &out) != 0) GTEST_SKIP() << "node not installed";
   if (!std::filesystem::exists(dir + "/node_modules/@huggingface/gguf"))
     GTEST_SKIP() << "@huggingface/gguf not installed (run scripts/install-deps.sh)";
 
   const std::string type = GetParam();
   const std::string file = ::testing::TempDir() + "/interop_" + type + ".gguf";
   // 256-wide so every K-quant applies (no row-length fallback); GQA 4:2.
-  ASSERT_EQ(RunCmd(std::string(STRATA_BIN) + " synth --preset tiny --dim 256 --ffn 512 --heads 4 --kv-heads 2 --type " +
-                    type + " --seed 3 --out " + file + " 2>&1",
-                &out),
-            0)
+  ASSERT_EQ(
+      RunCommand(std::string(STRATA_BIN) +
+                     " synth --preset tiny --dim 256 --ffn 512 --heads 4 --kv-heads 2 --type " +
+                     type + " --seed 3 --out " + file + " 2>&1",
+                 &out),
+      0)
       << out;
-  ASSERT_EQ(RunCmd("node " + dir + "/check.mjs " + file, &out), 0) << out;
+  ASSERT_EQ(RunCommand("node " + dir + "/check.mjs " + file, &out), 0) << out;
   json hf = json::parse(out);
-  ASSERT_EQ(RunCmd(std::string(STRATA_BIN) + " info --json --max-items 1 " + file, &out), 0) << out;
+  ASSERT_EQ(RunCommand(std::string(STRATA_BIN) + " info --json --max-items 1 " + file, &out), 0)
+      << out;
   json ours = json::parse(out);
 
   EXPECT_EQ(hf["version"].get<int>(), ours["version"].get<int>());
-  EXPECT_EQ(hf["data_offset"].get<std::string>(), std::to_string(ours["data_offset"].get<uint64_t>()));
+  EXPECT_EQ(hf["data_offset"].get<std::string>(),
+            std::to_string(ours["data_offset"].get<uint64_t>()));
   // Metadata: same keys, same scalar values, same array lengths.
   ASSERT_EQ(hf["kv_count"].get<size_t>(), ours["metadata"].size());
   for (const auto& kv : ours["metadata"]) {
@@ -70,7 +65,8 @@ TEST_P(GgufInteropTest, HuggingFaceParserReadsWhatWeWrote) {
     } else if (t == "bool") {
       EXPECT_EQ(h["value"].get<bool>(), kv["value"].get<bool>());
     } else if (t == "f32" || t == "f64") {
-      EXPECT_NEAR(h["value"].get<double>(), kv["value"].get<double>(), 1e-6 * std::abs(kv["value"].get<double>()));
+      EXPECT_NEAR(h["value"].get<double>(), kv["value"].get<double>(),
+                  1e-6 * std::abs(kv["value"].get<double>()));
     } else if (h["kind"] == "int") {
       EXPECT_EQ(h["value"].get<std::string>(), kv["value"].dump());
     } else {
@@ -98,8 +94,8 @@ TEST_P(GgufInteropTest, HuggingFaceParserReadsWhatWeWrote) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WeightTypes, GgufInteropTest,
-                         ::testing::Values("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m",
-                                           "q5_k_m"));
+                         ::testing::Values("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k",
+                                           "q6_k", "q4_k_m", "q5_k_m"));
 
 }  // namespace
 }  // namespace strata

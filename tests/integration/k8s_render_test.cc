@@ -8,11 +8,8 @@
 // Skips with a message when node, the npm packages, kubectl or promtool are missing
 // (scripts/install-deps.sh installs them).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,22 +17,16 @@
 #include <regex>
 #include <string>
 
+#include "testing/run_command.h"
+
 namespace strata::testing {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-int RunCmd(const std::string& cmd, std::string* out) {
-  out->clear();
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  std::array<char, 8192> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out->append(buf.data(), n);
-  int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+// stdout and stderr together.
+int RunCmd(const std::string& cmd, std::string* out) { return RunCommand(cmd + " 2>&1", out); }
 
 const std::string kTestDir = std::string(STRATA_SOURCE_DIR) + "/tests/k8s";
 
