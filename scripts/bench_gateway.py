@@ -387,19 +387,21 @@ def scenario_tracing(a, work):
     tracing off vs on (100 % sampling), fresh processes for every run, order alternating."""
     sink = OtlpSink()
     replica_traces = serve_has_otlp()
-    rows = {"off": [], "on": []}
+    modes = a.tracing_modes.split(",")
+    rows = {m: [] for m in modes}
     args_base = ["--dataset", "random", "--num-prompts", str(a.num_prompts), "--random-input-len",
                  "64", "--random-output-len", str(a.output_len), "--max-concurrency",
                  str(a.concurrency)]
     try:
         for rep in range(a.reps):
-            order = ["off", "on"] if rep % 2 == 0 else ["on", "off"]
+            order = modes if rep % 2 == 0 else list(reversed(modes))
             for mode in order:
                 gw_args, rep_args = [], []
-                if mode == "on":
-                    gw_args = ["--otlp-endpoint", sink.url, "--otlp-sample-ratio", "1"]
+                if mode in ("on", "down"):  # down: a collector that refuses connections
+                    url = sink.url if mode == "on" else "http://127.0.0.1:9"
+                    gw_args = ["--otlp-endpoint", url, "--otlp-sample-ratio", "1"]
                     if replica_traces:
-                        rep_args = ["--otlp-endpoint", sink.url, "--otlp-sample-ratio", "1"]
+                        rep_args = ["--otlp-endpoint", url, "--otlp-sample-ratio", "1"]
                 c = Cluster(a, "cost", work, gateway_args=gw_args, replica_args=rep_args)
                 pids = [c.gateway.p.pid] + [x.p.pid for x in c.replicas]
                 try:
@@ -416,6 +418,8 @@ def scenario_tracing(a, work):
                     "request_throughput": r["request_throughput"],
                     "output_throughput": r["output_throughput"],
                     "completed": r["completed"],
+                    "median_e2el_ms": r.get("median_e2el_ms", 0.0),
+                    "p99_e2el_ms": r.get("p99_e2el_ms", 0.0),
                     # CPU the gateway and replicas used per request: far less sensitive to other
                     # load on the machine than throughput.
                     "cpu_ms_per_request": 1000.0 * (cpu1 - cpu0) / max(1, r["completed"]),
@@ -429,10 +433,15 @@ def scenario_tracing(a, work):
         sink.stop()
     med = {m: {k: statistics.median(r[k] for r in v) for k in v[0]} for m, v in rows.items()}
     med["replicas_export"] = replica_traces
-    for k in ("request_throughput", "output_throughput"):
-        med[k + "_cost_pct"] = 100.0 * (1 - med["on"][k] / med["off"][k])
-    med["cpu_per_request_cost_pct"] = 100.0 * (
-        med["on"]["cpu_ms_per_request"] / med["off"]["cpu_ms_per_request"] - 1)
+    for m in modes:
+        if m == "off" or "off" not in modes:
+            continue
+        for k in ("request_throughput", "output_throughput"):
+            med[f"{k}_cost_pct_{m}"] = 100.0 * (1 - med[m][k] / med["off"][k])
+        med[f"cpu_per_request_cost_pct_{m}"] = 100.0 * (
+            med[m]["cpu_ms_per_request"] / med["off"]["cpu_ms_per_request"] - 1)
+        med[f"median_e2el_change_pct_{m}"] = 100.0 * (
+            med[m]["median_e2el_ms"] / max(1e-9, med["off"]["median_e2el_ms"]) - 1)
     med["runs"] = rows
     return med
 
@@ -454,6 +463,9 @@ def main():
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--duration", type=float, default=60)
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--tracing-modes", default="off,on",
+                    help="tracing: modes to compare, of off, on (100 %% sampling to a sink), "
+                         "down (100 %% sampling to a collector that refuses connections)")
     ap.add_argument("--prefill-rate", type=float, default=0,
                     help="balancer.default_prefill_tokens_per_s (0: measure the model)")
     a = ap.parse_args()
