@@ -1,8 +1,16 @@
 // trace/otlp_json: the OTLP/JSON ExportTraceServiceRequest of a batch of spans (see tracer.h).
 // OTLP's JSON mapping: lowerCamelCase field names, trace/span ids as lower-case hex (not base64),
 // 64-bit integers (times, intValue) as decimal strings, enums as their numbers.
-#include <nlohmann/json.hpp>
+//
+// Written straight into one string (no JSON object tree): this runs on the exporter's thread for
+// every span of every sampled request, and a tree of nlohmann values cost ~15x more per span.
+// Strings are escaped per RFC 8259; invalid UTF-8 (a client's model name, say) is replaced by
+// U+FFFD, never an exception; a non-finite double is written as null.
+#include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -11,76 +19,211 @@
 namespace strata::trace {
 namespace {
 
-using nlohmann::json;
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
-json EncodeValue(const AttrValue& value) {
-  return std::visit(
-      [](const auto& v) -> json {
+// The UTF-8 sequence at s[i]: `valid` its length when it is well-formed (0: not), `consumed` how
+// many bytes it spans — for an ill-formed one its maximal subpart (at least 1; Unicode's
+// "substitution of maximal subparts", which nlohmann-json's `replace` follows too), replaced by
+// one U+FFFD.
+struct Utf8Step {
+  size_t valid = 0, consumed = 1;
+};
+Utf8Step Utf8At(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return {1, 1};
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;  // no overlongs
+    if (c == 0xED) hi = 0x9F;  // no surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;  // no overlongs
+    if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+  } else {
+    return {0, 1};
+  }
+  size_t k = 1;
+  for (; k < n && i + k < s.size(); ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) break;
+  }
+  return k == n ? Utf8Step{n, n} : Utf8Step{0, k};
+}
+
+void AppendString(std::string* out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const Utf8Step step = Utf8At(s, i);
+      if (step.valid == 0) {
+        out->append(kReplacement);
+      } else {
+        out->append(s.substr(i, step.valid));
+      }
+      i += step.consumed;
+      continue;
+    }
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(static_cast<char>(c));
+    } else if (c < 0x20) {
+      out->append("\\u00");
+      out->push_back(kHex[c >> 4]);
+      out->push_back(kHex[c & 0xF]);
+    } else {
+      out->push_back(static_cast<char>(c));
+    }
+    ++i;
+  }
+  out->push_back('"');
+}
+
+void AppendDecimalString(std::string* out, int64_t v) {  // "123" (quoted: OTLP's int64)
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  out->push_back('"');
+  out->append(buf, end);
+  out->push_back('"');
+}
+
+void AppendDouble(std::string* out, double v) {
+  if (!std::isfinite(v)) {
+    out->append("null");
+    return;
+  }
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);  // shortest round trip
+  out->append(buf, end);
+}
+
+// `,"key":` (the comma unless it is the object's first member).
+void Key(std::string* out, std::string_view key, bool first = false) {
+  if (!first) out->push_back(',');
+  out->push_back('"');
+  out->append(key);
+  out->append("\":");
+}
+
+void AppendValue(std::string* out, const AttrValue& value) {
+  std::visit(
+      [out](const auto& v) {
         using T = std::decay_t<decltype(v)>;
+        out->push_back('{');
         if constexpr (std::is_same_v<T, std::string>) {
-          return json{{"stringValue", v}};
+          Key(out, "stringValue", true);
+          AppendString(out, v);
         } else if constexpr (std::is_same_v<T, int64_t>) {
-          return json{{"intValue", std::to_string(v)}};
+          Key(out, "intValue", true);
+          AppendDecimalString(out, v);
         } else if constexpr (std::is_same_v<T, double>) {
-          return json{{"doubleValue", v}};
+          Key(out, "doubleValue", true);
+          AppendDouble(out, v);
         } else if constexpr (std::is_same_v<T, bool>) {
-          return json{{"boolValue", v}};
+          Key(out, "boolValue", true);
+          out->append(v ? "true" : "false");
         } else {
-          json values = json::array();
-          for (const auto& s : v) values.push_back(json{{"stringValue", s}});
-          return json{{"arrayValue", json{{"values", std::move(values)}}}};
+          Key(out, "arrayValue", true);
+          out->append("{\"values\":[");
+          for (size_t i = 0; i < v.size(); ++i) {
+            if (i > 0) out->push_back(',');
+            out->append("{\"stringValue\":");
+            AppendString(out, v[i]);
+            out->push_back('}');
+          }
+          out->append("]}");
         }
+        out->push_back('}');
       },
       value);
 }
 
-json EncodeAttributes(const std::vector<Attribute>& attributes) {
-  json out = json::array();
-  for (const auto& a : attributes)
-    out.push_back(json{{"key", a.key}, {"value", EncodeValue(a.value)}});
-  return out;
+void AppendAttributes(std::string* out, const std::vector<Attribute>& attributes) {
+  out->push_back('[');
+  for (size_t i = 0; i < attributes.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    out->append("{\"key\":");
+    AppendString(out, attributes[i].key);
+    Key(out, "value");
+    AppendValue(out, attributes[i].value);
+    out->push_back('}');
+  }
+  out->push_back(']');
 }
 
-json EncodeSpan(const Span& span) {
-  json out = {
-      {"traceId", span.trace_id.Hex()},
-      {"spanId", span.span_id.Hex()},
-      {"name", span.name},
-      {"kind", static_cast<int>(span.kind)},
-      {"startTimeUnixNano", std::to_string(span.start_unix_ns)},
-      {"endTimeUnixNano", std::to_string(span.end_unix_ns)},
-      {"attributes", EncodeAttributes(span.attributes)},
-  };
-  if (span.parent_span_id.valid()) out["parentSpanId"] = span.parent_span_id.Hex();
-  if (!span.tracestate.empty()) out["traceState"] = span.tracestate;
-  if (!span.events.empty()) {
-    json events = json::array();
-    for (const auto& e : span.events) {
-      events.push_back(json{{"timeUnixNano", std::to_string(e.time_unix_ns)},
-                            {"name", e.name},
-                            {"attributes", EncodeAttributes(e.attributes)}});
-    }
-    out["events"] = std::move(events);
+void AppendEvents(std::string* out, const std::vector<SpanEvent>& events) {
+  out->push_back('[');
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    out->push_back('{');
+    Key(out, "timeUnixNano", /*first=*/true);
+    AppendDecimalString(out, events[i].time_unix_ns);
+    Key(out, "name");
+    AppendString(out, events[i].name);
+    Key(out, "attributes");
+    AppendAttributes(out, events[i].attributes);
+    out->push_back('}');
   }
-  json status = {{"code", static_cast<int>(span.status)}};
-  if (!span.status_message.empty()) status["message"] = span.status_message;
-  out["status"] = std::move(status);
-  return out;
+  out->push_back(']');
+}
+
+void AppendSpan(std::string* out, const Span& span) {
+  out->push_back('{');
+  Key(out, "traceId", true);
+  AppendString(out, span.trace_id.Hex());
+  Key(out, "spanId");
+  AppendString(out, span.span_id.Hex());
+  if (span.parent_span_id.valid()) {
+    Key(out, "parentSpanId");
+    AppendString(out, span.parent_span_id.Hex());
+  }
+  if (!span.tracestate.empty()) {
+    Key(out, "traceState");
+    AppendString(out, span.tracestate);
+  }
+  Key(out, "name");
+  AppendString(out, span.name);
+  Key(out, "kind");
+  out->append(std::to_string(static_cast<int>(span.kind)));
+  Key(out, "startTimeUnixNano");
+  AppendDecimalString(out, span.start_unix_ns);
+  Key(out, "endTimeUnixNano");
+  AppendDecimalString(out, span.end_unix_ns);
+  Key(out, "attributes");
+  AppendAttributes(out, span.attributes);
+  if (!span.events.empty()) {
+    Key(out, "events");
+    AppendEvents(out, span.events);
+  }
+  Key(out, "status");
+  out->append("{\"code\":");
+  out->append(std::to_string(static_cast<int>(span.status)));
+  if (!span.status_message.empty()) {
+    Key(out, "message");
+    AppendString(out, span.status_message);
+  }
+  out->append("}}");
 }
 
 }  // namespace
 
 std::string EncodeOtlpJson(const std::vector<Attribute>& resource, const std::vector<Span>& spans) {
-  json encoded = json::array();
-  for (const auto& s : spans) encoded.push_back(EncodeSpan(s));
-  json scope_spans = json::array();
-  scope_spans.push_back(json{{"scope", json{{"name", "strata"}}}, {"spans", std::move(encoded)}});
-  json resource_spans = json::array();
-  resource_spans.push_back(json{{"resource", json{{"attributes", EncodeAttributes(resource)}}},
-                                {"scopeSpans", std::move(scope_spans)}});
-  const json request = {{"resourceSpans", std::move(resource_spans)}};
-  // Invalid UTF-8 (a client's model name, say) is replaced, never an exception.
-  return request.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out;
+  out.reserve(512 + spans.size() * 600);
+  out.append("{\"resourceSpans\":[{\"resource\":{\"attributes\":");
+  AppendAttributes(&out, resource);
+  out.append("},\"scopeSpans\":[{\"scope\":{\"name\":\"strata\"},\"spans\":[");
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    AppendSpan(&out, spans[i]);
+  }
+  out.append("]}]}]}");
+  return out;
 }
 
 }  // namespace strata::trace

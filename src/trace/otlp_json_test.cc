@@ -2,7 +2,10 @@
 // shared test receiver's decoder agreeing with it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "testing/otlp_receiver.h"
 #include "trace/tracer.h"
@@ -93,6 +96,57 @@ TEST(OtlpJson, InvalidUtf8IsReplacedNotThrown) {
   std::string body;
   ASSERT_NO_THROW(body = EncodeOtlpJson({}, {s}));
   EXPECT_FALSE(json::parse(body, nullptr, false).is_discarded());
+}
+
+// Every string survives the hand-written escaping: quotes, backslashes, every control character,
+// multi-byte UTF-8; invalid UTF-8 becomes U+FFFD exactly where nlohmann-json's `replace` puts it
+// (the independent reference); non-finite doubles are null.
+TEST(OtlpJson, StringsRoundTripAndInvalidUtf8IsReplacedLikeTheReference) {
+  std::string every_control;
+  for (int c = 0; c < 0x20; ++c) every_control.push_back(static_cast<char>(c));
+  const std::vector<std::string> valid = {"",
+                                          "plain",
+                                          "q\"uote\\back/slash",
+                                          every_control,
+                                          "\x7f del",
+                                          "caf\xc3\xa9",
+                                          "\xe2\x82\xac euro",
+                                          "\xf0\x9f\x98\x80 emoji",
+                                          "\xed\x9f\xbf",
+                                          "\xf4\x8f\xbf\xbf"};
+  const std::vector<std::string> invalid = {"m\xc3",
+                                            "\xff\xfe",
+                                            "\xc0\xaf",
+                                            "\xe0\x80\xaf",
+                                            "\xed\xa0\x80",
+                                            "\xf4\x90\x80\x80",
+                                            std::string("a\x80") + "b",
+                                            "\xf0\x9f\x98",
+                                            "ok\xe2\x82",
+                                            "\xe0\x9f\x80",
+                                            "\xf0\x8f\x80\x80",
+                                            "\xf8\x88\x80\x80\x80",
+                                            "\xc2",
+                                            "\xe1\x80\xe1\x80\x80"};
+  for (const auto* set : {&valid, &invalid}) {
+    for (const std::string& text : *set) {
+      Span s = ChildOf(TraceContext{}, text, SpanKind::kInternal);
+      s.AddAttribute("k", text);
+      s.AddAttribute("nan", std::nan(""));
+      const json j = json::parse(EncodeOtlpJson({}, {s}))
+                         .at("resourceSpans")[0]
+                         .at("scopeSpans")[0]
+                         .at("spans")[0];
+      const std::string expected =
+          json::parse(json(text).dump(-1, ' ', false, json::error_handler_t::replace));
+      if (set == &valid) {
+        EXPECT_EQ(expected, text);  // the reference keeps valid text
+      }
+      EXPECT_EQ(j.at("name"), expected) << json(expected).dump();
+      EXPECT_EQ(Attr(j.at("attributes"), "k"), json({{"stringValue", expected}}));
+      EXPECT_TRUE(Attr(j.at("attributes"), "nan").at("doubleValue").is_null());
+    }
+  }
 }
 
 TEST(OtlpJson, TheTestReceiverDecodesWhatTheEncoderWrites) {
