@@ -43,6 +43,9 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 
 constexpr std::string_view kGateway = "gateway";
+// How long a leaving replica keeps running after the gateway.yaml without it was written: the
+// gateway's reload (SIGHUP) and the requests it routed just before it.
+constexpr std::chrono::milliseconds kLeaveAfterReload{2000};
 constexpr std::string_view kPrometheus = "prometheus";
 
 Status WriteFileAtomic(const std::string& path, const std::string& text) {
@@ -170,6 +173,9 @@ struct Up::Impl {
   struct Replica {
     std::string pool, version;
     bool leaving = false;
+    // A leaving replica is stopped (drained) this long after the gateway.yaml without it was
+    // written, so the gateway has reloaded and no request picked before it lands on it.
+    std::optional<std::chrono::steady_clock::time_point> stop_at;
   };
   struct PoolRun {
     std::string version;
@@ -282,7 +288,7 @@ Status Up::Impl::StartReplica(const PoolSpec& p, const std::string& version) {
   c.grace = opts.drain_grace;
   c.labels = {{"pool", p.name}, {"replica", name}, {"version", version}, {"role", "replica"}};
   RETURN_IF_ERROR(sup->Start(std::move(c)));
-  replicas[name] = Replica{p.name, version, false};
+  replicas[name] = Replica{p.name, version, false, std::nullopt};
   return Status::Ok();
 }
 
@@ -419,7 +425,13 @@ void Up::Impl::Reconcile() {
   for (ChildStatus& c : sup->Children()) children.emplace(c.name, std::move(c));
   if (Status s = WriteGatewayYaml(children); !s.ok())
     std::fprintf(stderr, "strata up: gateway.yaml: %s\n", s.ToString().c_str());
-  for (const std::string& n : leave) sup->Stop(n);  // after the gateway stopped sending to them
+  const auto now = std::chrono::steady_clock::now();
+  for (const std::string& n : leave) replicas[n].stop_at = now + kLeaveAfterReload;
+  for (auto& [name, r] : replicas) {  // after the gateway stopped sending to them
+    if (!r.leaving || !r.stop_at || now < *r.stop_at) continue;
+    sup->Stop(name);
+    r.stop_at.reset();
+  }
   WriteTargets(children);
 }
 
