@@ -107,7 +107,8 @@ inline std::string SvgChart(const SvgPanel& p, double x0, double y0, double w, d
         "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n", color, pts);
     if (k < 4) {  // the legend: four names at most
       const double lx = x0 + 8 + static_cast<double>(k % 2) * (w / 2 - 4);
-      const double ly = top + ph + 28 + static_cast<double>(k / 2) * 14;
+      const int row = static_cast<int>(k) / 2;  // two legend names per row
+      const double ly = top + ph + 28 + row * 14.0;
       std::string name = s.name.size() > 34 ? s.name.substr(0, 33) + "~" : s.name;
       out += fmt::format(
           "<rect x=\"{}\" y=\"{:.1f}\" width=\"10\" height=\"3\" fill=\"{}\"/>"
