@@ -28,6 +28,7 @@
 #include "integration/http_test_client.h"
 #include "integration/run_strata.h"
 #include "integration/serve_process.h"
+#include "testing/url_text.h"
 #include "testing/wait_for.h"
 
 namespace strata::testing {
@@ -35,25 +36,6 @@ namespace {
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
-
-std::string Encode(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
-      out += static_cast<char>(c);
-    } else {
-      char b[4];
-      std::snprintf(b, sizeof b, "%%%02X", c);
-      out += b;
-    }
-  }
-  return out;
-}
-
-int PortOf(const std::string& url) {
-  const size_t p = url.rfind(':');
-  return p == std::string::npos ? 0 : std::atoi(url.c_str() + p + 1);
-}
 
 // A spec: pool `general` (min 1, max 3, versions v1/v2 of the bundled model), pool `idle`
 // (min 0: requests with header x-pool: idle), pool `broken` (its replicas exit at once).

@@ -35,31 +35,13 @@
 #include "integration/http_test_client.h"
 #include "integration/run_strata.h"
 #include "integration/serve_process.h"
+#include "testing/url_text.h"
 
 namespace strata::testing {
 namespace {
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
-
-std::string Encode(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
-      out += static_cast<char>(c);
-    } else {
-      char b[4];
-      std::snprintf(b, sizeof b, "%%%02X", c);
-      out += b;
-    }
-  }
-  return out;
-}
-
-int PortOf(const std::string& url) {
-  const size_t p = url.rfind(':');
-  return p == std::string::npos ? 0 : std::atoi(url.c_str() + p + 1);
-}
 
 bool WaitFor(const std::function<bool()>& cond, double timeout_s) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
