@@ -118,6 +118,7 @@ std::vector<Span> FinishRequestTrace(RequestTrace* t, const TraceFacts& facts, i
   const std::string_view op = GenAiOperation(facts.endpoint);
   s.name = facts.model.empty() ? std::string(op) : std::string(op) + " " + std::string(facts.model);
   s.end_unix_ns = now_ns;
+  s.attributes.reserve(s.attributes.size() + 14);  // what follows, in one allocation
   s.AddAttribute("gen_ai.operation.name", std::string(op));
   AddIfSet(&s, "gen_ai.request.model", facts.model);
   if (facts.max_tokens) s.AddAttribute("gen_ai.request.max_tokens", *facts.max_tokens);

@@ -87,6 +87,7 @@ Span ServerSpan(const RequestTrace& t, const SpanFacts& f, const Phases& p, Stea
   s.kind = SpanKind::kServer;
   s.start_unix_ns = trace::ToUnixNanos(t.stamps.arrival);
   s.end_unix_ns = trace::ToUnixNanos(std::max(t.stamps.arrival, end));
+  s.attributes.reserve(16);  // what follows, in one allocation
   s.AddAttribute("gen_ai.operation.name", op);
   s.AddAttribute("gen_ai.request.model", f.model);
   s.AddAttribute("gen_ai.request.max_tokens", int64_t{f.max_tokens});
