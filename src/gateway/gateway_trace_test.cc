@@ -17,6 +17,7 @@
 
 #include "gateway/fake_replica_test_util.h"
 #include "gateway/gateway.h"
+#include "gateway/gateway_front_test_util.h"
 #include "integration/http_test_client.h"
 #include "testing/otlp_receiver.h"
 
@@ -63,53 +64,7 @@ std::string TracingYaml(const OtlpReceiver& rx, double ratio = 1.0) {
          "\", sample_ratio: " + std::to_string(ratio) + "}";
 }
 
-class Front {
- public:
-  explicit Front(const std::string& yaml) {
-    auto cfg = ParseGatewayConfig(yaml);
-    EXPECT_TRUE(cfg.ok()) << cfg.status().message();
-    if (!cfg.ok()) return;
-    auto gw = Gateway::Create(*cfg);
-    EXPECT_TRUE(gw.ok()) << gw.status().message();
-    if (!gw.ok()) return;
-    gw_ = std::move(*gw);
-    gw_->Start();
-    http::HttpServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    Gateway* g = gw_.get();
-    auto s = http::HttpServer::Start(
-        o, [g](http::HttpRequest req, std::shared_ptr<http::Responder> out) {
-          g->Handle(std::move(req), std::move(out));
-        });
-    EXPECT_TRUE(s.ok());
-    if (s.ok()) server_ = std::move(*s);
-  }
-  ~Front() {
-    if (server_) server_->Stop();
-    if (gw_) gw_->Stop();
-  }
-  Gateway& gw() { return *gw_; }
-  bool WaitEligible() {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < until) {
-      bool all = true;
-      for (const auto& [name, set] : gw_->snapshot()->pools)
-        for (const ReplicaView& v : set->Snapshot()) all = all && v.eligible;
-      if (all) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-  HttpReply Post(const json& body, const std::vector<std::string>& headers = {}) {
-    return HttpCall(server_->port(), "POST", "/v1/completions", body.dump(), headers);
-  }
-  HttpReply Get(const std::string& path) { return HttpCall(server_->port(), "GET", path); }
-
- private:
-  std::unique_ptr<Gateway> gw_;
-  std::unique_ptr<http::HttpServer> server_;
-};
+using Front = testing::GatewayFront;
 
 std::map<std::string, ReceivedSpan> ByName(const std::vector<ReceivedSpan>& spans) {
   std::map<std::string, ReceivedSpan> out;
@@ -134,7 +89,7 @@ TEST(GatewayTrace, SpansReachTheCollectorAndTheReplicaGetsTheUpstreamSpan) {
   FakeReplica replica;
   ASSERT_TRUE(replica.ok());
   Front f(Yaml({&replica}, TracingYaml(**rx)));
-  ASSERT_TRUE(f.WaitEligible());
+  ASSERT_TRUE(f.WaitEligible(10, true));
   const auto before = std::chrono::system_clock::now();
   HttpReply r = f.Post(kBody, {"traceparent: " + kClientParent, "tracestate: congo=t61rcWkgMzE"});
   const auto after = std::chrono::system_clock::now();
@@ -213,7 +168,7 @@ TEST(GatewayTrace, WithoutAClientTraceTheServerSpanIsARoot) {
   ASSERT_TRUE(rx.ok());
   FakeReplica replica;
   Front f(Yaml({&replica}, TracingYaml(**rx)));
-  ASSERT_TRUE(f.WaitEligible());
+  ASSERT_TRUE(f.WaitEligible(10, true));
   ASSERT_EQ(f.Post(kBody).status, 200);
   ASSERT_TRUE((*rx)->WaitForSpans(3, std::chrono::seconds(10)));
   auto spans = ByName((*rx)->spans());
@@ -232,7 +187,7 @@ TEST(GatewayTrace, UnsampledRequestsArePropagatedButNotExported) {
   ASSERT_TRUE(rx.ok());
   FakeReplica replica;
   Front f(Yaml({&replica}, TracingYaml(**rx, 0.0)));
-  ASSERT_TRUE(f.WaitEligible());
+  ASSERT_TRUE(f.WaitEligible(10, true));
   // Ratio 0, no client trace: a new trace id, flagged not sampled.
   ASSERT_EQ(f.Post(kBody).status, 200);
   Parent sent = Split(replica.last_header("traceparent"));
@@ -259,7 +214,7 @@ TEST(GatewayTrace, UnsampledRequestsArePropagatedButNotExported) {
 TEST(GatewayTrace, TracingOffPassesTheClientHeadersThroughUnchanged) {
   FakeReplica replica;
   Front f(Yaml({&replica}, ""));
-  ASSERT_TRUE(f.WaitEligible());
+  ASSERT_TRUE(f.WaitEligible(10, true));
   EXPECT_EQ(f.gw().tracer(), nullptr);
   ASSERT_EQ(f.Post(kBody, {"traceparent: " + kClientParent, "tracestate: a=b"}).status, 200);
   EXPECT_EQ(replica.last_header("traceparent"), kClientParent);
@@ -277,7 +232,7 @@ TEST(GatewayTrace, AnInvalidClientTraceparentStartsANewTrace) {
   ASSERT_TRUE(rx.ok());
   FakeReplica replica;
   Front f(Yaml({&replica}, TracingYaml(**rx)));
-  ASSERT_TRUE(f.WaitEligible());
+  ASSERT_TRUE(f.WaitEligible(10, true));
   const std::string upper =
       std::string("00-") + "4BF92F3577B34DA6A3CE929D0E0E4736" + "-" + kClientSpan + "-01";
   ASSERT_EQ(f.Post(kBody, {"traceparent: " + upper, "tracestate: a=b"}).status, 200);
@@ -294,7 +249,7 @@ TEST(GatewayTrace, ARetryIsOneUpstreamSpanPerAttempt) {
   FakeReplica bad, good;
   bad.SetStatus(503);
   Front f(Yaml({&bad, &good}, TracingYaml(**rx)));
-  ASSERT_TRUE(f.WaitEligible());
+  ASSERT_TRUE(f.WaitEligible(10, true));
   // Round robin: one of two requests starts on the failing replica and is retried on the other.
   std::string bad_saw, good_saw;
   for (int i = 0; i < 2 && bad_saw.empty(); ++i) {
@@ -345,7 +300,7 @@ TEST(GatewayTrace, ExporterCountersAreOnMetrics) {
   ASSERT_TRUE(rx.ok());
   FakeReplica replica;
   Front f(Yaml({&replica}, TracingYaml(**rx)));
-  ASSERT_TRUE(f.WaitEligible());
+  ASSERT_TRUE(f.WaitEligible(10, true));
   ASSERT_NE(f.gw().tracer(), nullptr);
   std::string text = f.Get("/metrics").body;
   EXPECT_NE(text.find("strata_gateway:trace_spans_exported_total 0"), std::string::npos) << text;
@@ -371,7 +326,7 @@ TEST(GatewayTrace, CollectorDownCountsDropsAndRequestsStillSucceed) {
   }
   FakeReplica replica;
   Front f(Yaml({&replica}, "tracing: {otlp_endpoint: \"" + dead + "\"}"));
-  ASSERT_TRUE(f.WaitEligible());
+  ASSERT_TRUE(f.WaitEligible(10, true));
   for (int i = 0; i < 5; ++i) ASSERT_EQ(f.Post(kBody).status, 200);
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   while (f.gw().tracer()->stats().dropped_export_failed < 15 &&

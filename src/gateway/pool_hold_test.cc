@@ -15,6 +15,7 @@
 #include "gateway/config.h"
 #include "gateway/fake_replica_test_util.h"
 #include "gateway/gateway.h"
+#include "gateway/gateway_front_test_util.h"
 #include "integration/http_test_client.h"
 
 namespace strata::gateway {
@@ -91,41 +92,7 @@ TEST(PoolHoldConfig, AnEmptyReplicaListIsAPoolWithNoneYetAndTheHoldKeysAreBounde
   EXPECT_NE(zero.status().message().find("pools[0].cold_start_max_held"), std::string::npos);
 }
 
-// A gateway from YAML behind a front server on port 0.
-class Front {
- public:
-  explicit Front(const std::string& yaml) {
-    auto cfg = ParseGatewayConfig(yaml);
-    EXPECT_TRUE(cfg.ok()) << cfg.status().message();
-    if (!cfg.ok()) return;
-    auto gw = Gateway::Create(*cfg);
-    EXPECT_TRUE(gw.ok()) << gw.status().message();
-    if (!gw.ok()) return;
-    gw_ = std::move(*gw);
-    gw_->Start();
-    http::HttpServerOptions o;
-    o.port = 0;
-    Gateway* g = gw_.get();
-    auto s = http::HttpServer::Start(
-        o, [g](http::HttpRequest req, std::shared_ptr<http::Responder> out) {
-          g->Handle(std::move(req), std::move(out));
-        });
-    EXPECT_TRUE(s.ok());
-    if (s.ok()) server_ = std::move(*s);
-  }
-  ~Front() {
-    if (server_) server_->Stop();
-    if (gw_) gw_->Stop();
-  }
-  bool ok() const { return gw_ && server_; }
-  Gateway& gw() { return *gw_; }
-  int port() const { return server_->port(); }
-  std::string Metrics() { return HttpCall(port(), "GET", "/metrics").body; }
-
- private:
-  std::unique_ptr<Gateway> gw_;
-  std::unique_ptr<http::HttpServer> server_;
-};
+using Front = testing::GatewayFront;
 
 std::string HoldYaml(const std::string& replicas, int hold_ms) {
   return "pools:\n  - {name: p, replicas: [" + replicas +

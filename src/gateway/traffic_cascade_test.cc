@@ -16,6 +16,7 @@
 #include "gateway/config.h"
 #include "gateway/fake_replica_test_util.h"
 #include "gateway/gateway.h"
+#include "gateway/gateway_front_test_util.h"
 #include "http/server.h"
 #include "integration/http_test_client.h"
 
@@ -27,41 +28,17 @@ using nlohmann::json;
 using testing::FakeReplica;
 
 // A gateway on 127.0.0.1:0 over `yaml`, started, with every pool's replicas eligible.
-class Harness {
+class Harness : public testing::GatewayFront {
  public:
-  explicit Harness(const std::string& yaml) {
-    auto cfg = ParseGatewayConfig(yaml);
-    EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
-    if (!cfg.ok()) return;
-    auto gw = Gateway::Create(*cfg);
-    EXPECT_TRUE(gw.ok()) << gw.status().ToString();
-    if (!gw.ok()) return;
-    gw_ = std::move(*gw);
-    gw_->Start();
-    http::HttpServerOptions so;
-    so.port = 0;
-    Gateway* g = gw_.get();
-    auto s = http::HttpServer::Start(
-        so, [g](http::HttpRequest req, std::shared_ptr<http::Responder> out) {
-          g->Handle(std::move(req), std::move(out));
-        });
-    EXPECT_TRUE(s.ok());
-    if (s.ok()) front_ = std::move(*s);
-    WaitEligible();
+  explicit Harness(const std::string& yaml) : GatewayFront(yaml) {
+    if (ok()) Eligible();
   }
-  ~Harness() {
-    if (front_) front_->Stop();
-    if (gw_) gw_->Stop();
-  }
-  bool ok() const { return gw_ && front_; }
-  Gateway& gw() { return *gw_; }
-  int port() const { return front_->port(); }
 
   void Reload(const std::string& yaml) {
     auto cfg = ParseGatewayConfig(yaml);
     ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
-    ASSERT_TRUE(gw_->Reload(*cfg).ok());
-    WaitEligible();
+    ASSERT_TRUE(gw().Reload(*cfg).ok());
+    Eligible();
   }
   strata::testing::HttpReply Post(const std::string& path, const json& body) {
     return strata::testing::HttpCall(port(), "POST", path, body.dump(),
@@ -69,7 +46,7 @@ class Harness {
   }
   // The sum of the samples of `name` whose labels contain every one of `labels`.
   double Metric(std::string_view name, const std::vector<std::string>& labels) {
-    const std::string text = gw_->metrics().Render();
+    const std::string text = gw().metrics().Render();
     double total = 0;
     size_t pos = 0;
     while (pos < text.size()) {
@@ -98,20 +75,9 @@ class Harness {
   }
 
  private:
-  void WaitEligible() {
-    const auto until = Clock::now() + 10s;
-    while (Clock::now() < until) {
-      bool all = true;
-      for (const auto& [name, set] : gw_->snapshot()->pools)
-        for (const ReplicaView& v : set->Snapshot()) all = all && v.eligible;
-      if (all) return;
-      std::this_thread::sleep_for(10ms);
-    }
-    ADD_FAILURE() << "replicas never became eligible";
+  void Eligible() {
+    if (!WaitEligible(10, true)) ADD_FAILURE() << "replicas never became eligible";
   }
-
-  std::unique_ptr<Gateway> gw_;
-  std::unique_ptr<http::HttpServer> front_;
 };
 
 constexpr const char* kTail = R"(

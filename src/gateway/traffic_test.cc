@@ -13,6 +13,7 @@
 
 #include "gateway/fake_replica_test_util.h"
 #include "gateway/gateway.h"
+#include "gateway/gateway_front_test_util.h"
 #include "gateway/split.h"
 #include "integration/http_test_client.h"
 
@@ -24,59 +25,7 @@ using strata::testing::HttpCall;
 using strata::testing::HttpReply;
 using testing::FakeReplica;
 
-// A Gateway from YAML (with {v1} {v2} replaced by the replicas' URLs) behind a front HttpServer.
-class Front {
- public:
-  explicit Front(const std::string& yaml) {
-    auto cfg = ParseGatewayConfig(yaml);
-    EXPECT_TRUE(cfg.ok()) << cfg.status().message();
-    if (!cfg.ok()) return;
-    auto gw = Gateway::Create(*cfg);
-    EXPECT_TRUE(gw.ok()) << gw.status().message();
-    if (!gw.ok()) return;
-    gw_ = std::move(*gw);
-    gw_->Start();
-    http::HttpServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.io_threads = 2;
-    Gateway* g = gw_.get();
-    auto s = http::HttpServer::Start(
-        o, [g](http::HttpRequest req, std::shared_ptr<http::Responder> out) {
-          g->Handle(std::move(req), std::move(out));
-        });
-    EXPECT_TRUE(s.ok());
-    if (s.ok()) server_ = std::move(*s);
-  }
-  ~Front() {
-    if (server_) server_->Stop();
-    if (gw_) gw_->Stop();
-  }
-  Gateway& gw() { return *gw_; }
-  int port() const { return server_ ? server_->port() : 0; }
-  // Waits until every pool has an eligible replica (the first /ready checks).
-  bool WaitEligible(double timeout_s = 10) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    while (std::chrono::steady_clock::now() < until) {
-      bool all = true;
-      for (const auto& [name, set] : gw_->snapshot()->pools) all = all && set->any_eligible();
-      if (all) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-  HttpReply Post(const json& body, const std::vector<std::string>& headers = {}) {
-    return HttpCall(port(), "POST", "/v1/completions", body.dump(), headers);
-  }
-  HttpReply Call(const std::string& method, const std::string& path, const std::string& body = "",
-                 const std::vector<std::string>& headers = {}) {
-    return HttpCall(port(), method, path, body, headers);
-  }
-
- private:
-  std::unique_ptr<Gateway> gw_;
-  std::unique_ptr<http::HttpServer> server_;
-};
+using Front = testing::GatewayFront;
 
 std::string Replace(std::string s, const std::string& from, const std::string& to) {
   for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size()))
