@@ -40,6 +40,7 @@ MODULES = {
     "cachekey": (["cachekey/"], ["base"]),  # block hashing; the gateway computes the same keys
     "http": (["http/"], ["base"]),  # Beast server/client, SSE, Prometheus text; Boost only
     "trace": (["trace/"], ["http"]),  # W3C trace context, spans, the OTLP/HTTP exporter
+    "yamlcfg": (["yamlcfg/"], ["base"]),  # the strict YAML toolkit of the config files
     # engine/: sampler and kv at the bottom; kv <- kvtier; kv <- runner; sampler, kv, runner <-
     # sched (sees the tiers only through its port); everything <- serving.
     "engine/sampler": (["engine/sampler/"], ["model", "tokenizer", "kernels", "cachekey"]),
@@ -51,8 +52,8 @@ MODULES = {
     "synth": (["synth/"], ["gguf", "kernels", "tokenizer", "model", "lora"]),  # a tool module
     "server": (["server/"], ["engine/serving", "http", "tokenizer", "trace"]),
     "bench": (["bench/"], ["http", "tokenizer", "gguf"]),
-    "gateway": (["gateway/"], ["http", "trace", "cachekey", "tokenizer"]),  # never engine/ or server/
-    "control": (["control/"], ["http", "gateway"]),  # never engine/ or server/
+    "gateway": (["gateway/"], ["http", "trace", "cachekey", "tokenizer", "yamlcfg"]),  # never engine/ or server/
+    "control": (["control/"], ["http", "gateway", "yamlcfg"]),  # never engine/ or server/
     "app": (["app/"], ["server", "bench", "synth", "gateway", "control"]),
 }
 

@@ -1,4 +1,4 @@
-// The deployment spec's YAML decoder: one table of fields per struct (control/yaml_decode.h),
+// The deployment spec's YAML decoder: one table of fields per struct (yamlcfg/yaml_decode.h),
 // then the cross-field checks (names, references, bounds), then the gateway section's check
 // through the gateway's own parser (control/gateway_yaml.h). yaml-cpp's exceptions are caught at
 // the one entry point, ParseDeploymentSpec.
@@ -13,12 +13,12 @@
 #include <set>
 
 #include "control/gateway_yaml.h"
-#include "control/yaml_decode.h"
+#include "yamlcfg/yaml_decode.h"
 
 namespace strata::control {
 namespace {
 
-using namespace yaml_decode;  // NOLINT(google-build-using-namespace): the decoder toolkit
+using namespace yamlcfg;  // NOLINT(google-build-using-namespace): the decoder toolkit
 
 // A document may have at most this many nodes (every alias use counted) and this depth.
 constexpr size_t kMaxNodes = 200'000;
@@ -189,17 +189,10 @@ Status DecodeStrategy(const YAML::Node& n, const std::string& path, RolloutSpec*
 
 // steps: [10, 50, 100] — canary weights in %, each in (0, 100] and above the one before.
 Status DecodeRolloutSteps(const YAML::Node& n, const std::string& path, RolloutSpec* out) {
-  if (!n.IsSequence()) return Bad(path, "expected a list of canary weights in (0, 100]");
-  if (n.size() == 0) return Bad(path, "at least one step is required");
-  if (n.size() > 100) return Bad(path, "at most 100 steps");
-  out->steps.clear();
-  for (size_t i = 0; i < n.size(); ++i) {
-    ASSIGN_OR_RETURN(double v, DecodeNumber(n[i], At(path, i), 0, 100, /*lo_open=*/true));
-    if (!out->steps.empty() && v <= out->steps.back())
-      return Bad(At(path, i),
-                 fmt::format("must be greater than the step before ({})", out->steps.back()));
-    out->steps.push_back(v);
-  }
+  if (n.IsSequence() && n.size() == 0) return Bad(path, "at least one step is required");
+  if (n.IsSequence() && n.size() > 100) return Bad(path, "at most 100 steps");
+  ASSIGN_OR_RETURN(out->steps,
+                   DecodeIncreasingNumbers(n, path, "canary weights", 0, 100, /*lo_open=*/true));
   return Status::Ok();
 }
 

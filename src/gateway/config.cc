@@ -17,77 +17,13 @@
 #include "http/auth.h"
 #include "http/client.h"
 #include "tokenizer/chat/builtin_templates.h"
+#include "yamlcfg/yaml_decode.h"
 
 namespace strata::gateway {
 namespace {
 
 using std::chrono::milliseconds;
-
-Status Bad(const std::string& path, std::string_view what) {
-  return Status::InvalidArgument((path.empty() ? std::string("(top level)") : path) + ": " +
-                                 std::string(what));
-}
-std::string Join(const std::string& path, std::string_view name) {
-  return path.empty() ? std::string(name) : path + "." + std::string(name);
-}
-std::string At(const std::string& path, size_t i) { return fmt::format("{}[{}]", path, i); }
-
-// ---- scalar decoders ----
-
-Result<int64_t> DecodeInt(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) {
-  long long v = 0;
-  if (!n.IsScalar() || !YAML::convert<long long>::decode(n, v))
-    return Bad(path, fmt::format("expected an integer in [{}, {}]", lo, hi));
-  if (v < lo || v > hi) return Bad(path, fmt::format("must be in [{}, {}], got {}", lo, hi, v));
-  return static_cast<int64_t>(v);
-}
-
-// A finite number in [lo, hi] (or (lo, hi] when lo_open).
-Result<double> DecodeNumber(const YAML::Node& n, const std::string& path, double lo, double hi,
-                            bool lo_open = false) {
-  const std::string range = fmt::format("{}{}, {}]", lo_open ? "(" : "[", lo, hi);
-  double v = 0;
-  if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v))
-    return Bad(path, "expected a number in " + range);
-  if ((lo_open ? v <= lo : v < lo) || v > hi)
-    return Bad(path, fmt::format("must be in {}, got {}", range, v));
-  return v;
-}
-
-// `key:` with no value is the empty string.
-Result<std::string> DecodeString(const YAML::Node& n, const std::string& path) {
-  if (n.IsNull()) return std::string();
-  if (!n.IsScalar()) return Bad(path, "expected a string");
-  return n.Scalar();
-}
-
-Result<std::vector<std::string>> DecodeStringList(const YAML::Node& n, const std::string& path) {
-  std::vector<std::string> v;
-  if (n.IsNull()) return v;
-  if (!n.IsSequence()) return Bad(path, "expected a list of strings");
-  for (size_t i = 0; i < n.size(); ++i) {
-    ASSIGN_OR_RETURN(std::string s, DecodeString(n[i], At(path, i)));
-    v.push_back(std::move(s));
-  }
-  return v;
-}
-
-// A mapping of string keys to string values, in document order; duplicate keys are errors.
-Result<std::vector<std::pair<std::string, std::string>>> DecodeStringPairs(
-    const YAML::Node& n, const std::string& path) {
-  std::vector<std::pair<std::string, std::string>> v;
-  if (n.IsNull()) return v;
-  if (!n.IsMap()) return Bad(path, "expected a mapping of name: value");
-  std::set<std::string> seen;
-  for (const auto& kv : n) {
-    if (!kv.first.IsScalar()) return Bad(path, "keys must be strings");
-    const std::string key = kv.first.Scalar();
-    ASSIGN_OR_RETURN(std::string value, DecodeString(kv.second, Join(path, key)));
-    if (!seen.insert(key).second) return Bad(Join(path, key), "duplicate key");
-    v.emplace_back(key, std::move(value));
-  }
-  return v;
-}
+using namespace yamlcfg;  // NOLINT(google-build-using-namespace): the decoder toolkit
 
 Result<Priority> DecodePriority(const YAML::Node& n, const std::string& path) {
   ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
@@ -111,85 +47,7 @@ Result<BalancePolicy> DecodePolicy(const YAML::Node& n, const std::string& path)
              fmt::format("expected cost, round_robin, random or least_loaded (got \"{}\")", s));
 }
 
-// ---- sections: a table of fields per struct ----
-
-template <typename T>
-struct Field {
-  std::string_view name;
-  std::function<Status(const YAML::Node& n, const std::string& path, T* out)> decode;
-};
-template <typename T>
-using Fields = std::vector<Field<T>>;
-
-std::string Suggest(std::string_view name, const std::vector<std::string_view>& known) {
-  if (name.size() > 64) return "";
-  auto distance = [](std::string_view a, std::string_view b) {  // Levenshtein
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-      size_t diag = row[0];
-      row[0] = i;
-      for (size_t j = 1; j <= b.size(); ++j) {
-        const size_t up = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-        diag = up;
-      }
-    }
-    return row[b.size()];
-  };
-  if (name.size() > 256) return "";  // no suggestion for a hostile key (the distance is O(n·m))
-  std::string_view best;
-  size_t best_d = std::max<size_t>(2, name.size() / 3) + 1;
-  for (std::string_view k : known) {
-    const size_t d = distance(name, k);
-    if (d < best_d) best = k, best_d = d;
-  }
-  return best.empty() ? "" : " (did you mean " + std::string(best) + "?)";
-}
-
-template <typename T>
-Status DecodeSection(const Fields<T>& fields, const YAML::Node& n, const std::string& path,
-                     T* out) {
-  if (n.IsNull()) return Status::Ok();
-  if (!n.IsMap()) return Bad(path, "expected a mapping");
-  std::set<std::string> seen;
-  for (const auto& kv : n) {
-    if (!kv.first.IsScalar()) return Bad(path, "keys must be strings");
-    const std::string name = kv.first.Scalar();
-    auto it = std::find_if(fields.begin(), fields.end(),
-                           [&](const Field<T>& f) { return f.name == name; });
-    if (it == fields.end()) {
-      std::vector<std::string_view> known;
-      for (const auto& f : fields) known.push_back(f.name);
-      return Bad(Join(path, name), "unknown key" + Suggest(name, known));
-    }
-    if (!seen.insert(name).second) return Bad(Join(path, name), "duplicate key");
-    RETURN_IF_ERROR(it->decode(kv.second, Join(path, name), out));
-  }
-  return Status::Ok();
-}
-
-template <typename T>
-Status DecodeList(const Fields<T>& fields, const YAML::Node& n, const std::string& path,
-                  std::vector<T>* out) {
-  if (n.IsNull()) return Status::Ok();
-  if (!n.IsSequence()) return Bad(path, "expected a list");
-  for (size_t i = 0; i < n.size(); ++i) {
-    T item;
-    RETURN_IF_ERROR(DecodeSection(fields, n[i], At(path, i), &item));
-    out->push_back(std::move(item));
-  }
-  return Status::Ok();
-}
-
-// Field makers.
-template <typename T>
-Field<T> Str(std::string_view name, std::string T::*m) {
-  return {name, [m](const YAML::Node& n, const std::string& path, T* out) {
-            ASSIGN_OR_RETURN(out->*m, DecodeString(n, path));
-            return Status::Ok();
-          }};
-}
+// Field makers only the gateway's config needs (the toolkit: yamlcfg/yaml_decode.h).
 template <typename T>
 Field<T> OptStr(std::string_view name, std::optional<std::string> T::*m) {
   return {name, [m](const YAML::Node& n, const std::string& path, T* out) {
@@ -199,26 +57,11 @@ Field<T> OptStr(std::string_view name, std::optional<std::string> T::*m) {
             return Status::Ok();
           }};
 }
-template <typename T, typename V>
-Field<T> Int(std::string_view name, V T::*m, int64_t lo, int64_t hi) {
-  return {name, [m, lo, hi](const YAML::Node& n, const std::string& path, T* out) {
-            ASSIGN_OR_RETURN(int64_t v, DecodeInt(n, path, lo, hi));
-            out->*m = static_cast<V>(v);
-            return Status::Ok();
-          }};
-}
 template <typename T>
 Field<T> OptInt(std::string_view name, std::optional<int64_t> T::*m, int64_t lo, int64_t hi) {
   return {name, [m, lo, hi](const YAML::Node& n, const std::string& path, T* out) {
             ASSIGN_OR_RETURN(int64_t v, DecodeInt(n, path, lo, hi));
             out->*m = v;
-            return Status::Ok();
-          }};
-}
-template <typename T>
-Field<T> Num(std::string_view name, double T::*m, double lo, double hi, bool lo_open = false) {
-  return {name, [m, lo, hi, lo_open](const YAML::Node& n, const std::string& path, T* out) {
-            ASSIGN_OR_RETURN(out->*m, DecodeNumber(n, path, lo, hi, lo_open));
             return Status::Ok();
           }};
 }
@@ -390,15 +233,8 @@ const Fields<CanaryGuards>& GuardFields() {
 
 // steps: [5, 25, 50, 100] — each in (0, 100], each greater than the one before.
 Status DecodeSteps(const YAML::Node& n, const std::string& path, CanaryConfig* out) {
-  if (!n.IsSequence()) return Bad(path, "expected a list of canary weights in (0, 100]");
-  out->steps.clear();
-  for (size_t i = 0; i < n.size(); ++i) {
-    ASSIGN_OR_RETURN(double v, DecodeNumber(n[i], At(path, i), 0, 100, /*lo_open=*/true));
-    if (!out->steps.empty() && v <= out->steps.back())
-      return Bad(At(path, i),
-                 fmt::format("must be greater than the step before ({})", out->steps.back()));
-    out->steps.push_back(v);
-  }
+  ASSIGN_OR_RETURN(out->steps,
+                   DecodeIncreasingNumbers(n, path, "canary weights", 0, 100, /*lo_open=*/true));
   return Status::Ok();
 }
 

@@ -17,13 +17,7 @@ using sampler::SamplingParams;
 using testing::GreedyReference;
 using testing::MakePrompt;
 using testing::Sim;
-
-SchedulerConfig Cfg(int max_batched_tokens = 2048, int max_num_seqs = 16) {
-  SchedulerConfig c;
-  c.max_batched_tokens = max_batched_tokens;
-  c.max_num_seqs = max_num_seqs;
-  return c;
-}
+using testing::Cfg;
 
 SubmitRequest Embed(std::vector<int32_t> prompt) {
   SubmitRequest r;

@@ -16,7 +16,6 @@
 namespace strata::engine::sched {
 namespace {
 
-using sampler::SamplingParams;
 using testing::GreedyReference;
 using testing::MakePrompt;
 using testing::Sim;
@@ -28,19 +27,13 @@ AdapterPtr MakeAdapter(const std::string& name, const std::string& digest) {
 
 SubmitRequest Req(std::vector<int32_t> prompt, int max_tokens, AdapterPtr lora = nullptr,
                   Priority priority = Priority::kSilver) {
-  SubmitRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling = SamplingParams::Greedy();
-  r.priority = priority;
+  SubmitRequest r = testing::Req(std::move(prompt), max_tokens, priority);
   r.lora = std::move(lora);
   return r;
 }
 
 SchedulerConfig Cfg(int max_loras, int max_batched_tokens = 256, int max_num_seqs = 16) {
-  SchedulerConfig c;
-  c.max_batched_tokens = max_batched_tokens;
-  c.max_num_seqs = max_num_seqs;
+  SchedulerConfig c = testing::Cfg(max_batched_tokens, max_num_seqs);
   c.max_loras = max_loras;
   return c;
 }

@@ -18,26 +18,11 @@ using runner::BatchSeq;
 using runner::ModelRunner;
 using sampler::SamplingParams;
 using testing::Completion;
+using testing::Req;
+using testing::Cfg;
 using testing::GreedyReference;
 using testing::MakePrompt;
 using testing::Sim;
-
-SubmitRequest Req(std::vector<int32_t> prompt, int max_tokens,
-                  Priority priority = Priority::kSilver) {
-  SubmitRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling = SamplingParams::Greedy();
-  r.priority = priority;
-  return r;
-}
-
-SchedulerConfig Cfg(int max_batched_tokens = 2048, int max_num_seqs = 16) {
-  SchedulerConfig c;
-  c.max_batched_tokens = max_batched_tokens;
-  c.max_num_seqs = max_num_seqs;
-  return c;
-}
 
 // A mixed random workload: priorities, prompt lengths, temperatures, penalties, n, stop ids.
 std::vector<SubmitRequest> Workload(int count, uint32_t seed) {

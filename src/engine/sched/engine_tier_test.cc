@@ -171,10 +171,7 @@ TEST(EngineTierSim, TimelineRecordsTheFetchAndTheAdoptedBlocksAsCached) {
   auto id = sim.Submit(Greedy(a, 8, "acme"));
   ASSERT_TRUE(id.ok());
   sim.RunToCompletion();
-  const auto& events = sim.results[*id][0].events;
-  ASSERT_FALSE(events.empty());
-  ASSERT_NE(events.back().timeline, nullptr);
-  const RequestTimeline& t = *events.back().timeline;
+  const RequestTimeline& t = testing::FinalTimeline(sim.results[*id][0]);
   ASSERT_EQ(t.num_tier_fetches, 1);
   ASSERT_EQ(t.tier_fetches.size(), 1u);
   const RequestTimeline::TierFetch& f = t.tier_fetches[0];
@@ -197,10 +194,7 @@ TEST(EngineTierSim, TimelineMarksATimedOutFetch) {
   auto id = sim.Submit(Greedy(MakePrompt(40, 4), 5));
   ASSERT_TRUE(id.ok());
   sim.RunToCompletion();
-  const auto& events = sim.results[*id][0].events;
-  ASSERT_FALSE(events.empty());
-  ASSERT_NE(events.back().timeline, nullptr);
-  const RequestTimeline& t = *events.back().timeline;
+  const RequestTimeline& t = testing::FinalTimeline(sim.results[*id][0]);
   ASSERT_EQ(t.tier_fetches.size(), 1u);
   EXPECT_TRUE(t.tier_fetches[0].timed_out);
   EXPECT_EQ(t.tier_fetches[0].blocks, 0);

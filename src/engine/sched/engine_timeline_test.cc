@@ -14,36 +14,13 @@ namespace {
 using sampler::SamplingParams;
 using std::chrono::milliseconds;
 using testing::Completion;
+using testing::FinalTimeline;
+using testing::Req;
+using testing::Cfg;
 using testing::GreedyReference;
 using testing::MakePrompt;
 using testing::Sim;
 
-SubmitRequest Req(std::vector<int32_t> prompt, int max_tokens,
-                  Priority priority = Priority::kSilver) {
-  SubmitRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling = SamplingParams::Greedy();
-  r.priority = priority;
-  return r;
-}
-
-SchedulerConfig Cfg(int max_batched_tokens = 2048, int max_num_seqs = 16) {
-  SchedulerConfig c;
-  c.max_batched_tokens = max_batched_tokens;
-  c.max_num_seqs = max_num_seqs;
-  return c;
-}
-
-// The terminal event's timeline of a completion (asserting it is there).
-const RequestTimeline& Final(const Completion& c) {
-  EXPECT_FALSE(c.events.empty());
-  EXPECT_NE(c.events.back().finish, FinishReason::kNone);
-  EXPECT_NE(c.events.back().timeline, nullptr);
-  static const RequestTimeline kEmpty;
-  return c.events.empty() || c.events.back().timeline == nullptr ? kEmpty
-                                                                 : *c.events.back().timeline;
-}
 
 int64_t ChunkTokens(const RequestTimeline& t) {
   return std::accumulate(t.prefill_chunks.begin(), t.prefill_chunks.end(), int64_t{0},
@@ -85,7 +62,7 @@ TEST(EngineTimeline, ChunkedPrefillHasOneChunkPerStepSummingToThePrompt) {
   sim.RunToCompletion();
   const Completion& c = sim.results[*id][0];
   EXPECT_EQ(c.tokens, GreedyReference(sim.rcfg, MakePrompt(100, 1), 5));
-  const RequestTimeline& t = Final(c);
+  const RequestTimeline& t = FinalTimeline(c);
   ExpectOrdered(t);
   EXPECT_EQ(t.submitted, t0);
   EXPECT_EQ(t.first_scheduled, t0);    // admitted in the first step: no wait
@@ -116,8 +93,8 @@ TEST(EngineTimeline, QueueWaitEndsAtTheFirstScheduledStep) {
   auto b = sim.Submit(Req(MakePrompt(10, 2), 3));
   ASSERT_TRUE(a.ok() && b.ok());
   sim.RunToCompletion();
-  const RequestTimeline& ta = Final(sim.results[*a][0]);
-  const RequestTimeline& tb = Final(sim.results[*b][0]);
+  const RequestTimeline& ta = FinalTimeline(sim.results[*a][0]);
+  const RequestTimeline& tb = FinalTimeline(sim.results[*b][0]);
   ExpectOrdered(ta);
   ExpectOrdered(tb);
   EXPECT_EQ(ta.first_scheduled, t0);
@@ -142,7 +119,7 @@ TEST(EngineTimeline, PreemptedRequestCountsItAndStaysOrdered) {
   for (int i = 0; i < 4; ++i) {
     const Completion& c = sim.results[bronze[static_cast<size_t>(i)]][0];
     EXPECT_EQ(c.tokens, GreedyReference(sim.rcfg, MakePrompt(20, i), 30));
-    const RequestTimeline& t = Final(c);
+    const RequestTimeline& t = FinalTimeline(c);
     ExpectOrdered(t);
     const int want = i >= 2 ? 1 : 0;
     EXPECT_EQ(t.preemptions, want) << i;
@@ -162,12 +139,12 @@ TEST(EngineTimeline, PrefixCacheHitIsCachedTokensAndSkipsTheirPrefill) {
   auto first = sim.Submit(Req(prompt, 4));
   ASSERT_TRUE(first.ok());
   sim.RunToCompletion();
-  EXPECT_EQ(Final(sim.results[*first][0]).cached_tokens, 0);
+  EXPECT_EQ(FinalTimeline(sim.results[*first][0]).cached_tokens, 0);
   const int64_t hits = sim.engine->Stats().prefix_hit_tokens;
   auto again = sim.Submit(Req(prompt, 4));
   ASSERT_TRUE(again.ok());
   sim.RunToCompletion();
-  const RequestTimeline& t = Final(sim.results[*again][0]);
+  const RequestTimeline& t = FinalTimeline(sim.results[*again][0]);
   ExpectOrdered(t);
   EXPECT_EQ(t.cached_tokens, 48);
   EXPECT_EQ(sim.engine->Stats().prefix_hit_tokens - hits, t.cached_tokens);
@@ -188,7 +165,7 @@ TEST(EngineTimeline, EveryCompletionOfNEndsWithATimeline) {
   ASSERT_EQ(sim.results[*id].size(), 3u);
   const RequestTimeline* shared_first = nullptr;
   for (auto& [index, c] : sim.results[*id]) {
-    ExpectOrdered(Final(c));
+    ExpectOrdered(FinalTimeline(c));
     ASSERT_NE(c.events.front().timeline, nullptr);
     if (c.events.front().finish != FinishReason::kNone) continue;
     if (shared_first == nullptr) shared_first = c.events.front().timeline.get();
@@ -207,7 +184,7 @@ TEST(EngineTimeline, CancelledRequestEndsWithATimeline) {
   sim.RunToCompletion();
   const Completion& c = sim.results[*id][0];
   EXPECT_EQ(c.finish, FinishReason::kCancelled);
-  const RequestTimeline& t = Final(c);
+  const RequestTimeline& t = FinalTimeline(c);
   ExpectOrdered(t);
   EXPECT_EQ(t.finished, cancel_step);
   EXPECT_EQ(t.decode_steps, 1);

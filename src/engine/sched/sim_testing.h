@@ -145,4 +145,34 @@ inline std::vector<int32_t> MakePrompt(int len, uint32_t seed, int n_vocab = 64)
   return p;
 }
 
+// A greedy request of `max_tokens` for `prompt` (the tests' common case).
+inline SubmitRequest Req(std::vector<int32_t> prompt, int max_tokens,
+                         Priority priority = Priority::kSilver) {
+  SubmitRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling = sampler::SamplingParams::Greedy();
+  r.priority = priority;
+  return r;
+}
+
+// A scheduler configuration with the given token budget and sequence cap.
+inline SchedulerConfig Cfg(int max_batched_tokens = 2048, int max_num_seqs = 16) {
+  SchedulerConfig c;
+  c.max_batched_tokens = max_batched_tokens;
+  c.max_num_seqs = max_num_seqs;
+  return c;
+}
+
+// The terminal event's timeline of a completion (a test failure, and an empty timeline, when the
+// completion has not finished or carries none).
+inline const RequestTimeline& FinalTimeline(const Completion& c) {
+  EXPECT_FALSE(c.events.empty());
+  EXPECT_TRUE(!c.events.empty() && c.events.back().finish != FinishReason::kNone);
+  EXPECT_TRUE(!c.events.empty() && c.events.back().timeline != nullptr);
+  static const RequestTimeline kEmpty;
+  return c.events.empty() || c.events.back().timeline == nullptr ? kEmpty
+                                                                 : *c.events.back().timeline;
+}
+
 }  // namespace strata::engine::sched::testing

@@ -1,5 +1,5 @@
-// control/yaml_decode: the strict YAML decoding toolkit of the control plane's files (the
-// deployment spec): scalar decoders that check type and range, and a table-of-fields section
+// yamlcfg/yaml_decode: the strict YAML decoding toolkit of Strata's configuration files (the
+// gateway's config, the control plane's deployment spec): scalar decoders that check type and range, and a table-of-fields section
 // decoder that refuses unknown keys (with a did-you-mean) and duplicate keys. Every error is
 // InvalidArgument and names the key path ("pools[1].replicas.max: ...").
 //
@@ -7,7 +7,7 @@
 // budget (CheckNodeBudget) bounds the work of a hostile document (alias fan-out, deep nesting)
 // before anything walks or re-emits it.
 //
-// Internal to src/control (not a public API of the module). Thread contract: stateless functions.
+// Used by the decoders of src/gateway and src/control. Thread contract: stateless functions.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -24,7 +24,7 @@
 
 #include "base/status.h"
 
-namespace strata::control::yaml_decode {
+namespace strata::yamlcfg {
 
 // "path: what" ("(top level): what" for the empty path).
 Status Bad(const std::string& path, std::string_view what);
@@ -42,6 +42,13 @@ Result<std::vector<std::string>> DecodeStringList(const YAML::Node& n, const std
 // A mapping of string keys to string values, in document order; duplicate keys are errors.
 Result<std::vector<std::pair<std::string, std::string>>> DecodeStringPairs(const YAML::Node& n,
                                                                            const std::string& path);
+
+// A list of finite numbers in [lo, hi] (or (lo, hi] when lo_open), each greater than the one
+// before (canary weights, bucket bounds). `what` names the list in the "expected a list of ..."
+// error.
+Result<std::vector<double>> DecodeIncreasingNumbers(const YAML::Node& n, const std::string& path,
+                                                    std::string_view what, double lo, double hi,
+                                                    bool lo_open = false);
 
 // At most `max_nodes` nodes (every alias use counted again) and `max_depth` levels under `n`.
 Status CheckNodeBudget(const YAML::Node& n, size_t max_nodes, int max_depth);
@@ -140,4 +147,4 @@ Field<T> Duration(std::string_view name, D T::*m, int64_t lo, int64_t hi) {
           }};
 }
 
-}  // namespace strata::control::yaml_decode
+}  // namespace strata::yamlcfg

@@ -1,12 +1,12 @@
-// The strict YAML decoders of control/yaml_decode.h.
-#include "control/yaml_decode.h"
+// The strict YAML decoders of yamlcfg/yaml_decode.h.
+#include "yamlcfg/yaml_decode.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 
-namespace strata::control::yaml_decode {
+namespace strata::yamlcfg {
 
 Status Bad(const std::string& path, std::string_view what) {
   return Status::InvalidArgument((path.empty() ? std::string("(top level)") : path) + ": " +
@@ -79,6 +79,23 @@ Result<std::vector<std::pair<std::string, std::string>>> DecodeStringPairs(
   return v;
 }
 
+Result<std::vector<double>> DecodeIncreasingNumbers(const YAML::Node& n, const std::string& path,
+                                                    std::string_view what, double lo, double hi,
+                                                    bool lo_open) {
+  if (!n.IsSequence())
+    return Bad(path, fmt::format("expected a list of {} in {}{}, {}]", what, lo_open ? "(" : "[",
+                                 lo, hi));
+  std::vector<double> out;
+  out.reserve(n.size());
+  for (size_t i = 0; i < n.size(); ++i) {
+    ASSIGN_OR_RETURN(double v, DecodeNumber(n[i], At(path, i), lo, hi, lo_open));
+    if (!out.empty() && v <= out.back())
+      return Bad(At(path, i), fmt::format("must be greater than the step before ({})", out.back()));
+    out.push_back(v);
+  }
+  return out;
+}
+
 namespace {
 
 // Depth-first count; false once the budget or the depth is exceeded.
@@ -134,4 +151,4 @@ std::string Suggest(std::string_view name, const std::vector<std::string_view>& 
   return best.empty() ? "" : " (did you mean " + std::string(best) + "?)";
 }
 
-}  // namespace strata::control::yaml_decode
+}  // namespace strata::yamlcfg
