@@ -18,6 +18,7 @@
 
 #include "base/memory_size.h"
 #include "tokenizer/chat/builtin_templates.h"
+#include "yamlcfg/yaml_decode.h"
 
 namespace strata::engine::serving {
 namespace {
@@ -240,32 +241,6 @@ struct Key {
 template <typename S>
 using Section = std::vector<Key<S>>;
 
-std::string Suggest(std::string_view name, const std::vector<std::string_view>& known) {
-  // Levenshtein distance; the closest known key within a third of the name's length (at least 2).
-  auto distance = [](std::string_view a, std::string_view b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-      size_t diag = row[0];
-      row[0] = i;
-      for (size_t j = 1; j <= b.size(); ++j) {
-        const size_t up = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-        diag = up;
-      }
-    }
-    return row[b.size()];
-  };
-  if (name.size() > 256) return "";
-  std::string_view best;
-  size_t best_d = std::max<size_t>(2, name.size() / 3) + 1;
-  for (std::string_view k : known) {
-    const size_t d = distance(name, k);
-    if (d < best_d) best = k, best_d = d;
-  }
-  return best.empty() ? "" : " (did you mean " + std::string(best) + "?)";
-}
-
 template <typename S>
 Status DecodeSection(const Section<S>& keys, const YAML::Node& node, const std::string& path,
                      S* s) {
@@ -279,7 +254,7 @@ Status DecodeSection(const Section<S>& keys, const YAML::Node& node, const std::
     if (it == keys.end()) {
       std::vector<std::string_view> known;
       for (const auto& k : keys) known.push_back(k.name);
-      return Bad(Join(path, name), "unknown key" + Suggest(name, known));
+      return Bad(Join(path, name), "unknown key" + yamlcfg::Suggest(name, known));
     }
     RETURN_IF_ERROR(it->decode(kv.second, Join(path, name), s));
   }
