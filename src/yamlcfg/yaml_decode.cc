@@ -83,8 +83,8 @@ Result<std::vector<double>> DecodeIncreasingNumbers(const YAML::Node& n, const s
                                                     std::string_view what, double lo, double hi,
                                                     bool lo_open) {
   if (!n.IsSequence())
-    return Bad(path, fmt::format("expected a list of {} in {}{}, {}]", what, lo_open ? "(" : "[",
-                                 lo, hi));
+    return Bad(
+        path, fmt::format("expected a list of {} in {}{}, {}]", what, lo_open ? "(" : "[", lo, hi));
   std::vector<double> out;
   out.reserve(n.size());
   for (size_t i = 0; i < n.size(); ++i) {

@@ -1,7 +1,8 @@
 // yamlcfg/yaml_decode: the strict YAML decoding toolkit of Strata's configuration files (the
-// gateway's config, the control plane's deployment spec): scalar decoders that check type and range, and a table-of-fields section
-// decoder that refuses unknown keys (with a did-you-mean) and duplicate keys. Every error is
-// InvalidArgument and names the key path ("pools[1].replicas.max: ...").
+// gateway's config, the control plane's deployment spec): scalar decoders that check type and
+// range, and a table-of-fields section decoder that refuses unknown keys (with a did-you-mean) and
+// duplicate keys. Every error is InvalidArgument and names the key path ("pools[1].replicas.max:
+// ...").
 //
 // yaml-cpp throws; callers wrap their whole decode in one try/catch (see spec.cc). The node
 // budget (CheckNodeBudget) bounds the work of a hostile document (alias fan-out, deep nesting)

@@ -14,10 +14,10 @@ namespace strata::engine::sched {
 namespace {
 
 using sampler::SamplingParams;
+using testing::Cfg;
 using testing::GreedyReference;
 using testing::MakePrompt;
 using testing::Sim;
-using testing::Cfg;
 
 SubmitRequest Embed(std::vector<int32_t> prompt) {
   SubmitRequest r;

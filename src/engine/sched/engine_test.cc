@@ -17,11 +17,11 @@ namespace {
 using runner::BatchSeq;
 using runner::ModelRunner;
 using sampler::SamplingParams;
-using testing::Completion;
-using testing::Req;
 using testing::Cfg;
+using testing::Completion;
 using testing::GreedyReference;
 using testing::MakePrompt;
+using testing::Req;
 using testing::Sim;
 
 // A mixed random workload: priorities, prompt lengths, temperatures, penalties, n, stop ids.

@@ -13,14 +13,13 @@ namespace {
 
 using sampler::SamplingParams;
 using std::chrono::milliseconds;
+using testing::Cfg;
 using testing::Completion;
 using testing::FinalTimeline;
-using testing::Req;
-using testing::Cfg;
 using testing::GreedyReference;
 using testing::MakePrompt;
+using testing::Req;
 using testing::Sim;
-
 
 int64_t ChunkTokens(const RequestTimeline& t) {
   return std::accumulate(t.prefill_chunks.begin(), t.prefill_chunks.end(), int64_t{0},
