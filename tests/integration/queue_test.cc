@@ -55,6 +55,9 @@ TEST(Queue, DeadlinePassedWhileWaitingIs504OrAStreamedErrorEvent) {
   ASSERT_TRUE(e.contains("error")) << plain.body;
   EXPECT_EQ(e["error"]["code"], "deadline_exceeded");
   EXPECT_EQ(e["error"]["param"], "deadline_ms");
+  // The first holder may have finished by now on a fast CPU: hold the slot again.
+  HttpConn holder2(port);
+  HoldTheSlot(port, &holder2);
   auto streamed = HttpCall(port, "POST", "/v1/completions",
                            json{{"prompt", "x"}, {"max_tokens", 4}, {"stream", true}}.dump(),
                            {"x-strata-deadline-ms: 100"});
