@@ -1,8 +1,9 @@
 // Every expression of the dashboard and the rules returns data from a real Prometheus: `strata up`
 // runs two pools of the bundled model (three replicas with a RAM KV tier), the gateway (two
 // tenants, one limited to 1 request/minute) and Debian's Prometheus with the rules file loaded;
-// a load of shared-prefix completions, streams, deadline-bound requests (504s), gold requests
-// that displace waiting bronze ones (429s) and the limited tenant (gateway 429s) runs while every
+// a load of shared-prefix completions, streams, deadline-bound requests (504s; some straight to a
+// busy general replica), gold requests that displace waiting bronze ones (429s) and the limited
+// tenant (gateway 429s) runs while every
 // dashboard target, every recording rule and every alert (the objectives are set so tight that
 // they fire) is queried on /api/v1/query and must answer at least one sample.
 // The replicas and the gateway export their spans to a collector that is down (port 9): the
@@ -36,21 +37,13 @@
 #include "integration/run_strata.h"
 #include "integration/serve_process.h"
 #include "testing/url_text.h"
+#include "testing/wait_for.h"
 
 namespace strata::testing {
 namespace {
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
-
-bool WaitFor(const std::function<bool()>& cond, double timeout_s) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < until) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
-  return cond();
-}
 
 // Two pools: `general` (2 replicas, 2 sequences each) and `gold` (1 replica, 1 sequence, a
 // queue of 2: deadlines pass and bronze requests get displaced). Objectives of 1 ms (TPOT 0.5 ms:
@@ -151,6 +144,24 @@ class DashboardLiveTest : public ::testing::Test {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     };
+    // The general pool's replica-side 5xx (its error-budget alert): the gateway admits no more
+    // than a replica's batch, so a deadline-bound request through it is admitted in time on a
+    // fast CPU. Sent straight to one general replica whose two sequences two direct clients keep
+    // busy with long completions, it waits for a slot past its 1 ms deadline: 504.
+    const auto hog = [this] {
+      while (!stop_.load())
+        Count(HttpCall(general_replica_, "POST", "/v1/completions",
+                       json{{"prompt", "long work"}, {"max_tokens", 64}, {"temperature", 0}}.dump())
+                  .status);
+    };
+    const auto late = [this] {
+      while (!stop_.load()) {
+        Count(HttpCall(general_replica_, "POST", "/v1/completions",
+                       json{{"prompt", "late"}, {"max_tokens", 4}, {"deadline_ms", 1}}.dump())
+                  .status);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    };
     const auto limited = [this] {
       while (!stop_.load()) {
         Count(Complete({{"prompt", "x"}, {"max_tokens", 2}}, {}, "limited-key").status);
@@ -162,6 +173,8 @@ class DashboardLiveTest : public ::testing::Test {
     load_.emplace_back(edge, "gold");
     load_.emplace_back(edge, "general");
     load_.emplace_back(limited);
+    for (int i = 0; i < 2; ++i) load_.emplace_back(hog);
+    load_.emplace_back(late);
   }
   void Stop() {
     stop_ = true;
@@ -179,6 +192,7 @@ class DashboardLiveTest : public ::testing::Test {
   std::unique_ptr<ServeProcess> up_;
   int gateway_ = 0;
   int prom_ = 0;
+  int general_replica_ = 0;  // one replica of the general pool (from `strata status`)
   std::atomic<bool> stop_{false};
   std::vector<std::thread> load_;
   std::array<std::atomic<int>, 600> codes_{};  // answers by status (0: no answer)
@@ -198,6 +212,12 @@ TEST_F(DashboardLiveTest, EveryDashboardAndRuleExpressionReturnsDataUnderLoad) {
   const json st = Status();
   ASSERT_TRUE(st.contains("prometheus")) << st.dump();
   prom_ = PortOf(st["prometheus"]["url"].get<std::string>());
+  ASSERT_TRUE(st.contains("pools") && st["pools"].is_array()) << st.dump();
+  for (const json& p : st["pools"])
+    if (p.value("name", "") == "general" && p.contains("replicas") && !p["replicas"].empty() &&
+        p["replicas"][0].contains("url"))
+      general_replica_ = PortOf(p["replicas"][0]["url"].get<std::string>());
+  ASSERT_GT(general_replica_, 0) << st.dump();
   ASSERT_TRUE(WaitFor([&] { return Query(R"(up{role="replica"} == 1)").size() == 3; }, 60))
       << Status().dump(2);
 

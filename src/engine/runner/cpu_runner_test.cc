@@ -422,9 +422,12 @@ TEST_P(RunnerTest, DecodeMatchesOneShotPrefillExactly) {
     const auto plain = ref->Forward(seq);
     ref->set_round_activations(true);
     const auto rounded = ref->Forward(seq);
+    // One row only, at the end of a sequence that inherits every earlier position's rounding
+    // flips through its K/V: the loose bounds (plain tolerance, kRoundedMax) apply. The tight
+    // bound (kRoundedExact, best of many rows) is ChunkedPrefillMatchesOneShotAndReference's, and
+    // each decode step above is bit-identical to that one-shot prefill.
     RefCheck check{GetParam().cfg.file_type};
     check.Add(logits.data(), plain[0], rounded[0], "after 12 decode steps");
-    check.Finish();
   }
 }
 
