@@ -37,6 +37,12 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRATA = os.path.join(ROOT, "build", "bin", "strata")
+CLIENT_CPUS = ""  # --pin: the CPUs of `strata bench serve`
+
+
+def pin(pid, cpus):
+    """Every thread of process `pid` onto `cpus` (a taskset list)."""
+    subprocess.run(["taskset", "-a", "-cp", cpus, str(pid)], check=True, capture_output=True)
 
 
 def cpu_name():
@@ -172,6 +178,8 @@ def measure_prefill_rate(a):
 def bench(url, args, work, name):
     out = os.path.join(work, name + ".json")
     cmd = [STRATA, "bench", "serve", "--base-url", url, "--no-progress", "--json", out] + args
+    if CLIENT_CPUS:
+        cmd = ["taskset", "-c", CLIENT_CPUS] + cmd
     r = subprocess.run(cmd, capture_output=True, text=True)
     if not os.path.exists(out):  # a run with failed requests still writes its report
         raise RuntimeError(f"bench serve failed ({r.returncode}): {r.stderr[-2000:]}")
@@ -377,6 +385,24 @@ def cpu_seconds(pids):
     return total / tick
 
 
+def thread_cpu_seconds(pids, name):
+    """utime + stime of the threads called `name` (comm) of the processes, in seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    if f.read().strip() != name:
+                        continue
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
 def serve_has_otlp():
     r = subprocess.run([STRATA, "serve", "--help"], capture_output=True, text=True)
     return "--otlp-endpoint" in r.stdout
@@ -404,12 +430,26 @@ def scenario_tracing(a, work):
                         rep_args = ["--otlp-endpoint", url, "--otlp-sample-ratio", "1"]
                 c = Cluster(a, "cost", work, gateway_args=gw_args, replica_args=rep_args)
                 pids = [c.gateway.p.pid] + [x.p.pid for x in c.replicas]
+                if a.pin:
+                    replica_cpus, other_cpus = a.pin.split(":")
+                    for x in c.replicas:
+                        pin(x.p.pid, replica_cpus)
+                    pin(c.gateway.p.pid, other_cpus)
                 try:
                     sink.take()
                     cpu0 = cpu_seconds(pids)
-                    r = bench(c.url, args_base + ["--seed", str(rep + 1)], work, mode)
+                    gw0 = cpu_seconds(pids[:1])
+                    ex0 = thread_cpu_seconds(pids, "strata-otlp")
+                    en0 = thread_cpu_seconds(pids, "strata-engine") + thread_cpu_seconds(
+                        pids, "strata-pool")
+                    seed = a.seed if a.seed > 0 else rep + 1
+                    r = bench(c.url, args_base + ["--seed", str(seed)], work, mode)
                     time.sleep(1.0)  # the exporters' last flush
                     cpu1 = cpu_seconds(pids)
+                    gw1 = cpu_seconds(pids[:1])
+                    ex1 = thread_cpu_seconds(pids, "strata-otlp")
+                    en1 = thread_cpu_seconds(pids, "strata-engine") + thread_cpu_seconds(
+                        pids, "strata-pool")
                     gm = get(c.url + "/metrics")
                 finally:
                     c.stop()
@@ -423,6 +463,12 @@ def scenario_tracing(a, work):
                     # CPU the gateway and replicas used per request: far less sensitive to other
                     # load on the machine than throughput.
                     "cpu_ms_per_request": 1000.0 * (cpu1 - cpu0) / max(1, r["completed"]),
+                    "gateway_cpu_ms_per_request": 1000.0 * (gw1 - gw0) / max(1, r["completed"]),
+                    # The OTLP exporter threads (named strata-otlp) of the gateway and replicas.
+                    "export_cpu_ms_per_request": 1000.0 * (ex1 - ex0) / max(1, r["completed"]),
+                    # The replicas' engine threads (strata-engine, strata-pool): the batched
+                    # model work, whose cost per request follows how the batches formed.
+                    "engine_cpu_ms_per_request": 1000.0 * (en1 - en0) / max(1, r["completed"]),
                     "spans_received": spans,
                     "export_requests": posts,
                     "gateway_spans_dropped": metric_sum(
@@ -463,12 +509,21 @@ def main():
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--duration", type=float, default=60)
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="tracing: the prompts' seed of every run (0: the rep's number, 1, 2, ...)")
+    ap.add_argument("--pin", default="",
+                    help="tracing: REPLICA_CPUS:OTHER_CPUS (taskset lists), e.g. 0:1 — the replicas "
+                         "on the first, the gateway and the client on the second; steadier figures "
+                         "on a machine of few cores, where the scheduler's placement otherwise "
+                         "moves throughput by +-20 %% between runs")
     ap.add_argument("--tracing-modes", default="off,on",
                     help="tracing: modes to compare, of off, on (100 %% sampling to a sink), "
                          "down (100 %% sampling to a collector that refuses connections)")
     ap.add_argument("--prefill-rate", type=float, default=0,
                     help="balancer.default_prefill_tokens_per_s (0: measure the model)")
     a = ap.parse_args()
+    global CLIENT_CPUS
+    CLIENT_CPUS = a.pin.split(":")[1] if a.pin else ""
     if a.prefill_rate <= 0:
         a.prefill_rate = measure_prefill_rate(a)
     print(f"CPU: {cpu_name()}; model {a.model}; {a.replicas} replicas; {a.reps} reps; "

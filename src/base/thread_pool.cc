@@ -1,5 +1,7 @@
 #include "base/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 namespace strata {
@@ -35,6 +37,7 @@ inline void CpuRelax() {
 }  // namespace
 
 void ThreadPool::WorkerLoop(int index) {
+  pthread_setname_np(pthread_self(), "strata-pool");  // for per-thread tools (top -H)
   uint64_t seen = 0;
   for (;;) {
     bool ready = false;

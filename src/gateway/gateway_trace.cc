@@ -19,8 +19,8 @@ void SetHeader(std::vector<std::pair<std::string, std::string>>* headers, std::s
   if (!value.empty()) headers->emplace_back(std::string(name), std::move(value));
 }
 
-void AddIfSet(Span* s, std::string key, std::string_view v) {
-  if (!v.empty()) s->AddAttribute(std::move(key), std::string(v));
+void AddIfSet(Span* s, std::string_view key, std::string_view v) {
+  if (!v.empty()) s->AddAttribute(key, std::string(v));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // every span of every sampled request, and a tree of nlohmann values cost ~15x more per span.
 // Strings are escaped per RFC 8259; invalid UTF-8 (a client's model name, say) is replaced by
 // U+FFFD, never an exception; a non-finite double is written as null.
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -20,6 +21,7 @@ namespace strata::trace {
 namespace {
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+constexpr char kHex[] = "0123456789abcdef";
 
 // The UTF-8 sequence at s[i]: `valid` its length when it is well-formed (0: not), `consumed` how
 // many bytes it spans — for an ill-formed one its maximal subpart (at least 1; Unicode's
@@ -55,9 +57,18 @@ Utf8Step Utf8At(std::string_view s, size_t i) {
 }
 
 void AppendString(std::string* out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
   out->push_back('"');
   for (size_t i = 0; i < s.size();) {
+    // The run of characters that need no escape (nearly every string here) in one append.
+    size_t plain = i;
+    while (plain < s.size()) {
+      const auto p = static_cast<unsigned char>(s[plain]);
+      if (p < 0x20 || p >= 0x80 || p == '"' || p == '\\') break;
+      ++plain;
+    }
+    out->append(s.data() + i, plain - i);
+    i = plain;
+    if (i == s.size()) break;
     const auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x80) {
       const Utf8Step step = Utf8At(s, i);
@@ -82,6 +93,19 @@ void AppendString(std::string* out, std::string_view s) {
     ++i;
   }
   out->push_back('"');
+}
+
+// A trace or span id as its quoted lower-case hex (no escapes to check, no temporary string).
+template <size_t N>
+void AppendHexId(std::string* out, const std::array<uint8_t, N>& bytes) {
+  char buf[2 * N + 2];
+  buf[0] = '"';
+  for (size_t i = 0; i < N; ++i) {
+    buf[1 + 2 * i] = kHex[bytes[i] >> 4];
+    buf[2 + 2 * i] = kHex[bytes[i] & 0xF];
+  }
+  buf[2 * N + 1] = '"';
+  out->append(buf, sizeof(buf));
 }
 
 void AppendDecimalString(std::string* out, int64_t v) {  // "123" (quoted: OTLP's int64)
@@ -175,12 +199,12 @@ void AppendEvents(std::string* out, const std::vector<SpanEvent>& events) {
 void AppendSpan(std::string* out, const Span& span) {
   out->push_back('{');
   Key(out, "traceId", true);
-  AppendString(out, span.trace_id.Hex());
+  AppendHexId(out, span.trace_id.bytes);
   Key(out, "spanId");
-  AppendString(out, span.span_id.Hex());
+  AppendHexId(out, span.span_id.bytes);
   if (span.parent_span_id.valid()) {
     Key(out, "parentSpanId");
-    AppendString(out, span.parent_span_id.Hex());
+    AppendHexId(out, span.parent_span_id.bytes);
   }
   if (!span.tracestate.empty()) {
     Key(out, "traceState");

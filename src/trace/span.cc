@@ -6,6 +6,13 @@
 namespace strata::trace {
 namespace {
 
+void Truncate(std::string_view* s) {
+  if (s->size() <= kMaxValueBytes) return;
+  size_t n = kMaxValueBytes;
+  while (n > 0 && (static_cast<unsigned char>((*s)[n]) & 0xC0) == 0x80) --n;
+  *s = s->substr(0, n);
+}
+
 void Truncate(std::string* s) {
   if (s->size() <= kMaxValueBytes) return;
   // Cut at a UTF-8 character boundary so the JSON encoder never sees half a character.
@@ -33,11 +40,11 @@ void BoundAll(std::vector<Attribute>* attributes) {
 
 }  // namespace
 
-void Span::AddAttribute(std::string key, AttrValue value) {
+void Span::AddAttribute(std::string_view key, AttrValue value) {
   if (attributes.size() >= kMaxAttributes) return;
   Truncate(&key);
   Bound(&value);
-  attributes.push_back(Attribute{std::move(key), std::move(value)});
+  attributes.push_back(Attribute{key, std::move(value)});
 }
 
 void Span::AddEvent(std::string name, int64_t time_unix_ns, std::vector<Attribute> attributes) {

@@ -32,8 +32,10 @@ inline constexpr size_t kMaxValueBytes = 1024;
 
 using AttrValue = std::variant<std::string, int64_t, double, bool, std::vector<std::string>>;
 
+// `key` names storage that outlives every copy of the attribute: a string literal (every key
+// Strata sets is one, so building a span allocates no key). The encoder escapes it as any string.
 struct Attribute {
-  std::string key;
+  std::string_view key;
   AttrValue value;
 };
 
@@ -61,7 +63,7 @@ struct Span {
   std::string status_message;
 
   // Bounded setters (see the header comment).
-  void AddAttribute(std::string key, AttrValue value);
+  void AddAttribute(std::string_view key, AttrValue value);  // key: see Attribute
   void AddEvent(std::string name, int64_t time_unix_ns, std::vector<Attribute> attributes = {});
   // The context its children run in (this span as their parent).
   TraceContext Context(bool sampled = true) const;

@@ -129,8 +129,9 @@ TEST(Span, ChildOfAnEmptyContextIsARootOfANewTrace) {
 
 TEST(Span, AttributesAndEventsAreBounded) {
   Span s;
-  for (size_t i = 0; i < kMaxAttributes + 10; ++i)
-    s.AddAttribute("k" + std::to_string(i), int64_t{1});
+  std::vector<std::string> keys;  // the keys' storage outlives the span (Attribute's contract)
+  for (size_t i = 0; i < kMaxAttributes + 10; ++i) keys.push_back("k" + std::to_string(i));
+  for (const std::string& k : keys) s.AddAttribute(k, int64_t{1});
   EXPECT_EQ(s.attributes.size(), kMaxAttributes);
   for (size_t i = 0; i < kMaxEvents + 10; ++i) s.AddEvent("tokens", 1);
   EXPECT_EQ(s.events.size(), kMaxEvents);

@@ -5,6 +5,8 @@
 #include <utility>  // std::exchange, used by Boost 1.74's awaitable.hpp: must come before it
 // clang-format on
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
@@ -117,6 +119,9 @@ struct Tracer::Impl {
 };
 
 void Tracer::Impl::Run() {
+  // Named so that per-thread tools (top -H, /proc/PID/task/*/comm) can tell the export's CPU from
+  // the service's: scripts/bench_gateway.py reads it.
+  pthread_setname_np(pthread_self(), "strata-otlp");
   client = std::make_unique<http::HttpClient>(io, url, "");
   while (true) {
     std::vector<Span> batch = NextBatch();

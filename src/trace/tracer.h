@@ -37,10 +37,11 @@ namespace strata::trace {
 struct TracerOptions {
   std::string endpoint;      // "http://127.0.0.1:4318" (OTLP/HTTP base; /v1/traces is appended)
   std::string service_name;  // resource attribute service.name ("strata-serve", "strata-gateway")
-  std::vector<Attribute> resource;  // more resource attributes (service.instance.id, ...)
-  double sample_ratio = 1.0;        // [0, 1]
-  size_t queue_capacity = 8192;     // spans
-  size_t max_batch = 512;           // spans per export request
+  // More resource attributes (service.instance.id, ...; their keys: see Attribute).
+  std::vector<Attribute> resource;
+  double sample_ratio = 1.0;     // [0, 1]
+  size_t queue_capacity = 8192;  // spans
+  size_t max_batch = 512;        // spans per export request
   std::chrono::milliseconds flush_interval{500};
   std::chrono::milliseconds export_timeout{2000};
   int max_retries = 3;

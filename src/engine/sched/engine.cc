@@ -1,5 +1,7 @@
 #include "engine/sched/engine.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -181,6 +183,8 @@ void Engine::Stop() {
 }
 
 void Engine::Loop() {
+  // Named for per-thread tools (top -H, /proc/PID/task/*/comm; scripts/bench_gateway.py).
+  pthread_setname_np(pthread_self(), "strata-engine");
   for (;;) {
     {
       MutexLock lk(&mu_);
