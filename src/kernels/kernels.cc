@@ -1,9 +1,9 @@
 // Dispatch: ISA selection, row (de)quantization and the MatMul driver.
 //
 // MatMul converts the activation rows once per call into the format the weight type multiplies
-// with (Q8_0, Q8_K, f16, bf16 or f32) into a thread_local scratch buffer of the calling thread, then
-// splits the output rows across the pool. Within a thread, rows are processed in blocks that fit
-// in L2 and, for every block, tokens in tiles of up to kMaxTileTokens: each tile kernel reads a
+// with (Q8_0, Q8_K, f16, bf16 or f32) into a thread_local scratch buffer of the calling thread,
+// then splits the output rows across the pool. Within a thread, rows are processed in blocks that
+// fit in L2 and, for every block, tokens in tiles of up to kMaxTileTokens: each tile kernel reads a
 // weight row once for all tokens of the tile, so prefill is a GEMM rather than n GEMVs.
 #include "kernels/kernels.h"
 
@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/quantize_avx2.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/ref/quants_ref.h"
 
@@ -59,7 +60,8 @@ Isa DetectIsaUncached() {
   const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   if (!avx2) return Isa::kScalar;
-  // Our AVX-512 level needs VNNI (vpdpbusd); CPUs with AVX-512 but without VNNI (Skylake-X) use AVX2.
+  // Our AVX-512 level needs VNNI (vpdpbusd); CPUs with AVX-512 but without VNNI (Skylake-X) use
+  // AVX2.
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512vnni");
@@ -70,7 +72,9 @@ Isa DetectIsaUncached() {
 #endif
 }
 
-Isa ClampIsa(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(DetectIsa()) ? isa : DetectIsa(); }
+Isa ClampIsa(Isa isa) {
+  return static_cast<int>(isa) <= static_cast<int>(DetectIsa()) ? isa : DetectIsa();
+}
 
 Isa InitialIsa() {
   const char* env = std::getenv("STRATA_ISA");
@@ -80,7 +84,8 @@ Isa InitialIsa() {
   if (v == "avx2") return ClampIsa(Isa::kAvx2);
   if (v == "avx512") return ClampIsa(Isa::kAvx512);
   if (v == "amx") return ClampIsa(Isa::kAmx);
-  std::fprintf(stderr, "strata: ignoring unknown STRATA_ISA=%s (use scalar|avx2|avx512|amx)\n", env);
+  std::fprintf(stderr, "strata: ignoring unknown STRATA_ISA=%s (use scalar|avx2|avx512|amx)\n",
+               env);
   return DetectIsa();
 }
 
@@ -92,7 +97,8 @@ std::atomic<int>& ActiveIsaSlot() {
 DotTileFn SelectDot(DType t, Isa isa) {
   DotTileFn fn = nullptr;
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) fn = internal::Avx512DotTile(t);
-  if (fn == nullptr && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) fn = internal::Avx2DotTile(t);
+  if (fn == nullptr && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2))
+    fn = internal::Avx2DotTile(t);
   if (fn == nullptr) fn = internal::RefDotTile(t);
   return fn;
 }
@@ -111,8 +117,8 @@ const internal::VecOps& Ops() {
 
 [[noreturn]] void Fatal(const char* what, DType t) {
   // Only reachable through a caller bug: the model loader validates types and shapes first.
-  std::fprintf(stderr, "strata::kernels: %s (type %.*s)\n", what, static_cast<int>(DTypeName(t).size()),
-               DTypeName(t).data());
+  std::fprintf(stderr, "strata::kernels: %s (type %.*s)\n", what,
+               static_cast<int>(DTypeName(t).size()), DTypeName(t).data());
   std::abort();
 }
 
@@ -143,7 +149,9 @@ Isa DetectIsa() {
 
 Isa ActiveIsa() { return static_cast<Isa>(ActiveIsaSlot().load(std::memory_order_relaxed)); }
 
-void SetIsa(Isa isa) { ActiveIsaSlot().store(static_cast<int>(ClampIsa(isa)), std::memory_order_relaxed); }
+void SetIsa(Isa isa) {
+  ActiveIsaSlot().store(static_cast<int>(ClampIsa(isa)), std::memory_order_relaxed);
+}
 
 bool IsSupported(DType t) {
   switch (t) {
@@ -235,7 +243,8 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
             size_t x_stride, size_t y_stride) {
   if (w.rows == 0 || n_tokens == 0) return;
   if (!IsSupported(w.type)) Fatal("MatMul: unsupported weight type", w.type);
-  if (w.cols % BlockSize(w.type) != 0) Fatal("MatMul: cols is not a multiple of the block size", w.type);
+  if (w.cols % BlockSize(w.type) != 0)
+    Fatal("MatMul: cols is not a multiple of the block size", w.type);
   if (x_stride == 0) x_stride = w.cols;
   if (y_stride == 0) y_stride = w.rows;
   const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
@@ -245,15 +254,16 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
     WeightMatrix wm = w;
     wm.row_bytes = row_bytes;
     const internal::QxJob job{&wm, y, y_stride};
-    if (internal::Avx512MatMul(std::span<const internal::QxJob>(&job, 1), x, x_stride, n_tokens, pool,
-                               isa == Isa::kAmx))
+    if (internal::Avx512MatMul(std::span<const internal::QxJob>(&job, 1), x, x_stride, n_tokens,
+                               pool, isa == Isa::kAmx))
       return;
   }
 
   const DType act = internal::ActivationType(w.type);
   const DotTileFn dot = SelectDot(w.type, isa);
 
-  // Activations in the dot-product format (see internal::ActivationType). F32 weights read x in place.
+  // Activations in the dot-product format (see internal::ActivationType). F32 weights read x in
+  // place.
   const char* xq;
   size_t xq_stride;
   if (w.type == DType::kF32) {
@@ -265,8 +275,17 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
     const size_t words = (xq_stride * n_tokens + 7) / 8;
     if (scratch.size() < words) scratch.resize(words);
     char* buf = reinterpret_cast<char*>(scratch.data());
+    const bool avx2_q8 =
+        act == DType::kQ8_0 && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2);
     auto convert = [&](size_t t0, size_t t1, int) {
-      for (size_t t = t0; t < t1; ++t) internal::ConvertActivations(w.type, x + t * x_stride, buf + t * xq_stride, w.cols);
+      for (size_t t = t0; t < t1; ++t) {
+        if (avx2_q8) {
+          internal::Avx2QuantizeQ8_0(x + t * x_stride,
+                                     reinterpret_cast<BlockQ8_0*>(buf + t * xq_stride), w.cols);
+        } else {
+          internal::ConvertActivations(w.type, x + t * x_stride, buf + t * xq_stride, w.cols);
+        }
+      }
     };
     if (pool != nullptr && n_tokens >= 4) {
       pool->ParallelFor(n_tokens, convert);
@@ -300,7 +319,8 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   }
 }
 
-void MatMulShared(std::span<const MatMulOut> outs, const float* x, size_t n_tokens, ThreadPool* pool) {
+void MatMulShared(std::span<const MatMulOut> outs, const float* x, size_t n_tokens,
+                  ThreadPool* pool) {
   constexpr size_t kMaxShared = 8;
   const Isa isa = ActiveIsa();
   if (n_tokens > 0 && outs.size() > 1 && outs.size() <= kMaxShared &&
@@ -316,8 +336,8 @@ void MatMulShared(std::span<const MatMulOut> outs, const float* x, size_t n_toke
       if (ws[i].row_bytes == 0) ws[i].row_bytes = *RowBytes(w.type, w.cols);
       jobs[i] = internal::QxJob{&ws[i], outs[i].y, w.rows};
     }
-    if (ok && internal::Avx512MatMul(std::span<const internal::QxJob>(jobs, outs.size()), x, outs[0].w->cols,
-                                     n_tokens, pool, isa == Isa::kAmx))
+    if (ok && internal::Avx512MatMul(std::span<const internal::QxJob>(jobs, outs.size()), x,
+                                     outs[0].w->cols, n_tokens, pool, isa == Isa::kAmx))
       return;
   }
   for (const MatMulOut& o : outs) MatMul(*o.w, x, n_tokens, o.y, pool);
@@ -326,26 +346,29 @@ void MatMulShared(std::span<const MatMulOut> outs, const float* x, size_t n_toke
 void RmsNorm(const float* x, const float* weight, float* out, size_t n, float eps) {
   Ops().rms_norm(x, weight, out, n, eps);
 }
-void SiluMul(const float* gate, const float* up, float* out, size_t n) { Ops().silu_mul(gate, up, out, n); }
+void SiluMul(const float* gate, const float* up, float* out, size_t n) {
+  Ops().silu_mul(gate, up, out, n);
+}
 void Add(float* x, const float* y, size_t n) { Ops().add(x, y, n); }
 float DotF32(const float* a, const float* b, size_t n) { return Ops().dot_f32(a, b, n); }
 void Axpy(float a, const float* x, float* y, size_t n) { Ops().axpy(a, x, y, n); }
 void Softmax(float* x, size_t n) { Ops().softmax(x, n); }
-void AttendF16(const float* q, size_t group, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len,
-               size_t hd, float scale, float* scores, float* out) {
+void AttendF16(const float* q, size_t group, const uint16_t* k, const uint16_t* v, size_t kv_stride,
+               size_t len, size_t hd, float scale, float* scores, float* out) {
   if (group == 0) return;  // no query heads: nothing to compute
   Ops().attend_f16(q, group, k, v, kv_stride, len, hd, scale, scores, out);
 }
 
-void AttendF16Paged(const float* q, size_t group, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
-                    unsigned block_shift, size_t row_stride, size_t len, size_t hd, float scale, float* scores,
-                    float* out) {
+void AttendF16Paged(const float* q, size_t group, const uint16_t* const* k_blocks,
+                    const uint16_t* const* v_blocks, unsigned block_shift, size_t row_stride,
+                    size_t len, size_t hd, float scale, float* scores, float* out) {
   if (group == 0) return;  // no query heads: nothing to compute
-  Ops().attend_f16_paged(q, group, k_blocks, v_blocks, block_shift, row_stride, len, hd, scale, scores, out);
+  Ops().attend_f16_paged(q, group, k_blocks, v_blocks, block_shift, row_stride, len, hd, scale,
+                         scores, out);
 }
 
-void Attend(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd, float scale,
-            float* scores, float* out) {
+void Attend(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd,
+            float scale, float* scores, float* out) {
   Ops().attend(q, k, v, kv_stride, len, hd, scale, scores, out);
 }
 

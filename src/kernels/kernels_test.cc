@@ -16,7 +16,9 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cpu/quantize_avx2.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/ref/quants_ref.h"
 #include "kernels/test_util.h"
 
 namespace strata::kernels {
@@ -46,8 +48,8 @@ std::vector<size_t> ColsFor(DType t) {
 }
 
 // Reference outputs computed directly from the reference dot products and magnitude sums.
-void Reference(const WeightMatrix& w, const std::vector<float>& x, size_t n_tokens, std::vector<float>* y,
-               std::vector<double>* mag) {
+void Reference(const WeightMatrix& w, const std::vector<float>& x, size_t n_tokens,
+               std::vector<float>* y, std::vector<double>* mag) {
   const DType act = internal::ActivationType(w.type);
   const size_t xb = *RowBytes(act, w.cols);
   std::vector<uint8_t> xq(xb);
@@ -86,9 +88,11 @@ TEST_P(MatMulTest, MatchesReferenceOnOddShapes) {
   for (size_t cols : ColsFor(type)) {
     for (size_t rows : {size_t{1}, size_t{3}, size_t{17}, size_t{67}}) {
       for (int mode = 0; mode < 2; ++mode) {
-        auto w = mode == 0 ? QuantizedWeights(type, rows, cols, ++seed) : RandomBitsWeights(type, rows, cols, ++seed);
+        auto w = mode == 0 ? QuantizedWeights(type, rows, cols, ++seed)
+                           : RandomBitsWeights(type, rows, cols, ++seed);
         for (size_t n_tokens : {size_t{1}, size_t{2}, size_t{5}, size_t{33}}) {
-          if (rows == 67 && cols > 1000 && n_tokens == 33 && mode == 1) continue;  // keep runtime low
+          if (rows == 67 && cols > 1000 && n_tokens == 33 && mode == 1)
+            continue;  // keep runtime low
           std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
           std::vector<float> y_ref, y(n_tokens * rows, -1.0f);
           std::vector<double> mag;
@@ -96,8 +100,8 @@ TEST_P(MatMulTest, MatchesReferenceOnOddShapes) {
           MatMul(w.m, x.data(), n_tokens, y.data(), nullptr);
           for (size_t i = 0; i < y.size(); ++i) {
             ASSERT_NEAR(y[i], y_ref[i], kRelTol * mag[i] + 1e-30)
-                << DTypeName(type) << " " << IsaName(isa) << " cols " << cols << " rows " << rows << " tokens "
-                << n_tokens << " mode " << mode << " index " << i;
+                << DTypeName(type) << " " << IsaName(isa) << " cols " << cols << " rows " << rows
+                << " tokens " << n_tokens << " mode " << mode << " index " << i;
           }
         }
       }
@@ -120,10 +124,12 @@ TEST_P(MatMulTest, ThreadCountAndTokenGroupingDoNotChangeBits) {
       ThreadPool one(1), two(2);
       MatMul(w.m, x.data(), n_tokens, y1.data(), &one);
       MatMul(w.m, x.data(), n_tokens, y2.data(), &two);
-      EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float))) << cols << " " << n_tokens;
+      EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)))
+          << cols << " " << n_tokens;
       for (size_t t = 0; t < n_tokens; ++t)
         MatMul(w.m, x.data() + t * cols, 1, y_single.data() + t * rows, &two);
-      EXPECT_EQ(0, std::memcmp(y1.data(), y_single.data(), y1.size() * sizeof(float))) << cols << " " << n_tokens;
+      EXPECT_EQ(0, std::memcmp(y1.data(), y_single.data(), y1.size() * sizeof(float)))
+          << cols << " " << n_tokens;
     }
   }
 }
@@ -140,7 +146,8 @@ TEST_P(MatMulTest, SharedActivationsEqualSeparateCalls) {
   for (bool mixed : {false, true}) {
     const size_t rows[] = {64, 16, 17};
     std::vector<testing::OwnedWeights> ws;
-    for (size_t i = 0; i < 3; ++i) ws.push_back(RandomBitsWeights(mixed && i == 2 ? other : type, rows[i], cols, ++seed));
+    for (size_t i = 0; i < 3; ++i)
+      ws.push_back(RandomBitsWeights(mixed && i == 2 ? other : type, rows[i], cols, ++seed));
     for (size_t n_tokens : {size_t{1}, size_t{3}, size_t{4}, size_t{6}, size_t{16}, size_t{37}}) {
       const std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
       ThreadPool two(2);
@@ -155,9 +162,10 @@ TEST_P(MatMulTest, SharedActivationsEqualSeparateCalls) {
         }
         MatMulShared(outs, x.data(), n_tokens, pool);
         for (size_t i = 0; i < 3; ++i)
-          EXPECT_EQ(0, std::memcmp(shared[i].data(), separate[i].data(), shared[i].size() * sizeof(float)))
-              << DTypeName(type) << (mixed ? " mixed" : "") << " matrix " << i << " tokens " << n_tokens
-              << (pool ? " 2 threads" : " 1 thread");
+          EXPECT_EQ(0, std::memcmp(shared[i].data(), separate[i].data(),
+                                   shared[i].size() * sizeof(float)))
+              << DTypeName(type) << (mixed ? " mixed" : "") << " matrix " << i << " tokens "
+              << n_tokens << (pool ? " 2 threads" : " 1 thread");
       }
     }
   }
@@ -171,7 +179,8 @@ TEST_P(MatMulTest, StridedInputAndOutput) {
   auto w = QuantizedWeights(type, rows, cols, 8);
   std::vector<float> x = RandomFloats(n_tokens * xs, 9);
   std::vector<float> dense_x(n_tokens * cols);
-  for (size_t t = 0; t < n_tokens; ++t) std::memcpy(&dense_x[t * cols], &x[t * xs], cols * sizeof(float));
+  for (size_t t = 0; t < n_tokens; ++t)
+    std::memcpy(&dense_x[t * cols], &x[t * xs], cols * sizeof(float));
   std::vector<float> y(n_tokens * ys, 42.0f), yd(n_tokens * rows);
   MatMul(w.m, x.data(), n_tokens, y.data(), nullptr, xs, ys);
   MatMul(w.m, dense_x.data(), n_tokens, yd.data(), nullptr);
@@ -210,21 +219,23 @@ TEST_P(MatMulTest, ExtremeButFiniteValues) {
 }
 
 std::string ParamName(const ::testing::TestParamInfo<MatMulParam>& info) {
-  return std::string(IsaName(std::get<0>(info.param))) + "_" + std::string(DTypeName(std::get<1>(info.param)));
+  return std::string(IsaName(std::get<0>(info.param))) + "_" +
+         std::string(DTypeName(std::get<1>(info.param)));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsasAllTypes, MatMulTest,
-                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
-                                            ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                                                              DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
-                                                              DType::kQ6_K)),
-                         ParamName);
+INSTANTIATE_TEST_SUITE_P(
+    AllIsasAllTypes, MatMulTest,
+    ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
+                       ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                         DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K)),
+    ParamName);
 
 // ---- vector ops ----
 class VecOpsTest : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
-    if (static_cast<int>(GetParam()) > static_cast<int>(DetectIsa())) GTEST_SKIP() << "CPU lacks ISA";
+    if (static_cast<int>(GetParam()) > static_cast<int>(DetectIsa()))
+      GTEST_SKIP() << "CPU lacks ISA";
   }
 };
 
@@ -264,7 +275,8 @@ TEST_P(VecOpsTest, AttendMatchesDefinition) {
 // double-precision definition (checked above for Attend).
 TEST_P(VecOpsTest, AttendF16EqualsAttendOnWidenedRows) {
   IsaGuard guard(GetParam());
-  for (size_t hd : {size_t{7}, size_t{16}, size_t{32}, size_t{48}, size_t{64}, size_t{80}, size_t{128}}) {
+  for (size_t hd :
+       {size_t{7}, size_t{16}, size_t{32}, size_t{48}, size_t{64}, size_t{80}, size_t{128}}) {
     for (size_t len : {size_t{1}, size_t{2}, size_t{5}, size_t{37}, size_t{300}}) {
       const size_t stride = hd * 3 + 5;
       std::vector<float> q = RandomFloats(hd, 51, 1.0f), kf = RandomFloats(len * stride, 52, 1.0f);
@@ -279,15 +291,19 @@ TEST_P(VecOpsTest, AttendF16EqualsAttendOnWidenedRows) {
       std::vector<float> s1(len), s2(len), o1(hd), o2(hd);
       Attend(q.data(), kf.data(), vf.data(), stride, len, hd, 0.3f, s1.data(), o1.data());
       AttendF16(q.data(), 1, k16.data(), v16.data(), stride, len, hd, 0.3f, s2.data(), o2.data());
-      ASSERT_EQ(0, std::memcmp(o1.data(), o2.data(), hd * sizeof(float))) << "hd " << hd << " len " << len;
-      ASSERT_EQ(0, std::memcmp(s1.data(), s2.data(), len * sizeof(float))) << "hd " << hd << " len " << len;
+      ASSERT_EQ(0, std::memcmp(o1.data(), o2.data(), hd * sizeof(float)))
+          << "hd " << hd << " len " << len;
+      ASSERT_EQ(0, std::memcmp(s1.data(), s2.data(), len * sizeof(float)))
+          << "hd " << hd << " len " << len;
       // Query heads sharing the rows (GQA): each head's bits as on its own.
       for (size_t group : {size_t{2}, size_t{4}, size_t{7}}) {
         const std::vector<float> qg = RandomFloats(group * hd, 54 + group, 1.0f);
         std::vector<float> sg(group * len), og(group * hd, -1.0f);
-        AttendF16(qg.data(), group, k16.data(), v16.data(), stride, len, hd, 0.3f, sg.data(), og.data());
+        AttendF16(qg.data(), group, k16.data(), v16.data(), stride, len, hd, 0.3f, sg.data(),
+                  og.data());
         for (size_t h = 0; h < group; ++h) {
-          Attend(qg.data() + h * hd, kf.data(), vf.data(), stride, len, hd, 0.3f, s1.data(), o1.data());
+          Attend(qg.data() + h * hd, kf.data(), vf.data(), stride, len, hd, 0.3f, s1.data(),
+                 o1.data());
           ASSERT_EQ(0, std::memcmp(o1.data(), og.data() + h * hd, hd * sizeof(float)))
               << "hd " << hd << " len " << len << " group " << group << " head " << h;
           ASSERT_EQ(0, std::memcmp(s1.data(), sg.data() + h * len, len * sizeof(float)))
@@ -305,7 +321,8 @@ TEST_P(VecOpsTest, AttendF16PagedEqualsAttendF16OnCopiedRows) {
   IsaGuard guard(GetParam());
   for (unsigned shift : {0u, 2u, 4u, 5u}) {
     const size_t bs = size_t{1} << shift;
-    for (size_t hd : {size_t{7}, size_t{16}, size_t{32}, size_t{48}, size_t{64}, size_t{80}, size_t{128}}) {
+    for (size_t hd :
+         {size_t{7}, size_t{16}, size_t{32}, size_t{48}, size_t{64}, size_t{80}, size_t{128}}) {
       for (size_t len : {size_t{1}, size_t{3}, size_t{17}, size_t{37}, size_t{300}}) {
         const size_t n_blocks = (len + bs - 1) / bs, row_stride = 2 * hd + 3, head_off = hd + 1;
         const size_t block_elems = bs * row_stride;
@@ -332,15 +349,18 @@ TEST_P(VecOpsTest, AttendF16PagedEqualsAttendF16OnCopiedRows) {
         for (size_t group : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{5}, size_t{8}}) {
           const std::vector<float> q = RandomFloats(group * hd, 61 + group, 1.0f);
           std::vector<float> s2(group * len), o2(group * hd, -1.0f);
-          AttendF16Paged(q.data(), group, kb.data(), vb.data(), shift, row_stride, len, hd, 0.3f, s2.data(),
-                         o2.data());
+          AttendF16Paged(q.data(), group, kb.data(), vb.data(), shift, row_stride, len, hd, 0.3f,
+                         s2.data(), o2.data());
           for (size_t h = 0; h < group; ++h) {
             std::vector<float> s1(len), o1(hd);
-            AttendF16(q.data() + h * hd, 1, kc.data(), vc.data(), hd, len, hd, 0.3f, s1.data(), o1.data());
+            AttendF16(q.data() + h * hd, 1, kc.data(), vc.data(), hd, len, hd, 0.3f, s1.data(),
+                      o1.data());
             ASSERT_EQ(0, std::memcmp(o1.data(), o2.data() + h * hd, hd * sizeof(float)))
-                << "block " << bs << " hd " << hd << " len " << len << " group " << group << " head " << h;
+                << "block " << bs << " hd " << hd << " len " << len << " group " << group
+                << " head " << h;
             ASSERT_EQ(0, std::memcmp(s1.data(), s2.data() + h * len, len * sizeof(float)))
-                << "block " << bs << " hd " << hd << " len " << len << " group " << group << " head " << h;
+                << "block " << bs << " hd " << hd << " len " << len << " group " << group
+                << " head " << h;
           }
         }
       }
@@ -355,15 +375,18 @@ TEST_P(VecOpsTest, MatchScalarReference) {
     std::vector<float> a = RandomFloats(n, 31, 3.0f), b = RandomFloats(n, 32, 3.0f);
     std::vector<float> got(n), want(n);
     // RmsNorm, with and without weight, in place.
-    for (const float* wt : {static_cast<const float*>(b.data()), static_cast<const float*>(nullptr)}) {
+    for (const float* wt :
+         {static_cast<const float*>(b.data()), static_cast<const float*>(nullptr)}) {
       ref.rms_norm(a.data(), wt, want.data(), n, 1e-5f);
       got = a;
       RmsNorm(got.data(), wt, got.data(), n, 1e-5f);
-      for (size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 1e-5f * std::fabs(want[i]) + 1e-6f) << n;
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5f * std::fabs(want[i]) + 1e-6f) << n;
     }
     ref.silu_mul(a.data(), b.data(), want.data(), n);
     SiluMul(a.data(), b.data(), got.data(), n);
-    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * std::fabs(want[i]) + 1e-7f) << n;
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_NEAR(got[i], want[i], 2e-6f * std::fabs(want[i]) + 1e-7f) << n;
     want = a;
     ref.add(want.data(), b.data(), n);
     got = a;
@@ -373,7 +396,8 @@ TEST_P(VecOpsTest, MatchScalarReference) {
     ref.axpy(0.37f, a.data(), want.data(), n);
     got = b;
     Axpy(0.37f, a.data(), got.data(), n);
-    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 1e-6f * (std::fabs(b[i]) + std::fabs(a[i])));
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-6f * (std::fabs(b[i]) + std::fabs(a[i])));
     double mag = 0;
     for (size_t i = 0; i < n; ++i) mag += std::fabs(a[i] * b[i]);
     EXPECT_NEAR(DotF32(a.data(), b.data(), n), ref.dot_f32(a.data(), b.data(), n), 1e-5 * mag);
@@ -392,8 +416,8 @@ TEST_P(VecOpsTest, MatchScalarReference) {
 
 TEST_P(VecOpsTest, ExtremeValues) {
   IsaGuard guard(GetParam());
-  std::vector<float> x = {-1e4f, 1e4f, -90.0f, 90.0f, 0.0f, -0.0f, 1e-30f, -1e-30f,
-                          88.5f, -87.5f, 3.0f,   -3.0f, 20.0f, -20.0f, 1.0f, 2.0f, 50.0f};
+  std::vector<float> x = {-1e4f,  1e4f, -90.0f, 90.0f, 0.0f,   -0.0f, 1e-30f, -1e-30f, 88.5f,
+                          -87.5f, 3.0f, -3.0f,  20.0f, -20.0f, 1.0f,  2.0f,   50.0f};
   std::vector<float> up(x.size(), 1.0f), out(x.size()), want(x.size());
   SiluMul(x.data(), up.data(), out.data(), x.size());
   internal::RefVecOps().silu_mul(x.data(), up.data(), want.data(), x.size());
@@ -410,7 +434,8 @@ TEST_P(VecOpsTest, ExtremeValues) {
   for (float v : r) ASSERT_TRUE(std::isfinite(v));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, VecOpsTest, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
+INSTANTIATE_TEST_SUITE_P(AllIsas, VecOpsTest,
+                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
                          [](const auto& info) { return std::string(IsaName(info.param)); });
 
 TEST(IsaControl, SetIsaClampsToDetected) {
@@ -419,7 +444,9 @@ TEST(IsaControl, SetIsaClampsToDetected) {
   EXPECT_EQ(ActiveIsa(), Isa::kScalar);
   SetIsa(Isa::kAvx512);
   EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(DetectIsa()));
-  EXPECT_EQ(ActiveIsa(), static_cast<int>(DetectIsa()) >= static_cast<int>(Isa::kAvx512) ? Isa::kAvx512 : DetectIsa());
+  EXPECT_EQ(ActiveIsa(), static_cast<int>(DetectIsa()) >= static_cast<int>(Isa::kAvx512)
+                             ? Isa::kAvx512
+                             : DetectIsa());
   SetIsa(Isa::kAmx);
   EXPECT_EQ(ActiveIsa(), DetectIsa());
   SetIsa(saved);
@@ -428,10 +455,32 @@ TEST(IsaControl, SetIsaClampsToDetected) {
 }
 
 TEST(IsaControl, SupportedTypes) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
-                  DType::kQ6_K})
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K,
+                  DType::kQ5_K, DType::kQ6_K})
     EXPECT_TRUE(IsSupported(t)) << DTypeName(t);
-  for (DType t : {DType::kQ4_1, DType::kQ2_K, DType::kIQ4_NL, DType::kQ8_K}) EXPECT_FALSE(IsSupported(t));
+  for (DType t : {DType::kQ4_1, DType::kQ2_K, DType::kIQ4_NL, DType::kQ8_K})
+    EXPECT_FALSE(IsSupported(t));
+}
+
+// The AVX2 activation quantizer of the tile kernels (Q4_0/Q8_0 weights) writes the reference's
+// bytes: amax, the f16 scale and round-half-even of x * 127/amax, also on ties, zeros and blocks
+// of one value.
+TEST(Avx2QuantizeQ8_0, BitIdenticalToReference) {
+  if (static_cast<int>(DetectIsa()) < static_cast<int>(Isa::kAvx2))
+    GTEST_SKIP() << "CPU lacks avx2";
+  constexpr size_t kBlocks = 67;
+  std::vector<float> x = RandomFloats(kBlocks * kQK8_0, 11);
+  for (size_t i = 0; i < kQK8_0; ++i) x[i] = 0.0f;            // block 0: zeros
+  for (size_t i = 0; i < kQK8_0; ++i) x[kQK8_0 + i] = -3.5f;  // block 1: one value
+  for (size_t i = 0; i < kQK8_0; ++i) x[2 * kQK8_0 + i] = (i % 2 ? 0.5f : -0.5f) + i;  // ties
+  x[2 * kQK8_0] = 127.0f;  // amax 127: x * id is x, so the .5 values are exact ties
+  for (size_t i = 0; i < kQK8_0; ++i) x[3 * kQK8_0 + i] *= 1e-30f;  // tiny
+  for (size_t i = 0; i < kQK8_0; ++i) x[4 * kQK8_0 + i] *= 6e4f;    // large
+  std::vector<BlockQ8_0> want(kBlocks), got(kBlocks);
+  ref::QuantizeQ8_0(x.data(), want.data(), x.size());
+  internal::Avx2QuantizeQ8_0(x.data(), got.data(), x.size());
+  for (size_t b = 0; b < kBlocks; ++b)
+    EXPECT_EQ(std::memcmp(&want[b], &got[b], sizeof(BlockQ8_0)), 0) << "block " << b;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/quantize_avx2.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/ref/quants_ref.h"
 #include "tensor/fp16.h"
@@ -20,9 +21,18 @@ namespace {
 
 #include "kernels/cpu/dot_kernels.inc"
 
-template <int NT> STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloatN<NT, uint16_t, false>(w, x, xs, n, o); }
-template <int NT> STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloatN<NT, float, false>(w, x, xs, n, o); }
-template <int NT> STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloatN<NT, uint16_t, true>(w, x, xs, n, o); }
+template <int NT>
+STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
+  DotFloatN<NT, uint16_t, false>(w, x, xs, n, o);
+}
+template <int NT>
+STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) {
+  DotFloatN<NT, float, false>(w, x, xs, n, o);
+}
+template <int NT>
+STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
+  DotFloatN<NT, uint16_t, true>(w, x, xs, n, o);
+}
 STRATA_DEFINE_TILE(TileF16, DotF16T)
 STRATA_DEFINE_TILE(TileBF16, DotBF16T)
 STRATA_DEFINE_TILE(TileF32, DotF32T)
@@ -32,7 +42,9 @@ constexpr size_t kLanes = 8;
 STRATA_FN VF VZero() { return _mm256_setzero_ps(); }
 STRATA_FN VF VSet1(float v) { return _mm256_set1_ps(v); }
 STRATA_FN VF VLoad(const float* p) { return _mm256_loadu_ps(p); }
-STRATA_FN VF VLoad(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+STRATA_FN VF VLoad(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 STRATA_FN void VStore(float* p, VF v) { _mm256_storeu_ps(p, v); }
 STRATA_FN VF VAdd(VF a, VF b) { return _mm256_add_ps(a, b); }
 STRATA_FN VF VSub(VF a, VF b) { return _mm256_sub_ps(a, b); }
@@ -42,7 +54,8 @@ STRATA_FN VF VFmadd(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 STRATA_FN VF VMax(VF a, VF b) { return _mm256_max_ps(a, b); }
 STRATA_FN VF VMin(VF a, VF b) { return _mm256_min_ps(a, b); }
 STRATA_FN float VHsum(VF v) { return HsumPs(v); }
-STRATA_FN void VHsum16(const VF (&v)[16], float* out) {  // (unused: grouped attention is 512-bit only)
+STRATA_FN void VHsum16(const VF (&v)[16],
+                       float* out) {  // (unused: grouped attention is 512-bit only)
   for (int k = 0; k < 16; ++k) out[k] = HsumPs(v[k]);
 }
 STRATA_FN float VHmax(VF v) {
@@ -51,9 +64,12 @@ STRATA_FN float VHmax(VF v) {
   m = _mm_max_ss(m, _mm_movehdup_ps(m));
   return _mm_cvtss_f32(m);
 }
-STRATA_FN VF VRound(VF v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+STRATA_FN VF VRound(VF v) {
+  return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
 STRATA_FN VF VExp2i(VF k) {
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
   return _mm256_castsi256_ps(e);
 }
 
@@ -61,22 +77,60 @@ STRATA_FN VF VExp2i(VF k) {
 
 }  // namespace
 
+__attribute__((target(STRATA_TARGET))) void Avx2QuantizeQ8_0(const float* x, BlockQ8_0* y,
+                                                             size_t n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (size_t b = 0; b < n / kQK8_0; ++b, x += kQK8_0) {
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + 8 * i);
+      amax =
+          _mm256_max_ps(_mm256_and_ps(v[i], abs_mask), amax);  // a NaN lane keeps amax, as std::max
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float a = _mm_cvtss_f32(m);
+    // As ref::QuantizeQ8_0: d = amax/127 as f16, inverse 127/amax, round half to even (MXCSR's
+    // default, which std::nearbyint follows too).
+    y[b].d = F32ToF16(a / 127.0f);
+    const __m256 id = _mm256_set1_ps(a != 0.0f ? 127.0f / a : 0.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+    const __m256i q16 = _mm256_packs_epi32(q[0], q[1]), q16b = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16, q16b), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs), q8);
+  }
+}
+
 DotTileFn Avx2DotTile(DType t) {
   switch (t) {
-    case DType::kQ4_0: return TileQ4_0;
-    case DType::kQ8_0: return TileQ8_0;
-    case DType::kQ4_K: return TileQ4_K;
-    case DType::kQ5_K: return TileQ5_K;
-    case DType::kQ6_K: return TileQ6_K;
-    case DType::kF16: return TileF16;
-    case DType::kBF16: return TileBF16;
-    case DType::kF32: return TileF32;
-    default: return nullptr;
+    case DType::kQ4_0:
+      return TileQ4_0;
+    case DType::kQ8_0:
+      return TileQ8_0;
+    case DType::kQ4_K:
+      return TileQ4_K;
+    case DType::kQ5_K:
+      return TileQ5_K;
+    case DType::kQ6_K:
+      return TileQ6_K;
+    case DType::kF16:
+      return TileF16;
+    case DType::kBF16:
+      return TileBF16;
+    case DType::kF32:
+      return TileF32;
+    default:
+      return nullptr;
   }
 }
 
 const VecOps& Avx2VecOps() {
-  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK, AttendK, AttendF16K, AttendF16PagedK};
+  static const VecOps ops{RmsNormK, SiluMulK, AddK,       DotK,           AxpyK,
+                          SoftmaxK, AttendK,  AttendF16K, AttendF16PagedK};
   return ops;
 }
 

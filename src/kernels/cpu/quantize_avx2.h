@@ -1,0 +1,16 @@
+// The AVX2 activation quantizer of the tile kernels (cpu/kernels_avx2.cc).
+// Thread contract: a pure function. Errors: none (n a multiple of 32; call only where
+// DetectIsa() >= Isa::kAvx2).
+#pragma once
+
+#include <cstddef>
+
+#include "tensor/dtype.h"
+
+namespace strata::kernels::internal {
+
+// ref::QuantizeQ8_0 with AVX2, the same bytes for finite inputs: the activations of Q4_0/Q8_0
+// weights for the tile kernels.
+void Avx2QuantizeQ8_0(const float* x, BlockQ8_0* y, size_t n);
+
+}  // namespace strata::kernels::internal
