@@ -143,8 +143,8 @@ std::string_view IsaName(Isa isa) {
 }
 
 Isa DetectIsa() {
-  static const Isa detected = DetectIsaUncached();
-  return detected;
+  static const Isa kDetected = DetectIsaUncached();
+  return kDetected;
 }
 
 Isa ActiveIsa() { return static_cast<Isa>(ActiveIsaSlot().load(std::memory_order_relaxed)); }

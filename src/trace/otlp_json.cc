@@ -96,15 +96,15 @@ void AppendString(std::string* out, std::string_view s) {
 }
 
 // A trace or span id as its quoted lower-case hex (no escapes to check, no temporary string).
-template <size_t N>
-void AppendHexId(std::string* out, const std::array<uint8_t, N>& bytes) {
-  char buf[2 * N + 2];
+template <size_t kN>
+void AppendHexId(std::string* out, const std::array<uint8_t, kN>& bytes) {
+  char buf[2 * kN + 2];
   buf[0] = '"';
-  for (size_t i = 0; i < N; ++i) {
+  for (size_t i = 0; i < kN; ++i) {
     buf[1 + 2 * i] = kHex[bytes[i] >> 4];
     buf[2 + 2 * i] = kHex[bytes[i] & 0xF];
   }
-  buf[2 * N + 1] = '"';
+  buf[2 * kN + 1] = '"';
   out->append(buf, sizeof(buf));
 }
 

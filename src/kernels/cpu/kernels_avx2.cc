@@ -21,17 +21,17 @@ namespace {
 
 #include "kernels/cpu/dot_kernels.inc"
 
-template <int NT>
+template <int kNt>
 STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotFloatN<NT, uint16_t, false>(w, x, xs, n, o);
+  DotFloatN<kNt, uint16_t, false>(w, x, xs, n, o);
 }
-template <int NT>
+template <int kNt>
 STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotFloatN<NT, float, false>(w, x, xs, n, o);
+  DotFloatN<kNt, float, false>(w, x, xs, n, o);
 }
-template <int NT>
+template <int kNt>
 STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotFloatN<NT, uint16_t, true>(w, x, xs, n, o);
+  DotFloatN<kNt, uint16_t, true>(w, x, xs, n, o);
 }
 STRATA_DEFINE_TILE(TileF16, DotF16T)
 STRATA_DEFINE_TILE(TileBF16, DotBF16T)
@@ -129,9 +129,9 @@ DotTileFn Avx2DotTile(DType t) {
 }
 
 const VecOps& Avx2VecOps() {
-  static const VecOps ops{RmsNormK, SiluMulK, AddK,       DotK,           AxpyK,
-                          SoftmaxK, AttendK,  AttendF16K, AttendF16PagedK};
-  return ops;
+  static const VecOps kOps{RmsNormK, SiluMulK, AddK,       DotK,           AxpyK,
+                           SoftmaxK, AttendK,  AttendF16K, AttendF16PagedK};
+  return kOps;
 }
 
 }  // namespace strata::kernels::internal
