@@ -989,6 +989,10 @@ TEST_F(TinyQueueTest, GoldDisplacesTheQueuedBronzeWhichGets429) {
   json e = json::parse(r.body)["error"];
   EXPECT_EQ(e["type"], "rate_limit_error");
   EXPECT_EQ(e["code"], "displaced");
+  // The bronze's job is forgotten after its answer went out: wait for it, so that the count of 3
+  // below means the gold was submitted (else the engine could admit the streamed bronze first).
+  WaitForJobs(*api_, 1);
+  ASSERT_EQ(api_->live_jobs(), 1);
   // Streamed (headers already sent): a gold displaces a queued streamed bronze -> error + [DONE].
   HttpConn bronze_stream(port_);
   ASSERT_TRUE(bronze_stream.Send(
