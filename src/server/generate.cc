@@ -699,11 +699,14 @@ int Api::CutAtShutdown(std::chrono::milliseconds wait) {
     jobs = jobs_;
   }
   for (const auto& j : jobs) {
-    for (const auto& h : j->handles) engine_->Cancel(h.id);
+    // The engine's requests are cancelled on the strand, after the cut is written: cancelled
+    // first, their abort events could reach the strand before the cut and end the stream with
+    // finish_reason "abort" instead of the shutdown error (Drain ignores a finished job).
     j->out->Post([this, j] {
       if (j->finished) return;  // finished meanwhile: its response is complete
       j->finished = true;
       CutJob(*j);
+      for (const auto& h : j->handles) engine_->Cancel(h.id);
       if (j->trace) ExportTrace(*j);
       Forget(*j);
     });
