@@ -523,6 +523,8 @@ def main():
                     help="balancer.default_prefill_tokens_per_s (0: measure the model)")
     a = ap.parse_args()
     global CLIENT_CPUS
+    if a.pin and (a.pin.count(":") != 1 or not all(a.pin.split(":"))):
+        ap.error(f"--pin: expected REPLICA_CPUS:OTHER_CPUS (taskset lists, e.g. 0:1), got {a.pin!r}")
     CLIENT_CPUS = a.pin.split(":")[1] if a.pin else ""
     if a.prefill_rate <= 0:
         a.prefill_rate = measure_prefill_rate(a)

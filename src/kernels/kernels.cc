@@ -204,6 +204,20 @@ void DequantizeRow(DType t, const void* src, float* dst, size_t n) {
   }
 }
 
+namespace {
+
+// Q8_0 rows (KV rows, the tile kernels' activations): the AVX2 quantizer where `isa` has it (the
+// reference's bytes for finite values), else the reference.
+void QuantizeQ8_0Row(Isa isa, const float* src, void* dst, size_t n) {
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) {
+    internal::Avx2QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), n);
+  } else {
+    ref::QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), n);
+  }
+}
+
+}  // namespace
+
 void QuantizeRow(DType t, const float* src, void* dst, size_t n) {
   if (n % BlockSize(t) != 0) Fatal("QuantizeRow: n is not a multiple of the block size", t);
   switch (t) {
@@ -217,7 +231,7 @@ void QuantizeRow(DType t, const float* src, void* dst, size_t n) {
       ref::QuantizeBF16(src, static_cast<uint16_t*>(dst), n);
       break;
     case DType::kQ8_0:
-      ref::QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), n);
+      QuantizeQ8_0Row(ActiveIsa(), src, dst, n);
       break;
     case DType::kQ4_0:
       ref::QuantizeQ4_0(src, static_cast<BlockQ4_0*>(dst), n);
@@ -275,13 +289,10 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
     const size_t words = (xq_stride * n_tokens + 7) / 8;
     if (scratch.size() < words) scratch.resize(words);
     char* buf = reinterpret_cast<char*>(scratch.data());
-    const bool avx2_q8 =
-        act == DType::kQ8_0 && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2);
     auto convert = [&](size_t t0, size_t t1, int) {
       for (size_t t = t0; t < t1; ++t) {
-        if (avx2_q8) {
-          internal::Avx2QuantizeQ8_0(x + t * x_stride,
-                                     reinterpret_cast<BlockQ8_0*>(buf + t * xq_stride), w.cols);
+        if (act == DType::kQ8_0) {
+          QuantizeQ8_0Row(isa, x + t * x_stride, buf + t * xq_stride, w.cols);
         } else {
           internal::ConvertActivations(w.type, x + t * x_stride, buf + t * xq_stride, w.cols);
         }
