@@ -403,6 +403,15 @@ def thread_cpu_seconds(pids, name):
     return total / tick
 
 
+def engine_steps(cluster):
+    """The replicas' engine steps and tokens computed so far (summed)."""
+    steps = toks = 0.0
+    for m in cluster.replica_metrics():
+        steps += metric_sum(m, "strata:engine_steps_total")
+        toks += metric_sum(m, "strata:engine_tokens_computed_total")
+    return steps, toks
+
+
 def serve_has_otlp():
     r = subprocess.run([STRATA, "serve", "--help"], capture_output=True, text=True)
     return "--otlp-endpoint" in r.stdout
@@ -442,6 +451,8 @@ def scenario_tracing(a, work):
                     ex0 = thread_cpu_seconds(pids, "strata-otlp")
                     en0 = thread_cpu_seconds(pids, "strata-engine") + thread_cpu_seconds(
                         pids, "strata-pool")
+                    steps0, toks0 = engine_steps(c)
+                    sink0 = time.process_time()  # this script: the sink's threads, nothing else busy
                     seed = a.seed if a.seed > 0 else rep + 1
                     r = bench(c.url, args_base + ["--seed", str(seed)], work, mode)
                     time.sleep(1.0)  # the exporters' last flush
@@ -450,7 +461,9 @@ def scenario_tracing(a, work):
                     ex1 = thread_cpu_seconds(pids, "strata-otlp")
                     en1 = thread_cpu_seconds(pids, "strata-engine") + thread_cpu_seconds(
                         pids, "strata-pool")
+                    sink1 = time.process_time()
                     gm = get(c.url + "/metrics")
+                    steps1, toks1 = engine_steps(c)
                 finally:
                     c.stop()
                 spans, posts = sink.take()
@@ -469,6 +482,12 @@ def scenario_tracing(a, work):
                     # The replicas' engine threads (strata-engine, strata-pool): the batched
                     # model work, whose cost per request follows how the batches formed.
                     "engine_cpu_ms_per_request": 1000.0 * (en1 - en0) / max(1, r["completed"]),
+                    # How the replicas' batches formed: engine steps per request and the mean
+                    # tokens per step (a step costs the same weights' pass whatever its size).
+                    # The in-script OTLP sink (Python): CPU it takes from the same machine.
+                    "sink_cpu_ms_per_request": 1000.0 * (sink1 - sink0) / max(1, r["completed"]),
+                    "engine_steps_per_request": (steps1 - steps0) / max(1, r["completed"]),
+                    "tokens_per_step": (toks1 - toks0) / max(1, steps1 - steps0),
                     "spans_received": spans,
                     "export_requests": posts,
                     "gateway_spans_dropped": metric_sum(

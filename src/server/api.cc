@@ -84,6 +84,11 @@ const MetricSpec kMetrics[] = {
      "Prompt tokens found in the engine's own KV pool (the part of the hits no tier served).",
      nullptr},
     {"strata:num_preemptions_total", T::kCounter, "Sequences preempted by the scheduler.", nullptr},
+    {"strata:engine_steps_total", T::kCounter,
+     "Scheduler steps the engine ran (one batched forward pass each, when anything was scheduled).",
+     nullptr},
+    {"strata:engine_tokens_computed_total", T::kCounter,
+     "Tokens the engine's steps fed to the model (prompt chunks, recomputation, decode).", nullptr},
     {"strata:request_success_total", T::kCounter,
      "Finished requests by finish reason (stop, length, abort, error).", nullptr},
     {"strata:http_requests_total", T::kCounter, "HTTP requests by route and status code.", nullptr},
@@ -666,6 +671,9 @@ void Api::RefreshEngineGauges() {
   metrics_.Set("strata:prefix_cache_pool_hits_total", model_labels_,
                static_cast<double>(s.prefix_hit_tokens));
   metrics_.Set("strata:num_preemptions_total", model_labels_, static_cast<double>(s.preemptions));
+  metrics_.Set("strata:engine_steps_total", model_labels_, static_cast<double>(s.steps));
+  metrics_.Set("strata:engine_tokens_computed_total", model_labels_,
+               static_cast<double>(s.tokens_computed));
   if (options_.adapters) RefreshLoraGauges(s);
   if (!options_.tier_stats) return;
   auto ts = options_.tier_stats();

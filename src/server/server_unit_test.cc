@@ -694,8 +694,8 @@ TEST_F(ServerTest, MetricsScrapeHasTheDocumentedFamilies) {
         "request_queue_time_seconds", "request_prompt_tokens", "request_generation_tokens",
         "num_requests_running", "num_requests_waiting", "kv_cache_usage_perc",
         "prompt_tokens_total", "generation_tokens_total", "prefix_cache_queries_total",
-        "prefix_cache_hits_total", "num_preemptions_total", "request_success_total",
-        "http_requests_total"})
+        "prefix_cache_hits_total", "num_preemptions_total", "engine_steps_total",
+        "engine_tokens_computed_total", "request_success_total", "http_requests_total"})
     EXPECT_NE(m.body.find(std::string("# TYPE strata:") + name + " "), std::string::npos) << name;
   EXPECT_NE(m.body.find("strata:generation_tokens_total{model_name=\"fake\",tier=\"silver\"} 3"),
             std::string::npos)

@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -236,18 +237,39 @@ void AppendSpan(std::string* out, const Span& span) {
 
 }  // namespace
 
-std::string EncodeOtlpJson(const std::vector<Attribute>& resource, const std::vector<Span>& spans) {
+void AppendOtlpSpans(std::string* out, std::span<const Span> spans) {
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    AppendSpan(out, spans[i]);
+  }
+}
+
+std::string EncodeOtlpJson(const std::vector<Attribute>& resource,
+                           std::span<const std::string_view> span_lists) {
+  size_t bytes = 512;
+  for (std::string_view l : span_lists) bytes += l.size() + 1;
   std::string out;
-  out.reserve(512 + spans.size() * 600);
+  out.reserve(bytes);
   out.append("{\"resourceSpans\":[{\"resource\":{\"attributes\":");
   AppendAttributes(&out, resource);
   out.append("},\"scopeSpans\":[{\"scope\":{\"name\":\"strata\"},\"spans\":[");
-  for (size_t i = 0; i < spans.size(); ++i) {
-    if (i > 0) out.push_back(',');
-    AppendSpan(&out, spans[i]);
+  bool first = true;
+  for (std::string_view l : span_lists) {
+    if (l.empty()) continue;
+    if (!first) out.push_back(',');
+    first = false;
+    out.append(l);
   }
   out.append("]}]}]}");
   return out;
+}
+
+std::string EncodeOtlpJson(const std::vector<Attribute>& resource, const std::vector<Span>& spans) {
+  std::string list;
+  list.reserve(spans.size() * 600);
+  AppendOtlpSpans(&list, spans);
+  const std::string_view one = list;
+  return EncodeOtlpJson(resource, std::span<const std::string_view>(&one, 1));
 }
 
 }  // namespace strata::trace

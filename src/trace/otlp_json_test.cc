@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "testing/otlp_receiver.h"
@@ -77,6 +78,24 @@ TEST(OtlpJson, EncodesTheExportTraceServiceRequestShape) {
   EXPECT_EQ(j.at("events")[0].at("timeUnixNano"), "1700000000500000000");
   EXPECT_EQ(Attr(j.at("events")[0].at("attributes"), "strata.tokens"), json({{"intValue", "1"}}));
   EXPECT_EQ(j.at("status"), json({{"code", 2}, {"message", "upstream 503"}}));
+}
+
+TEST(OtlpJson, SpanListsWrapIntoTheSameRequestAsOneEncoding) {
+  Span a = Sample();
+  Span b = ChildOf(a.Context(), "strata.decode", SpanKind::kInternal);
+  Span c = ChildOf(a.Context(), "strata.stream", SpanKind::kInternal);
+  const std::vector<Attribute> resource{Attribute{"service.name", std::string("svc")}};
+  const std::string whole = EncodeOtlpJson(resource, std::vector<Span>{a, b, c});
+  std::string first, second;
+  AppendOtlpSpans(&first, std::vector<Span>{a});
+  AppendOtlpSpans(&second, std::vector<Span>{b, c});
+  const std::vector<std::string_view> lists{first, "", second};  // an empty list adds nothing
+  EXPECT_EQ(EncodeOtlpJson(resource, lists), whole);
+  const json doc = json::parse(whole);
+  EXPECT_EQ(doc["resourceSpans"][0]["scopeSpans"][0]["spans"].size(), 3u);
+  EXPECT_EQ(json::parse(EncodeOtlpJson(resource, std::vector<std::string_view>{}))
+                ["resourceSpans"][0]["scopeSpans"][0]["spans"].size(),
+            0u);
 }
 
 TEST(OtlpJson, RootSpanHasNoParentAndUnsetStatusHasNoMessage) {

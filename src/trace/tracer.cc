@@ -65,7 +65,7 @@ Status Validate(const TracerOptions& o) {
   if (!(o.sample_ratio >= 0.0 && o.sample_ratio <= 1.0)) {
     return Status::InvalidArgument("otlp sample ratio must be in [0, 1]");
   }
-  if (o.queue_capacity == 0 || o.max_batch == 0) {
+  if (o.queue_capacity == 0 || o.queue_bytes == 0 || o.max_batch == 0) {
     return Status::InvalidArgument("otlp queue capacity and batch size must be positive");
   }
   if (o.flush_interval.count() <= 0 || o.export_timeout.count() <= 0) {
@@ -84,9 +84,19 @@ struct Tracer::Impl {
   http::Url url;
   std::vector<Attribute> resource;
 
+  // Spans are queued already encoded (span lists of at most max_batch spans, written by the
+  // thread that called Export): the exporter thread then frees one string per list, never the
+  // spans' many small allocations another thread made (which glibc's malloc makes costly for
+  // both threads).
+  struct SpanList {
+    std::string json;
+    size_t spans = 0;
+  };
   mutable std::mutex mu;
   std::condition_variable cv;
-  std::deque<Span> queue;           // guarded by mu
+  std::deque<SpanList> queue;       // guarded by mu
+  size_t queued_spans = 0;          // guarded by mu; the spans of `queue`
+  size_t queued_bytes = 0;          // guarded by mu; the JSON bytes of `queue`
   bool stopping = false;            // guarded by mu
   Clock::time_point stop_deadline;  // guarded by mu; valid once stopping
   // The same deadline for the exporter's POST watch (steady ticks; max while not stopping).
@@ -105,8 +115,10 @@ struct Tracer::Impl {
 
   void Run();
   // Takes the next batch (blocks until one is due or the tracer stops); empty when done.
-  std::vector<Span> NextBatch();
-  void Send(const std::vector<Span>& batch);
+  std::vector<SpanList> NextBatch();
+  void Send(const std::vector<SpanList>& batch);
+  // Encodes spans[0, n) into span lists of at most max_batch spans and queues them.
+  void Enqueue(std::span<const Span> spans);
   http::HttpResult Post(const std::string& body,
                         std::optional<std::chrono::milliseconds>* retry_after);
   asio::awaitable<void> DoPost(const std::string& body, http::HttpClient::RequestOptions ro,
@@ -124,29 +136,33 @@ void Tracer::Impl::Run() {
   pthread_setname_np(pthread_self(), "strata-otlp");
   client = std::make_unique<http::HttpClient>(io, url, "");
   while (true) {
-    std::vector<Span> batch = NextBatch();
+    std::vector<SpanList> batch = NextBatch();
     if (batch.empty()) break;
     Send(batch);
   }
   client.reset();
 }
 
-std::vector<Span> Tracer::Impl::NextBatch() {
+std::vector<Tracer::Impl::SpanList> Tracer::Impl::NextBatch() {
   std::unique_lock lock(mu);
   const auto due = Clock::now() + options.flush_interval;
-  cv.wait_until(lock, due, [&] { return stopping || queue.size() >= options.max_batch; });
+  cv.wait_until(lock, due, [&] { return stopping || queued_spans >= options.max_batch; });
   while (queue.empty() && !stopping) {
     cv.wait_for(lock, options.flush_interval,
-                [&] { return stopping || queue.size() >= options.max_batch; });
+                [&] { return stopping || queued_spans >= options.max_batch; });
   }
   if (stopping && Clock::now() >= stop_deadline) {
-    dropped_export_failed += queue.size();  // no time left to send them
+    dropped_export_failed += queued_spans;  // no time left to send them
     queue.clear();
+    queued_spans = queued_bytes = 0;
   }
-  const size_t n = std::min(queue.size(), options.max_batch);
-  std::vector<Span> batch;
-  batch.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
+  // Whole span lists up to max_batch spans (each list holds at most that many).
+  std::vector<SpanList> batch;
+  size_t spans = 0;
+  while (!queue.empty() && (batch.empty() || spans + queue.front().spans <= options.max_batch)) {
+    spans += queue.front().spans;
+    queued_spans -= queue.front().spans;
+    queued_bytes -= queue.front().json.size();
     batch.push_back(std::move(queue.front()));
     queue.pop_front();
   }
@@ -205,14 +221,21 @@ bool Tracer::Impl::Backoff(std::chrono::milliseconds d) {
   return !(stopping && stop_deadline <= wake);
 }
 
-void Tracer::Impl::Send(const std::vector<Span>& batch) {
-  const std::string body = EncodeOtlpJson(resource, batch);
+void Tracer::Impl::Send(const std::vector<SpanList>& lists) {
+  std::vector<std::string_view> parts;
+  parts.reserve(lists.size());
+  size_t spans = 0;
+  for (const SpanList& l : lists) {
+    parts.push_back(l.json);
+    spans += l.spans;
+  }
+  const std::string body = EncodeOtlpJson(resource, parts);
   std::chrono::milliseconds backoff = kFirstBackoff;
   for (int attempt = 0;; ++attempt) {
     std::optional<std::chrono::milliseconds> retry_after;
     const Outcome outcome = Classify(Post(body, &retry_after));
     if (outcome == Outcome::kDelivered) {
-      exported += batch.size();
+      exported += spans;
       return;
     }
     if (outcome == Outcome::kFatal || attempt >= options.max_retries) break;
@@ -220,7 +243,7 @@ void Tracer::Impl::Send(const std::vector<Span>& batch) {
     backoff = std::min(backoff * 2, kMaxBackoff);
     ++export_retries;
   }
-  dropped_export_failed += batch.size();
+  dropped_export_failed += spans;
 }
 
 Tracer::Tracer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -255,28 +278,48 @@ bool Tracer::ShouldSample(const std::optional<TraceContext>& parent,
   return low < static_cast<uint64_t>(threshold);
 }
 
-void Tracer::Export(Span span) {
-  std::vector<Span> one;
-  one.push_back(std::move(span));
-  Export(std::move(one));
-}
+void Tracer::Export(Span span) { impl_->Enqueue(std::span<const Span>(&span, 1)); }
 
-void Tracer::Export(std::vector<Span> spans) {
+void Tracer::Export(std::vector<Span> spans) { impl_->Enqueue(spans); }
+
+void Tracer::Impl::Enqueue(std::span<const Span> spans) {
+  // The room first, so that a full queue (a collector down or slow) costs no encoding.
+  size_t take = 0;
+  {
+    std::lock_guard lock(mu);
+    if (!stopping && queued_bytes < options.queue_bytes) {
+      take = std::min(options.queue_capacity - queued_spans, spans.size());
+    }
+    dropped_queue_full += spans.size() - take;
+  }
+  if (take == 0) return;
+  std::vector<SpanList> lists;
+  lists.reserve((take + options.max_batch - 1) / options.max_batch);
+  for (size_t i = 0; i < take; i += options.max_batch) {
+    const auto part = spans.subspan(i, std::min(options.max_batch, take - i));
+    SpanList l;
+    l.json.reserve(part.size() * 640);
+    AppendOtlpSpans(&l.json, part);
+    l.spans = part.size();
+    lists.push_back(std::move(l));
+  }
   bool wake = false;
   {
-    std::lock_guard lock(impl_->mu);
-    if (impl_->stopping) {
-      impl_->dropped_queue_full += spans.size();
-      return;
+    std::lock_guard lock(mu);
+    const size_t before = queued_spans;
+    for (SpanList& l : lists) {  // other threads may have filled the room meanwhile
+      if (stopping || queued_spans + l.spans > options.queue_capacity ||
+          queued_bytes >= options.queue_bytes) {
+        dropped_queue_full += l.spans;
+        continue;
+      }
+      queued_spans += l.spans;
+      queued_bytes += l.json.size();
+      queue.push_back(std::move(l));
     }
-    const size_t room = impl_->options.queue_capacity - impl_->queue.size();
-    const size_t take = std::min(room, spans.size());
-    for (size_t i = 0; i < take; ++i) impl_->queue.push_back(std::move(spans[i]));
-    impl_->dropped_queue_full += spans.size() - take;
-    wake = impl_->queue.size() >= impl_->options.max_batch &&
-           impl_->queue.size() - take < impl_->options.max_batch;
+    wake = queued_spans >= options.max_batch && before < options.max_batch;
   }
-  if (wake) impl_->cv.notify_all();
+  if (wake) cv.notify_all();
 }
 
 TracerStats Tracer::stats() const {
@@ -287,7 +330,7 @@ TracerStats Tracer::stats() const {
   s.export_requests = impl_->export_requests.load();
   s.export_retries = impl_->export_retries.load();
   std::lock_guard lock(impl_->mu);
-  s.queued = impl_->queue.size();
+  s.queued = impl_->queued_spans;
   return s;
 }
 

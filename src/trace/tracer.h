@@ -3,8 +3,10 @@
 // from a bounded queue drained by the tracer's own thread.
 //
 // Contract:
-//   - Export() never blocks and never does I/O: it moves spans into the queue, or drops them
-//     (counted as dropped_queue_full) when the queue holds queue_capacity spans. Callers on the
+//   - Export() never blocks and never does I/O: it encodes the spans (OTLP JSON, on the caller's
+//     thread, so that the exporter thread frees one string instead of the spans' allocations) and
+//     queues them, or drops them (counted as dropped_queue_full, before any encoding) when the
+//     queue holds queue_capacity spans or queue_bytes bytes. Callers on the
 //     request path (the gateway's and the server's I/O threads) call it; the engine thread never
 //     does (the server builds the engine's spans from the request's timeline when it ends).
 //   - The exporter thread sends a batch when max_batch spans are queued or flush_interval passed.
@@ -26,7 +28,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -41,7 +45,9 @@ struct TracerOptions {
   std::vector<Attribute> resource;
   double sample_ratio = 1.0;     // [0, 1]
   size_t queue_capacity = 8192;  // spans
-  size_t max_batch = 512;        // spans per export request
+  // JSON bytes queued (spans are queued encoded): a bound on memory whatever the spans hold.
+  size_t queue_bytes = size_t{64} << 20;
+  size_t max_batch = 512;  // spans per export request
   std::chrono::milliseconds flush_interval{500};
   std::chrono::milliseconds export_timeout{2000};
   int max_retries = 3;
@@ -79,5 +85,11 @@ class Tracer {
 // The ExportTraceServiceRequest JSON of `spans` under one resource (ids as hex strings, times as
 // decimal strings of Unix nanoseconds, enums as numbers — OTLP's JSON mapping).
 std::string EncodeOtlpJson(const std::vector<Attribute>& resource, const std::vector<Span>& spans);
+// The same in two steps, as the exporter does it: AppendOtlpSpans writes spans' JSON objects,
+// comma-separated, without brackets (a "span list"); EncodeOtlpJson wraps span lists (empty ones
+// skipped) into one request.
+void AppendOtlpSpans(std::string* out, std::span<const Span> spans);
+std::string EncodeOtlpJson(const std::vector<Attribute>& resource,
+                           std::span<const std::string_view> span_lists);
 
 }  // namespace strata::trace

@@ -230,6 +230,23 @@ TEST(Exporter, QueueFullDropsWhenCapacityIsTiny) {
   (*rx)->Stall(false);
 }
 
+TEST(Exporter, QueueBytesBoundDropsWhateverTheSpanCount) {
+  auto rx = testing::OtlpReceiver::Start();
+  ASSERT_TRUE(rx.ok());
+  (*rx)->Stall(true);
+  TracerOptions o = Options((*rx)->endpoint());
+  o.queue_bytes = 1;  // one span list fits, then the bytes bound is reached
+  o.max_batch = 1;
+  auto t = MustStart(o);
+  for (int i = 0; i < 100; ++i) {
+    t->Export(MakeSpan(i));
+    EXPECT_LE(t->stats().queued, 1u);
+  }
+  // At most the queue (1) and one batch in flight (1) escaped the drop.
+  EXPECT_GE(t->stats().dropped_queue_full, 98u);
+  (*rx)->Stall(false);
+}
+
 TEST(Exporter, StalledCollectorTimesOutAndDrops) {
   auto rx = testing::OtlpReceiver::Start();
   ASSERT_TRUE(rx.ok());
