@@ -503,6 +503,11 @@ def scenario_tracing(a, work):
             continue
         for k in ("request_throughput", "output_throughput"):
             med[f"{k}_cost_pct_{m}"] = 100.0 * (1 - med[m][k] / med["off"][k])
+        # The same from each rep's pair of runs (adjacent in time, so a machine that drifts
+        # between reps moves both): the median of the reps' ratios.
+        med[f"request_throughput_paired_cost_pct_{m}"] = 100.0 * (1 - statistics.median(
+            x["request_throughput"] / y["request_throughput"]
+            for x, y in zip(rows[m], rows["off"])))
         med[f"cpu_per_request_cost_pct_{m}"] = 100.0 * (
             med[m]["cpu_ms_per_request"] / med["off"]["cpu_ms_per_request"] - 1)
         med[f"median_e2el_change_pct_{m}"] = 100.0 * (
