@@ -18,6 +18,8 @@
 #include "base/memory_size.h"
 #include "base/thread_pool.h"
 #include "bench/metrics.h"
+#include "control/device_probe.h"
+#include "control/devices.h"
 #include "engine/runner/sequence_runner.h"
 #include "engine/serving/serving_engine.h"
 #include "kernels/kernels.h"
@@ -35,6 +37,7 @@ struct BenchModelOptions {
   int threads = 0;
   int reps = 5;
   bool json = false;
+  double bandwidth_gbps = 0;  // 0: measured before the run (control/device_probe)
 };
 
 struct Stats {
@@ -94,8 +97,18 @@ Status RunBenchModel(const BenchModelOptions& o) {
   }
   Stats pp = Summarize(pp_tps), tg = Summarize(tg_tps);
   double gb = static_cast<double>(model->weight_bytes()) / 1e9;
+  // The decode roofline: the bytes a token streams over the machine's read bandwidth on these
+  // threads (measured after the run, unless given).
+  control::probe::Rate bw{o.bandwidth_gbps, "given (--bandwidth-gbps)"};
+  if (bw.value <= 0) bw = control::probe::MemoryBandwidthGbps(pool.num_threads(), size_t{1} << 30);
+  const double decode_gb = static_cast<double>(model->decode_bytes()) / 1e9;
+  const double roofline = bw.value > 0 ? tg.median * decode_gb / bw.value : 0.0;
+  const control::CpuIdentity cpu_id = control::ThisCpu();
+  const std::string cpu =
+      fmt::format("{} (family {}, model {})", cpu_id.brand, cpu_id.family, cpu_id.model);
   if (o.json) {
     nlohmann::json j = {{"model", path},
+                        {"cpu", cpu},
                         {"threads", pool.num_threads()},
                         {"isa", kernels::IsaName(kernels::ActiveIsa())},
                         {"pp", o.pp},
@@ -103,6 +116,11 @@ Status RunBenchModel(const BenchModelOptions& o) {
                         {"reps", o.reps},
                         {"load_s", load_s},
                         {"weight_gb", gb},
+                        {"decode_gb_per_token", decode_gb},
+                        {"bandwidth_gbps", bw.value},
+                        {"bandwidth_how", bw.how},
+                        {"roofline_fraction", roofline},
+                        {"repacked_gb", static_cast<double>(model->repacked_bytes()) / 1e9},
                         {"pp_tps", pp.median},
                         {"pp_tps_min", pp.min},
                         {"pp_tps_max", pp.max},
@@ -115,17 +133,18 @@ Status RunBenchModel(const BenchModelOptions& o) {
                         {"tg_samples", tg_tps}};
     std::cout << j.dump(2) << std::endl;
   } else {
-    std::cout << fmt::format("model {} ({:.3f} GB weights, load {:.2f} s), threads {}, isa {}\n",
-                             path, gb, load_s, pool.num_threads(),
-                             kernels::IsaName(kernels::ActiveIsa()));
+    std::cout << fmt::format(
+        "model {} ({:.3f} GB weights, load {:.2f} s), threads {}, isa {}\ncpu {}\n", path, gb,
+        load_s, pool.num_threads(), kernels::IsaName(kernels::ActiveIsa()), cpu);
     std::cout << fmt::format(
         "pp{:<5} {:10.2f} tok/s  (min {:.2f}, max {:.2f}, sd {:.2f}, {} reps)\n", o.pp, pp.median,
         pp.min, pp.max, pp.stddev, o.reps);
     if (o.tg > 0)
       std::cout << fmt::format(
           "tg{:<5} {:10.2f} tok/s  (min {:.2f}, max {:.2f}, sd {:.2f}, {} reps; {:.1f} GB/s of "
-          "weights)\n",
-          o.tg, tg.median, tg.min, tg.max, tg.stddev, o.reps, tg.median * gb);
+          "weights, {:.0f} % of the {:.1f} GB/s read bandwidth)\n",
+          o.tg, tg.median, tg.min, tg.max, tg.stddev, o.reps, tg.median * decode_gb, 100 * roofline,
+          bw.value);
   }
   return Status::Ok();
 }
@@ -453,6 +472,7 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   bench->require_subcommand(1);
   RegisterBenchServe(bench, exit_code);
   RegisterBenchFlood(bench, exit_code);
+  RegisterBenchMemory(bench, exit_code);
   auto o = std::make_shared<BenchModelOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "model", "Single-sequence prefill (pp) and decode (tg) throughput, like llama-bench");
@@ -461,6 +481,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   cmd->add_option("--tg", o->tg, "Decode steps after the prefill")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
   cmd->add_option("-r,--reps", o->reps, "Repetitions (median reported)")->capture_default_str();
+  cmd->add_option("--bandwidth-gbps", o->bandwidth_gbps,
+                  "Read bandwidth for roofline_fraction (default: measured on the same threads)");
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o, exit_code] {
     Status s = RunBenchModel(*o);

@@ -1,15 +1,20 @@
 // `strata info MODEL`: prints a GGUF file's header, metadata and a tensor summary (text or JSON).
+// `strata info --cpu`: the CPU, its kernel ISA level and the kernel variant MatMul runs per weight
+// type (kernels::DescribeKernels), with the reason.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "app/commands.h"
+#include "control/devices.h"
 #include "gguf/gguf.h"
+#include "kernels/kernels.h"
 
 namespace strata::app {
 namespace {
@@ -17,8 +22,41 @@ namespace {
 struct InfoArgs {
   std::string model;
   bool json = false;
+  bool cpu = false;
   size_t max_items = 8;
 };
+
+// The CPU's identity (cpuid, no timing probe) and the kernel variants chosen for it.
+int RunInfoCpu(bool json) {
+  const control::CpuIdentity id = control::ThisCpu();
+  const std::vector<std::string>& features = id.features;
+  const std::string brand = fmt::format("{} (family {}, model {})", id.brand, id.family, id.model);
+  const std::string detected(kernels::IsaName(kernels::DetectIsa()));
+  const std::string active(kernels::IsaName(kernels::ActiveIsa()));
+  const std::vector<kernels::KernelVariant> table = kernels::DescribeKernels();
+  if (json) {
+    nlohmann::json j = {
+        {"cpu", brand}, {"features", features}, {"isa_detected", detected}, {"isa", active}};
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& v : table)
+      rows.push_back({{"type", std::string(DTypeName(v.type))},
+                      {"decode", v.decode},
+                      {"prefill", v.prefill},
+                      {"layout", v.layout},
+                      {"why", v.why}});
+    j["kernels"] = rows;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format(
+      "cpu: {}\nfeatures: {}\nkernel isa: {} (detected {}; STRATA_ISA lowers it)\n\n", brand,
+      fmt::join(features, " "), active, detected);
+  for (const auto& v : table)
+    std::cout << fmt::format(
+        "{:<5} decode:  {}\n      prefill: {}\n      layout:  {}\n      why:     {}\n",
+        DTypeName(v.type), v.decode, v.prefill, v.layout, v.why);
+  return 0;
+}
 
 struct TypeTotals {
   uint64_t tensors = 0;
@@ -73,7 +111,9 @@ void PrintJson(const gguf::GgufFile& f, size_t max_items) {
   j["file_size"] = f.file_size();
   auto& md = j["metadata"] = nlohmann::json::array();
   for (const auto& kv : f.metadata()) {
-    md.push_back({{"key", kv.key}, {"type", TypeString(kv.value)}, {"value", ScalarJson(kv.value, max_items)}});
+    md.push_back({{"key", kv.key},
+                  {"type", TypeString(kv.value)},
+                  {"value", ScalarJson(kv.value, max_items)}});
   }
   auto& ts = j["tensors"] = nlohmann::json::array();
   for (const auto& t : f.tensors()) {
@@ -96,8 +136,9 @@ void PrintJson(const gguf::GgufFile& f, size_t max_items) {
 
 void PrintText(const gguf::GgufFile& f, size_t max_items) {
   std::cout << fmt::format("file:        {}\n", f.path());
-  std::cout << fmt::format("gguf:        version {}, alignment {}, data offset {}, file size {} bytes\n",
-                           f.version(), f.alignment(), f.data_offset(), f.file_size());
+  std::cout << fmt::format(
+      "gguf:        version {}, alignment {}, data offset {}, file size {} bytes\n", f.version(),
+      f.alignment(), f.data_offset(), f.file_size());
 
   size_t key_w = 3;
   for (const auto& kv : f.metadata()) key_w = std::max(key_w, std::min<size_t>(kv.key.size(), 60));
@@ -115,10 +156,11 @@ void PrintText(const gguf::GgufFile& f, size_t max_items) {
   }
   std::cout << fmt::format("\ntensors ({}):\n", f.tensors().size());
   if (!f.tensors().empty()) {
-    std::cout << fmt::format("  {:<{}}  {:<8}  {:<{}}  {:>12}\n", "NAME", name_w, "TYPE", "SHAPE", shape_w, "BYTES");
+    std::cout << fmt::format("  {:<{}}  {:<8}  {:<{}}  {:>12}\n", "NAME", name_w, "TYPE", "SHAPE",
+                             shape_w, "BYTES");
     for (const auto& t : f.tensors()) {
-      std::cout << fmt::format("  {:<{}}  {:<8}  {:<{}}  {:>12}\n", t.name, name_w, DTypeName(t.type),
-                               ShapeString(t.shape), shape_w, t.n_bytes);
+      std::cout << fmt::format("  {:<{}}  {:<8}  {:<{}}  {:>12}\n", t.name, name_w,
+                               DTypeName(t.type), ShapeString(t.shape), shape_w, t.n_bytes);
     }
   }
 
@@ -126,15 +168,23 @@ void PrintText(const gguf::GgufFile& f, size_t max_items) {
   auto by_type = Totals(f, &all);
   if (!by_type.empty()) {
     std::cout << "\nby type:\n";
-    std::cout << fmt::format("  {:<8}  {:>7}  {:>14}  {:>14}\n", "TYPE", "TENSORS", "PARAMS", "BYTES");
+    std::cout << fmt::format("  {:<8}  {:>7}  {:>14}  {:>14}\n", "TYPE", "TENSORS", "PARAMS",
+                             "BYTES");
     for (const auto& [name, tt] : by_type)
-      std::cout << fmt::format("  {:<8}  {:>7}  {:>14}  {:>14}\n", name, tt.tensors, tt.params, tt.bytes);
+      std::cout << fmt::format("  {:<8}  {:>7}  {:>14}  {:>14}\n", name, tt.tensors, tt.params,
+                               tt.bytes);
   }
-  std::cout << fmt::format("\ntotal: {} tensors, {} params, {} bytes ({:.2f} MiB)\n", all.tensors, all.params,
-                           all.bytes, static_cast<double>(all.bytes) / (1024.0 * 1024.0));
+  std::cout << fmt::format("\ntotal: {} tensors, {} params, {} bytes ({:.2f} MiB)\n", all.tensors,
+                           all.params, all.bytes,
+                           static_cast<double>(all.bytes) / (1024.0 * 1024.0));
 }
 
 int RunInfo(const InfoArgs& a) {
+  if (a.cpu) return RunInfoCpu(a.json);
+  if (a.model.empty()) {
+    std::cerr << "error: give a model path, or --cpu\n";
+    return 1;
+  }
   auto f = gguf::GgufFile::Open(a.model);
   if (!f.ok()) {
     std::cerr << "error: " << f.status().message() << "\n";
@@ -157,8 +207,12 @@ int RunInfo(const InfoArgs& a) {
 
 void RegisterInfo(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<InfoArgs>();
-  CLI::App* cmd = app.add_subcommand("info", "Print a GGUF file's header, metadata and tensor summary");
-  cmd->add_option("model", args->model, "Path of the GGUF file")->required();
+  CLI::App* cmd = app.add_subcommand(
+      "info",
+      "Print a GGUF file's header, metadata and tensor summary (or, with --cpu, the kernels)");
+  cmd->add_option("model", args->model, "Path of the GGUF file");
+  cmd->add_flag("--cpu", args->cpu,
+                "Print the CPU, its kernel ISA level and the kernel variant per weight type");
   cmd->add_flag("--json", args->json, "Print JSON instead of text");
   cmd->add_option("--max-items", args->max_items, "Array elements shown per metadata value")
       ->capture_default_str();

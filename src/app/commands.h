@@ -19,7 +19,8 @@ void RegisterAutoscaler(CLI::App& app, int* exit_code);  // cmd_autoscaler.cc
 void RegisterRender(CLI::App& app, int* exit_code);      // cmd_render.cc (render k8s)
 void RegisterBenchServe(CLI::App* bench,
                         int* exit_code);  // cmd_bench_serve.cc (bench serve + bench sweep)
-void RegisterBenchFlood(CLI::App* bench, int* exit_code);  // cmd_bench_flood.cc
+void RegisterBenchFlood(CLI::App* bench, int* exit_code);   // cmd_bench_flood.cc
+void RegisterBenchMemory(CLI::App* bench, int* exit_code);  // cmd_bench_memory.cc
 
 // The running binary's path (/proc/self/exe).
 std::string SelfPath();

@@ -45,6 +45,15 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
   return f;
 }
 
+void MappedFile::ReleasePages(const void* p, size_t n) const {
+  const auto begin = reinterpret_cast<uintptr_t>(p), end = begin + n;
+  const auto lo = reinterpret_cast<uintptr_t>(data_), hi = lo + size_;
+  if (data_ == nullptr || begin < lo || end > hi || n == 0) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
@@ -56,7 +65,8 @@ Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes) 
   auto size = static_cast<long long>(in.tellg());
   if (size < 0) return Status::IoError("cannot size " + path);
   if (static_cast<unsigned long long>(size) > max_bytes)
-    return Status::InvalidArgument(path + " is larger than the limit of " + std::to_string(max_bytes) + " bytes");
+    return Status::InvalidArgument(path + " is larger than the limit of " +
+                                   std::to_string(max_bytes) + " bytes");
   in.seekg(0);
   std::string s(static_cast<size_t>(size), '\0');
   in.read(s.data(), size);

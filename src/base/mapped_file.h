@@ -26,6 +26,10 @@ class MappedFile {
   size_t size() const { return size_; }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
+  // Drops the resident pages wholly inside [p, p + n) (a range of this mapping) from the
+  // process's memory: a later read faults them in again from the file. For data the caller has
+  // copied elsewhere (a repacked weight) and will not read again. Best effort; no-op outside.
+  void ReleasePages(const void* p, size_t n) const;
 
  private:
   MappedFile() = default;

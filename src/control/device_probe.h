@@ -5,7 +5,8 @@
 // measures the widest unit the CPU and the OS support. AMX tiles are not measured (they need a
 // per-process permission request); the rates are those of the vector units.
 //
-// Internal to src/control. Thread contract: each call starts and joins its own threads.
+// Used by src/control (ProbeCpu) and by `strata bench memory` / `bench model` (the roofline).
+// Thread contract: each call starts and joins its own threads.
 #pragma once
 
 #include <string>

@@ -74,10 +74,7 @@ int UsableCores() {
   return std::max(1U, std::thread::hardware_concurrency());
 }
 
-struct CpuId {
-  std::string vendor, brand;
-  std::vector<std::string> features;
-};
+using CpuId = CpuIdentity;
 
 #if defined(__x86_64__)
 uint64_t Xcr0() {  // XGETBV(0): only called when cpuid reports OSXSAVE
@@ -96,7 +93,16 @@ CpuId ReadCpuId() {
   const std::string v = vendor;
   id.vendor = v == "GenuineIntel" ? "intel" : v == "AuthenticAMD" ? "amd" : v;
   unsigned l1_ecx = 0, l7_ebx = 0, l7_ecx = 0, l7_edx = 0, l71_eax = 0;
-  if (__get_cpuid(1, &a, &b, &c, &d) != 0) l1_ecx = c;
+  if (__get_cpuid(1, &a, &b, &c, &d) != 0) {
+    l1_ecx = c;
+    // Display family / model: the extended fields count when the base family is 15 (AMD Zen: 25
+    // = Zen 3/4, 26 = Zen 5) or 6 (Intel; the model names the core generation).
+    const unsigned base_family = (a >> 8) & 0xF, base_model = (a >> 4) & 0xF;
+    id.family =
+        static_cast<int>(base_family == 15 ? base_family + ((a >> 20) & 0xFF) : base_family);
+    id.model = static_cast<int>(
+        base_family == 15 || base_family == 6 ? base_model | (((a >> 16) & 0xF) << 4) : base_model);
+  }
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, a, b, c, d);
     l7_ebx = b, l7_ecx = c, l7_edx = d;
@@ -128,6 +134,12 @@ CpuId ReadCpuId() {  // elsewhere: /proc/cpuinfo's flags / Features line
   return id;
 }
 #endif
+
+}  // namespace
+
+CpuIdentity ThisCpu() { return ReadCpuId(); }
+
+namespace {
 
 // x86-64 micro-architecture levels (the psABI's v2/v3/v4) from the features, for `arch`.
 std::string X86Level(const DeviceProfile& d) {

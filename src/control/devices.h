@@ -53,6 +53,14 @@ struct DeviceProfile {
 
 // This machine's CPU as one device named "cpu0" (figures measured; < 1 s).
 DeviceProfile ProbeCpu();
+// This CPU's identity from cpuid alone (no timing): vendor ("intel", "amd"), brand string, display
+// family and model (x86; 0 elsewhere), and the usable ISA features (as DeviceProfile::features).
+struct CpuIdentity {
+  std::string vendor, brand;
+  int family = 0, model = 0;
+  std::vector<std::string> features;
+};
+CpuIdentity ThisCpu();
 // Accelerators a driver reports ("gpu0", "gpu1", ...); empty when none.
 std::vector<DeviceProfile> ProbeGpus();
 // ProbeCpu() followed by ProbeGpus().

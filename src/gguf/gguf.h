@@ -50,13 +50,13 @@ std::string_view ValueTypeName(ValueType t);
 struct Value {
   ValueType type = ValueType::kUint8;
   ValueType elem_type = ValueType::kUint8;  // for arrays
-  std::variant<uint64_t, int64_t, double, bool, std::string,
-               std::vector<uint64_t>, std::vector<int64_t>, std::vector<double>,
-               std::vector<uint8_t> /* bools */, std::vector<std::string>>
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<uint64_t>,
+               std::vector<int64_t>, std::vector<double>, std::vector<uint8_t> /* bools */,
+               std::vector<std::string>>
       data;
 
-  static Value Uint(ValueType t, uint64_t v);   // t: kUint8/16/32/64
-  static Value Int(ValueType t, int64_t v);     // t: kInt8/16/32/64
+  static Value Uint(ValueType t, uint64_t v);  // t: kUint8/16/32/64
+  static Value Int(ValueType t, int64_t v);    // t: kInt8/16/32/64
   static Value Float32(float v);
   static Value Float64(double v);
   static Value Bool(bool v);
@@ -70,7 +70,7 @@ struct Value {
   static Value EmptyArray(ValueType elem);
 
   bool is_array() const { return type == ValueType::kArray; }
-  size_t array_size() const;  // 0 for scalars
+  size_t array_size() const;                                // 0 for scalars
   std::string ToDisplayString(size_t max_items = 8) const;  // for `strata info`
 };
 
@@ -84,7 +84,7 @@ struct TensorInfo {
   // ggml order: shape[0] is the fastest-varying dimension (row length); 1..4 dims.
   std::vector<uint64_t> shape;
   DType type = DType::kF32;
-  uint64_t offset = 0;       // relative to the start of the data section
+  uint64_t offset = 0;  // relative to the start of the data section
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
   const uint8_t* data = nullptr;  // points into the mapped file / parsed span
@@ -101,9 +101,11 @@ struct ReadOptions {
 class GgufFile {
  public:
   // Maps and parses `path`. Errors name the path and the offending field.
-  static Result<std::unique_ptr<GgufFile>> Open(const std::string& path, const ReadOptions& opts = {});
+  static Result<std::unique_ptr<GgufFile>> Open(const std::string& path,
+                                                const ReadOptions& opts = {});
   // Parses bytes owned by the caller; they must outlive the returned object.
-  static Result<std::unique_ptr<GgufFile>> Parse(std::span<const uint8_t> bytes, const ReadOptions& opts = {});
+  static Result<std::unique_ptr<GgufFile>> Parse(std::span<const uint8_t> bytes,
+                                                 const ReadOptions& opts = {});
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
@@ -133,6 +135,9 @@ class GgufFile {
   Result<std::string> GetStringOr(std::string_view key, std::string def) const;
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  // Drops the resident pages of [p, p + n) of the mapped file (MappedFile::ReleasePages); no-op
+  // for a file parsed from a caller's span.
+  void ReleasePages(const void* p, size_t n) const;
   const TensorInfo* FindTensor(std::string_view name) const;
 
  private:
@@ -157,7 +162,8 @@ class GgufWriter {
   // Sets (or replaces) a metadata key. Order of first insertion is kept in the file.
   void Set(std::string key, Value value);
   // Adds a tensor; `data` must hold exactly RowBytes(type, shape[0]) * prod(shape[1..]) bytes.
-  Status AddTensor(std::string name, DType type, std::vector<uint64_t> shape, std::vector<uint8_t> data);
+  Status AddTensor(std::string name, DType type, std::vector<uint64_t> shape,
+                   std::vector<uint8_t> data);
   // Writes a GGUF v3 file (to a temp name, then renamed).
   Status WriteFile(const std::string& path) const;
   // Serializes to memory (tests, fuzz seeds).

@@ -13,19 +13,32 @@ namespace strata::gguf {
 
 std::string_view ValueTypeName(ValueType t) {
   switch (t) {
-    case ValueType::kUint8: return "u8";
-    case ValueType::kInt8: return "i8";
-    case ValueType::kUint16: return "u16";
-    case ValueType::kInt16: return "i16";
-    case ValueType::kUint32: return "u32";
-    case ValueType::kInt32: return "i32";
-    case ValueType::kFloat32: return "f32";
-    case ValueType::kBool: return "bool";
-    case ValueType::kString: return "string";
-    case ValueType::kArray: return "array";
-    case ValueType::kUint64: return "u64";
-    case ValueType::kInt64: return "i64";
-    case ValueType::kFloat64: return "f64";
+    case ValueType::kUint8:
+      return "u8";
+    case ValueType::kInt8:
+      return "i8";
+    case ValueType::kUint16:
+      return "u16";
+    case ValueType::kInt16:
+      return "i16";
+    case ValueType::kUint32:
+      return "u32";
+    case ValueType::kInt32:
+      return "i32";
+    case ValueType::kFloat32:
+      return "f32";
+    case ValueType::kBool:
+      return "bool";
+    case ValueType::kString:
+      return "string";
+    case ValueType::kArray:
+      return "array";
+    case ValueType::kUint64:
+      return "u64";
+    case ValueType::kInt64:
+      return "i64";
+    case ValueType::kFloat64:
+      return "f64";
   }
   return "unknown";
 }
@@ -50,36 +63,58 @@ uint64_t ScalarSize(ValueType t) {
   switch (t) {
     case ValueType::kUint8:
     case ValueType::kInt8:
-    case ValueType::kBool: return 1;
+    case ValueType::kBool:
+      return 1;
     case ValueType::kUint16:
-    case ValueType::kInt16: return 2;
+    case ValueType::kInt16:
+      return 2;
     case ValueType::kUint32:
     case ValueType::kInt32:
-    case ValueType::kFloat32: return 4;
+    case ValueType::kFloat32:
+      return 4;
     case ValueType::kUint64:
     case ValueType::kInt64:
-    case ValueType::kFloat64: return 8;
-    case ValueType::kString: return 8;  // the length prefix alone
-    case ValueType::kArray: return 12;  // element type + count
+    case ValueType::kFloat64:
+      return 8;
+    case ValueType::kString:
+      return 8;  // the length prefix alone
+    case ValueType::kArray:
+      return 12;  // element type + count
   }
   return 1;
 }
 
 uint64_t MaxUnsigned(ValueType t) {
   switch (t) {
-    case ValueType::kUint8: return std::numeric_limits<uint8_t>::max();
-    case ValueType::kUint16: return std::numeric_limits<uint16_t>::max();
-    case ValueType::kUint32: return std::numeric_limits<uint32_t>::max();
-    default: return std::numeric_limits<uint64_t>::max();
+    case ValueType::kUint8:
+      return std::numeric_limits<uint8_t>::max();
+    case ValueType::kUint16:
+      return std::numeric_limits<uint16_t>::max();
+    case ValueType::kUint32:
+      return std::numeric_limits<uint32_t>::max();
+    default:
+      return std::numeric_limits<uint64_t>::max();
   }
 }
 
 void SignedRange(ValueType t, int64_t* lo, int64_t* hi) {
   switch (t) {
-    case ValueType::kInt8: *lo = INT8_MIN; *hi = INT8_MAX; return;
-    case ValueType::kInt16: *lo = INT16_MIN; *hi = INT16_MAX; return;
-    case ValueType::kInt32: *lo = INT32_MIN; *hi = INT32_MAX; return;
-    default: *lo = INT64_MIN; *hi = INT64_MAX; return;
+    case ValueType::kInt8:
+      *lo = INT8_MIN;
+      *hi = INT8_MAX;
+      return;
+    case ValueType::kInt16:
+      *lo = INT16_MIN;
+      *hi = INT16_MAX;
+      return;
+    case ValueType::kInt32:
+      *lo = INT32_MIN;
+      *hi = INT32_MAX;
+      return;
+    default:
+      *lo = INT64_MIN;
+      *hi = INT64_MAX;
+      return;
   }
 }
 
@@ -232,7 +267,8 @@ std::string FormatDouble(double v, bool as_float32) {
   // Shortest round-trip digits; plain notation for ordinary magnitudes (500000, not 5e+05).
   char buf[400];
   double mag = std::fabs(v);
-  auto fmt = (v == 0 || (mag >= 1e-4 && mag < 1e15)) ? std::chars_format::fixed : std::chars_format::general;
+  auto fmt = (v == 0 || (mag >= 1e-4 && mag < 1e15)) ? std::chars_format::fixed
+                                                     : std::chars_format::general;
   std::to_chars_result r;
   if (as_float32) {
     r = std::to_chars(buf, buf + sizeof(buf), static_cast<float>(v), fmt);
@@ -250,11 +286,21 @@ std::string Quote(const std::string& s) {
   for (size_t i = 0; i < n; ++i) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           char buf[8];
@@ -299,7 +345,8 @@ std::string Value::ToDisplayString(size_t max_items) const {
         break;
       case ValueType::kFloat32:
       case ValueType::kFloat64:
-        if (const auto* d = std::get_if<double>(&data)) return FormatDouble(*d, type == ValueType::kFloat32);
+        if (const auto* d = std::get_if<double>(&data))
+          return FormatDouble(*d, type == ValueType::kFloat32);
         break;
       default:
         if (const auto* u = std::get_if<uint64_t>(&data)) return std::to_string(*u);
@@ -312,12 +359,14 @@ std::string Value::ToDisplayString(size_t max_items) const {
   return std::visit(
       [&](const auto& d) -> std::string {
         using T = std::decay_t<decltype(d)>;
-        if constexpr (std::is_same_v<T, std::vector<uint64_t>> || std::is_same_v<T, std::vector<int64_t>>) {
+        if constexpr (std::is_same_v<T, std::vector<uint64_t>> ||
+                      std::is_same_v<T, std::vector<int64_t>>) {
           return FormatArray(d, max_items, [](auto x) { return std::to_string(x); });
         } else if constexpr (std::is_same_v<T, std::vector<double>>) {
           return FormatArray(d, max_items, [&](double x) { return FormatDouble(x, f32); });
         } else if constexpr (std::is_same_v<T, std::vector<uint8_t>>) {
-          return FormatArray(d, max_items, [](uint8_t x) { return std::string(x ? "true" : "false"); });
+          return FormatArray(d, max_items,
+                             [](uint8_t x) { return std::string(x ? "true" : "false"); });
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           return FormatArray(d, max_items, [](const std::string& x) { return Quote(x); });
         } else {
@@ -332,8 +381,8 @@ std::string Value::ToDisplayString(size_t max_items) const {
 namespace {
 
 Status WrongType(std::string_view key, const Value& v, std::string_view wanted) {
-  return Status::InvalidArgument("metadata '" + std::string(key) + "': expected " + std::string(wanted) +
-                                 ", found " + internal::TypeDescription(v));
+  return Status::InvalidArgument("metadata '" + std::string(key) + "': expected " +
+                                 std::string(wanted) + ", found " + internal::TypeDescription(v));
 }
 
 Status Missing(std::string_view key) {
@@ -350,10 +399,15 @@ const Value* GgufFile::Find(std::string_view key) const {
 }
 
 const TensorInfo* GgufFile::FindTensor(std::string_view name) const {
-  auto it = std::lower_bound(tensor_sorted_.begin(), tensor_sorted_.end(), name,
-                             [&](size_t idx, std::string_view k) { return tensors_[idx].name < k; });
+  auto it =
+      std::lower_bound(tensor_sorted_.begin(), tensor_sorted_.end(), name,
+                       [&](size_t idx, std::string_view k) { return tensors_[idx].name < k; });
   if (it == tensor_sorted_.end() || tensors_[*it].name != name) return nullptr;
   return &tensors_[*it];
+}
+
+void GgufFile::ReleasePages(const void* p, size_t n) const {
+  if (file_ != nullptr) file_->ReleasePages(p, n);
 }
 
 Result<std::string> GgufFile::GetString(std::string_view key) const {
@@ -373,8 +427,9 @@ Result<uint64_t> GgufFile::GetUint(std::string_view key) const {
   if (internal::IsSignedType(v->type)) {
     if (const auto* i = std::get_if<int64_t>(&v->data)) {
       if (*i < 0)
-        return Status::InvalidArgument("metadata '" + std::string(key) + "': expected an unsigned integer, found " +
-                                       std::string(ValueTypeName(v->type)) + " " + std::to_string(*i));
+        return Status::InvalidArgument(
+            "metadata '" + std::string(key) + "': expected an unsigned integer, found " +
+            std::string(ValueTypeName(v->type)) + " " + std::to_string(*i));
       return static_cast<uint64_t>(*i);
     }
   }
@@ -390,8 +445,8 @@ Result<int64_t> GgufFile::GetInt(std::string_view key) const {
   if (internal::IsUnsignedType(v->type)) {
     if (const auto* u = std::get_if<uint64_t>(&v->data)) {
       if (*u > static_cast<uint64_t>(INT64_MAX))
-        return Status::InvalidArgument("metadata '" + std::string(key) + "': u64 value " + std::to_string(*u) +
-                                       " does not fit in i64");
+        return Status::InvalidArgument("metadata '" + std::string(key) + "': u64 value " +
+                                       std::to_string(*u) + " does not fit in i64");
       return static_cast<int64_t>(*u);
     }
   }
@@ -421,7 +476,8 @@ Result<std::span<const std::string>> GgufFile::GetStringArray(std::string_view k
   const Value* v = Find(key);
   if (!v) return Missing(key);
   const auto* s = std::get_if<std::vector<std::string>>(&v->data);
-  if (!v->is_array() || v->elem_type != ValueType::kString || !s) return WrongType(key, *v, "array[string]");
+  if (!v->is_array() || v->elem_type != ValueType::kString || !s)
+    return WrongType(key, *v, "array[string]");
   return std::span<const std::string>(*s);
 }
 
@@ -448,8 +504,9 @@ Result<std::vector<int64_t>> GgufFile::GetIntArray(std::string_view key) const {
       out.reserve(u->size());
       for (size_t k = 0; k < u->size(); ++k) {
         if ((*u)[k] > static_cast<uint64_t>(INT64_MAX))
-          return Status::InvalidArgument("metadata '" + std::string(key) + "': element " + std::to_string(k) +
-                                         " (" + std::to_string((*u)[k]) + ") does not fit in i64");
+          return Status::InvalidArgument("metadata '" + std::string(key) + "': element " +
+                                         std::to_string(k) + " (" + std::to_string((*u)[k]) +
+                                         ") does not fit in i64");
         out.push_back(static_cast<int64_t>((*u)[k]));
       }
       return out;

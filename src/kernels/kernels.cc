@@ -253,6 +253,132 @@ void QuantizeRow(DType t, const float* src, void* dst, size_t n) {
   }
 }
 
+namespace internal {
+
+PanelGeom PanelGeometry(DType t, size_t cols) {
+  PanelGeom g;
+  if (t == DType::kQ8_0) g.qb = 32;
+  if (t == DType::kQ4_0) g.qb = 16;
+  if (g.qb == 0) return g;
+  g.nb = cols / 32;
+  g.scales_off = g.nb * kPanelRows * g.qb;
+  g.stride = (g.scales_off + g.nb * 2 * kPanelRows + 63) / 64 * 64;
+  return g;
+}
+
+}  // namespace internal
+
+WeightLayout PreferredLayout(DType t) {
+  if (t != DType::kQ4_0 && t != DType::kQ8_0) return WeightLayout::kRows;
+  const char* env = std::getenv("STRATA_WEIGHT_LAYOUT");
+  if (env != nullptr && std::string_view(env) == "rows") return WeightLayout::kRows;
+  if (env != nullptr && std::string_view(env) == "panels16") return WeightLayout::kPanels16;
+  return ActiveIsa() == Isa::kAvx512 ? WeightLayout::kPanels16 : WeightLayout::kRows;
+}
+
+std::vector<KernelVariant> DescribeKernels() {
+  const Isa isa = ActiveIsa();
+  const bool avx512 = isa == Isa::kAvx512 || isa == Isa::kAmx, avx2 = isa == Isa::kAvx2;
+  std::vector<KernelVariant> out;
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kF16,
+                  DType::kBF16, DType::kF32}) {
+    KernelVariant v{t, "scalar reference", "scalar reference", "rows (as stored)",
+                    "no AVX2+FMA+F16C: the reference kernels"};
+    const bool qx0 = t == DType::kQ4_0 || t == DType::kQ8_0;
+    const bool kq = t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+    if (qx0 && PreferredLayout(t) == WeightLayout::kPanels16) {
+      v = {t, "avx512-vnni GEMV on 16-row interleaved panels (no shuffles)",
+           "avx512-vnni GEMM, 4 rows x 16 tokens", "panels16 (repacked at load)",
+           "AVX-512 VNNI without AMX: the interleaved panel feeds vpdpbusd without cross-lane "
+           "moves (slow on Zen 4, whose 512-bit ops run as two halves)"};
+    } else if (qx0 && avx512) {
+      v = {t, "avx512-vnni GEMV, 16 rows + transposing reduction",
+           isa == Isa::kAmx ? "amx-int8 tdpbssd (>= 4 tokens)"
+                            : "avx512-vnni GEMM, 4 rows x 16 tokens",
+           "rows (as stored)",
+           isa == Isa::kAmx ? "AMX: the tiles read rows in place" : "STRATA_WEIGHT_LAYOUT=rows"};
+    } else if (kq && (avx512 || avx2)) {
+      v = {t, std::string(avx512 ? "avx512-vnni" : "avx2") + " 256-bit tile (Q8_K activations)",
+           "the same tile, 4 tokens per weight read", "rows (as stored)",
+           "K-quant super-blocks: integer dot per 32, scales per sub-block"};
+    } else if (avx512 || avx2) {
+      const std::string w = avx512 ? "512-bit" : "256-bit";
+      v = {t, w + " FMA tile", w + " FMA tile, 4 tokens per weight read", "rows (as stored)",
+           t == DType::kF32 ? "f32 FMA" : "weights widened to f32 in registers, f32 FMA"};
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+size_t PanelLayoutBytes(DType t, size_t rows, size_t cols) {
+  const internal::PanelGeom g = internal::PanelGeometry(t, cols);
+  return g.qb == 0 ? 0 : (rows + internal::kPanelRows - 1) / internal::kPanelRows * g.stride;
+}
+
+namespace {
+
+// The byte a kPanels16 panel stores for quant byte k of a row's block: Q8_0 values as q + 128
+// (the u8 operand of vpdpbusd), Q4_0 nibble pairs as they are.
+uint32_t PanelFlip(DType t) { return t == DType::kQ8_0 ? 0x80808080u : 0u; }
+
+}  // namespace
+
+void PackPanels(const WeightMatrix& w, void* dst) {
+  const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
+  if (g.qb == 0 || w.layout != WeightLayout::kRows || w.cols % 32 != 0)
+    Fatal("PackPanels: needs a Q4_0/Q8_0 matrix in row layout", w.type);
+  const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
+  const size_t block_bytes = 2 + g.qb;
+  const uint32_t flip = PanelFlip(w.type);
+  const size_t n_panels = (w.rows + internal::kPanelRows - 1) / internal::kPanelRows;
+  auto* out = static_cast<unsigned char*>(dst);
+  std::memset(out, 0, n_panels * g.stride);
+  const auto* src = static_cast<const unsigned char*>(w.data);
+  for (size_t r = 0; r < w.rows; ++r) {
+    unsigned char* panel = out + (r / internal::kPanelRows) * g.stride;
+    const size_t i = r % internal::kPanelRows;
+    const unsigned char* row = src + r * row_bytes;
+    for (size_t b = 0; b < g.nb; ++b) {
+      const unsigned char* blk = row + b * block_bytes;
+      unsigned char* q = panel + b * internal::kPanelRows * g.qb + 4 * i;
+      for (size_t j = 0; j < g.qb / 4; ++j) {
+        uint32_t v;
+        std::memcpy(&v, blk + 2 + 4 * j, 4);
+        v ^= flip;
+        std::memcpy(q + 64 * j, &v, 4);
+      }
+      std::memcpy(panel + g.scales_off + 32 * b + 2 * i, blk, 2);
+    }
+  }
+}
+
+void ReadRow(const WeightMatrix& w, size_t r, void* dst) {
+  const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
+  if (w.layout == WeightLayout::kRows) {
+    std::memcpy(dst, static_cast<const char*>(w.data) + r * row_bytes, row_bytes);
+    return;
+  }
+  const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
+  const size_t block_bytes = 2 + g.qb;
+  const uint32_t flip = PanelFlip(w.type);
+  const auto* panel =
+      static_cast<const unsigned char*>(w.data) + (r / internal::kPanelRows) * g.stride;
+  const size_t i = r % internal::kPanelRows;
+  auto* out = static_cast<unsigned char*>(dst);
+  for (size_t b = 0; b < g.nb; ++b) {
+    unsigned char* blk = out + b * block_bytes;
+    std::memcpy(blk, panel + g.scales_off + 32 * b + 2 * i, 2);
+    const unsigned char* q = panel + b * internal::kPanelRows * g.qb + 4 * i;
+    for (size_t j = 0; j < g.qb / 4; ++j) {
+      uint32_t v;
+      std::memcpy(&v, q + 64 * j, 4);
+      v ^= flip;
+      std::memcpy(blk + 2 + 4 * j, &v, 4);
+    }
+  }
+}
+
 void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, ThreadPool* pool,
             size_t x_stride, size_t y_stride) {
   if (w.rows == 0 || n_tokens == 0) return;
@@ -309,15 +435,25 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   // Rows per block: keep the block's weight rows in L2 while all token tiles pass over them.
   const size_t rows_per_block = std::max<size_t>(4, (256 * 1024) / std::max<size_t>(row_bytes, 1));
   const char* wdata = static_cast<const char*>(w.data);
+  const bool panels = w.layout != WeightLayout::kRows;
   auto body = [&](size_t r0, size_t r1, int) {
     float out[internal::kMaxTileTokens];
+    // Panel-layout weights below the avx512 level (a forced ISA): each row is read back into the
+    // GGUF format first, so the tile kernels and their bits are the same as for kRows.
+    thread_local std::vector<uint64_t> row_buf;
+    if (panels && row_buf.size() < (row_bytes + 7) / 8) row_buf.resize((row_bytes + 7) / 8);
     for (size_t rb = r0; rb < r1; rb += rows_per_block) {
       const size_t re = std::min(r1, rb + rows_per_block);
       for (size_t t = 0; t < n_tokens; t += internal::kMaxTileTokens) {
         const int nt = static_cast<int>(std::min<size_t>(internal::kMaxTileTokens, n_tokens - t));
         const char* xt = xq + t * xq_stride;
         for (size_t r = rb; r < re; ++r) {
-          dot(wdata + r * row_bytes, xt, xq_stride, nt, w.cols, out);
+          const char* wr = wdata + r * row_bytes;
+          if (panels) {
+            ReadRow(w, r, row_buf.data());
+            wr = reinterpret_cast<const char*>(row_buf.data());
+          }
+          dot(wr, xt, xq_stride, nt, w.cols, out);
           for (int k = 0; k < nt; ++k) y[(t + static_cast<size_t>(k)) * y_stride + r] = out[k];
         }
       }

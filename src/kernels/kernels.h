@@ -10,13 +10,16 @@
 // F16/BF16 weights: activations are first rounded to f16/bf16 (as ggml converts them to the weight
 // type), then products and accumulation in f32; F32 weights: plain f32.
 // Thread contract: functions are reentrant; MatMul uses the given pool (may be null = 1 thread) and
-// per-thread scratch buffers that grow once and are reused (no allocation per token at steady state).
+// per-thread scratch buffers that grow once and are reused (no allocation per token at steady
+// state).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
@@ -30,10 +33,11 @@ enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 std::string_view IsaName(Isa isa);
 // Best ISA this CPU (and OS) supports (cpuid, xgetbv, arch_prctl).
 Isa DetectIsa();
-// ISA used by the dispatching kernels: min(detected, forced). Initially DetectIsa(), or the value of
-// env STRATA_ISA=scalar|avx2|avx512|amx (clamped to what the CPU supports).
+// ISA used by the dispatching kernels: min(detected, forced). Initially DetectIsa(), or the value
+// of env STRATA_ISA=scalar|avx2|avx512|amx (clamped to what the CPU supports).
 Isa ActiveIsa();
-// Forces an ISA (clamped to DetectIsa()); for tests and benchmarks. Not thread-safe w.r.t. running kernels.
+// Forces an ISA (clamped to DetectIsa()); for tests and benchmarks. Not thread-safe w.r.t. running
+// kernels.
 void SetIsa(Isa isa);
 
 // True if MatMul / DequantizeRow support weights of this type.
@@ -45,15 +49,52 @@ void DequantizeRow(DType t, const void* src, float* dst, size_t n);
 // multiple of the block size. Used by the GGUF writer (`strata synth`) and by tests.
 void QuantizeRow(DType t, const float* src, void* dst, size_t n);
 
-// A row-major weight matrix as stored in GGUF: `rows` rows of `cols` elements of `type`,
-// consecutive rows `row_bytes` apart (row_bytes == RowBytes(type, cols)).
+// How a weight matrix's blocks lie in memory.
+//   kRows:     as stored in GGUF: row after row, `row_bytes` apart.
+//   kPanels16: Q4_0 / Q8_0 only, repacked once at load (PackPanels) so that a decode GEMV is loads,
+//              dot products and FMAs with no shuffles: rows in panels of 16 (the last panel padded
+//              with zero rows), each panel PanelBytes() long and 64-byte aligned; in a panel, per
+//              block b, the quant bytes of the 16 rows interleaved 4 at a time (64-byte vector j
+//              holds bytes 4j..4j+3 of row 0, then of row 1, ..., row 15; Q8_0 stored as q + 128),
+//              then after all blocks the 16 rows' f16 scales per block. The same bytes as the file,
+//              plus at most 63 bytes per panel and the padding rows: resident memory within ~1 %.
+enum class WeightLayout { kRows = 0, kPanels16 = 1 };
+
+// A weight matrix: `rows` rows of `cols` elements of `type`. row_bytes == RowBytes(type, cols)
+// in either layout (for kPanels16 it is the logical row's size, not a stride).
 struct WeightMatrix {
   DType type = DType::kF32;
   const void* data = nullptr;
   size_t rows = 0;
   size_t cols = 0;
   size_t row_bytes = 0;
+  WeightLayout layout = WeightLayout::kRows;
 };
+
+// The layout MatMul runs fastest on for weights of type t at the active ISA: kPanels16 for
+// Q4_0/Q8_0 at the avx512 level without AMX (the shuffle-free VNNI GEMV; on AMX CPUs the tile GEMM
+// reads rows in place), else kRows. Env STRATA_WEIGHT_LAYOUT=rows forces kRows (A/B runs);
+// =panels16 forces kPanels16 for Q4_0/Q8_0 at any ISA (tests: below avx512 MatMul reads the rows
+// back, slower, same bits).
+// Every layout gives the same results bit for bit at every ISA.
+WeightLayout PreferredLayout(DType t);
+
+// What MatMul runs for weights of one type at the active ISA, and why (`strata info --cpu`).
+struct KernelVariant {
+  DType type;
+  std::string decode;   // the few-token path (GEMV)
+  std::string prefill;  // the many-token path (GEMM)
+  std::string layout;   // the weights' layout after load
+  std::string why;
+};
+std::vector<KernelVariant> DescribeKernels();
+// Bytes PackPanels writes for a rows x cols matrix of type t (0 when t has no panel layout).
+size_t PanelLayoutBytes(DType t, size_t rows, size_t cols);
+// Repacks a kRows matrix (Q4_0 or Q8_0) into the panel layout at dst (64-byte aligned,
+// PanelLayoutBytes(w.type, w.rows, w.cols) bytes). Single-threaded; reads every byte of w once.
+void PackPanels(const WeightMatrix& w, void* dst);
+// Writes row r of w (any layout) in the GGUF row format (row_bytes bytes) to dst.
+void ReadRow(const WeightMatrix& w, size_t r, void* dst);
 
 // y[t * y_stride + r] = sum_k W[r, k] * x[t * x_stride + k]  for t < n_tokens, r < w.rows.
 // x_stride >= w.cols, y_stride >= w.rows (pass 0 for "dense": cols / rows).
@@ -67,7 +108,8 @@ struct MatMulOut {
   const WeightMatrix* w;
   float* y;
 };
-void MatMulShared(std::span<const MatMulOut> outs, const float* x, size_t n_tokens, ThreadPool* pool);
+void MatMulShared(std::span<const MatMulOut> outs, const float* x, size_t n_tokens,
+                  ThreadPool* pool);
 
 // ---- Vector ops (f32) ----
 // out = x / sqrt(mean(x^2) + eps) * weight   (weight may be null: no scaling). out may alias x.
@@ -86,23 +128,23 @@ void Softmax(float* x, size_t n);
 // j * kv_stride, hd values), scores = softmax(scores), out = sum_j scores[j] * v_j (v_j = v +
 // j * kv_stride). scores must hold len floats (overwritten); out (hd floats) must not alias inputs.
 // Same result for a given (q, keys, values, len) whatever else is in flight (batch-invariant).
-void Attend(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd, float scale,
-            float* scores, float* out);
+void Attend(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd,
+            float scale, float* scores, float* out);
 // Attend over IEEE-half keys/values (strides in elements), widened to f32 as they are read, for
 // `group` query heads sharing them (head h: query q + h * hd, scores scores + h * len, output
 // out + h * hd). Each head gets the same bits as Attend on the widened rows at the same ISA level
 // (widening is exact and the arithmetic order is the same); it saves writing and re-reading an f32
 // copy of the KV history, and reads each row once per group. group 0 does nothing.
-void AttendF16(const float* q, size_t group, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len, size_t hd,
-               float scale, float* scores, float* out);
+void AttendF16(const float* q, size_t group, const uint16_t* k, const uint16_t* v, size_t kv_stride,
+               size_t len, size_t hd, float scale, float* scores, float* out);
 // AttendF16 straight from a paged cache, for `group` query heads that share the key/value head
 // (grouped-query attention): key j is k_blocks[j >> block_shift] + (j % 2^block_shift) * row_stride
 // (values likewise; strides in elements), so nothing is copied out of the blocks first. Head h's
 // query is q + h * hd and its output out + h * hd; scores must hold group * len floats. Each head
 // gets the bits of AttendF16 on its own with those rows laid out contiguously (only the addresses
 // differ, and the rows are read once per group instead of once per head). group 0 does nothing.
-void AttendF16Paged(const float* q, size_t group, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
-                    unsigned block_shift, size_t row_stride, size_t len, size_t hd, float scale, float* scores,
-                    float* out);
+void AttendF16Paged(const float* q, size_t group, const uint16_t* const* k_blocks,
+                    const uint16_t* const* v_blocks, unsigned block_shift, size_t row_stride,
+                    size_t len, size_t hd, float scale, float* scores, float* out);
 
 }  // namespace strata::kernels

@@ -44,14 +44,28 @@ struct VecOps {
   float (*dot_f32)(const float* a, const float* b, size_t n);
   void (*axpy)(float a, const float* x, float* y, size_t n);
   void (*softmax)(float* x, size_t n);
-  void (*attend)(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd,
-                 float scale, float* scores, float* out);
-  void (*attend_f16)(const float* q, size_t group, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len,
-                     size_t hd, float scale, float* scores, float* out);
-  void (*attend_f16_paged)(const float* q, size_t group, const uint16_t* const* k_blocks, const uint16_t* const* v_blocks,
-                           unsigned block_shift, size_t row_stride, size_t len, size_t hd, float scale,
-                           float* scores, float* out);
+  void (*attend)(const float* q, const float* k, const float* v, size_t kv_stride, size_t len,
+                 size_t hd, float scale, float* scores, float* out);
+  void (*attend_f16)(const float* q, size_t group, const uint16_t* k, const uint16_t* v,
+                     size_t kv_stride, size_t len, size_t hd, float scale, float* scores,
+                     float* out);
+  void (*attend_f16_paged)(const float* q, size_t group, const uint16_t* const* k_blocks,
+                           const uint16_t* const* v_blocks, unsigned block_shift, size_t row_stride,
+                           size_t len, size_t hd, float scale, float* scores, float* out);
 };
+
+// Geometry of the kPanels16 layout (kernels.h) for one type and row length: a panel of 16 rows
+// holds nb blocks of 16 * qb quant bytes (qb = 32 for Q8_0, 16 for Q4_0), then nb * 32 bytes of
+// f16 scales, and panels are `stride` bytes apart (64-byte multiples).
+constexpr size_t kPanelRows = 16;
+struct PanelGeom {
+  size_t nb = 0;          // blocks per row
+  size_t qb = 0;          // quant bytes per row and block
+  size_t scales_off = 0;  // offset of the scales in a panel (nb * 16 * qb)
+  size_t stride = 0;      // bytes per panel
+};
+// Zero qb when t has no panel layout.
+PanelGeom PanelGeometry(DType t, size_t cols);
 
 // Returns the tile kernel for weight type t at this ISA level, or nullptr when that level has no
 // specialised kernel for t (the caller then falls back to a lower level).
@@ -60,10 +74,10 @@ DotTileFn Avx2DotTile(DType t);
 DotTileFn Avx512DotTile(DType t);
 
 // Whole-MatMul fast paths of the AVX-512 level (cpu/matmul_*_avx512.cc): return false when they
-// do not handle the weights' type (the caller then uses the tile kernels). w.row_bytes must be set. `amx`:
-// the caller checked that AMX-INT8 is usable (DetectIsa() == kAmx); the kernels may then use tiles
-// for large token counts, with results identical bit for bit to the non-AMX code.
-// One weight matrix of a shared-activation MatMul: y[t * y_stride + r] for r < w->rows.
+// do not handle the weights' type (the caller then uses the tile kernels). w.row_bytes must be set.
+// `amx`: the caller checked that AMX-INT8 is usable (DetectIsa() == kAmx); the kernels may then use
+// tiles for large token counts, with results identical bit for bit to the non-AMX code. One weight
+// matrix of a shared-activation MatMul: y[t * y_stride + r] for r < w->rows.
 struct QxJob {
   const WeightMatrix* w;  // row_bytes set
   float* y;
@@ -71,8 +85,8 @@ struct QxJob {
 };
 // Several jobs over the same activations (all of one type and one cols, else false): the
 // activations are converted once; each job's outputs are those of a MatMul of its own.
-bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens, ThreadPool* pool,
-                  bool amx);
+bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
+                  ThreadPool* pool, bool amx);
 
 const VecOps& RefVecOps();
 const VecOps& Avx2VecOps();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/checked.h"
@@ -35,16 +36,20 @@ Result<kernels::WeightMatrix> GetMatrix(const gguf::GgufFile& f, const std::stri
   for (size_t i = 2; i < t->shape.size(); ++i) shape_ok = shape_ok && t->shape[i] == 1;
   if (!shape_ok) {
     std::string got;
-    for (size_t i = 0; i < t->shape.size(); ++i) got += (i ? " x " : "") + std::to_string(t->shape[i]);
+    for (size_t i = 0; i < t->shape.size(); ++i)
+      got += (i ? " x " : "") + std::to_string(t->shape[i]);
     return Status::InvalidArgument("tensor '" + name + "' has shape [" + got + "], expected [" +
                                    std::to_string(cols) + " x " + std::to_string(rows) + "]");
   }
   if (!kernels::IsSupported(t->type))
-    return Status::Unimplemented("tensor '" + name + "' has type " + std::string(DTypeName(t->type)) +
+    return Status::Unimplemented("tensor '" + name + "' has type " +
+                                 std::string(DTypeName(t->type)) +
                                  ", which is not supported (supported: f32, f16, bf16, q8_0, q4_0, "
                                  "q4_K, q5_K, q6_K)");
   auto rb = RowBytes(t->type, cols);
-  if (!rb) return Status::InvalidArgument("tensor '" + name + "': row length not a multiple of the block size");
+  if (!rb)
+    return Status::InvalidArgument("tensor '" + name +
+                                   "': row length not a multiple of the block size");
   kernels::WeightMatrix w;
   w.type = t->type;
   w.data = t->data;
@@ -60,7 +65,8 @@ Result<std::vector<float>> GetVector(const gguf::GgufFile& f, const std::string&
   std::vector<float> out(n);
   kernels::DequantizeRow(w.type, w.data, out.data(), n);
   for (float v : out)
-    if (!std::isfinite(v)) return Status::InvalidArgument("tensor '" + name + "' contains a non-finite value");
+    if (!std::isfinite(v))
+      return Status::InvalidArgument("tensor '" + name + "' contains a non-finite value");
   return out;
 }
 
@@ -84,11 +90,12 @@ Status ModelConfig::Validate() const {
     return bad("rope dimension " + std::to_string(rope_dim) + " must be even and <= head dim " +
                std::to_string(head_dim));
   if (!(rms_eps > 0.0f) || !std::isfinite(rms_eps)) return bad("rms eps must be positive");
-  if (!(rope_base > 0.0f) || !std::isfinite(rope_base)) return bad("rope freq_base must be positive");
+  if (!(rope_base > 0.0f) || !std::isfinite(rope_base))
+    return bad("rope freq_base must be positive");
   if (!(rope_linear_scale > 0.0f)) return bad("rope scaling factor must be positive");
   if (!rope_freq_factors.empty() && static_cast<int>(rope_freq_factors.size()) != rope_dim / 2)
-    return bad("rope_freqs has " + std::to_string(rope_freq_factors.size()) + " entries, expected " +
-               std::to_string(rope_dim / 2));
+    return bad("rope_freqs has " + std::to_string(rope_freq_factors.size()) +
+               " entries, expected " + std::to_string(rope_dim / 2));
   for (float f : rope_freq_factors)
     if (!(f > 0.0f) || !std::isfinite(f)) return bad("rope_freqs entries must be positive");
   return Status::Ok();
@@ -105,8 +112,9 @@ Result<ModelConfig> ConfigFromGguf(const gguf::GgufFile& f) {
     c.rope_style = RopeStyle::kNeox;
     c.qkv_bias = true;
   } else {
-    return Status::Unimplemented("unsupported architecture '" + arch +
-                                 "' (supported: llama [Llama 2/3/3.1/3.2, Mistral, TinyLlama], qwen2)");
+    return Status::Unimplemented(
+        "unsupported architecture '" + arch +
+        "' (supported: llama [Llama 2/3/3.1/3.2, Mistral, TinyLlama], qwen2)");
   }
   constexpr int kMaxDim = 1 << 20;
   ASSIGN_OR_RETURN(c.n_layers, GetPositiveInt(f, Key(c.arch, "block_count"), 4096));
@@ -115,7 +123,8 @@ Result<ModelConfig> ConfigFromGguf(const gguf::GgufFile& f) {
   ASSIGN_OR_RETURN(c.n_heads, GetPositiveInt(f, Key(c.arch, "attention.head_count"), 65536));
   c.n_kv_heads = c.n_heads;
   if (f.Has(Key(c.arch, "attention.head_count_kv"))) {
-    ASSIGN_OR_RETURN(c.n_kv_heads, GetPositiveInt(f, Key(c.arch, "attention.head_count_kv"), 65536));
+    ASSIGN_OR_RETURN(c.n_kv_heads,
+                     GetPositiveInt(f, Key(c.arch, "attention.head_count_kv"), 65536));
   }
   ASSIGN_OR_RETURN(c.ctx_len, GetPositiveInt(f, Key(c.arch, "context_length"), 1 << 24));
   if (c.dim % c.n_heads != 0 && !f.Has(Key(c.arch, "attention.key_length")))
@@ -142,7 +151,9 @@ Result<ModelConfig> ConfigFromGguf(const gguf::GgufFile& f) {
     ASSIGN_OR_RETURN(double factor, f.GetFloatOr(Key(c.arch, "rope.scaling.factor"), 1.0));
     c.rope_linear_scale = static_cast<float>(factor);
   } else if (scaling != "none" && !scaling.empty()) {
-    return Status::Unimplemented("rope scaling type '" + scaling + "' is not supported (supported: none, linear, llama3 via rope_freqs)");
+    return Status::Unimplemented(
+        "rope scaling type '" + scaling +
+        "' is not supported (supported: none, linear, llama3 via rope_freqs)");
   }
   const gguf::TensorInfo* emb = f.FindTensor("token_embd.weight");
   if (emb == nullptr) return Status::InvalidArgument("missing tensor 'token_embd.weight'");
@@ -151,8 +162,9 @@ Result<ModelConfig> ConfigFromGguf(const gguf::GgufFile& f) {
   c.n_vocab = static_cast<int>(emb->shape[1]);
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
   if (f.FindTensor("rope_freqs.weight") != nullptr) {
-    ASSIGN_OR_RETURN(c.rope_freq_factors,
-                     GetVector(f, "rope_freqs.weight", static_cast<uint64_t>(std::max(0, c.rope_dim / 2))));
+    ASSIGN_OR_RETURN(
+        c.rope_freq_factors,
+        GetVector(f, "rope_freqs.weight", static_cast<uint64_t>(std::max(0, c.rope_dim / 2))));
   }
   if (c.arch == Arch::kLlama) c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
   RETURN_IF_ERROR(c.Validate());
@@ -171,11 +183,13 @@ Result<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<gguf::GgufFile> f
   ASSIGN_OR_RETURN(m->config_, ConfigFromGguf(f));
   const ModelConfig& c = m->config_;
   const uint64_t dim = static_cast<uint64_t>(c.dim);
-  ASSIGN_OR_RETURN(m->token_embd_, GetMatrix(f, "token_embd.weight", dim, static_cast<uint64_t>(c.n_vocab)));
+  ASSIGN_OR_RETURN(m->token_embd_,
+                   GetMatrix(f, "token_embd.weight", dim, static_cast<uint64_t>(c.n_vocab)));
   if (c.tied_embeddings) {
     m->output_ = m->token_embd_;
   } else {
-    ASSIGN_OR_RETURN(m->output_, GetMatrix(f, "output.weight", dim, static_cast<uint64_t>(c.n_vocab)));
+    ASSIGN_OR_RETURN(m->output_,
+                     GetMatrix(f, "output.weight", dim, static_cast<uint64_t>(c.n_vocab)));
   }
   ASSIGN_OR_RETURN(m->output_norm_, GetVector(f, "output_norm.weight", dim));
   const uint64_t qd = static_cast<uint64_t>(c.q_dim()), kvd = static_cast<uint64_t>(c.kv_dim());
@@ -200,10 +214,52 @@ Result<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<gguf::GgufFile> f
   }
   for (const auto& t : f.tensors()) m->weight_bytes_ += t.n_bytes;
   m->file_ = std::move(file);
+  // The matrices the forward pass multiplies, in the layout the kernels run fastest on. A tied
+  // output matrix is the embedding table: repacked once, Embed reads its rows back.
+  for (LayerWeights& L : m->layers_)
+    for (kernels::WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      RETURN_IF_ERROR(m->Repack(w));
+  RETURN_IF_ERROR(m->Repack(&m->output_));
+  if (c.tied_embeddings) m->token_embd_ = m->output_;
   return m;
 }
 
+void Model::FreeDeleter::operator()(void* p) const { std::free(p); }
+
+uint64_t Model::decode_bytes() const {
+  uint64_t n = output_.rows * output_.row_bytes;
+  for (const LayerWeights& L : layers_)
+    for (const kernels::WeightMatrix* w :
+         {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      n += w->rows * w->row_bytes;
+  return n;
+}
+
+Status Model::Repack(kernels::WeightMatrix* w) {
+  if (w->layout == kernels::PreferredLayout(w->type)) return Status::Ok();
+  const size_t bytes = kernels::PanelLayoutBytes(w->type, w->rows, w->cols);
+  if (bytes == 0) return Status::Ok();
+  void* dst = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (dst == nullptr)
+    return Status::ResourceExhausted("cannot allocate " + std::to_string(bytes) +
+                                     " bytes to repack a weight matrix");
+  repacked_.emplace_back(dst);
+  kernels::PackPanels(*w, dst);
+  file_->ReleasePages(w->data, w->rows * w->row_bytes);
+  w->data = dst;
+  w->layout = kernels::WeightLayout::kPanels16;
+  repacked_bytes_ += bytes;
+  return Status::Ok();
+}
+
 void Model::Embed(int32_t token, float* out) const {
+  if (token_embd_.layout != kernels::WeightLayout::kRows) {
+    thread_local std::vector<uint8_t> row;  // one row in the stored format; grows once
+    if (row.size() < token_embd_.row_bytes) row.resize(token_embd_.row_bytes);
+    kernels::ReadRow(token_embd_, static_cast<size_t>(token), row.data());
+    kernels::DequantizeRow(token_embd_.type, row.data(), out, token_embd_.cols);
+    return;
+  }
   const auto* row = static_cast<const uint8_t*>(token_embd_.data) +
                     static_cast<size_t>(token) * token_embd_.row_bytes;
   kernels::DequantizeRow(token_embd_.type, row, out, token_embd_.cols);

@@ -3,8 +3,11 @@
 // one); this module holds the weights and hyper-parameters.
 //
 // Ownership: Model owns the GgufFile (the mmap). Weights stay in their stored (possibly quantized)
-// form and are read in place; only small vectors (norm weights, biases, rope frequency factors)
-// are converted to f32 copies at load.
+// form and are read in place, except the matrices whose type has a faster layout at this CPU's
+// kernel level (kernels::PreferredLayout: Q4_0/Q8_0 at avx512): those are repacked once at load
+// into buffers the Model owns, and their pages of the mapping are released, so resident memory
+// stays about the file's size. Only small vectors (norm weights, biases, rope frequency factors)
+// are converted to f32 copies at load. STRATA_WEIGHT_LAYOUT=rows keeps every matrix as stored.
 // Thread-safety: a Model is immutable after Load() and may be shared by any number of forward
 // passes (engine/runner) on any threads.
 // Errors: Load() returns InvalidArgument naming the key/tensor that is missing or malformed, or
@@ -82,18 +85,30 @@ class Model {
   const std::vector<LayerWeights>& layers() const { return layers_; }
   // Bytes of all tensor data (what one decode step streams at most).
   uint64_t weight_bytes() const { return weight_bytes_; }
+  // Bytes of the matrices one decode step multiplies (every layer's 7 and the output matrix, as
+  // stored in the file): what a token's decode streams from memory, the numerator of its roofline.
+  uint64_t decode_bytes() const;
 
   // Writes the f32 embedding of `token` into out[0..dim). token must be in [0, n_vocab).
   void Embed(int32_t token, float* out) const;
+  // Bytes of the repacked matrices (kernels::WeightLayout other than kRows); 0 when none.
+  uint64_t repacked_bytes() const { return repacked_bytes_; }
 
  private:
+  struct FreeDeleter {
+    void operator()(void* p) const;
+  };
   Model() = default;
+  // Moves *w to kernels::PreferredLayout(w->type) when that is not the stored layout.
+  Status Repack(kernels::WeightMatrix* w);
   std::unique_ptr<gguf::GgufFile> file_;
   ModelConfig config_;
   kernels::WeightMatrix token_embd_, output_;
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
   uint64_t weight_bytes_ = 0;
+  uint64_t repacked_bytes_ = 0;
+  std::vector<std::unique_ptr<void, FreeDeleter>> repacked_;  // storage of repacked matrices
 };
 
 }  // namespace strata::model

@@ -93,9 +93,11 @@ TEST(OtlpJson, SpanListsWrapIntoTheSameRequestAsOneEncoding) {
   EXPECT_EQ(EncodeOtlpJson(resource, lists), whole);
   const json doc = json::parse(whole);
   EXPECT_EQ(doc["resourceSpans"][0]["scopeSpans"][0]["spans"].size(), 3u);
-  EXPECT_EQ(json::parse(EncodeOtlpJson(resource, std::vector<std::string_view>{}))
-                ["resourceSpans"][0]["scopeSpans"][0]["spans"].size(),
-            0u);
+  EXPECT_EQ(
+      json::parse(EncodeOtlpJson(
+          resource, std::vector<std::string_view>{}))["resourceSpans"][0]["scopeSpans"][0]["spans"]
+          .size(),
+      0u);
 }
 
 TEST(OtlpJson, RootSpanHasNoParentAndUnsetStatusHasNoMessage) {

@@ -2,8 +2,8 @@
 //
 // Arithmetic, per output (row r, token t), whatever path computes it:
 //   isum_b = exact integer dot of weight block b and the Q8_0 activation block b
-//   acc    = fma(float(isum_b), dw_b * dx_b, acc)      for b = 0, 1, ... in order, acc starting at 0
-//   y      = acc
+//   acc    = fma(float(isum_b), dw_b * dx_b, acc)      for b = 0, 1, ... in order, acc starting at
+//   0 y      = acc
 // i.e. the reference's per-block order (with a fused multiply-add). Each output lives in one f32
 // vector lane and sees exactly this instruction sequence, so results do not depend on the thread
 // count, on how tokens are grouped, or on whether the GEMV (lanes = 16 rows) or the GEMM
@@ -42,15 +42,16 @@ namespace {
 #define QX_FN static inline __attribute__((target(QX_TARGET), always_inline))
 #define QX_ENTRY __attribute__((target(QX_TARGET), noinline))
 
-constexpr size_t kGroup = 16;        // tokens per GEMM lane group
-constexpr size_t kPanel = 16;        // rows per GEMV panel / GEMM weight panel
-constexpr int kTileRows = 4;         // rows per GEMM register tile
-constexpr size_t kGemmMinTokens = 6; // below this, tokens go through the GEMV one by one
+constexpr size_t kGroup = 16;         // tokens per GEMM lane group
+constexpr size_t kPanel = 16;         // rows per GEMV panel / GEMM weight panel
+constexpr int kTileRows = 4;          // rows per GEMM register tile
+constexpr size_t kGemmMinTokens = 6;  // below this, tokens go through the GEMV one by one
 constexpr size_t kGroupBlockBytes = 8 * 64 + 64;  // 8 vectors of u8 quads + 16 dx floats
 
 // Per-token activation pack: qs (64 bytes per block pair; Q8_0 weights: natural order; Q4_0:
 // [b0 0..15, b1 0..15, b0 16..31, b1 16..31] to match the nibble unpack), then dx floats and
-// corr int32 (C * sum of the block's values, C = 8 for Q4_0 and 128 for Q8_0), both padded to pairs.
+// corr int32 (C * sum of the block's values, C = 8 for Q4_0 and 128 for Q8_0), both padded to
+// pairs.
 struct ActLayout {
   size_t nb, npairs, dx_off, corr_off, stride;
 };
@@ -105,7 +106,9 @@ QX_FN int HsumEpi32(__m512i v) {
 #include "kernels/cpu/tree16.inc"
 
 struct MaxPs {
-  __attribute__((target(QX_TARGET))) __m512 operator()(__m512 a, __m512 b) const { return _mm512_max_ps(a, b); }
+  __attribute__((target(QX_TARGET))) __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_max_ps(a, b);
+  }
 };
 struct AddEpi32 {  // on float-typed vectors holding int32 lanes
   __attribute__((target(QX_TARGET))) __m512 operator()(__m512 a, __m512 b) const {
@@ -117,14 +120,15 @@ struct AddEpi32 {  // on float-typed vectors holding int32 lanes
 // done 16 at a time: max of absolute values and integer sums do not depend on the order, and the
 // divisions and f16 rounding are the same IEEE operations lane-wise (vcvtps2ph rounds to nearest
 // even like F32ToF16), so every byte written is the one PackToken's block loop writes.
-template <bool kQ4>
+template <bool kQ4, bool kPair = kQ4>
 QX_FN void PackBlocks16(const float* x, size_t b0, int8_t* qs, float* dx, int32_t* corr) {
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   auto slot = [](int j) { return 4 * (j % 4) + j / 4; };  // tree input j holds block b0 + slot(j)
   __m512 m[16];
   for (int j = 0; j < 16; ++j) {
     const float* p = x + 32 * (b0 + static_cast<size_t>(slot(j)));
-    m[j] = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(p), abs_mask), _mm512_and_ps(_mm512_loadu_ps(p + 16), abs_mask));
+    m[j] = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(p), abs_mask),
+                         _mm512_and_ps(_mm512_loadu_ps(p + 16), abs_mask));
   }
   const __m512 amax = Tree16(m, MaxPs{});
   const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
@@ -132,7 +136,8 @@ QX_FN void PackBlocks16(const float* x, size_t b0, int8_t* qs, float* dx, int32_
   const __mmask16 nz = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_UQ);
   alignas(64) float id[16];
   _mm512_store_ps(id, _mm512_maskz_div_ps(nz, _mm512_set1_ps(127.0f), amax));
-  _mm512_storeu_ps(dx + b0, _mm512_cvtph_ps(_mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+  _mm512_storeu_ps(
+      dx + b0, _mm512_cvtph_ps(_mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
   __m512 sums[16];
   for (int j = 0; j < 16; ++j) {
     const size_t b = b0 + static_cast<size_t>(slot(j));
@@ -140,8 +145,10 @@ QX_FN void PackBlocks16(const float* x, size_t b0, int8_t* qs, float* dx, int32_
     const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b), vid));
     const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16), vid));
     sums[j] = _mm512_castsi512_ps(_mm512_add_epi32(q0, q1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kQ4>(b, 0)), _mm512_cvtsepi32_epi8(q0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kQ4>(b, 16)), _mm512_cvtsepi32_epi8(q1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kPair>(b, 0)),
+                     _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kPair>(b, 16)),
+                     _mm512_cvtsepi32_epi8(q1));
   }
   const __m512i total = _mm512_castps_si512(Tree16(sums, AddEpi32{}));
   _mm512_storeu_si512(corr + b0, _mm512_mullo_epi32(total, _mm512_set1_epi32(kQ4 ? 8 : 128)));
@@ -149,17 +156,18 @@ QX_FN void PackBlocks16(const float* x, size_t b0, int8_t* qs, float* dx, int32_
 
 // Quantizes one token to Q8_0 exactly as ref::QuantizeQ8_0 (amax/127 rounded to f16, values
 // round-half-even of x * (127/amax)) and writes it in the pack layout.
-template <bool kQ4>
+template <bool kQ4, bool kPair = kQ4>
 QX_FN void PackToken(const float* x, const ActLayout& l, char* dst) {
   int8_t* qs = reinterpret_cast<int8_t*>(dst);
   float* dx = reinterpret_cast<float*>(dst + l.dx_off);
   int32_t* corr = reinterpret_cast<int32_t*>(dst + l.corr_off);
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   size_t b0 = 0;
-  for (; b0 + 16 <= l.nb; b0 += 16) PackBlocks16<kQ4>(x, b0, qs, dx, corr);
+  for (; b0 + 16 <= l.nb; b0 += 16) PackBlocks16<kQ4, kPair>(x, b0, qs, dx, corr);
   for (size_t b = b0; b < l.nb; ++b) {
     const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
-    const float amax = HmaxPs(_mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
+    const float amax =
+        HmaxPs(_mm512_max_ps(_mm512_and_ps(v0, abs_mask), _mm512_and_ps(v1, abs_mask)));
     const float d = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     dx[b] = F16ToF32(F32ToF16(d));
@@ -167,13 +175,16 @@ QX_FN void PackToken(const float* x, const ActLayout& l, char* dst) {
     const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));  // MXCSR default: nearest even
     const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
     corr[b] = (kQ4 ? 8 : 128) * HsumEpi32(_mm512_add_epi32(q0, q1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kQ4>(b, 0)), _mm512_cvtsepi32_epi8(q0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kQ4>(b, 16)), _mm512_cvtsepi32_epi8(q1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kPair>(b, 0)),
+                     _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kPair>(b, 16)),
+                     _mm512_cvtsepi32_epi8(q1));
   }
   if (l.nb % 2 != 0) {  // zero the unused half of the last pair
     const size_t b = l.nb;
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kQ4>(b, 0)), _mm_setzero_si128());
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kQ4>(b, 16)), _mm_setzero_si128());
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kPair>(b, 0)), _mm_setzero_si128());
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + ElemOffset<kPair>(b, 16)),
+                     _mm_setzero_si128());
     dx[b] = 0.0f;
     corr[b] = 0;
   }
@@ -186,7 +197,9 @@ QX_FN __m512i LoadWPair(const char* row, size_t b, bool two) {
   if constexpr (kQ4) {
     const char* p = row + b * sizeof(BlockQ4_0) + 2;
     const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i q1 = two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + sizeof(BlockQ4_0))) : _mm_setzero_si128();
+    const __m128i q1 =
+        two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + sizeof(BlockQ4_0)))
+            : _mm_setzero_si128();
     const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i lo = _mm256_and_si256(q, m4);
@@ -195,9 +208,11 @@ QX_FN __m512i LoadWPair(const char* row, size_t b, bool two) {
   } else {
     const char* p = row + b * sizeof(BlockQ8_0) + 2;
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i c = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + sizeof(BlockQ8_0)))
-                          : _mm256_setzero_si256();
-    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1), _mm512_set1_epi8(-128));
+    const __m256i c =
+        two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + sizeof(BlockQ8_0)))
+            : _mm256_setzero_si256();
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1),
+                            _mm512_set1_epi8(-128));
   }
 }
 
@@ -207,10 +222,13 @@ template <bool kQ4>
 QX_FN void Reduce16(const __m512i (&v)[16], __m512i* s0, __m512i* s1) {
   __m512i l1[8], l2[4], l3[2];
   for (int i = 0; i < 8; ++i)
-    l1[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    l1[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                             _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
   for (int i = 0; i < 4; ++i)
-    l2[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(l1[2 * i], l1[2 * i + 1]), _mm512_unpackhi_epi64(l1[2 * i], l1[2 * i + 1]));
-  // l2[q]: chunk c holds rows 4q..4q+3 of chunk c. Q8_0 chunks: b, b, b+1, b+1; Q4_0: b, b+1, b, b+1.
+    l2[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(l1[2 * i], l1[2 * i + 1]),
+                             _mm512_unpackhi_epi64(l1[2 * i], l1[2 * i + 1]));
+  // l2[q]: chunk c holds rows 4q..4q+3 of chunk c. Q8_0 chunks: b, b, b+1, b+1; Q4_0: b, b+1, b,
+  // b+1.
   constexpr int kA = kQ4 ? 0x44 : 0x88, kB = kQ4 ? 0xEE : 0xDD;
   for (int i = 0; i < 2; ++i)
     l3[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(l2[2 * i], l2[2 * i + 1], kA),
@@ -222,7 +240,8 @@ QX_FN void Reduce16(const __m512i (&v)[16], __m512i* s0, __m512i* s1) {
 
 // Dot products of 16 rows (row i = rows[i]) with one packed token; lane i = row i.
 template <bool kQ4>
-QX_FN __m512 GemvPanel(const char* const (&rows)[16], const __m512i vindex, const char* act, const ActLayout& l) {
+QX_FN __m512 GemvPanel(const char* const (&rows)[16], const __m512i vindex, const char* act,
+                       const ActLayout& l) {
   constexpr size_t kBlockBytes = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
   const float* dx = reinterpret_cast<const float*>(act + l.dx_off);
   const int32_t* corr = reinterpret_cast<const int32_t*>(act + l.corr_off);
@@ -232,17 +251,21 @@ QX_FN __m512 GemvPanel(const char* const (&rows)[16], const __m512i vindex, cons
     const bool two = b + 1 < l.nb;
     const __m512i yv = _mm512_load_si512(act + 64 * p);
     __m512i v[16];
-    for (int i = 0; i < 16; ++i) v[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), LoadWPair<kQ4>(rows[i], b, two), yv);
+    for (int i = 0; i < 16; ++i)
+      v[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), LoadWPair<kQ4>(rows[i], b, two), yv);
     __m512i s0, s1;
     Reduce16<kQ4>(v, &s0, &s1);
     const char* base = rows[0] + b * kBlockBytes;
-    const __m512 dw0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(vindex, base, 1)));
+    const __m512 dw0 =
+        _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(vindex, base, 1)));
     s0 = _mm512_sub_epi32(s0, _mm512_set1_epi32(corr[b]));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw0, _mm512_set1_ps(dx[b])), acc);
     if (two) {
-      const __m512 dw1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(vindex, base + kBlockBytes, 1)));
+      const __m512 dw1 = _mm512_cvtph_ps(
+          _mm512_cvtepi32_epi16(_mm512_i32gather_epi32(vindex, base + kBlockBytes, 1)));
       s1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(corr[b + 1]));
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(dw1, _mm512_set1_ps(dx[b + 1])), acc);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(dw1, _mm512_set1_ps(dx[b + 1])),
+                            acc);
     }
   }
   return acc;
@@ -255,35 +278,60 @@ struct PanelRow {
   const float* dw;
 };
 
+// Q4_0 quant bytes (element k low nibble, k + 16 high) -> the 32 int8 values in order.
+QX_FN __m256i UnpackQ4(__m128i q) {
+  const __m256i qq = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+  return _mm256_sub_epi8(_mm256_and_si256(qq, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+}
+
+// Block b of a GEMM panel row: its int8 values v, -128 * their sum and the f32 scale.
+QX_FN void StoreRowBlock(__m256i v, uint16_t d16, size_t b, int8_t* s8, int32_t* corr, float* dw) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(s8 + 32 * b), v);
+  const __m256i sad =
+      _mm256_sad_epu8(_mm256_xor_si256(v, _mm256_set1_epi8(-128)), _mm256_setzero_si256());
+  __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+  h = _mm_add_epi64(h, _mm_unpackhi_epi64(h, h));
+  const int wsum = static_cast<int>(_mm_cvtsi128_si32(h)) - 128 * 32;
+  corr[b] = -128 * wsum;
+  dw[b] = _cvtsh_ss(d16);
+}
+
 template <bool kQ4>
 QX_FN void PrepRow(const char* row, size_t nb, int8_t* s8, int32_t* corr, float* dw) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (size_t b = 0; b < nb; ++b) {
-    __m256i v;
+    const char* blk = row + b * (kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0));
     uint16_t d16;
+    std::memcpy(&d16, blk, 2);
+    const __m256i v = kQ4 ? UnpackQ4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)))
+                          : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    StoreRowBlock(v, d16, b, s8, corr, dw);
+  }
+}
+
+// The same from row i of a kPanels16 panel: the row's 4-byte groups are 64 bytes apart.
+template <bool kQ4>
+QX_FN void PrepPanelRow(const char* panel, const PanelGeom& g, size_t i, int8_t* s8, int32_t* corr,
+                        float* dw) {
+  const __m256i step = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
+  for (size_t b = 0; b < g.nb; ++b) {
+    const char* q = panel + b * kPanel * g.qb + 4 * i;
+    uint16_t d16;
+    std::memcpy(&d16, panel + g.scales_off + 32 * b + 2 * i, 2);
+    __m256i v;
     if constexpr (kQ4) {
-      const char* blk = row + b * sizeof(BlockQ4_0);
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-      const __m256i qq = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
-      v = _mm256_sub_epi8(_mm256_and_si256(qq, m4), _mm256_set1_epi8(8));
-      std::memcpy(&d16, blk, 2);
+      v = UnpackQ4(
+          _mm_i32gather_epi32(reinterpret_cast<const int*>(q), _mm256_castsi256_si128(step), 1));
     } else {
-      const char* blk = row + b * sizeof(BlockQ8_0);
-      v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-      std::memcpy(&d16, blk, 2);
+      v = _mm256_xor_si256(_mm256_i32gather_epi32(reinterpret_cast<const int*>(q), step, 1),
+                           _mm256_set1_epi8(-128));
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s8 + 32 * b), v);
-    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(v, _mm256_set1_epi8(-128)), _mm256_setzero_si256());
-    __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
-    h = _mm_add_epi64(h, _mm_unpackhi_epi64(h, h));
-    const int wsum = static_cast<int>(_mm_cvtsi128_si32(h)) - 128 * 32;
-    corr[b] = -128 * wsum;
-    dw[b] = _cvtsh_ss(d16);
+    StoreRowBlock(v, d16, b, s8, corr, dw);
   }
 }
 
 // 4 rows x 16 tokens over all blocks; out[r] lane t = (row r, token t).
-QX_FN void GemmTile(const PanelRow (&pr)[kTileRows], const char* grp, size_t nb, __m512 (&out)[kTileRows]) {
+QX_FN void GemmTile(const PanelRow (&pr)[kTileRows], const char* grp, size_t nb,
+                    __m512 (&out)[kTileRows]) {
   __m512 acc[kTileRows];
   for (int r = 0; r < kTileRows; ++r) acc[r] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
@@ -300,44 +348,51 @@ QX_FN void GemmTile(const PanelRow (&pr)[kTileRows], const char* grp, size_t nb,
     }
     const __m512 dxv = _mm512_load_ps(reinterpret_cast<const float*>(ab + 512));
     for (int r = 0; r < kTileRows; ++r)
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r]), _mm512_mul_ps(_mm512_set1_ps(pr[r].dw[b]), dxv), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r]),
+                               _mm512_mul_ps(_mm512_set1_ps(pr[r].dw[b]), dxv), acc[r]);
   }
   for (int r = 0; r < kTileRows; ++r) out[r] = acc[r];
 }
 
 // Transposes tokens [t0, t0 + 16) (clamped to n_tokens) of the per-token pack into the GEMM layout
 // (kBias: values as u8 y + 128 for vpdpbusd; otherwise signed y for AMX tdpbssd).
-template <bool kQ4, bool kBias>
+// kPair: the order of the pack's quants (ElemOffset).
+template <bool kPair, bool kBias>
 QX_FN void PackGroup(const char* pack, const ActLayout& l, size_t t0, size_t n_tokens, char* dst) {
   alignas(64) int32_t idx[16];
-  for (size_t t = 0; t < 16; ++t) idx[t] = static_cast<int32_t>((std::min(t0 + t, n_tokens - 1) - t0) * l.stride);
+  for (size_t t = 0; t < 16; ++t)
+    idx[t] = static_cast<int32_t>((std::min(t0 + t, n_tokens - 1) - t0) * l.stride);
   const __m512i vindex = _mm512_load_si512(idx);
   pack += t0 * l.stride;
   const __m512i bias = _mm512_set1_epi8(kBias ? -128 : 0);
   for (size_t b = 0; b < l.nb; ++b) {
     char* out = dst + b * kGroupBlockBytes;
     for (size_t j = 0; j < 8; ++j) {
-      const __m512i g = _mm512_i32gather_epi32(vindex, pack + ElemOffset<kQ4>(b, 4 * j), 1);
+      const __m512i g = _mm512_i32gather_epi32(vindex, pack + ElemOffset<kPair>(b, 4 * j), 1);
       _mm512_store_si512(out + 64 * j, _mm512_xor_si512(g, bias));
     }
-    _mm512_store_ps(reinterpret_cast<float*>(out + 512), _mm512_i32gather_ps(vindex, pack + l.dx_off + 4 * b, 1));
+    _mm512_store_ps(reinterpret_cast<float*>(out + 512),
+                    _mm512_i32gather_ps(vindex, pack + l.dx_off + 4 * b, 1));
   }
 }
 
-template <bool kQ4>
-QX_ENTRY void PackTokens(const float* x, size_t x_stride, size_t t0, size_t t1, const ActLayout& l, char* pack) {
-  for (size_t t = t0; t < t1; ++t) PackToken<kQ4>(x + t * x_stride, l, pack + t * l.stride);
+template <bool kQ4, bool kPair>
+QX_ENTRY void PackTokens(const float* x, size_t x_stride, size_t t0, size_t t1, const ActLayout& l,
+                         char* pack) {
+  for (size_t t = t0; t < t1; ++t) PackToken<kQ4, kPair>(x + t * x_stride, l, pack + t * l.stride);
 }
 
-template <bool kQ4, bool kBias>
-QX_ENTRY void PackGroups(const char* pack, const ActLayout& l, size_t n_tokens, size_t g0, size_t g1, char* groups) {
+template <bool kPair, bool kBias>
+QX_ENTRY void PackGroups(const char* pack, const ActLayout& l, size_t n_tokens, size_t g0,
+                         size_t g1, char* groups) {
   const size_t gbytes = l.nb * kGroupBlockBytes;
-  for (size_t g = g0; g < g1; ++g) PackGroup<kQ4, kBias>(pack, l, g * kGroup, n_tokens, groups + g * gbytes);
+  for (size_t g = g0; g < g1; ++g)
+    PackGroup<kPair, kBias>(pack, l, g * kGroup, n_tokens, groups + g * gbytes);
 }
 
 template <bool kQ4>
-QX_ENTRY void GemvRows(const WeightMatrix& w, size_t r0, size_t r1, const char* pack, const ActLayout& l,
-                       size_t n_tokens, float* y, size_t y_stride) {
+QX_ENTRY void GemvRows(const WeightMatrix& w, size_t r0, size_t r1, const char* pack,
+                       const ActLayout& l, size_t n_tokens, float* y, size_t y_stride) {
   const char* wd = static_cast<const char*>(w.data);
   for (size_t p0 = r0; p0 < r1; p0 += kPanel) {
     const size_t nr = std::min(kPanel, r1 - p0);
@@ -357,10 +412,11 @@ QX_ENTRY void GemvRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
   }
 }
 
-template <bool kQ4>
-QX_ENTRY void GemmRows(const WeightMatrix& w, size_t r0, size_t r1, const char* groups, const ActLayout& l,
-                       size_t n_tokens, float* y, size_t y_stride) {
+template <bool kQ4, bool kPanels>
+QX_ENTRY void GemmRows(const WeightMatrix& w, size_t r0, size_t r1, const char* groups,
+                       const ActLayout& l, size_t n_tokens, float* y, size_t y_stride) {
   const char* wd = static_cast<const char*>(w.data);
+  const PanelGeom pg = PanelGeometry(w.type, w.cols);
   const size_t nb = l.nb;
   const size_t s8_stride = (nb * 32 + 63) / 64 * 64;
   thread_local Scratch panel_buf;
@@ -372,8 +428,15 @@ QX_ENTRY void GemmRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
   const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
   for (size_t p0 = r0; p0 < r1; p0 += kPanel) {
     const size_t nr = std::min(kPanel, r1 - p0);
-    for (size_t i = 0; i < nr; ++i)
-      PrepRow<kQ4>(wd + (p0 + i) * w.row_bytes, nb, s8 + i * s8_stride, corr + i * nb, dw + i * nb);
+    for (size_t i = 0; i < nr; ++i) {
+      const size_t r = p0 + i;
+      if constexpr (kPanels) {
+        PrepPanelRow<kQ4>(wd + r / kPanel * pg.stride, pg, r % kPanel, s8 + i * s8_stride,
+                          corr + i * nb, dw + i * nb);
+      } else {
+        PrepRow<kQ4>(wd + r * w.row_bytes, nb, s8 + i * s8_stride, corr + i * nb, dw + i * nb);
+      }
+    }
     for (size_t g = 0; g < n_groups; ++g) {
       const size_t t0 = g * kGroup;
       const size_t nt = std::min(kGroup, n_tokens - t0);
@@ -392,6 +455,96 @@ QX_ENTRY void GemmRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
           for (size_t r = 0; r < nrt; ++r) y[(t0 + t) * y_stride + p0 + i0 + r] = tmp[r][t];
       }
     }
+  }
+}
+
+// ---- kPanels16 weights (kernels.h): the decode GEMV without shuffles ----
+// Per block b of a panel, vector j holds quant bytes 4j..4j+3 of the 16 rows, so vpdpbusd with the
+// token's values 4j..4j+3 broadcast leaves row i's partial dot in lane i: the block's integer is
+// the same isum_b as GemvPanel's (u8 weights: Q8_0 as q + 128, Q4_0 nibbles; corr removes
+// C * sum(y_b)), folded by the same FMA with the same scale product, so the bits are GemvPanel's
+// and GemmTile's. Weights stream from one contiguous panel; the only cross-lane work is the
+// broadcast of 4 activation bytes from memory. kNt tokens share each weight load (their
+// arithmetic does not depend on kNt). The activation pack is in natural order (kPair = false).
+// 4 bytes at p broadcast to every 32-bit lane.
+QX_FN __m512i Bcast4(const char* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+template <bool kQ4, int kNt>
+QX_FN void PanelGemv(const char* panel, const PanelGeom& g, const char* const (&act)[kNt],
+                     const ActLayout& l, __m512 (&acc)[kNt]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int t = 0; t < kNt; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t b = 0; b < g.nb; ++b) {
+    const char* q = panel + b * kPanel * g.qb;
+    __m512i s0[kNt], s1[kNt];
+    for (int t = 0; t < kNt; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
+    if constexpr (kQ4) {
+      for (size_t j = 0; j < 4; ++j) {
+        const __m512i v = _mm512_loadu_si512(q + 64 * j);
+        const __m512i lo = _mm512_and_si512(v, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        for (int t = 0; t < kNt; ++t) {
+          s0[t] = _mm512_dpbusd_epi32(s0[t], lo, Bcast4(act[t] + 32 * b + 4 * j));
+          s1[t] = _mm512_dpbusd_epi32(s1[t], hi, Bcast4(act[t] + 32 * b + 16 + 4 * j));
+        }
+      }
+    } else {
+      for (size_t j = 0; j < 8; j += 2) {
+        const __m512i v0 = _mm512_loadu_si512(q + 64 * j);
+        const __m512i v1 = _mm512_loadu_si512(q + 64 * j + 64);
+        for (int t = 0; t < kNt; ++t) {
+          s0[t] = _mm512_dpbusd_epi32(s0[t], v0, Bcast4(act[t] + 32 * b + 4 * j));
+          s1[t] = _mm512_dpbusd_epi32(s1[t], v1, Bcast4(act[t] + 32 * b + 4 * j + 4));
+        }
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + g.scales_off + 32 * b)));
+    for (int t = 0; t < kNt; ++t) {
+      const float dx = reinterpret_cast<const float*>(act[t] + l.dx_off)[b];
+      const int32_t corr = reinterpret_cast<const int32_t*>(act[t] + l.corr_off)[b];
+      const __m512i isum =
+          _mm512_sub_epi32(_mm512_add_epi32(s0[t], s1[t]), _mm512_set1_epi32(corr));
+      acc[t] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
+    }
+  }
+}
+
+template <bool kQ4, int kNt>
+QX_FN void PanelGemvStore(const char* panel, const PanelGeom& g, const char* pack,
+                          const ActLayout& l, size_t t0, __mmask16 mask, float* y,
+                          size_t y_stride) {
+  const char* act[kNt];
+  for (int t = 0; t < kNt; ++t) act[t] = pack + (t0 + static_cast<size_t>(t)) * l.stride;
+  __m512 acc[kNt];
+  PanelGemv<kQ4, kNt>(panel, g, act, l, acc);
+  for (int t = 0; t < kNt; ++t)
+    _mm512_mask_storeu_ps(y + (t0 + static_cast<size_t>(t)) * y_stride, mask, acc[t]);
+}
+
+// Rows [r0, r1) of panel-layout weights (any split: a panel cut by the range computes all 16 lanes
+// and stores those inside it).
+template <bool kQ4>
+QX_ENTRY void GemvPanels(const WeightMatrix& w, size_t r0, size_t r1, const char* pack,
+                         const ActLayout& l, size_t n_tokens, float* y, size_t y_stride) {
+  const PanelGeom g = PanelGeometry(w.type, w.cols);
+  const char* wd = static_cast<const char*>(w.data);
+  for (size_t p0 = r0 / kPanel * kPanel; p0 < r1; p0 += kPanel) {
+    const size_t lo = std::max(p0, r0) - p0, hi = std::min(p0 + kPanel, r1) - p0;
+    const auto mask = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+    const char* panel = wd + p0 / kPanel * g.stride;
+    float* yp = y + p0;
+    size_t t = 0;
+    for (; t + 4 <= n_tokens; t += 4)
+      PanelGemvStore<kQ4, 4>(panel, g, pack, l, t, mask, yp, y_stride);
+    for (; t + 2 <= n_tokens; t += 2)
+      PanelGemvStore<kQ4, 2>(panel, g, pack, l, t, mask, yp, y_stride);
+    for (; t < n_tokens; ++t) PanelGemvStore<kQ4, 1>(panel, g, pack, l, t, mask, yp, y_stride);
   }
 }
 
@@ -438,8 +591,8 @@ static_assert(sizeof(TileConfig) == 64);
 // at s8 + 512 * b + 32 * i (Q4_0: nibble - 8), so one A tile is 512 contiguous bytes. Rows past the
 // matrix repeat its last row (their outputs are dropped).
 template <bool kQ4>
-AMX_FN void PrepAmxPanel(const char* wd, size_t row_bytes, size_t p0, size_t nr, size_t nb, bool copy_s8,
-                         int8_t* s8, float* dwt) {
+AMX_FN void PrepAmxPanel(const char* wd, size_t row_bytes, size_t p0, size_t nr, size_t nb,
+                         bool copy_s8, int8_t* s8, float* dwt) {
   constexpr size_t kBlockBytes = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
   alignas(64) int32_t idx[16];
   for (size_t i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>(std::min(i, nr - 1) * row_bytes);
@@ -459,7 +612,8 @@ AMX_FN void PrepAmxPanel(const char* wd, size_t row_bytes, size_t p0, size_t nr,
       __m256i v;
       if constexpr (kQ4) {
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
-        const __m256i qq = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+        const __m256i qq =
+            _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
         v = _mm256_sub_epi8(_mm256_and_si256(qq, m4), _mm256_set1_epi8(8));
       } else {
         v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
@@ -469,8 +623,10 @@ AMX_FN void PrepAmxPanel(const char* wd, size_t row_bytes, size_t p0, size_t nr,
   }
 }
 
-// acc[i] = fma(float(c[i]), dw_b[i] * dx_b, acc[i]) for the 16 panel rows (see the section comment).
-AMX_FN void FoldBlock(const int32_t (&c)[16][16], const float* dw, const char* gblock, __m512 (&acc)[16]) {
+// acc[i] = fma(float(c[i]), dw_b[i] * dx_b, acc[i]) for the 16 panel rows (see the section
+// comment).
+AMX_FN void FoldBlock(const int32_t (&c)[16][16], const float* dw, const char* gblock,
+                      __m512 (&acc)[16]) {
   const __m512 dxv = _mm512_load_ps(reinterpret_cast<const float*>(gblock + 512));
   for (int i = 0; i < 16; ++i) {
     const __m512 isum = _mm512_cvtepi32_ps(_mm512_load_si512(c[i]));
@@ -479,14 +635,14 @@ AMX_FN void FoldBlock(const int32_t (&c)[16][16], const float* dw, const char* g
 }
 
 // Tile product of block b into C tile kC (A tile kA, B tile kB).
-#define STRATA_AMX_PRODUCT(kC, kA, kB, b)              \
-  do {                                                 \
-    _tile_zero(kC);                                    \
-    _tile_loadd(kA, a + (b) * a_step, as);             \
-    _tile_loadd(kB, grp + (b) * kGroupBlockBytes, 64); \
-    _tile_dpbssd(kC, kA, kB);                          \
+#define STRATA_AMX_PRODUCT(kC, kA, kB, b)            \
+  do {                                               \
+    _tile_zero(kC);                                  \
+    _tile_loadd(kA, a + (b)*a_step, as);             \
+    _tile_loadd(kB, grp + (b)*kGroupBlockBytes, 64); \
+    _tile_dpbssd(kC, kA, kB);                        \
   } while (0)
-#define STRATA_AMX_FOLD(c, b) FoldBlock(c, dwt + 16 * (b), grp + (b) * kGroupBlockBytes, acc)
+#define STRATA_AMX_FOLD(c, b) FoldBlock(c, dwt + 16 * (b), grp + (b)*kGroupBlockBytes, acc)
 
 // 16 panel rows x 16 tokens over nb blocks, continuing the accumulators. Block b of row i is at
 // a + i * a_stride + b * a_step.
@@ -497,15 +653,16 @@ AMX_FN void FoldBlock(const int32_t (&c)[16][16], const float* dw, const char* g
 // pf, if not null, is the part of the next panel to pull toward L2 meanwhile: pf_lines cache lines
 // per block, so the DRAM reads of panel p + 1 overlap the tile work of panel p (a tile load that
 // misses to DRAM stalls the tile pipeline; nothing else keeps enough reads in flight).
-AMX_FN void AmxTile(const char* a, size_t a_stride, size_t a_step, const float* dwt, const char* grp, size_t nb,
-                    const char* pf, size_t pf_lines, __m512 (&acc)[16]) {
+AMX_FN void AmxTile(const char* a, size_t a_stride, size_t a_step, const float* dwt,
+                    const char* grp, size_t nb, const char* pf, size_t pf_lines,
+                    __m512 (&acc)[16]) {
   alignas(64) int32_t c0[16][16];  // even blocks (C tile 0)
   alignas(64) int32_t c1[16][16];  // odd blocks (C tile 1)
   const long as = static_cast<long>(a_stride);
   if (nb == 0) return;
   STRATA_AMX_PRODUCT(0, 2, 4, 0);
-  // Loop invariant (b odd): C tile 0 holds block b - 1, not yet stored; c1 holds block b - 2 (b >= 3),
-  // stored, not yet folded.
+  // Loop invariant (b odd): C tile 0 holds block b - 1, not yet stored; c1 holds block b - 2 (b >=
+  // 3), stored, not yet folded.
   size_t b = 1;
   for (; b + 2 <= nb; b += 2) {
     if (pf != nullptr) {
@@ -536,8 +693,8 @@ AMX_FN void AmxTile(const char* a, size_t a_stride, size_t a_step, const float* 
 #undef STRATA_AMX_FOLD
 
 template <bool kQ4>
-AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* groups, const ActLayout& l,
-                       size_t n_tokens, float* y, size_t y_stride) {
+AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* groups,
+                       const ActLayout& l, size_t n_tokens, float* y, size_t y_stride) {
   // Tile state is per thread; configure it for this call and release it afterwards (so a context
   // switch does not save 8 KiB of tiles for threads that are done with AMX).
   static const TileConfig kConfig;
@@ -560,7 +717,8 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
       // Full Q8_0 panels feed the tiles in place (16 strided 32-byte rows per tile). A compact
       // copy per panel and chunk measured no faster with many token groups at K = 2048 and slower
       // at K = 8192 (BM_MatMul q8_0 512 tokens, 1 thread, 5 alternated runs: 2048 x 8192
-      // 39-51 -> 34-35 ms; 8192 x 2048 33-38 ms either way); Q4_0 nibbles and partial panels need it.
+      // 39-51 -> 34-35 ms; 8192 x 2048 33-38 ms either way); Q4_0 nibbles and partial panels need
+      // it.
       const bool in_place = !kQ4 && nr == kPanel;
       PrepAmxPanel<kQ4>(wd, w.row_bytes, p0, nr, nb, !in_place, s8, dwt);
       __asm__ volatile("" ::: "memory");  // GCC's tile loads are asm without memory inputs
@@ -577,9 +735,11 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
         for (size_t g = c0; g < c1; ++g) {
           float* park = parked + (g - c0) * 256;
           __m512 acc[16];
-          for (int i = 0; i < 16; ++i) acc[i] = s0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(park + 16 * i);
-          AmxTile(a + s0 * a_step, a_stride, a_step, dwt + 16 * s0, groups + g * gbytes + s0 * kGroupBlockBytes,
-                  s1 - s0, g == c0 && pf != nullptr ? pf + 64 * pf_lines * s0 : nullptr, pf_lines, acc);
+          for (int i = 0; i < 16; ++i)
+            acc[i] = s0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(park + 16 * i);
+          AmxTile(a + s0 * a_step, a_stride, a_step, dwt + 16 * s0,
+                  groups + g * gbytes + s0 * kGroupBlockBytes, s1 - s0,
+                  g == c0 && pf != nullptr ? pf + 64 * pf_lines * s0 : nullptr, pf_lines, acc);
           if (s1 < nb) {
             for (int i = 0; i < 16; ++i) _mm512_store_ps(park + 16 * i, acc[i]);
             continue;
@@ -601,9 +761,13 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
 // Jobs share the activations (same cols): they are quantized and grouped once, and one pass over
 // the pool covers the rows of all jobs, laid end to end (a job's outputs never depend on which
 // thread or row range computes them).
-template <bool kQ4>
-void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens, ThreadPool* pool,
-               bool amx) {
+// kPanels: every job's weights are in the kPanels16 layout (activations packed in natural order,
+// no AMX: the tiles read rows in place); otherwise every job's are rows.
+template <bool kQ4, bool kPanels>
+void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
+               ThreadPool* pool, bool amx) {
+  constexpr bool kPair = kQ4 && !kPanels;
+  if constexpr (kPanels) amx = false;
   const ActLayout l = MakeLayout(jobs[0].w->cols);
   thread_local Scratch pack_buf, group_buf;
   char* pack = pack_buf.Get(l.stride * n_tokens);
@@ -619,23 +783,33 @@ void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, siz
   // rows_fn(job, r0, r1) over the pool, for every job's rows laid end to end (each thread gets the
   // part of each job inside its global row range).
   auto run_rows = [&](auto&& rows_fn) {
-    run(total_rows, [&](size_t g0, size_t g1, int) {
-      size_t off = 0;
-      for (const QxJob& j : jobs) {
-        const size_t lo = std::max(g0, off), hi = std::min(g1, off + j.w->rows);
-        if (lo < hi) rows_fn(j, lo - off, hi - off);
-        off += j.w->rows;
-      }
-    }, kPanel);
+    run(
+        total_rows,
+        [&](size_t g0, size_t g1, int) {
+          size_t off = 0;
+          for (const QxJob& j : jobs) {
+            const size_t lo = std::max(g0, off), hi = std::min(g1, off + j.w->rows);
+            if (lo < hi) rows_fn(j, lo - off, hi - off);
+            off += j.w->rows;
+          }
+        },
+        kPanel);
   };
   if (n_tokens >= 4) {
-    run(n_tokens, [&](size_t t0, size_t t1, int) { PackTokens<kQ4>(x, x_stride, t0, t1, l, pack); }, 1);
+    run(
+        n_tokens,
+        [&](size_t t0, size_t t1, int) { PackTokens<kQ4, kPair>(x, x_stride, t0, t1, l, pack); },
+        1);
   } else {
-    PackTokens<kQ4>(x, x_stride, 0, n_tokens, l, pack);
+    PackTokens<kQ4, kPair>(x, x_stride, 0, n_tokens, l, pack);
   }
   if (n_tokens < kGemmMinTokens && !(amx && n_tokens >= kAmxMinTokens)) {
     run_rows([&](const QxJob& j, size_t r0, size_t r1) {
-      GemvRows<kQ4>(*j.w, r0, r1, pack, l, n_tokens, j.y, j.y_stride);
+      if constexpr (kPanels) {
+        GemvPanels<kQ4>(*j.w, r0, r1, pack, l, n_tokens, j.y, j.y_stride);
+      } else {
+        GemvRows<kQ4>(*j.w, r0, r1, pack, l, n_tokens, j.y, j.y_stride);
+      }
     });
     return;
   }
@@ -643,7 +817,12 @@ void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, siz
   char* groups = group_buf.Get(n_groups * l.nb * kGroupBlockBytes);
 #if defined(STRATA_KERNELS_AMX)
   if (amx && n_tokens >= kAmxMinTokens) {
-    run(n_groups, [&](size_t g0, size_t g1, int) { PackGroups<kQ4, false>(pack, l, n_tokens, g0, g1, groups); }, 1);
+    run(
+        n_groups,
+        [&](size_t g0, size_t g1, int) {
+          PackGroups<kPair, false>(pack, l, n_tokens, g0, g1, groups);
+        },
+        1);
     run_rows([&](const QxJob& j, size_t r0, size_t r1) {
       AmxRows<kQ4>(*j.w, r0, r1, groups, l, n_tokens, j.y, j.y_stride);
     });
@@ -652,26 +831,35 @@ void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, siz
 #else
   (void)amx;
 #endif
-  run(n_groups, [&](size_t g0, size_t g1, int) { PackGroups<kQ4, true>(pack, l, n_tokens, g0, g1, groups); }, 1);
+  run(
+      n_groups,
+      [&](size_t g0, size_t g1, int) {
+        PackGroups<kPair, true>(pack, l, n_tokens, g0, g1, groups);
+      },
+      1);
   run_rows([&](const QxJob& j, size_t r0, size_t r1) {
-    GemmRows<kQ4>(*j.w, r0, r1, groups, l, n_tokens, j.y, j.y_stride);
+    GemmRows<kQ4, kPanels>(*j.w, r0, r1, groups, l, n_tokens, j.y, j.y_stride);
   });
 }
 
 }  // namespace
 
-bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens, ThreadPool* pool,
-                  bool amx) {
+bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
+                  ThreadPool* pool, bool amx) {
   if (jobs.empty()) return true;
   const DType type = jobs[0].w->type;
+  const WeightLayout layout = jobs[0].w->layout;
   for (const QxJob& j : jobs)
-    if (j.w->type != type || j.w->cols != jobs[0].w->cols) return false;
+    if (j.w->type != type || j.w->cols != jobs[0].w->cols || j.w->layout != layout) return false;
+  const bool panels = layout == WeightLayout::kPanels16;
   switch (type) {
     case DType::kQ4_0:
-      MatMulQx0<true>(jobs, x, x_stride, n_tokens, pool, amx);
+      panels ? MatMulQx0<true, true>(jobs, x, x_stride, n_tokens, pool, amx)
+             : MatMulQx0<true, false>(jobs, x, x_stride, n_tokens, pool, amx);
       return true;
     case DType::kQ8_0:
-      MatMulQx0<false>(jobs, x, x_stride, n_tokens, pool, amx);
+      panels ? MatMulQx0<false, true>(jobs, x, x_stride, n_tokens, pool, amx)
+             : MatMulQx0<false, false>(jobs, x, x_stride, n_tokens, pool, amx);
       return true;
     default:
       return false;

@@ -1,0 +1,203 @@
+// The kPanels16 weight layout (kernels.h): PackPanels / ReadRow round-trip every row byte for
+// byte, and MatMul / MatMulShared on panel-layout weights give the bits of the same weights in
+// row layout at every ISA (the avx512 panel GEMV and GEMM, the AMX level that falls back to the
+// VNNI GEMM for panels, and the avx2 / scalar tile kernels that read rows back), for every token
+// count path, thread count, row count (partial last panel, thread splits inside a panel) and
+// stride. Row-layout results are themselves checked against the scalar reference in
+// kernels_test.cc, so these memcmps tie the panel paths to the reference too.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kernels/test_util.h"
+
+namespace strata::kernels {
+namespace {
+
+using testing::OwnedWeights;
+using testing::RandomBitsWeights;
+using testing::RandomFloats;
+
+class IsaGuard {
+ public:
+  explicit IsaGuard(Isa isa) : saved_(ActiveIsa()) { SetIsa(isa); }
+  ~IsaGuard() { SetIsa(saved_); }
+  IsaGuard(const IsaGuard&) = delete;
+  IsaGuard& operator=(const IsaGuard&) = delete;
+
+ private:
+  Isa saved_;
+};
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// A panel-layout copy of a row-layout matrix (owns its bytes).
+struct Panels {
+  std::unique_ptr<void, FreeDeleter> mem;
+  WeightMatrix m;
+};
+
+Panels ToPanels(const WeightMatrix& w) {
+  const size_t bytes = PanelLayoutBytes(w.type, w.rows, w.cols);
+  Panels p;
+  p.mem.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  PackPanels(w, p.mem.get());
+  p.m = w;
+  p.m.data = p.mem.get();
+  p.m.layout = WeightLayout::kPanels16;
+  return p;
+}
+
+TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
+  uint32_t seed = 1;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    for (size_t cols : {size_t{32}, size_t{64}, size_t{96}, size_t{352}, size_t{2048}}) {
+      for (size_t rows : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{67}}) {
+        const OwnedWeights w = RandomBitsWeights(t, rows, cols, ++seed);
+        const Panels p = ToPanels(w.m);
+        const size_t panels = (rows + 15) / 16;
+        // The file's bytes for the padded rows, plus < 64 bytes of alignment per panel.
+        EXPECT_LE(PanelLayoutBytes(t, rows, cols), panels * 16 * w.m.row_bytes + panels * 63);
+        EXPECT_GE(PanelLayoutBytes(t, rows, cols), panels * 16 * w.m.row_bytes);
+        std::vector<uint8_t> row(w.m.row_bytes);
+        for (size_t r = 0; r < rows; ++r) {
+          ReadRow(p.m, r, row.data());
+          ASSERT_EQ(0, std::memcmp(row.data(), w.bytes.data() + r * w.m.row_bytes, row.size()))
+              << DTypeName(t) << " cols " << cols << " rows " << rows << " row " << r;
+          ReadRow(w.m, r, row.data());  // row layout: a copy
+          ASSERT_EQ(0, std::memcmp(row.data(), w.bytes.data() + r * w.m.row_bytes, row.size()));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(PanelLayoutBytes(DType::kQ4_K, 16, 256), 0u);
+  EXPECT_EQ(PanelLayoutBytes(DType::kF16, 16, 256), 0u);
+}
+
+TEST(PanelLayout, PreferredOnlyForQx0AtTheAvx512Level) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    IsaGuard guard(isa);
+    const bool panels = ActiveIsa() == Isa::kAvx512;
+    for (DType t : {DType::kQ8_0, DType::kQ4_0})
+      EXPECT_EQ(PreferredLayout(t), panels ? WeightLayout::kPanels16 : WeightLayout::kRows)
+          << IsaName(ActiveIsa());
+    for (DType t :
+         {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+      EXPECT_EQ(PreferredLayout(t), WeightLayout::kRows);
+  }
+}
+
+using PanelParam = std::tuple<Isa, DType>;
+
+class PanelMatMulTest : public ::testing::TestWithParam<PanelParam> {
+ protected:
+  void SetUp() override {
+    if (static_cast<int>(std::get<0>(GetParam())) > static_cast<int>(DetectIsa()))
+      GTEST_SKIP() << "CPU lacks " << IsaName(std::get<0>(GetParam()));
+  }
+};
+
+TEST_P(PanelMatMulTest, SameBitsAsRowLayout) {
+  const auto [isa, type] = GetParam();
+  IsaGuard guard(isa);
+  ThreadPool two(2), three(3);
+  uint32_t seed = 50;
+  for (size_t cols : {size_t{32}, size_t{320}, size_t{352}, size_t{2048}}) {
+    for (size_t rows : {size_t{1}, size_t{3}, size_t{16}, size_t{17}, size_t{67}}) {
+      const OwnedWeights w = RandomBitsWeights(type, rows, cols, ++seed);
+      const Panels p = ToPanels(w.m);
+      for (size_t n_tokens : {1, 2, 3, 4, 5, 6, 7, 16, 37}) {
+        const std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two, &three}) {
+          std::vector<float> y_rows(n_tokens * rows, -1.0f), y_panels(n_tokens * rows, -2.0f);
+          MatMul(w.m, x.data(), n_tokens, y_rows.data(), pool);
+          MatMul(p.m, x.data(), n_tokens, y_panels.data(), pool);
+          ASSERT_EQ(0, std::memcmp(y_rows.data(), y_panels.data(), y_rows.size() * sizeof(float)))
+              << DTypeName(type) << " " << IsaName(isa) << " cols " << cols << " rows " << rows
+              << " tokens " << n_tokens << " threads " << (pool ? pool->num_threads() : 1);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(PanelMatMulTest, StridedInputAndOutput) {
+  const auto [isa, type] = GetParam();
+  IsaGuard guard(isa);
+  const size_t cols = 96, rows = 21, xs = cols + 9, ys = rows + 4;
+  const OwnedWeights w = RandomBitsWeights(type, rows, cols, 7);
+  const Panels p = ToPanels(w.m);
+  for (size_t n_tokens : {size_t{1}, size_t{3}, size_t{9}}) {
+    const std::vector<float> x = RandomFloats(n_tokens * xs, 8);
+    std::vector<float> y_rows(n_tokens * ys, 42.0f), y_panels(n_tokens * ys, 42.0f);
+    MatMul(w.m, x.data(), n_tokens, y_rows.data(), nullptr, xs, ys);
+    MatMul(p.m, x.data(), n_tokens, y_panels.data(), nullptr, xs, ys);
+    EXPECT_EQ(0, std::memcmp(y_rows.data(), y_panels.data(), y_rows.size() * sizeof(float)))
+        << n_tokens;
+    for (size_t t = 0; t < n_tokens; ++t)
+      for (size_t r = rows; r < ys; ++r)
+        EXPECT_EQ(y_panels[t * ys + r], 42.0f) << "wrote past the rows";
+  }
+}
+
+// Q/K/V-like matrices (16, 64 and 17 rows) all in panels, and one left in rows among panels
+// (a mixed call runs each matrix on its own): every output is its row-layout MatMul's bits.
+TEST_P(PanelMatMulTest, SharedActivationsEqualRowLayoutCalls) {
+  const auto [isa, type] = GetParam();
+  IsaGuard guard(isa);
+  const size_t cols = 320;
+  const size_t rows[] = {64, 16, 17};
+  uint32_t seed = 900;
+  std::vector<OwnedWeights> ws;
+  std::vector<Panels> ps;
+  for (size_t r : rows) {
+    ws.push_back(RandomBitsWeights(type, r, cols, ++seed));
+    ps.push_back(ToPanels(ws.back().m));
+  }
+  ThreadPool two(2);
+  for (bool mixed : {false, true}) {
+    for (size_t n_tokens : {size_t{1}, size_t{4}, size_t{6}, size_t{37}}) {
+      const std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+        std::vector<std::vector<float>> shared(3), separate(3);
+        std::vector<MatMulOut> outs;
+        for (size_t i = 0; i < 3; ++i) {
+          shared[i].assign(n_tokens * rows[i], -1.0f);
+          separate[i].assign(n_tokens * rows[i], -2.0f);
+          MatMul(ws[i].m, x.data(), n_tokens, separate[i].data(), pool);
+          outs.push_back(MatMulOut{mixed && i == 1 ? &ws[i].m : &ps[i].m, shared[i].data()});
+        }
+        MatMulShared(outs, x.data(), n_tokens, pool);
+        for (size_t i = 0; i < 3; ++i)
+          EXPECT_EQ(0, std::memcmp(shared[i].data(), separate[i].data(),
+                                   shared[i].size() * sizeof(float)))
+              << DTypeName(type) << (mixed ? " mixed" : "") << " matrix " << i << " tokens "
+              << n_tokens;
+      }
+    }
+  }
+}
+
+std::string PanelParamName(const ::testing::TestParamInfo<PanelParam>& info) {
+  return std::string(IsaName(std::get<0>(info.param))) + "_" +
+         std::string(DTypeName(std::get<1>(info.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, PanelMatMulTest,
+                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2,
+                                                              Isa::kAvx512, Isa::kAmx),
+                                            ::testing::Values(DType::kQ8_0, DType::kQ4_0)),
+                         PanelParamName);
+
+}  // namespace
+}  // namespace strata::kernels
