@@ -1,6 +1,6 @@
 // AVX-512 (F, BW, DQ, VL, VNNI) kernels. Integer tiles use 256-bit vectors with vpdpbusd for the
-// Q4_0/Q8_0 dot products (and the extra registers of AVX-512VL); F16/BF16/F32 tiles and vector ops use
-// 512-bit vectors. Target attributes only; kernels.cc calls these only when cpuid reports them.
+// Q4_0/Q8_0 dot products (and the extra registers of AVX-512VL); F16/BF16/F32 tiles and vector ops
+// use 512-bit vectors. Target attributes only; kernels.cc calls these only when cpuid reports them.
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsic headers initialise pass-through operands with _mm512_undefined_*(),
 // which -Wuninitialized flags once inlined here (GCC bug 105593). Only this file is affected.
@@ -29,7 +29,8 @@ namespace {
 
 STRATA_FN float Hsum512(__m512 v) {
   const __m512 s = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xEE));
-  __m128 h = _mm_add_ps(_mm512_castps512_ps128(s), _mm512_castps512_ps128(_mm512_shuffle_f32x4(s, s, 0x55)));
+  __m128 h = _mm_add_ps(_mm512_castps512_ps128(s),
+                        _mm512_castps512_ps128(_mm512_shuffle_f32x4(s, s, 0x55)));
   h = _mm_add_ps(h, _mm_movehl_ps(h, h));
   h = _mm_add_ss(h, _mm_movehdup_ps(h));
   return _mm_cvtss_f32(h);
@@ -64,9 +65,18 @@ STRATA_FN void DotFloat512N(const void* wv, const void* xv, size_t xs, size_t n,
   }
 }
 
-template <int NT> STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloat512N<NT, uint16_t, false>(w, x, xs, n, o); }
-template <int NT> STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloat512N<NT, uint16_t, true>(w, x, xs, n, o); }
-template <int NT> STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) { DotFloat512N<NT, float, false>(w, x, xs, n, o); }
+template <int NT>
+STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
+  DotFloat512N<NT, uint16_t, false>(w, x, xs, n, o);
+}
+template <int NT>
+STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
+  DotFloat512N<NT, uint16_t, true>(w, x, xs, n, o);
+}
+template <int NT>
+STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) {
+  DotFloat512N<NT, float, false>(w, x, xs, n, o);
+}
 STRATA_DEFINE_TILE(TileF16, DotF16T)
 STRATA_DEFINE_TILE(TileBF16, DotBF16T)
 STRATA_DEFINE_TILE(TileF32, DotF32T)
@@ -76,7 +86,9 @@ constexpr size_t kLanes = 16;
 STRATA_FN VF VZero() { return _mm512_setzero_ps(); }
 STRATA_FN VF VSet1(float v) { return _mm512_set1_ps(v); }
 STRATA_FN VF VLoad(const float* p) { return _mm512_loadu_ps(p); }
-STRATA_FN VF VLoad(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+STRATA_FN VF VLoad(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
 STRATA_FN void VStore(float* p, VF v) { _mm512_storeu_ps(p, v); }
 STRATA_FN VF VAdd(VF a, VF b) { return _mm512_add_ps(a, b); }
 STRATA_FN VF VSub(VF a, VF b) { return _mm512_sub_ps(a, b); }
@@ -89,7 +101,9 @@ STRATA_FN float VHsum(VF v) { return Hsum512(v); }
 #define TREE16_FN STRATA_FN
 #include "kernels/cpu/tree16.inc"
 struct AddPs {
-  __attribute__((target(STRATA_TARGET))) __m512 operator()(__m512 a, __m512 b) const { return _mm512_add_ps(a, b); }
+  __attribute__((target(STRATA_TARGET))) __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_add_ps(a, b);
+  }
 };
 // out[k] = VHsum(v[k]) for 16 vectors, bit for bit (Tree16 adds Hsum512's pairs).
 STRATA_FN void VHsum16(const VF (&v)[16], float* out) {
@@ -101,14 +115,18 @@ STRATA_FN void VHsum16(const VF (&v)[16], float* out) {
 STRATA_FN float VHmax(VF v) {
   // (GCC 12's _mm512_reduce_* trip -Wuninitialized inside its own headers.)
   const __m512 m = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xEE));
-  __m128 h = _mm_max_ps(_mm512_castps512_ps128(m), _mm512_castps512_ps128(_mm512_shuffle_f32x4(m, m, 0x55)));
+  __m128 h = _mm_max_ps(_mm512_castps512_ps128(m),
+                        _mm512_castps512_ps128(_mm512_shuffle_f32x4(m, m, 0x55)));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
   h = _mm_max_ss(h, _mm_movehdup_ps(h));
   return _mm_cvtss_f32(h);
 }
-STRATA_FN VF VRound(VF v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+STRATA_FN VF VRound(VF v) {
+  return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
 STRATA_FN VF VExp2i(VF k) {
-  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
   return _mm512_castsi512_ps(e);
 }
 
@@ -118,20 +136,30 @@ STRATA_FN VF VExp2i(VF k) {
 
 DotTileFn Avx512DotTile(DType t) {
   switch (t) {
-    case DType::kQ4_0: return TileQ4_0;
-    case DType::kQ8_0: return TileQ8_0;
-    case DType::kQ4_K: return TileQ4_K;
-    case DType::kQ5_K: return TileQ5_K;
-    case DType::kQ6_K: return TileQ6_K;
-    case DType::kF16: return TileF16;
-    case DType::kBF16: return TileBF16;
-    case DType::kF32: return TileF32;
-    default: return nullptr;
+    case DType::kQ4_0:
+      return TileQ4_0;
+    case DType::kQ8_0:
+      return TileQ8_0;
+    case DType::kQ4_K:
+      return TileQ4_K;
+    case DType::kQ5_K:
+      return TileQ5_K;
+    case DType::kQ6_K:
+      return TileQ6_K;
+    case DType::kF16:
+      return TileF16;
+    case DType::kBF16:
+      return TileBF16;
+    case DType::kF32:
+      return TileF32;
+    default:
+      return nullptr;
   }
 }
 
 const VecOps& Avx512VecOps() {
-  static const VecOps ops{RmsNormK, SiluMulK, AddK, DotK, AxpyK, SoftmaxK, AttendK, AttendF16K, AttendF16PagedK};
+  static const VecOps ops{RmsNormK, SiluMulK, AddK,       DotK,           AxpyK,
+                          SoftmaxK, AttendK,  AttendF16K, AttendF16PagedK};
   return ops;
 }
 
