@@ -49,9 +49,10 @@ void MappedFile::ReleasePages(const void* p, size_t n) const {
   const auto begin = reinterpret_cast<uintptr_t>(p), end = begin + n;
   const auto lo = reinterpret_cast<uintptr_t>(data_), hi = lo + size_;
   if (data_ == nullptr || begin < lo || end > hi || n == 0) return;
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
-  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  // Offsets from the mapping's start, which mmap aligned to a page.
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t first = (begin - lo + page - 1) / page * page, last = (end - lo) / page * page;
+  if (first < last) ::madvise(const_cast<uint8_t*>(data_) + first, last - first, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -66,7 +66,7 @@ struct Value {
   static Value Int32Array(std::vector<int32_t> v);
   static Value UintArray(ValueType elem, std::vector<uint64_t> v);
   static Value IntArray(ValueType elem, std::vector<int64_t> v);
-  static Value BoolArray(std::vector<bool> v);
+  static Value BoolArray(const std::vector<bool>& v);
   static Value EmptyArray(ValueType elem);
 
   bool is_array() const { return type == ValueType::kArray; }

@@ -75,9 +75,8 @@ uint64_t ScalarSize(ValueType t) {
     case ValueType::kUint64:
     case ValueType::kInt64:
     case ValueType::kFloat64:
+    case ValueType::kString:  // a string: the length prefix alone
       return 8;
-    case ValueType::kString:
-      return 8;  // the length prefix alone
     case ValueType::kArray:
       return 12;  // element type + count
   }
@@ -209,7 +208,7 @@ Value Value::IntArray(ValueType elem, std::vector<int64_t> v) {
   return out;
 }
 
-Value Value::BoolArray(std::vector<bool> v) {
+Value Value::BoolArray(const std::vector<bool>& v) {
   Value out;
   out.type = ValueType::kArray;
   out.elem_type = ValueType::kBool;

@@ -43,39 +43,39 @@ STRATA_FN __m512 Load16(const uint16_t* p, bool bf16) {
 }
 STRATA_FN __m512 Load16(const float* p, bool) { return _mm512_loadu_ps(p); }
 
-template <int NT, typename T, bool kBf16>
+template <int kNt, typename T, bool kBf16>
 STRATA_FN void DotFloat512N(const void* wv, const void* xv, size_t xs, size_t n, float* out) {
   const T* w = static_cast<const T*>(wv);
-  const float* xt[NT];
-  TokenRows<float, NT>(xv, xs, xt);
-  __m512 a0[NT], a1[NT];
-  for (int t = 0; t < NT; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
+  const float* xt[kNt];
+  TokenRows<float, kNt>(xv, xs, xt);
+  __m512 a0[kNt], a1[kNt];
+  for (int t = 0; t < kNt; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m512 w0 = Load16(w + i, kBf16), w1 = Load16(w + i + 16, kBf16);
-    for (int t = 0; t < NT; ++t) {
+    for (int t = 0; t < kNt; ++t) {
       a0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xt[t] + i), a0[t]);
       a1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xt[t] + i + 16), a1[t]);
     }
   }
-  for (int t = 0; t < NT; ++t) {
+  for (int t = 0; t < kNt; ++t) {
     float s = Hsum512(_mm512_add_ps(a0[t], a1[t]));
     for (size_t j = i; j < n; ++j) s += Scalar(w[j], kBf16) * xt[t][j];
     out[t] = s;
   }
 }
 
-template <int NT>
+template <int kNt>
 STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotFloat512N<NT, uint16_t, false>(w, x, xs, n, o);
+  DotFloat512N<kNt, uint16_t, false>(w, x, xs, n, o);
 }
-template <int NT>
+template <int kNt>
 STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotFloat512N<NT, uint16_t, true>(w, x, xs, n, o);
+  DotFloat512N<kNt, uint16_t, true>(w, x, xs, n, o);
 }
-template <int NT>
+template <int kNt>
 STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotFloat512N<NT, float, false>(w, x, xs, n, o);
+  DotFloat512N<kNt, float, false>(w, x, xs, n, o);
 }
 STRATA_DEFINE_TILE(TileF16, DotF16T)
 STRATA_DEFINE_TILE(TileBF16, DotBF16T)
@@ -158,9 +158,9 @@ DotTileFn Avx512DotTile(DType t) {
 }
 
 const VecOps& Avx512VecOps() {
-  static const VecOps ops{RmsNormK, SiluMulK, AddK,       DotK,           AxpyK,
+  static const VecOps kOps{RmsNormK, SiluMulK, AddK,       DotK,           AxpyK,
                           SoftmaxK, AttendK,  AttendF16K, AttendF16PagedK};
-  return ops;
+  return kOps;
 }
 
 }  // namespace strata::kernels::internal

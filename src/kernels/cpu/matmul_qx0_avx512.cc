@@ -83,7 +83,8 @@ struct Scratch {
       cap = (bytes + 64) * 5 / 4;
       mem.reset(new char[cap]);
     }
-    return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mem.get()) + 63) & ~uintptr_t{63});
+    char* p = mem.get();
+    return p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
   }
 };
 
