@@ -159,7 +159,7 @@ DotTileFn Avx512DotTile(DType t) {
 
 const VecOps& Avx512VecOps() {
   static const VecOps kOps{RmsNormK, SiluMulK, AddK,       DotK,           AxpyK,
-                          SoftmaxK, AttendK,  AttendF16K, AttendF16PagedK};
+                           SoftmaxK, AttendK,  AttendF16K, AttendF16PagedK};
   return kOps;
 }
 
