@@ -1,6 +1,7 @@
 // `strata bench model`: llama-bench-style prefill (pp) and decode (tg) throughput of one sequence
-// (engine::runner::SequenceRunner: the batched runner with a batch of one, F32 KV as `strata
-// generate`).
+// (engine::runner::SequenceRunner: the batched runner with a batch of one; F16 KV by default, as
+// llama-bench, `--kv-dtype f32` as `strata generate`). tg is measured after the pp prefill, so its
+// steps attend over pp..pp+tg positions (llama-bench's tg starts from an empty context).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -37,7 +38,8 @@ struct BenchModelOptions {
   int threads = 0;
   int reps = 5;
   bool json = false;
-  double bandwidth_gbps = 0;  // 0: measured before the run (control/device_probe)
+  double bandwidth_gbps = 0;  // 0: measured after the run (control/device_probe)
+  std::string kv_dtype = "f16";  // llama-bench's default cache type
 };
 
 struct Stats {
@@ -74,7 +76,9 @@ Status RunBenchModel(const BenchModelOptions& o) {
     return Status::InvalidArgument(
         fmt::format("pp + tg = {} exceeds the model context {}", n_ctx, cfg.ctx_len));
   ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
-  ASSIGN_OR_RETURN(auto seq, engine::runner::SequenceRunner::Create(*model, n_ctx, &pool));
+  ASSIGN_OR_RETURN(const engine::kv::KvDType kv_dtype, engine::kv::ParseKvDType(o.kv_dtype));
+  ASSIGN_OR_RETURN(auto seq,
+                   engine::runner::SequenceRunner::Create(*model, n_ctx, &pool, kv_dtype));
   std::mt19937 rng(1234);
   std::vector<int32_t> prompt(static_cast<size_t>(o.pp));
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(cfg.n_vocab));
@@ -110,6 +114,7 @@ Status RunBenchModel(const BenchModelOptions& o) {
     nlohmann::json j = {{"model", path},
                         {"cpu", cpu},
                         {"threads", pool.num_threads()},
+                        {"kv_dtype", o.kv_dtype},
                         {"isa", kernels::IsaName(kernels::ActiveIsa())},
                         {"pp", o.pp},
                         {"tg", o.tg},
@@ -134,8 +139,8 @@ Status RunBenchModel(const BenchModelOptions& o) {
     std::cout << j.dump(2) << std::endl;
   } else {
     std::cout << fmt::format(
-        "model {} ({:.3f} GB weights, load {:.2f} s), threads {}, isa {}\ncpu {}\n", path, gb,
-        load_s, pool.num_threads(), kernels::IsaName(kernels::ActiveIsa()), cpu);
+        "model {} ({:.3f} GB weights, load {:.2f} s), threads {}, isa {}, kv {}\ncpu {}\n", path,
+        gb, load_s, pool.num_threads(), kernels::IsaName(kernels::ActiveIsa()), o.kv_dtype, cpu);
     std::cout << fmt::format(
         "pp{:<5} {:10.2f} tok/s  (min {:.2f}, max {:.2f}, sd {:.2f}, {} reps)\n", o.pp, pp.median,
         pp.min, pp.max, pp.stddev, o.reps);
@@ -481,6 +486,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   cmd->add_option("--tg", o->tg, "Decode steps after the prefill")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
   cmd->add_option("-r,--reps", o->reps, "Repetitions (median reported)")->capture_default_str();
+  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache type: f16 (llama-bench's default), f32, q8_0")
+      ->capture_default_str();
   cmd->add_option("--bandwidth-gbps", o->bandwidth_gbps,
                   "Read bandwidth for roofline_fraction (default: measured on the same threads)");
   cmd->add_flag("--json", o->json, "Print JSON");
