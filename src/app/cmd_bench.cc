@@ -38,7 +38,7 @@ struct BenchModelOptions {
   int threads = 0;
   int reps = 5;
   bool json = false;
-  double bandwidth_gbps = 0;  // 0: measured after the run (control/device_probe)
+  double bandwidth_gbps = 0;     // 0: measured after the run (control/device_probe)
   std::string kv_dtype = "f16";  // llama-bench's default cache type
 };
 
@@ -486,7 +486,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   cmd->add_option("--tg", o->tg, "Decode steps after the prefill")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
   cmd->add_option("-r,--reps", o->reps, "Repetitions (median reported)")->capture_default_str();
-  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache type: f16 (llama-bench's default), f32, q8_0")
+  cmd->add_option("--kv-dtype", o->kv_dtype,
+                  "KV cache type: f16 (llama-bench's default), f32, q8_0")
       ->capture_default_str();
   cmd->add_option("--bandwidth-gbps", o->bandwidth_gbps,
                   "Read bandwidth for roofline_fraction (default: measured on the same threads)");

@@ -269,11 +269,17 @@ PanelGeom PanelGeometry(DType t, size_t cols) {
 }  // namespace internal
 
 WeightLayout PreferredLayout(DType t) {
-  if (t != DType::kQ4_0 && t != DType::kQ8_0) return WeightLayout::kRows;
+  const bool qx0 = t == DType::kQ4_0 || t == DType::kQ8_0;
+  const bool half = t == DType::kF16 || t == DType::kBF16;
+  if (!qx0 && !half) return WeightLayout::kRows;
+  const WeightLayout panels = qx0 ? WeightLayout::kPanels16 : WeightLayout::kPanels4;
   const char* env = std::getenv("STRATA_WEIGHT_LAYOUT");
   if (env != nullptr && std::string_view(env) == "rows") return WeightLayout::kRows;
-  if (env != nullptr && std::string_view(env) == "panels16") return WeightLayout::kPanels16;
-  return ActiveIsa() == Isa::kAvx512 ? WeightLayout::kPanels16 : WeightLayout::kRows;
+  if (env != nullptr && std::string_view(env) == "panels") return panels;
+  // Q4_0/Q8_0: on AMX CPUs the tiles read rows in place. F16/BF16: any avx512 level.
+  if (qx0) return ActiveIsa() == Isa::kAvx512 ? panels : WeightLayout::kRows;
+  return static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512) ? panels
+                                                                         : WeightLayout::kRows;
 }
 
 std::vector<KernelVariant> DescribeKernels() {
@@ -301,6 +307,10 @@ std::vector<KernelVariant> DescribeKernels() {
       v = {t, std::string(avx512 ? "avx512-vnni" : "avx2") + " 256-bit tile (Q8_K activations)",
            "the same tile, 4 tokens per weight read", "rows (as stored)",
            "K-quant super-blocks: integer dot per 32, scales per sub-block"};
+    } else if (PreferredLayout(t) == WeightLayout::kPanels4) {
+      v = {t, "512-bit FMA, 4 rows x 1 token from one panel stream",
+           "512-bit FMA, 4 rows x 4 tokens (16 accumulators)", "panels4 (repacked at load)",
+           "one accumulator per output: 4-row tiles need 4 rows in one sequential stream"};
     } else if (avx512 || avx2) {
       const std::string w = avx512 ? "512-bit" : "256-bit";
       v = {t, w + " FMA tile", w + " FMA tile, 4 tokens per weight read", "rows (as stored)",
@@ -312,6 +322,10 @@ std::vector<KernelVariant> DescribeKernels() {
 }
 
 size_t PanelLayoutBytes(DType t, size_t rows, size_t cols) {
+  if (t == DType::kF16 || t == DType::kBF16) {
+    constexpr size_t kR = internal::kFloatPanelRows;
+    return (rows + kR - 1) / kR * kR * cols * 2;
+  }
   const internal::PanelGeom g = internal::PanelGeometry(t, cols);
   return g.qb == 0 ? 0 : (rows + internal::kPanelRows - 1) / internal::kPanelRows * g.stride;
 }
@@ -324,7 +338,40 @@ uint32_t PanelFlip(DType t) { return t == DType::kQ8_0 ? 0x80808080u : 0u; }
 
 }  // namespace
 
+namespace {
+
+// Where value k of row r lies in a kPanels4 matrix (in values from the start of the data).
+size_t Panel4Index(size_t cols, size_t r, size_t k) {
+  constexpr size_t kR = internal::kFloatPanelRows;
+  const size_t base = r / kR * kR * cols, i = r % kR, chunks = cols / 16;
+  if (k < chunks * 16) return base + ((k / 16) * kR + i) * 16 + k % 16;
+  return base + chunks * 16 * kR + i * (cols % 16) + (k - chunks * 16);
+}
+
+// fn(k, panel index of value k, run) over the runs of row r that are contiguous in both layouts:
+// its 16-value chunks, then its tail.
+template <typename Fn>
+void ForPanel4Runs(size_t cols, size_t r, Fn&& fn) {
+  for (size_t k = 0; k < cols;) {
+    const size_t run = k < cols / 16 * 16 ? 16 : cols - k;
+    fn(k, Panel4Index(cols, r, k), run);
+    k += run;
+  }
+}
+
+}  // namespace
+
 void PackPanels(const WeightMatrix& w, void* dst) {
+  if ((w.type == DType::kF16 || w.type == DType::kBF16) && w.layout == WeightLayout::kRows) {
+    std::memset(dst, 0, PanelLayoutBytes(w.type, w.rows, w.cols));
+    const auto* src = static_cast<const uint16_t*>(w.data);
+    auto* out = static_cast<uint16_t*>(dst);
+    for (size_t r = 0; r < w.rows; ++r)
+      ForPanel4Runs(w.cols, r, [&](size_t k, size_t at, size_t run) {
+        std::memcpy(out + at, src + r * w.cols + k, run * 2);
+      });
+    return;
+  }
   const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
   if (g.qb == 0 || w.layout != WeightLayout::kRows || w.cols % 32 != 0)
     Fatal("PackPanels: needs a Q4_0/Q8_0 matrix in row layout", w.type);
@@ -357,6 +404,14 @@ void ReadRow(const WeightMatrix& w, size_t r, void* dst) {
   const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
   if (w.layout == WeightLayout::kRows) {
     std::memcpy(dst, static_cast<const char*>(w.data) + r * row_bytes, row_bytes);
+    return;
+  }
+  if (w.layout == WeightLayout::kPanels4) {
+    const auto* data = static_cast<const uint16_t*>(w.data);
+    auto* out = static_cast<uint16_t*>(dst);
+    ForPanel4Runs(w.cols, r, [&](size_t k, size_t at, size_t run) {
+      std::memcpy(out + k, data + at, run * 2);
+    });
     return;
   }
   const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
@@ -436,6 +491,37 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   const size_t rows_per_block = std::max<size_t>(4, (256 * 1024) / std::max<size_t>(row_bytes, 1));
   const char* wdata = static_cast<const char*>(w.data);
   const bool panels = w.layout != WeightLayout::kRows;
+  const internal::DotPanelFn dot_panel =
+      w.layout == WeightLayout::kPanels4 && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)
+          ? internal::Avx512DotPanel4(w.type)
+          : nullptr;
+  // kPanels4 at avx512: every panel touching [r0, r1) once per token tile (4 rows from one
+  // stream), the rows inside the range stored.
+  auto panel_body = [&](size_t r0, size_t r1, int) {
+    constexpr size_t kR = internal::kFloatPanelRows;
+    const size_t panel_values = kR * w.cols;
+    float out[kR * internal::kMaxTileTokens];
+    for (size_t p0 = r0 / kR * kR; p0 < r1; p0 += kR) {
+      const size_t lo = std::max(p0, r0), hi = std::min(p0 + kR, r1);
+      const auto* panel = static_cast<const uint16_t*>(w.data) + p0 / kR * panel_values;
+      for (size_t t = 0; t < n_tokens; t += internal::kMaxTileTokens) {
+        const int nt = static_cast<int>(std::min<size_t>(internal::kMaxTileTokens, n_tokens - t));
+        dot_panel(panel, xq + t * xq_stride, xq_stride, nt, w.cols, out);
+        for (size_t r = lo; r < hi; ++r)
+          for (int k = 0; k < nt; ++k)
+            y[(t + static_cast<size_t>(k)) * y_stride + r] =
+                out[(r - p0) * internal::kMaxTileTokens + static_cast<size_t>(k)];
+      }
+    }
+  };
+  if (dot_panel != nullptr) {
+    if (pool != nullptr) {
+      pool->ParallelFor(w.rows, panel_body, 16);
+    } else {
+      panel_body(0, w.rows, 0);
+    }
+    return;
+  }
   auto body = [&](size_t r0, size_t r1, int) {
     float out[internal::kMaxTileTokens];
     // Panel-layout weights below the avx512 level (a forced ISA): each row is read back into the

@@ -58,7 +58,12 @@ void QuantizeRow(DType t, const float* src, void* dst, size_t n);
 //              holds bytes 4j..4j+3 of row 0, then of row 1, ..., row 15; Q8_0 stored as q + 128),
 //              then after all blocks the 16 rows' f16 scales per block. The same bytes as the file,
 //              plus at most 63 bytes per panel and the padding rows: resident memory within ~1 %.
-enum class WeightLayout { kRows = 0, kPanels16 = 1 };
+//   kPanels4:  F16 / BF16 only, repacked at load at the avx512 level: rows in panels of 4 (the
+//              last padded with zero rows), each panel 4 * cols values: chunk c (16 values) of its
+//              4 rows consecutive (row 0's, row 1's, ...), then each row's last cols % 16 values,
+//              row by row. The same bytes as the file (plus < 4 padding rows): one sequential
+//              stream for the 4-row GEMV and the 4-row x 4-token prefill tile.
+enum class WeightLayout { kRows = 0, kPanels16 = 1, kPanels4 = 2 };
 
 // A weight matrix: `rows` rows of `cols` elements of `type`. row_bytes == RowBytes(type, cols)
 // in either layout (for kPanels16 it is the logical row's size, not a stride).
@@ -73,9 +78,9 @@ struct WeightMatrix {
 
 // The layout MatMul runs fastest on for weights of type t at the active ISA: kPanels16 for
 // Q4_0/Q8_0 at the avx512 level without AMX (the shuffle-free VNNI GEMV; on AMX CPUs the tile GEMM
-// reads rows in place), else kRows. Env STRATA_WEIGHT_LAYOUT=rows forces kRows (A/B runs);
-// =panels16 forces kPanels16 for Q4_0/Q8_0 at any ISA (tests: below avx512 MatMul reads the rows
-// back, slower, same bits).
+// reads rows in place), kPanels4 for F16/BF16 at avx512 and amx, else kRows. Env
+// STRATA_WEIGHT_LAYOUT=rows forces kRows (A/B runs); =panels forces the type's panel layout at any
+// ISA (tests: below avx512 MatMul reads the rows back, slower, same bits).
 // Every layout gives the same results bit for bit at every ISA.
 WeightLayout PreferredLayout(DType t);
 
@@ -90,8 +95,9 @@ struct KernelVariant {
 std::vector<KernelVariant> DescribeKernels();
 // Bytes PackPanels writes for a rows x cols matrix of type t (0 when t has no panel layout).
 size_t PanelLayoutBytes(DType t, size_t rows, size_t cols);
-// Repacks a kRows matrix (Q4_0 or Q8_0) into the panel layout at dst (64-byte aligned,
-// PanelLayoutBytes(w.type, w.rows, w.cols) bytes). Single-threaded; reads every byte of w once.
+// Repacks a kRows matrix into its type's panel layout at dst (Q4_0/Q8_0: kPanels16, F16/BF16:
+// kPanels4; 64-byte aligned, PanelLayoutBytes(w.type, w.rows, w.cols) bytes). Single-threaded;
+// reads every byte of w once.
 void PackPanels(const WeightMatrix& w, void* dst);
 // Writes row r of w (any layout) in the GGUF row format (row_bytes bytes) to dst.
 void ReadRow(const WeightMatrix& w, size_t r, void* dst);

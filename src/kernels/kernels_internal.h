@@ -66,6 +66,15 @@ struct PanelGeom {
 };
 // Zero qb when t has no panel layout.
 PanelGeom PanelGeometry(DType t, size_t cols);
+// kPanels4 (F16 / BF16): rows per panel.
+constexpr size_t kFloatPanelRows = 4;
+
+// out[r * kMaxTileTokens + t] = dot(row r of the kPanels4 panel at `panel`, activation row t) for
+// r < 4, t < nt; n = cols. The bits of the same level's DotTileFn on each row in row layout.
+using DotPanelFn = void (*)(const void* panel, const void* x, size_t x_stride, int nt, size_t n,
+                            float* out);
+// The avx512 level's kPanels4 kernels (F16, BF16); nullptr for other types.
+DotPanelFn Avx512DotPanel4(DType t);
 
 // Returns the tile kernel for weight type t at this ISA level, or nullptr when that level has no
 // specialised kernel for t (the caller then falls back to a lower level).

@@ -1,4 +1,5 @@
-// The kPanels16 weight layout (kernels.h): PackPanels / ReadRow round-trip every row byte for
+// The panel weight layouts (kernels.h: kPanels16 for Q4_0/Q8_0, kPanels4 for F16/BF16):
+// PackPanels / ReadRow round-trip every row byte for
 // byte, and MatMul / MatMulShared on panel-layout weights give the bits of the same weights in
 // row layout at every ISA (the avx512 panel GEMV and GEMM, the AMX level that falls back to the
 // VNNI GEMM for panels, and the avx2 / scalar tile kernels that read rows back), for every token
@@ -54,21 +55,24 @@ Panels ToPanels(const WeightMatrix& w) {
   PackPanels(w, p.mem.get());
   p.m = w;
   p.m.data = p.mem.get();
-  p.m.layout = WeightLayout::kPanels16;
+  p.m.layout = w.type == DType::kF16 || w.type == DType::kBF16 ? WeightLayout::kPanels4
+                                                               : WeightLayout::kPanels16;
   return p;
 }
 
 TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
   uint32_t seed = 1;
-  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16}) {
+    const bool half = t == DType::kF16 || t == DType::kBF16;
     for (size_t cols : {size_t{32}, size_t{64}, size_t{96}, size_t{352}, size_t{2048}}) {
-      for (size_t rows : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{67}}) {
+      for (size_t rows : {size_t{1}, size_t{3}, size_t{15}, size_t{16}, size_t{17}, size_t{67}}) {
         const OwnedWeights w = RandomBitsWeights(t, rows, cols, ++seed);
         const Panels p = ToPanels(w.m);
-        const size_t panels = (rows + 15) / 16;
+        const size_t panel_rows = half ? 4 : 16, panels = (rows + panel_rows - 1) / panel_rows;
         // The file's bytes for the padded rows, plus < 64 bytes of alignment per panel.
-        EXPECT_LE(PanelLayoutBytes(t, rows, cols), panels * 16 * w.m.row_bytes + panels * 63);
-        EXPECT_GE(PanelLayoutBytes(t, rows, cols), panels * 16 * w.m.row_bytes);
+        EXPECT_LE(PanelLayoutBytes(t, rows, cols),
+                  panels * panel_rows * w.m.row_bytes + panels * 63);
+        EXPECT_GE(PanelLayoutBytes(t, rows, cols), panels * panel_rows * w.m.row_bytes);
         std::vector<uint8_t> row(w.m.row_bytes);
         for (size_t r = 0; r < rows; ++r) {
           ReadRow(p.m, r, row.data());
@@ -81,18 +85,21 @@ TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
     }
   }
   EXPECT_EQ(PanelLayoutBytes(DType::kQ4_K, 16, 256), 0u);
-  EXPECT_EQ(PanelLayoutBytes(DType::kF16, 16, 256), 0u);
+  EXPECT_EQ(PanelLayoutBytes(DType::kF32, 16, 256), 0u);
 }
 
-TEST(PanelLayout, PreferredOnlyForQx0AtTheAvx512Level) {
+TEST(PanelLayout, PreferredForQx0AtAvx512AndHalvesFromAvx512Up) {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     IsaGuard guard(isa);
-    const bool panels = ActiveIsa() == Isa::kAvx512;
+    const bool qx0_panels = ActiveIsa() == Isa::kAvx512;
+    const bool half_panels = static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512);
     for (DType t : {DType::kQ8_0, DType::kQ4_0})
-      EXPECT_EQ(PreferredLayout(t), panels ? WeightLayout::kPanels16 : WeightLayout::kRows)
+      EXPECT_EQ(PreferredLayout(t), qx0_panels ? WeightLayout::kPanels16 : WeightLayout::kRows)
           << IsaName(ActiveIsa());
-    for (DType t :
-         {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+    for (DType t : {DType::kF16, DType::kBF16})
+      EXPECT_EQ(PreferredLayout(t), half_panels ? WeightLayout::kPanels4 : WeightLayout::kRows)
+          << IsaName(ActiveIsa());
+    for (DType t : {DType::kF32, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
       EXPECT_EQ(PreferredLayout(t), WeightLayout::kRows);
   }
 }
@@ -193,11 +200,11 @@ std::string PanelParamName(const ::testing::TestParamInfo<PanelParam>& info) {
          std::string(DTypeName(std::get<1>(info.param)));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, PanelMatMulTest,
-                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2,
-                                                              Isa::kAvx512, Isa::kAmx),
-                                            ::testing::Values(DType::kQ8_0, DType::kQ4_0)),
-                         PanelParamName);
+INSTANTIATE_TEST_SUITE_P(
+    AllIsas, PanelMatMulTest,
+    ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
+                       ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16)),
+    PanelParamName);
 
 }  // namespace
 }  // namespace strata::kernels

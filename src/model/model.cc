@@ -236,7 +236,8 @@ uint64_t Model::decode_bytes() const {
 }
 
 Status Model::Repack(kernels::WeightMatrix* w) {
-  if (w->layout == kernels::PreferredLayout(w->type)) return Status::Ok();
+  const kernels::WeightLayout want = kernels::PreferredLayout(w->type);
+  if (w->layout == want) return Status::Ok();
   const size_t bytes = kernels::PanelLayoutBytes(w->type, w->rows, w->cols);
   if (bytes == 0) return Status::Ok();
   void* dst = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -247,7 +248,7 @@ Status Model::Repack(kernels::WeightMatrix* w) {
   kernels::PackPanels(*w, dst);
   file_->ReleasePages(w->data, w->rows * w->row_bytes);
   w->data = dst;
-  w->layout = kernels::WeightLayout::kPanels16;
+  w->layout = want;
   repacked_bytes_ += bytes;
   return Status::Ok();
 }

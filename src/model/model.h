@@ -4,14 +4,14 @@
 //
 // Ownership: Model owns the GgufFile (the mmap). Weights stay in their stored (possibly quantized)
 // form and are read in place, except the matrices whose type has a faster layout at this CPU's
-// kernel level (kernels::PreferredLayout: Q4_0/Q8_0 at avx512): those are repacked once at load
-// into buffers the Model owns, and their pages of the mapping are released, so resident memory
-// stays about the file's size. Only small vectors (norm weights, biases, rope frequency factors)
-// are converted to f32 copies at load. STRATA_WEIGHT_LAYOUT=rows keeps every matrix as stored.
-// Thread-safety: a Model is immutable after Load() and may be shared by any number of forward
-// passes (engine/runner) on any threads.
-// Errors: Load() returns InvalidArgument naming the key/tensor that is missing or malformed, or
-// Unimplemented for an architecture / tensor type we do not support (listing what is supported).
+// kernel level (kernels::PreferredLayout: Q4_0/Q8_0, F16/BF16 at avx512): those are repacked once
+// at load into buffers the Model owns, and their pages of the mapping are released, so resident
+// memory stays about the file's size. Only small vectors (norm weights, biases, rope frequency
+// factors) are converted to f32 copies at load. STRATA_WEIGHT_LAYOUT=rows keeps every matrix as
+// stored. Thread-safety: a Model is immutable after Load() and may be shared by any number of
+// forward passes (engine/runner) on any threads. Errors: Load() returns InvalidArgument naming the
+// key/tensor that is missing or malformed, or Unimplemented for an architecture / tensor type we do
+// not support (listing what is supported).
 #pragma once
 
 #include <cstdint>

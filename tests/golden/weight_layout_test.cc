@@ -1,5 +1,6 @@
-// A model whose Q4_0/Q8_0 matrices are repacked at load (kernels::WeightLayout::kPanels16, what
-// Model::Load does at the avx512 level) computes the logits of the model kept in the file's row
+// A model whose Q4_0/Q8_0 (F16/BF16) matrices are repacked at load (kernels::WeightLayout::
+// kPanels16 / kPanels4, what Model::Load does at the avx512 level) computes the logits of the
+// model kept in the file's row
 // layout bit for bit: prefill, decode steps and the tied embedding table read back from panels.
 // STRATA_WEIGHT_LAYOUT forces each layout, so this runs at whatever ISA the machine has (below
 // avx512 the kernels read panel rows back into the row format).
@@ -63,7 +64,7 @@ void ExpectSameLogits(synth::FileType type, bool tied) {
     rows_model = testing::BuildSynthModel(cfg);
   }
   {
-    LayoutEnv env("panels16");
+    LayoutEnv env("panels");
     panel_model = testing::BuildSynthModel(cfg);
   }
   ASSERT_TRUE(rows_model.model && panel_model.model);
@@ -71,8 +72,11 @@ void ExpectSameLogits(synth::FileType type, bool tied) {
   const model::Model& b = *panel_model.model;
   EXPECT_EQ(a.repacked_bytes(), 0u);
   ASSERT_GT(b.repacked_bytes(), 0u);
-  EXPECT_EQ(b.layers()[0].w_down.layout, kernels::WeightLayout::kPanels16);
-  EXPECT_EQ(b.output().layout, kernels::WeightLayout::kPanels16);
+  const kernels::WeightLayout want = type == synth::FileType::kF16 || type == synth::FileType::kBF16
+                                         ? kernels::WeightLayout::kPanels4
+                                         : kernels::WeightLayout::kPanels16;
+  EXPECT_EQ(b.layers()[0].w_down.layout, want);
+  EXPECT_EQ(b.output().layout, want);
   EXPECT_EQ(a.decode_bytes(), b.decode_bytes());
   // The repacked copies hold the file's bytes of the matrices plus the padding of each matrix's
   // last panel (< 16 rows) and < 64 bytes per panel.
@@ -100,6 +104,13 @@ TEST(WeightLayout, Q8_0PanelsGiveTheRowLayoutsLogits) {
 }
 TEST(WeightLayout, Q4_0TiedPanelsGiveTheRowLayoutsLogits) {
   ExpectSameLogits(synth::FileType::kQ4_0, true);
+}
+
+TEST(WeightLayout, F16PanelsGiveTheRowLayoutsLogits) {
+  ExpectSameLogits(synth::FileType::kF16, false);
+}
+TEST(WeightLayout, BF16TiedPanelsGiveTheRowLayoutsLogits) {
+  ExpectSameLogits(synth::FileType::kBF16, true);
 }
 
 }  // namespace

@@ -65,13 +65,79 @@ STRATA_FN void DotFloat512N(const void* wv, const void* xv, size_t xs, size_t n,
   }
 }
 
+// F16 / BF16 weights: every output (row, token) is one 16-lane accumulator over the row's
+// 16-value chunks in order, acc = fma(w[16c..16c+15], x[16c..16c+15], acc), then
+// y = Hsum512(acc) + the tail's products one by one, in either layout (RowSrc: a row as stored;
+// PanelSrc: the 4 rows of a kPanels4 panel). Prefill runs 4 rows x 4 tokens per pass (each weight
+// vector used by 4 tokens, each activation vector by 4 rows, 16 FMA chains); decode 4 rows x 1
+// token from one sequential panel stream (4 chains). A row alone (the row layout, or a forced
+// lower tile) gives the same bits, only slower (one chain).
+struct RowSrc {
+  const uint16_t* w;
+  const uint16_t* Chunk(int /*r*/, size_t c) const { return w + 16 * c; }
+  const uint16_t* Tail(int /*r*/, size_t chunks, size_t /*tail*/) const { return w + 16 * chunks; }
+  void Prefetch(size_t /*c*/) const {}
+};
+struct PanelSrc {
+  const uint16_t* p;
+  const uint16_t* Chunk(int r, size_t c) const {
+    return p + (kFloatPanelRows * c + static_cast<size_t>(r)) * 16;
+  }
+  const uint16_t* Tail(int r, size_t chunks, size_t tail) const {
+    return p + kFloatPanelRows * 16 * chunks + static_cast<size_t>(r) * tail;
+  }
+  void Prefetch(size_t c) const {  // 4 KiB ahead of the stream (a chunk of 4 rows: 2 lines)
+    const char* at = reinterpret_cast<const char*>(Chunk(0, c)) + 4096;
+    _mm_prefetch(at, _MM_HINT_T0);
+    _mm_prefetch(at + 64, _MM_HINT_T0);
+  }
+};
+
+template <int kNr, int kNt, bool kBf16, typename Src>
+STRATA_FN void DotHalf(const Src& src, const void* xv, size_t xs, size_t n, float* out,
+                       size_t out_stride) {
+  const float* xt[kNt];
+  TokenRows<float, kNt>(xv, xs, xt);
+  __m512 acc[kNr][kNt];
+  for (int r = 0; r < kNr; ++r)
+    for (int t = 0; t < kNt; ++t) acc[r][t] = _mm512_setzero_ps();
+  const size_t chunks = n / 16, tail = n % 16;
+  for (size_t c = 0; c < chunks; ++c) {
+    src.Prefetch(c);
+    __m512 wr[kNr];
+    for (int r = 0; r < kNr; ++r) wr[r] = Load16(src.Chunk(r, c), kBf16);
+    for (int t = 0; t < kNt; ++t) {
+      const __m512 x = _mm512_loadu_ps(xt[t] + 16 * c);
+      for (int r = 0; r < kNr; ++r) acc[r][t] = _mm512_fmadd_ps(wr[r], x, acc[r][t]);
+    }
+  }
+  for (int r = 0; r < kNr; ++r) {
+    const uint16_t* tw = src.Tail(r, chunks, tail);
+    for (int t = 0; t < kNt; ++t) {
+      float s = Hsum512(acc[r][t]);
+      for (size_t j = 0; j < tail; ++j) s += Scalar(tw[j], kBf16) * xt[t][16 * chunks + j];
+      out[static_cast<size_t>(r) * out_stride + static_cast<size_t>(t)] = s;
+    }
+  }
+}
+
 template <int kNt>
 STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotFloat512N<kNt, uint16_t, false>(w, x, xs, n, o);
+  DotHalf<1, kNt, false>(RowSrc{static_cast<const uint16_t*>(w)}, x, xs, n, o, 0);
 }
 template <int kNt>
 STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotFloat512N<kNt, uint16_t, true>(w, x, xs, n, o);
+  DotHalf<1, kNt, true>(RowSrc{static_cast<const uint16_t*>(w)}, x, xs, n, o, 0);
+}
+template <int kNt>
+STRATA_FN void DotF16P(const void* p, const void* x, size_t xs, size_t n, float* o) {
+  DotHalf<kFloatPanelRows, kNt, false>(PanelSrc{static_cast<const uint16_t*>(p)}, x, xs, n, o,
+                                       kMaxTileTokens);
+}
+template <int kNt>
+STRATA_FN void DotBF16P(const void* p, const void* x, size_t xs, size_t n, float* o) {
+  DotHalf<kFloatPanelRows, kNt, true>(PanelSrc{static_cast<const uint16_t*>(p)}, x, xs, n, o,
+                                      kMaxTileTokens);
 }
 template <int kNt>
 STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) {
@@ -79,6 +145,8 @@ STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float*
 }
 STRATA_DEFINE_TILE(TileF16, DotF16T)
 STRATA_DEFINE_TILE(TileBF16, DotBF16T)
+STRATA_DEFINE_TILE(PanelF16, DotF16P)
+STRATA_DEFINE_TILE(PanelBF16, DotBF16P)
 STRATA_DEFINE_TILE(TileF32, DotF32T)
 
 using VF = __m512;
@@ -152,6 +220,17 @@ DotTileFn Avx512DotTile(DType t) {
       return TileBF16;
     case DType::kF32:
       return TileF32;
+    default:
+      return nullptr;
+  }
+}
+
+DotPanelFn Avx512DotPanel4(DType t) {
+  switch (t) {
+    case DType::kF16:
+      return PanelF16;
+    case DType::kBF16:
+      return PanelBF16;
     default:
       return nullptr;
   }
