@@ -382,18 +382,21 @@ TEST(ControlUi, LiveStrataUpInHeadlessChromium) {
       30));
 
   const std::string ui = Url(gateway) + "/ui";
-  // The general pool's decision is re-made every interval: a scrape that misses the replica gives
-  // one "waiting: 0 of 1 replicas report metrics" (rule not_reporting) between SLO decisions. The
-  // page shows whichever decision was last fetched, so the DOM is read again (a few times) until
-  // it shows one of the SLO rule: the autoscaler's reasoning (the measured rate and the predicted
-  // p95 at its count), usually "keep 1", but a slow or loaded machine can make the model ask for
-  // a second replica ("-> 2", or "2 would do" while stabilizing).
+  // The page shows the control status the gateway last fetched (every 2 s), and the general
+  // pool's decision is re-made every interval: an early copy has no measurements yet ("0.00 req/s
+  // ... measured -", SLO "no data"), and a scrape that misses the replica gives one "waiting: 0
+  // of 1 replicas report metrics" between SLO decisions. So the DOM is read again (a few times)
+  // until it shows a measured SLO verdict and a decision of the SLO rule: the autoscaler's
+  // reasoning (the measured rate and the predicted p95 at its count), usually "keep 1", but a
+  // slow or loaded machine can make the model ask for a second replica ("-> 2", or "2 would do"
+  // while stabilizing).
   const std::regex slo_reason(
       R"(<td>(slo|saturated|stabilizing up|stabilizing): [0-9.]+ req/s, predicted e2e p95 )"
       R"([^<]* at 1, measured [^<]*(, keep 1| -&gt; 2[^<]*|, 2 would do[^<]*)</td>)");
-  for (int attempt = 0; attempt < 10; ++attempt) {
+  const std::regex e2e_met(R"(<td>[0-9.e+]+ / 5000 met</td>)");
+  for (int attempt = 0; attempt < 20; ++attempt) {
     ASSERT_NO_FATAL_FAILURE(DumpDom(dir, ui, &out));
-    if (std::regex_search(out, slo_reason)) break;
+    if (std::regex_search(out, slo_reason) && std::regex_search(out, e2e_met)) break;
     std::this_thread::sleep_for(std::chrono::seconds(2));
   }
   // Both pools; general's replica row with its health, batch at zero.
@@ -420,7 +423,7 @@ TEST(ControlUi, LiveStrataUpInHeadlessChromium) {
   EXPECT_NE(out.find("<th>slo_met</th>"), std::string::npos) << out;
   EXPECT_NE(out.find("<th>slo.e2e_p95_ms</th>"), std::string::npos) << out;
   EXPECT_NE(out.find("<th>slo.ttft_p95_ms</th>"), std::string::npos) << out;
-  EXPECT_TRUE(std::regex_search(out, std::regex(R"(<td>[0-9.e+]+ / 5000 met</td>)"))) << out;
+  EXPECT_TRUE(std::regex_search(out, e2e_met)) << out;
   // Live charts of general: load, ready and desired with two or more samples each; the load
   // line leaves the zero line (y = 86) at some sample, the ready line sits at 1 replica.
   for (const char* series : {"load", "ready", "desired"})

@@ -147,17 +147,31 @@ class DashboardLiveTest : public ::testing::Test {
     // The general pool's replica-side 5xx (its error-budget alert): the gateway admits no more
     // than a replica's batch, so a deadline-bound request through it is admitted in time on a
     // fast CPU. Sent straight to one general replica whose two sequences two direct clients keep
-    // busy with long completions, it waits for a slot past its 1 ms deadline: 504.
+    // busy with long gold completions, the bronze one waits for a slot past its 1 ms deadline:
+    // 504. A deadline only orders a request among its tier (an urgent request of the same tier is
+    // admitted ahead, preempting), so the late ones are bronze; and the hogs' completions are 1024
+    // tokens (EOS ignored), so a slot is free only in the moment between one of them ending and
+    // the next arriving, however fast the CPU decodes (with 64-token hogs of no tier, a fast CPU
+    // served nearly every late request in time: too few 504s for the error-budget alert).
     const auto hog = [this] {
       while (!stop_.load())
         Count(HttpCall(general_replica_, "POST", "/v1/completions",
-                       json{{"prompt", "long work"}, {"max_tokens", 64}, {"temperature", 0}}.dump())
+                       json{{"prompt", "long work"},
+                            {"max_tokens", 1024},
+                            {"ignore_eos", true},
+                            {"temperature", 0},
+                            {"priority", "gold"}}
+                           .dump())
                   .status);
     };
     const auto late = [this] {
       while (!stop_.load()) {
         Count(HttpCall(general_replica_, "POST", "/v1/completions",
-                       json{{"prompt", "late"}, {"max_tokens", 4}, {"deadline_ms", 1}}.dump())
+                       json{{"prompt", "late"},
+                            {"max_tokens", 4},
+                            {"deadline_ms", 1},
+                            {"priority", "bronze"}}
+                           .dump())
                   .status);
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
