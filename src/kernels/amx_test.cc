@@ -22,14 +22,7 @@ namespace {
 using testing::RandomBitsWeights;
 using testing::RandomFloats;
 
-class IsaGuard {
- public:
-  explicit IsaGuard(Isa isa) : saved_(ActiveIsa()) { SetIsa(isa); }
-  ~IsaGuard() { SetIsa(saved_); }
-
- private:
-  Isa saved_;
-};
+using testing::IsaGuard;
 
 // Signed int8 value j (0..31) of block `blk` of a Q4_0 / Q8_0 row.
 int WeightQuant(DType t, const uint8_t* blk, int j) {
@@ -68,7 +61,8 @@ std::vector<float> Model(const WeightMatrix& w, const std::vector<float>& x, siz
 std::vector<float> Activations(size_t n_tokens, size_t cols, uint32_t seed) {
   std::vector<float> x = RandomFloats(n_tokens * cols, seed);
   for (size_t t = 0; t < n_tokens; t += 5) {
-    for (size_t k = 0; k < std::min<size_t>(cols, 32); ++k) x[t * cols + k] *= (t % 2 ? 1e4f : 1e-20f);
+    for (size_t k = 0; k < std::min<size_t>(cols, 32); ++k)
+      x[t * cols + k] *= (t % 2 ? 1e4f : 1e-20f);
     if (cols >= 64)
       for (size_t k = 32; k < 64; ++k) x[t * cols + k] = 0.0f;
   }
@@ -76,17 +70,20 @@ std::vector<float> Activations(size_t n_tokens, size_t cols, uint32_t seed) {
 }
 
 std::string Where(DType t, size_t cols, size_t rows, size_t m) {
-  return std::string(DTypeName(t)) + " cols " + std::to_string(cols) + " rows " + std::to_string(rows) +
-         " tokens " + std::to_string(m);
+  return std::string(DTypeName(t)) + " cols " + std::to_string(cols) + " rows " +
+         std::to_string(rows) + " tokens " + std::to_string(m);
 }
 
-bool SameBits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+bool SameBits(const float* a, const float* b, size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
 
 class AmxMatMulTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
     if (DetectIsa() != Isa::kAmx)
-      GTEST_SKIP() << "AMX-INT8 not available (CPU, OS permission or compiler); AMX MatMul not tested";
+      GTEST_SKIP()
+          << "AMX-INT8 not available (CPU, OS permission or compiler); AMX MatMul not tested";
   }
 };
 
@@ -113,8 +110,10 @@ TEST_P(AmxMatMulTest, BitIdenticalToAvx512AndScalarModel) {
           IsaGuard g(Isa::kAvx512);
           MatMul(w.m, x.data(), m, y_vnni.data(), &two);
         }
-        ASSERT_TRUE(SameBits(y_amx.data(), want.data(), m * rows)) << Where(type, cols, rows, m) << " amx vs model";
-        ASSERT_TRUE(SameBits(y_vnni.data(), want.data(), m * rows)) << Where(type, cols, rows, m) << " vnni vs model";
+        ASSERT_TRUE(SameBits(y_amx.data(), want.data(), m * rows))
+            << Where(type, cols, rows, m) << " amx vs model";
+        ASSERT_TRUE(SameBits(y_vnni.data(), want.data(), m * rows))
+            << Where(type, cols, rows, m) << " vnni vs model";
       }
     }
   }
@@ -133,8 +132,9 @@ TEST_P(AmxMatMulTest, ThreadsAndTokenSplitsDoNotChangeBits) {
   MatMul(w.m, x.data(), n_tokens, y1.data(), &one);
   MatMul(w.m, x.data(), n_tokens, y2.data(), &two);
   EXPECT_TRUE(SameBits(y1.data(), y2.data(), y1.size())) << "1 vs 2 threads";
-  for (const std::vector<size_t>& split : {std::vector<size_t>{17, 33, 20}, std::vector<size_t>{1, 16, 5, 48},
-                                           std::vector<size_t>{40, 30}, std::vector<size_t>{69, 1}}) {
+  for (const std::vector<size_t>& split :
+       {std::vector<size_t>{17, 33, 20}, std::vector<size_t>{1, 16, 5, 48},
+        std::vector<size_t>{40, 30}, std::vector<size_t>{69, 1}}) {
     size_t t0 = 0;
     for (size_t n : split) {
       MatMul(w.m, x.data() + t0 * cols, n, ys.data() + t0 * rows, &two);
@@ -154,7 +154,8 @@ TEST_P(AmxMatMulTest, StridedInputAndOutput) {
   auto w = RandomBitsWeights(type, rows, cols, 9);
   std::vector<float> x = RandomFloats(n_tokens * xs, 10);
   std::vector<float> dense_x(n_tokens * cols);
-  for (size_t t = 0; t < n_tokens; ++t) std::memcpy(&dense_x[t * cols], &x[t * xs], cols * sizeof(float));
+  for (size_t t = 0; t < n_tokens; ++t)
+    std::memcpy(&dense_x[t * cols], &x[t * xs], cols * sizeof(float));
   const std::vector<float> want = Model(w.m, dense_x, n_tokens);
   std::vector<float> y(n_tokens * ys, 42.0f);
   MatMul(w.m, x.data(), n_tokens, y.data(), nullptr, xs, ys);

@@ -30,15 +30,7 @@ using testing::RandomFloats;
 
 constexpr double kRelTol = 1e-5;
 
-// Restores the ISA after a test changes it.
-class IsaGuard {
- public:
-  explicit IsaGuard(Isa isa) : saved_(ActiveIsa()) { SetIsa(isa); }
-  ~IsaGuard() { SetIsa(saved_); }
-
- private:
-  Isa saved_;
-};
+using testing::IsaGuard;
 
 std::vector<size_t> ColsFor(DType t) {
   const uint32_t bs = GetDTypeTraits(t)->block_size;

@@ -27,16 +27,7 @@ using testing::OwnedWeights;
 using testing::RandomBitsWeights;
 using testing::RandomFloats;
 
-class IsaGuard {
- public:
-  explicit IsaGuard(Isa isa) : saved_(ActiveIsa()) { SetIsa(isa); }
-  ~IsaGuard() { SetIsa(saved_); }
-  IsaGuard(const IsaGuard&) = delete;
-  IsaGuard& operator=(const IsaGuard&) = delete;
-
- private:
-  Isa saved_;
-};
+using testing::IsaGuard;
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }

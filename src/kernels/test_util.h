@@ -13,6 +13,18 @@
 
 namespace strata::kernels::testing {
 
+// Sets the kernels' ISA for a scope (clamped to what the CPU has) and restores it after.
+class IsaGuard {
+ public:
+  explicit IsaGuard(Isa isa) : saved_(ActiveIsa()) { SetIsa(isa); }
+  ~IsaGuard() { SetIsa(saved_); }
+  IsaGuard(const IsaGuard&) = delete;
+  IsaGuard& operator=(const IsaGuard&) = delete;
+
+ private:
+  Isa saved_;
+};
+
 inline std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, scale);
@@ -33,7 +45,8 @@ inline OwnedWeights QuantizedWeights(DType t, size_t rows, size_t cols, uint32_t
   const size_t rb = *RowBytes(t, cols);
   w.bytes.resize(rows * rb);
   std::vector<float> f = RandomFloats(rows * cols, seed);
-  for (size_t r = 0; r < rows; ++r) QuantizeRow(t, f.data() + r * cols, w.bytes.data() + r * rb, cols);
+  for (size_t r = 0; r < rows; ++r)
+    QuantizeRow(t, f.data() + r * cols, w.bytes.data() + r * rb, cols);
   w.m = WeightMatrix{t, w.bytes.data(), rows, cols, rb};
   return w;
 }
@@ -41,7 +54,8 @@ inline OwnedWeights QuantizedWeights(DType t, size_t rows, size_t cols, uint32_t
 // Rows of random bits (every quant level, scale code and sign pattern occurs), with the f16 block
 // scales replaced by finite values of moderate size so results stay finite.
 inline OwnedWeights RandomBitsWeights(DType t, size_t rows, size_t cols, uint32_t seed) {
-  if (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) return QuantizedWeights(t, rows, cols, seed);
+  if (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16)
+    return QuantizedWeights(t, rows, cols, seed);
   OwnedWeights w;
   const size_t rb = *RowBytes(t, cols);
   w.bytes.resize(rows * rb);
