@@ -292,7 +292,7 @@ std::vector<KernelVariant> DescribeKernels() {
                     "no AVX2+FMA+F16C: the reference kernels"};
     const bool qx0 = t == DType::kQ4_0 || t == DType::kQ8_0;
     const bool kq = t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
-    if (qx0 && PreferredLayout(t) == WeightLayout::kPanels16) {
+    if (qx0 && avx512 && PreferredLayout(t) == WeightLayout::kPanels16) {
       v = {t, "avx512-vnni GEMV on 16-row interleaved panels (no shuffles)",
            "avx512-vnni GEMM, 4 rows x 16 tokens", "panels16 (repacked at load)",
            "AVX-512 VNNI without AMX: the interleaved panel feeds vpdpbusd without cross-lane "
@@ -303,11 +303,15 @@ std::vector<KernelVariant> DescribeKernels() {
                             : "avx512-vnni GEMM, 4 rows x 16 tokens",
            "rows (as stored)",
            isa == Isa::kAmx ? "AMX: the tiles read rows in place" : "STRATA_WEIGHT_LAYOUT=rows"};
+    } else if (qx0 && avx2) {
+      v = {t, "avx2 256-bit tile (Q8_0 activations, vpmaddubsw with the sign trick)",
+           "the same tile, 4 tokens per weight read", "rows (as stored)",
+           "AVX2 without AVX-512 VNNI: no panel GEMV at this level yet"};
     } else if (kq && (avx512 || avx2)) {
       v = {t, std::string(avx512 ? "avx512-vnni" : "avx2") + " 256-bit tile (Q8_K activations)",
            "the same tile, 4 tokens per weight read", "rows (as stored)",
            "K-quant super-blocks: integer dot per 32, scales per sub-block"};
-    } else if (PreferredLayout(t) == WeightLayout::kPanels4) {
+    } else if (avx512 && PreferredLayout(t) == WeightLayout::kPanels4) {
       v = {t, "512-bit FMA, 4 rows x 1 token from one panel stream",
            "512-bit FMA, 4 rows x 4 tokens (16 accumulators)", "panels4 (repacked at load)",
            "one accumulator per output: 4-row tiles need 4 rows in one sequential stream"};

@@ -95,6 +95,24 @@ TEST(PanelLayout, PreferredForQx0AtAvx512AndHalvesFromAvx512Up) {
   }
 }
 
+// `strata info --cpu`'s table names, per type, the layout PreferredLayout gives at each level.
+TEST(PanelLayout, DescribeKernelsAgreesWithPreferredLayout) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    IsaGuard guard(isa);
+    const std::vector<KernelVariant> table = DescribeKernels();
+    ASSERT_EQ(table.size(), 8u);
+    for (const KernelVariant& v : table) {
+      const WeightLayout want = PreferredLayout(v.type);
+      const std::string prefix = want == WeightLayout::kPanels16  ? "panels16"
+                                 : want == WeightLayout::kPanels4 ? "panels4"
+                                                                  : "rows";
+      EXPECT_EQ(v.layout.rfind(prefix, 0), 0u)
+          << DTypeName(v.type) << " at " << IsaName(ActiveIsa()) << ": " << v.layout;
+      EXPECT_FALSE(v.decode.empty() || v.prefill.empty() || v.why.empty()) << DTypeName(v.type);
+    }
+  }
+}
+
 using PanelParam = std::tuple<Isa, DType>;
 
 class PanelMatMulTest : public ::testing::TestWithParam<PanelParam> {
