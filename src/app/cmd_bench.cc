@@ -66,6 +66,8 @@ Stats Summarize(std::vector<double> v) {
 Status RunBenchModel(const BenchModelOptions& o) {
   if (o.pp < 1 || o.tg < 0 || o.reps < 1)
     return Status::InvalidArgument("--pp must be >= 1, --tg >= 0, --reps >= 1");
+  if (!(o.bandwidth_gbps >= 0))
+    return Status::InvalidArgument("--bandwidth-gbps must be >= 0 (0: measure it)");
   std::string path = o.model.empty() ? DefaultModelPath() : o.model;
   auto t_load0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(auto model, model::Model::Load(path));

@@ -276,6 +276,14 @@ WeightLayout PreferredLayout(DType t) {
   const char* env = std::getenv("STRATA_WEIGHT_LAYOUT");
   if (env != nullptr && std::string_view(env) == "rows") return WeightLayout::kRows;
   if (env != nullptr && std::string_view(env) == "panels") return panels;
+  if (env != nullptr && *env != '\0') {
+    static const bool kWarned = [env] {
+      std::fprintf(stderr, "strata: ignoring unknown STRATA_WEIGHT_LAYOUT=%s (use rows|panels)\n",
+                   env);
+      return true;
+    }();
+    (void)kWarned;
+  }
   // Q4_0/Q8_0: on AMX CPUs the tiles read rows in place. F16/BF16: any avx512 level.
   if (qx0) return ActiveIsa() == Isa::kAvx512 ? panels : WeightLayout::kRows;
   return static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512) ? panels
