@@ -244,15 +244,21 @@ void AppendOtlpSpans(std::string* out, std::span<const Span> spans) {
   }
 }
 
-std::string EncodeOtlpJson(const std::vector<Attribute>& resource,
-                           std::span<const std::string_view> span_lists) {
-  size_t bytes = 512;
-  for (std::string_view l : span_lists) bytes += l.size() + 1;
-  std::string out;
-  out.reserve(bytes);
-  out.append("{\"resourceSpans\":[{\"resource\":{\"attributes\":");
+std::string OtlpRequestHead(const std::vector<Attribute>& resource) {
+  std::string out = "{\"resourceSpans\":[{\"resource\":{\"attributes\":";
   AppendAttributes(&out, resource);
   out.append("},\"scopeSpans\":[{\"scope\":{\"name\":\"strata\"},\"spans\":[");
+  return out;
+}
+
+std::string_view OtlpRequestTail() { return "]}]}]}"; }
+
+std::string EncodeOtlpJson(const std::vector<Attribute>& resource,
+                           std::span<const std::string_view> span_lists) {
+  std::string out = OtlpRequestHead(resource);
+  size_t bytes = out.size() + OtlpRequestTail().size();
+  for (std::string_view l : span_lists) bytes += l.size() + 1;
+  out.reserve(bytes);
   bool first = true;
   for (std::string_view l : span_lists) {
     if (l.empty()) continue;
@@ -260,7 +266,7 @@ std::string EncodeOtlpJson(const std::vector<Attribute>& resource,
     first = false;
     out.append(l);
   }
-  out.append("]}]}]}");
+  out.append(OtlpRequestTail());
   return out;
 }
 

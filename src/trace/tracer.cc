@@ -84,19 +84,21 @@ struct Tracer::Impl {
   http::Url url;
   std::vector<Attribute> resource;
 
-  // Spans are queued already encoded (span lists of at most max_batch spans, written by the
-  // thread that called Export): the exporter thread then frees one string per list, never the
-  // spans' many small allocations another thread made (which glibc's malloc makes costly for
-  // both threads).
-  struct SpanList {
+  // Spans are queued encoded, as request bodies being written: `head` then span objects joined
+  // by commas (the tail is appended when sent). Full batches wait in `ready`; `open` takes the
+  // next spans. Sent bodies' buffers go back to `spare`, so that steady state allocates nothing.
+  struct Batch {
     std::string json;
     size_t spans = 0;
   };
+  std::string head;  // OtlpRequestHead(resource); const after Start
   mutable std::mutex mu;
   std::condition_variable cv;
-  std::deque<SpanList> queue;       // guarded by mu
-  size_t queued_spans = 0;          // guarded by mu; the spans of `queue`
-  size_t queued_bytes = 0;          // guarded by mu; the JSON bytes of `queue`
+  std::deque<Batch> ready;          // guarded by mu; batches of max_batch spans (or fewer)
+  Batch open;                       // guarded by mu; the batch spans are appended to
+  std::vector<std::string> spare;   // guarded by mu; cleared buffers of sent batches
+  size_t queued_spans = 0;          // guarded by mu; the spans of `ready` and `open`
+  size_t queued_bytes = 0;          // guarded by mu; the JSON bytes of `ready` and `open`
   bool stopping = false;            // guarded by mu
   Clock::time_point stop_deadline;  // guarded by mu; valid once stopping
   // The same deadline for the exporter's POST watch (steady ticks; max while not stopping).
@@ -114,11 +116,14 @@ struct Tracer::Impl {
   std::once_flag shutdown_once;
 
   void Run();
-  // Takes the next batch (blocks until one is due or the tracer stops); empty when done.
-  std::vector<SpanList> NextBatch();
-  void Send(const std::vector<SpanList>& batch);
-  // Encodes spans[0, n) into span lists of at most max_batch spans and queues them.
+  // Takes the next batch (blocks until one is due or the tracer stops); no spans when done.
+  Batch NextBatch();
+  void Send(Batch* batch);
+  // Encodes the spans (max_batch at a time) and appends them to the open batch.
   void Enqueue(std::span<const Span> spans);
+  // Appends one encoded span list of `n` spans (requires mu); false when there is no room.
+  bool AppendLocked(std::string_view list, size_t n);
+  void Recycle(std::string json);
   http::HttpResult Post(const std::string& body,
                         std::optional<std::chrono::milliseconds>* retry_after);
   asio::awaitable<void> DoPost(const std::string& body, http::HttpClient::RequestOptions ro,
@@ -136,37 +141,46 @@ void Tracer::Impl::Run() {
   pthread_setname_np(pthread_self(), "strata-otlp");
   client = std::make_unique<http::HttpClient>(io, url, "");
   while (true) {
-    std::vector<SpanList> batch = NextBatch();
-    if (batch.empty()) break;
-    Send(batch);
+    Batch batch = NextBatch();
+    if (batch.spans == 0) break;
+    Send(&batch);
+    Recycle(std::move(batch.json));
   }
   client.reset();
 }
 
-std::vector<Tracer::Impl::SpanList> Tracer::Impl::NextBatch() {
+Tracer::Impl::Batch Tracer::Impl::NextBatch() {
   std::unique_lock lock(mu);
   const auto due = Clock::now() + options.flush_interval;
-  cv.wait_until(lock, due, [&] { return stopping || queued_spans >= options.max_batch; });
-  while (queue.empty() && !stopping) {
-    cv.wait_for(lock, options.flush_interval,
-                [&] { return stopping || queued_spans >= options.max_batch; });
+  cv.wait_until(lock, due, [&] { return stopping || !ready.empty(); });
+  while (ready.empty() && open.spans == 0 && !stopping) {
+    cv.wait_for(lock, options.flush_interval, [&] { return stopping || !ready.empty(); });
   }
   if (stopping && Clock::now() >= stop_deadline) {
     dropped_export_failed += queued_spans;  // no time left to send them
-    queue.clear();
+    ready.clear();
+    open = Batch{};
     queued_spans = queued_bytes = 0;
   }
-  // Whole span lists up to max_batch spans (each list holds at most that many).
-  std::vector<SpanList> batch;
-  size_t spans = 0;
-  while (!queue.empty() && (batch.empty() || spans + queue.front().spans <= options.max_batch)) {
-    spans += queue.front().spans;
-    queued_spans -= queue.front().spans;
-    queued_bytes -= queue.front().json.size();
-    batch.push_back(std::move(queue.front()));
-    queue.pop_front();
+  Batch batch;
+  if (!ready.empty()) {
+    batch = std::move(ready.front());
+    ready.pop_front();
+  } else if (open.spans > 0) {  // the flush interval passed: what there is
+    batch = std::exchange(open, Batch{});
   }
+  queued_spans -= batch.spans;
+  queued_bytes -= batch.json.size();
   return batch;
+}
+
+void Tracer::Impl::Recycle(std::string json) {
+  constexpr size_t kMaxSpareBytes = size_t{4} << 20;  // a buffer a rare huge batch grew is freed
+  constexpr size_t kMaxSpares = 4;
+  if (json.capacity() > kMaxSpareBytes) return;
+  json.clear();
+  std::lock_guard lock(mu);
+  if (spare.size() < kMaxSpares) spare.push_back(std::move(json));
 }
 
 http::HttpResult Tracer::Impl::Post(const std::string& body,
@@ -221,15 +235,10 @@ bool Tracer::Impl::Backoff(std::chrono::milliseconds d) {
   return !(stopping && stop_deadline <= wake);
 }
 
-void Tracer::Impl::Send(const std::vector<SpanList>& lists) {
-  std::vector<std::string_view> parts;
-  parts.reserve(lists.size());
-  size_t spans = 0;
-  for (const SpanList& l : lists) {
-    parts.push_back(l.json);
-    spans += l.spans;
-  }
-  const std::string body = EncodeOtlpJson(resource, parts);
+void Tracer::Impl::Send(Batch* batch) {
+  batch->json.append(OtlpRequestTail());
+  const std::string& body = batch->json;
+  const size_t spans = batch->spans;
   std::chrono::milliseconds backoff = kFirstBackoff;
   for (int attempt = 0;; ++attempt) {
     std::optional<std::chrono::milliseconds> retry_after;
@@ -259,6 +268,7 @@ Result<std::unique_ptr<Tracer>> Tracer::Start(TracerOptions options) {
   impl->resource.push_back(Attribute{
       "service.name", options.service_name.empty() ? "unknown_service" : options.service_name});
   for (const auto& a : options.resource) impl->resource.push_back(a);
+  impl->head = OtlpRequestHead(impl->resource);
   impl->options = std::move(options);
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->Run(); });
@@ -293,33 +303,47 @@ void Tracer::Impl::Enqueue(std::span<const Span> spans) {
     dropped_queue_full += spans.size() - take;
   }
   if (take == 0) return;
-  std::vector<SpanList> lists;
-  lists.reserve((take + options.max_batch - 1) / options.max_batch);
+  constexpr size_t kMaxScratchBytes = size_t{1} << 20;
+  thread_local std::string scratch;  // this thread's encoding buffer, reused
+  bool wake = false;
   for (size_t i = 0; i < take; i += options.max_batch) {
     const auto part = spans.subspan(i, std::min(options.max_batch, take - i));
-    SpanList l;
-    l.json.reserve(part.size() * 640);
-    AppendOtlpSpans(&l.json, part);
-    l.spans = part.size();
-    lists.push_back(std::move(l));
-  }
-  bool wake = false;
-  {
+    scratch.clear();
+    AppendOtlpSpans(&scratch, part);
     std::lock_guard lock(mu);
-    const size_t before = queued_spans;
-    for (SpanList& l : lists) {  // other threads may have filled the room meanwhile
-      if (stopping || queued_spans + l.spans > options.queue_capacity ||
-          queued_bytes >= options.queue_bytes) {
-        dropped_queue_full += l.spans;
-        continue;
-      }
-      queued_spans += l.spans;
-      queued_bytes += l.json.size();
-      queue.push_back(std::move(l));
-    }
-    wake = queued_spans >= options.max_batch && before < options.max_batch;
+    const bool had_ready = !ready.empty();
+    if (!AppendLocked(scratch, part.size())) dropped_queue_full += part.size();
+    wake = wake || (!had_ready && !ready.empty());
   }
+  if (scratch.capacity() > kMaxScratchBytes) std::string().swap(scratch);
   if (wake) cv.notify_all();
+}
+
+bool Tracer::Impl::AppendLocked(std::string_view list, size_t n) {
+  // Other threads may have filled the room since it was checked.
+  if (stopping || queued_spans + n > options.queue_capacity ||
+      queued_bytes >= options.queue_bytes) {
+    return false;
+  }
+  if (open.spans > 0 && open.spans + n > options.max_batch) {
+    ready.push_back(std::exchange(open, Batch{}));
+  }
+  const size_t before = open.json.size();
+  if (open.spans == 0) {
+    if (!spare.empty()) {
+      open.json = std::move(spare.back());
+      spare.pop_back();
+    }
+    open.json.append(head);
+  } else {
+    open.json.push_back(',');
+  }
+  open.json.append(list);
+  open.spans += n;
+  queued_spans += n;
+  queued_bytes += open.json.size() - before;
+  if (open.spans >= options.max_batch) ready.push_back(std::exchange(open, Batch{}));
+  return true;
 }
 
 TracerStats Tracer::stats() const {

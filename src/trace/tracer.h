@@ -3,12 +3,16 @@
 // from a bounded queue drained by the tracer's own thread.
 //
 // Contract:
-//   - Export() never blocks and never does I/O: it encodes the spans (OTLP JSON, on the caller's
-//     thread, so that the exporter thread frees one string instead of the spans' allocations) and
-//     queues them, or drops them (counted as dropped_queue_full, before any encoding) when the
-//     queue holds queue_capacity spans or queue_bytes bytes. Callers on the
-//     request path (the gateway's and the server's I/O threads) call it; the engine thread never
-//     does (the server builds the engine's spans from the request's timeline when it ends).
+//   - Export() never blocks on I/O: it encodes the spans (OTLP JSON, on the caller's thread, into
+//     a buffer of that thread's, so that no thread frees another's many small allocations) and
+//     appends the bytes under the queue's lock to the open batch — a request body being written,
+//     recycled once sent, so that the steady state allocates nothing large (glibc consolidates
+//     its fast bins on an allocation of 1 KiB or more whenever they hold chunks, which a string
+//     per request cost the request threads). Spans are dropped instead (counted as
+//     dropped_queue_full, before any encoding) when the queue holds queue_capacity spans or
+//     queue_bytes bytes. Callers on the request path (the gateway's and the server's I/O threads)
+//     call it; the engine thread never does (the server builds the engine's spans from the
+//     request's timeline when it ends).
 //   - The exporter thread sends a batch when max_batch spans are queued or flush_interval passed.
 //     A batch that fails is retried (exponential backoff from 100 ms, at most max_retries times,
 //     honouring Retry-After) only where OTLP says so — HTTP 429, 502, 503, 504 and connection
@@ -91,5 +95,9 @@ std::string EncodeOtlpJson(const std::vector<Attribute>& resource, const std::ve
 void AppendOtlpSpans(std::string* out, std::span<const Span> spans);
 std::string EncodeOtlpJson(const std::vector<Attribute>& resource,
                            std::span<const std::string_view> span_lists);
+// A request is OtlpRequestHead(resource) + span lists joined by ',' + OtlpRequestTail(): the
+// exporter writes span lists straight after a head it wrote once (EncodeOtlpJson is exactly this).
+std::string OtlpRequestHead(const std::vector<Attribute>& resource);
+std::string_view OtlpRequestTail();
 
 }  // namespace strata::trace

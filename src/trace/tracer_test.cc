@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <thread>
 
 #include "testing/otlp_receiver.h"
@@ -141,6 +142,44 @@ TEST(Exporter, DeliversSpansInBatches) {
   EXPECT_EQ(seen.size(), 25u);
   EXPECT_EQ(*seen.begin(), 0);
   EXPECT_EQ(t->stats().dropped_export_failed + t->stats().dropped_queue_full, 0u);
+}
+
+// Request threads append to one open batch under the queue's lock, and sent batches' buffers are
+// written again: many producers, many small batches, every span exactly once, none over max_batch.
+TEST(Exporter, ConcurrentProducersFillRecycledBatchesExactlyOnce) {
+  auto rx = testing::OtlpReceiver::Start();
+  ASSERT_TRUE(rx.ok());
+  TracerOptions o = Options((*rx)->endpoint());
+  o.max_batch = 7;  // request-sized exports (3 spans) straddle batch ends
+  o.flush_interval = milliseconds(20);
+  auto t = MustStart(o);
+  constexpr int kThreads = 4, kRequests = 60, kSpansPerRequest = 3;
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&t, th] {
+      for (int r = 0; r < kRequests; ++r) {
+        std::vector<Span> req;
+        req.reserve(kSpansPerRequest);
+        for (int k = 0; k < kSpansPerRequest; ++k)
+          req.push_back(MakeSpan((th * kRequests + r) * kSpansPerRequest + k));
+        t->Export(std::move(req));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  constexpr int kTotal = kThreads * kRequests * kSpansPerRequest;
+  ASSERT_TRUE((*rx)->WaitForSpans(kTotal, milliseconds(20000)));
+  EXPECT_TRUE(Eventually([&] { return t->stats().spans_exported == kTotal; }));
+  for (size_t n : (*rx)->batch_sizes()) EXPECT_LE(n, 7u);
+  EXPECT_GE((*rx)->batch_sizes().size(), size_t{kTotal / 7});
+  std::set<int64_t> seen;
+  for (const auto& s : (*rx)->spans()) EXPECT_TRUE(seen.insert(s.Int("i").value_or(-1)).second);
+  EXPECT_EQ(seen.size(), size_t{kTotal});
+  EXPECT_EQ(*seen.begin(), 0);
+  EXPECT_EQ(*seen.rbegin(), kTotal - 1);
+  EXPECT_EQ(t->stats().dropped_export_failed + t->stats().dropped_queue_full, 0u);
+  EXPECT_EQ(t->stats().queued, 0u);
 }
 
 TEST(Exporter, RetriesA503ThenDelivers) {
