@@ -94,8 +94,53 @@ std::atomic<int>& ActiveIsaSlot() {
   return slot;
 }
 
+// AVX512_BF16: cpuid leaf 7 sub-leaf 1, eax bit 5.
+bool DetectAvx512Bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || eax < 1) return false;  // sub-leaves
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
+#else
+  return false;
+#endif
+}
+
+// STRATA_KERNEL_VARIANT: a comma-separated list; today's only choice is bf16-dot | bf16-fma.
+bool InitialBf16Dot() {
+  const char* env = std::getenv("STRATA_KERNEL_VARIANT");
+  bool on = Bf16DotAvailable();
+  if (env == nullptr) return on;
+  std::string_view rest(env);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (item == "bf16-fma") {
+      on = false;
+    } else if (item == "bf16-dot") {
+      on = Bf16DotAvailable();
+      if (!on)
+        std::fprintf(stderr, "strata: STRATA_KERNEL_VARIANT=bf16-dot: no AVX512_BF16 here\n");
+    } else if (!item.empty()) {
+      std::fprintf(
+          stderr,
+          "strata: ignoring unknown STRATA_KERNEL_VARIANT item %.*s (use bf16-dot|bf16-fma)\n",
+          static_cast<int>(item.size()), item.data());
+    }
+  }
+  return on;
+}
+
+std::atomic<bool>& Bf16DotSlot() {
+  static std::atomic<bool> slot{InitialBf16Dot()};
+  return slot;
+}
+
 DotTileFn SelectDot(DType t, Isa isa) {
   DotTileFn fn = nullptr;
+  const bool avx512 = static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
+  if (t == DType::kBF16 && avx512 && Bf16DotSlot().load(std::memory_order_relaxed))
+    return internal::Avx512Bf16DotTile();
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) fn = internal::Avx512DotTile(t);
   if (fn == nullptr && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2))
     fn = internal::Avx2DotTile(t);
@@ -151,6 +196,18 @@ Isa ActiveIsa() { return static_cast<Isa>(ActiveIsaSlot().load(std::memory_order
 
 void SetIsa(Isa isa) {
   ActiveIsaSlot().store(static_cast<int>(ClampIsa(isa)), std::memory_order_relaxed);
+}
+
+bool Bf16DotAvailable() {
+  static const bool kAvailable =
+      static_cast<int>(DetectIsa()) >= static_cast<int>(Isa::kAvx512) && DetectAvx512Bf16();
+  return kAvailable;
+}
+
+bool Bf16DotActive() { return Bf16DotSlot().load(std::memory_order_relaxed); }
+
+void SetBf16Dot(bool on) {
+  Bf16DotSlot().store(on && Bf16DotAvailable(), std::memory_order_relaxed);
 }
 
 bool IsSupported(DType t) {
@@ -319,6 +376,13 @@ std::vector<KernelVariant> DescribeKernels() {
       v = {t, std::string(avx512 ? "avx512-vnni" : "avx2") + " 256-bit tile (Q8_K activations)",
            "the same tile, 4 tokens per weight read", "rows (as stored)",
            "K-quant super-blocks: integer dot per 32, scales per sub-block"};
+    } else if (t == DType::kBF16 && avx512 && Bf16DotActive()) {
+      const bool p4 = PreferredLayout(t) == WeightLayout::kPanels4;
+      v = {t, "avx512-bf16 vdpbf16ps, 4 rows x 1 token, 2 rows per vector",
+           "avx512-bf16 vdpbf16ps, 4 rows x 4 tokens (8 accumulators)",
+           p4 ? "panels4 (repacked at load)" : "rows (as stored)",
+           "AVX512_BF16 (variant bf16-dot; STRATA_KERNEL_VARIANT=bf16-fma for f32 FMAs): "
+           "32 products per instruction on bf16-exact activations, no weight widening"};
     } else if (avx512 && PreferredLayout(t) == WeightLayout::kPanels4) {
       v = {t, "512-bit FMA, 4 rows x 1 token from one panel stream",
            "512-bit FMA, 4 rows x 4 tokens (16 accumulators)", "panels4 (repacked at load)",
@@ -473,18 +537,24 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   // place.
   const char* xq;
   size_t xq_stride;
+  // The bf16-dot variant multiplies bf16 activations (kernels_internal.h: Avx512Bf16DotTile).
+  const bool bf16_dot = w.type == DType::kBF16 && Bf16DotActive() &&
+                        static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
   if (w.type == DType::kF32) {
     xq = reinterpret_cast<const char*>(x);
     xq_stride = x_stride * sizeof(float);
   } else {
-    xq_stride = (*RowBytes(act, w.cols) + 63) / 64 * 64;
+    xq_stride = ((bf16_dot ? w.cols * 2 : *RowBytes(act, w.cols)) + 63) / 64 * 64;
     thread_local std::vector<uint64_t> scratch;  // grows once, reused by later calls
     const size_t words = (xq_stride * n_tokens + 7) / 8;
     if (scratch.size() < words) scratch.resize(words);
     char* buf = reinterpret_cast<char*>(scratch.data());
     auto convert = [&](size_t t0, size_t t1, int) {
       for (size_t t = t0; t < t1; ++t) {
-        if (act == DType::kQ8_0) {
+        if (bf16_dot) {
+          internal::Avx512ToBf16(x + t * x_stride, reinterpret_cast<uint16_t*>(buf + t * xq_stride),
+                                 w.cols);
+        } else if (act == DType::kQ8_0) {
           QuantizeQ8_0Row(isa, x + t * x_stride, buf + t * xq_stride, w.cols);
         } else {
           internal::ConvertActivations(w.type, x + t * x_stride, buf + t * xq_stride, w.cols);
@@ -503,10 +573,12 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   const size_t rows_per_block = std::max<size_t>(4, (256 * 1024) / std::max<size_t>(row_bytes, 1));
   const char* wdata = static_cast<const char*>(w.data);
   const bool panels = w.layout != WeightLayout::kRows;
-  const internal::DotPanelFn dot_panel =
-      w.layout == WeightLayout::kPanels4 && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)
-          ? internal::Avx512DotPanel4(w.type)
-          : nullptr;
+  const bool panel4 =
+      w.layout == WeightLayout::kPanels4 && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
+  const internal::DotPanelFn dot_panel = !panel4 ? nullptr
+                                         : w.type == DType::kBF16 && Bf16DotActive()
+                                             ? internal::Avx512Bf16DotPanel4()
+                                             : internal::Avx512DotPanel4(w.type);
   // kPanels4 at avx512: every panel touching [r0, r1) once per token tile (4 rows from one
   // stream), the rows inside the range stored.
   auto panel_body = [&](size_t r0, size_t r1, int) {

@@ -40,6 +40,17 @@ Isa ActiveIsa();
 // kernels.
 void SetIsa(Isa isa);
 
+// Kernel variants inside an ISA level (listed with the rest by DescribeKernels, `strata info
+// --cpu`). Today one choice: BF16 weights multiplied by AVX512-BF16 vdpbf16ps ("bf16-dot") or by
+// f32 FMAs on widened weights ("bf16-fma"). Default: bf16-dot where the CPU has AVX512_BF16 and
+// the active ISA is avx512 or amx. Env STRATA_KERNEL_VARIANT=bf16-fma|bf16-dot forces one (asking
+// for one the CPU lacks warns and falls back). The variants add the same exact products in a
+// different order (kernels/README.md); within one, every layout and token count gives the same
+// bits.
+bool Bf16DotAvailable();   // cpuid AVX512_BF16, and the avx512 level detected
+bool Bf16DotActive();      // the variant chosen (applies while the active ISA is avx512 or amx)
+void SetBf16Dot(bool on);  // tests, benchmarks (clamped to Bf16DotAvailable); as SetIsa
+
 // True if MatMul / DequantizeRow support weights of this type.
 bool IsSupported(DType t);
 

@@ -75,6 +75,12 @@ using DotPanelFn = void (*)(const void* panel, const void* x, size_t x_stride, i
                             float* out);
 // The avx512 level's kPanels4 kernels (F16, BF16); nullptr for other types.
 DotPanelFn Avx512DotPanel4(DType t);
+// The bf16-dot variant's BF16 kernels (cpu/bf16_avx512.cc, vdpbf16ps): call only when the CPU has
+// AVX512_BF16 (kernels::Bf16DotAvailable()). Row tile and kPanels4 tile give the same bits.
+// Their activations are bf16 (rows of uint16_t), converted by Avx512ToBf16.
+DotTileFn Avx512Bf16DotTile();
+DotPanelFn Avx512Bf16DotPanel4();
+void Avx512ToBf16(const float* x, uint16_t* out, size_t n);
 
 // Returns the tile kernel for weight type t at this ISA level, or nullptr when that level has no
 // specialised kernel for t (the caller then falls back to a lower level).

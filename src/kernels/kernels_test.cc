@@ -76,24 +76,27 @@ class MatMulTest : public ::testing::TestWithParam<MatMulParam> {
 TEST_P(MatMulTest, MatchesReferenceOnOddShapes) {
   const auto [isa, type] = GetParam();
   IsaGuard guard(isa);
-  uint32_t seed = 100;
-  for (size_t cols : ColsFor(type)) {
-    for (size_t rows : {size_t{1}, size_t{3}, size_t{17}, size_t{67}}) {
-      for (int mode = 0; mode < 2; ++mode) {
-        auto w = mode == 0 ? QuantizedWeights(type, rows, cols, ++seed)
-                           : RandomBitsWeights(type, rows, cols, ++seed);
-        for (size_t n_tokens : {size_t{1}, size_t{2}, size_t{5}, size_t{33}}) {
-          if (rows == 67 && cols > 1000 && n_tokens == 33 && mode == 1)
-            continue;  // keep runtime low
-          std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
-          std::vector<float> y_ref, y(n_tokens * rows, -1.0f);
-          std::vector<double> mag;
-          Reference(w.m, x, n_tokens, &y_ref, &mag);
-          MatMul(w.m, x.data(), n_tokens, y.data(), nullptr);
-          for (size_t i = 0; i < y.size(); ++i) {
-            ASSERT_NEAR(y[i], y_ref[i], kRelTol * mag[i] + 1e-30)
-                << DTypeName(type) << " " << IsaName(isa) << " cols " << cols << " rows " << rows
-                << " tokens " << n_tokens << " mode " << mode << " index " << i;
+  for (const bool dot : testing::Bf16Variants(type)) {
+    testing::Bf16DotGuard variant(dot);
+    uint32_t seed = 100;
+    for (size_t cols : ColsFor(type)) {
+      for (size_t rows : {size_t{1}, size_t{3}, size_t{17}, size_t{67}}) {
+        for (int mode = 0; mode < 2; ++mode) {
+          auto w = mode == 0 ? QuantizedWeights(type, rows, cols, ++seed)
+                             : RandomBitsWeights(type, rows, cols, ++seed);
+          for (size_t n_tokens : {size_t{1}, size_t{2}, size_t{5}, size_t{33}}) {
+            if (rows == 67 && cols > 1000 && n_tokens == 33 && mode == 1)
+              continue;  // keep runtime low
+            std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
+            std::vector<float> y_ref, y(n_tokens * rows, -1.0f);
+            std::vector<double> mag;
+            Reference(w.m, x, n_tokens, &y_ref, &mag);
+            MatMul(w.m, x.data(), n_tokens, y.data(), nullptr);
+            for (size_t i = 0; i < y.size(); ++i) {
+              ASSERT_NEAR(y[i], y_ref[i], kRelTol * mag[i] + 1e-30)
+                  << DTypeName(type) << " " << IsaName(isa) << " cols " << cols << " rows " << rows
+                  << " tokens " << n_tokens << " mode " << mode << " index " << i;
+            }
           }
         }
       }
@@ -104,24 +107,27 @@ TEST_P(MatMulTest, MatchesReferenceOnOddShapes) {
 TEST_P(MatMulTest, ThreadCountAndTokenGroupingDoNotChangeBits) {
   const auto [isa, type] = GetParam();
   IsaGuard guard(isa);
-  const bool k_quant = GetDTypeTraits(type)->block_size == 256;
-  // Odd and even block counts; 7 tokens (decode-style path) and 37 (prefill path: token groups with
-  // a partial last group). Every token's row must equal the one-token result bit for bit.
-  for (size_t cols : {k_quant ? size_t{512} : size_t{320}, k_quant ? size_t{768} : size_t{352}}) {
-    for (size_t n_tokens : {size_t{7}, size_t{37}}) {
-      const size_t rows = 67;
-      auto w = RandomBitsWeights(type, rows, cols, 5);
-      std::vector<float> x = RandomFloats(n_tokens * cols, 6);
-      std::vector<float> y1(rows * n_tokens), y2(rows * n_tokens), y_single(rows * n_tokens);
-      ThreadPool one(1), two(2);
-      MatMul(w.m, x.data(), n_tokens, y1.data(), &one);
-      MatMul(w.m, x.data(), n_tokens, y2.data(), &two);
-      EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)))
-          << cols << " " << n_tokens;
-      for (size_t t = 0; t < n_tokens; ++t)
-        MatMul(w.m, x.data() + t * cols, 1, y_single.data() + t * rows, &two);
-      EXPECT_EQ(0, std::memcmp(y1.data(), y_single.data(), y1.size() * sizeof(float)))
-          << cols << " " << n_tokens;
+  for (const bool dot : testing::Bf16Variants(type)) {
+    testing::Bf16DotGuard variant(dot);
+    const bool k_quant = GetDTypeTraits(type)->block_size == 256;
+    // Odd and even block counts; 7 tokens (decode-style path) and 37 (prefill path: token groups
+    // with a partial last group). Every token's row must equal the one-token result bit for bit.
+    for (size_t cols : {k_quant ? size_t{512} : size_t{320}, k_quant ? size_t{768} : size_t{352}}) {
+      for (size_t n_tokens : {size_t{7}, size_t{37}}) {
+        const size_t rows = 67;
+        auto w = RandomBitsWeights(type, rows, cols, 5);
+        std::vector<float> x = RandomFloats(n_tokens * cols, 6);
+        std::vector<float> y1(rows * n_tokens), y2(rows * n_tokens), y_single(rows * n_tokens);
+        ThreadPool one(1), two(2);
+        MatMul(w.m, x.data(), n_tokens, y1.data(), &one);
+        MatMul(w.m, x.data(), n_tokens, y2.data(), &two);
+        EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)))
+            << cols << " " << n_tokens;
+        for (size_t t = 0; t < n_tokens; ++t)
+          MatMul(w.m, x.data() + t * cols, 1, y_single.data() + t * rows, &two);
+        EXPECT_EQ(0, std::memcmp(y1.data(), y_single.data(), y1.size() * sizeof(float)))
+            << cols << " " << n_tokens;
+      }
     }
   }
 }
@@ -132,32 +138,35 @@ TEST_P(MatMulTest, ThreadCountAndTokenGroupingDoNotChangeBits) {
 TEST_P(MatMulTest, SharedActivationsEqualSeparateCalls) {
   const auto [isa, type] = GetParam();
   IsaGuard guard(isa);
-  const size_t cols = GetDTypeTraits(type)->block_size == 256 ? 512 : 320;
-  const DType other = type == DType::kQ8_0 ? DType::kQ4_0 : DType::kQ8_0;
-  uint32_t seed = 300;
-  for (bool mixed : {false, true}) {
-    const size_t rows[] = {64, 16, 17};
-    std::vector<testing::OwnedWeights> ws;
-    for (size_t i = 0; i < 3; ++i)
-      ws.push_back(RandomBitsWeights(mixed && i == 2 ? other : type, rows[i], cols, ++seed));
-    for (size_t n_tokens : {size_t{1}, size_t{3}, size_t{4}, size_t{6}, size_t{16}, size_t{37}}) {
-      const std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
-      ThreadPool two(2);
-      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
-        std::vector<std::vector<float>> shared(3), separate(3);
-        std::vector<MatMulOut> outs;
-        for (size_t i = 0; i < 3; ++i) {
-          shared[i].assign(n_tokens * rows[i], -1.0f);
-          separate[i].assign(n_tokens * rows[i], -2.0f);
-          MatMul(ws[i].m, x.data(), n_tokens, separate[i].data(), pool);
-          outs.push_back(MatMulOut{&ws[i].m, shared[i].data()});
+  for (const bool dot : testing::Bf16Variants(type)) {
+    testing::Bf16DotGuard variant(dot);
+    const size_t cols = GetDTypeTraits(type)->block_size == 256 ? 512 : 320;
+    const DType other = type == DType::kQ8_0 ? DType::kQ4_0 : DType::kQ8_0;
+    uint32_t seed = 300;
+    for (bool mixed : {false, true}) {
+      const size_t rows[] = {64, 16, 17};
+      std::vector<testing::OwnedWeights> ws;
+      for (size_t i = 0; i < 3; ++i)
+        ws.push_back(RandomBitsWeights(mixed && i == 2 ? other : type, rows[i], cols, ++seed));
+      for (size_t n_tokens : {size_t{1}, size_t{3}, size_t{4}, size_t{6}, size_t{16}, size_t{37}}) {
+        const std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
+        ThreadPool two(2);
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+          std::vector<std::vector<float>> shared(3), separate(3);
+          std::vector<MatMulOut> outs;
+          for (size_t i = 0; i < 3; ++i) {
+            shared[i].assign(n_tokens * rows[i], -1.0f);
+            separate[i].assign(n_tokens * rows[i], -2.0f);
+            MatMul(ws[i].m, x.data(), n_tokens, separate[i].data(), pool);
+            outs.push_back(MatMulOut{&ws[i].m, shared[i].data()});
+          }
+          MatMulShared(outs, x.data(), n_tokens, pool);
+          for (size_t i = 0; i < 3; ++i)
+            EXPECT_EQ(0, std::memcmp(shared[i].data(), separate[i].data(),
+                                     shared[i].size() * sizeof(float)))
+                << DTypeName(type) << (mixed ? " mixed" : "") << " matrix " << i << " tokens "
+                << n_tokens << (pool ? " 2 threads" : " 1 thread");
         }
-        MatMulShared(outs, x.data(), n_tokens, pool);
-        for (size_t i = 0; i < 3; ++i)
-          EXPECT_EQ(0, std::memcmp(shared[i].data(), separate[i].data(),
-                                   shared[i].size() * sizeof(float)))
-              << DTypeName(type) << (mixed ? " mixed" : "") << " matrix " << i << " tokens "
-              << n_tokens << (pool ? " 2 threads" : " 1 thread");
       }
     }
   }
@@ -185,29 +194,32 @@ TEST_P(MatMulTest, StridedInputAndOutput) {
 TEST_P(MatMulTest, ExtremeButFiniteValues) {
   const auto [isa, type] = GetParam();
   IsaGuard guard(isa);
-  const size_t cols = 512, rows = 4, n_tokens = 4;
-  // Weights with large and tiny magnitudes; activations: huge, tiny, zero row, mixed.
-  std::vector<float> wf = RandomFloats(rows * cols, 21, 1.0f);
-  for (size_t i = 0; i < wf.size(); i += 7) wf[i] *= 3e3f;  // stays inside the f16 range
-  auto w = QuantizedWeights(type, rows, cols, 1);
-  for (size_t r = 0; r < rows; ++r)
-    QuantizeRow(type, wf.data() + r * cols, w.bytes.data() + r * w.m.row_bytes, cols);
-  std::vector<float> x = RandomFloats(n_tokens * cols, 22);
-  for (size_t k = 0; k < cols; ++k) {
-    x[k] *= 1e4f;
-    x[cols + k] *= 1e-20f;
-    x[2 * cols + k] = 0.0f;
-    if (k % 13 == 0) x[3 * cols + k] = (k & 1) ? 6e4f : -6e4f;
+  for (const bool dot : testing::Bf16Variants(type)) {
+    testing::Bf16DotGuard variant(dot);
+    const size_t cols = 512, rows = 4, n_tokens = 4;
+    // Weights with large and tiny magnitudes; activations: huge, tiny, zero row, mixed.
+    std::vector<float> wf = RandomFloats(rows * cols, 21, 1.0f);
+    for (size_t i = 0; i < wf.size(); i += 7) wf[i] *= 3e3f;  // stays inside the f16 range
+    auto w = QuantizedWeights(type, rows, cols, 1);
+    for (size_t r = 0; r < rows; ++r)
+      QuantizeRow(type, wf.data() + r * cols, w.bytes.data() + r * w.m.row_bytes, cols);
+    std::vector<float> x = RandomFloats(n_tokens * cols, 22);
+    for (size_t k = 0; k < cols; ++k) {
+      x[k] *= 1e4f;
+      x[cols + k] *= 1e-20f;
+      x[2 * cols + k] = 0.0f;
+      if (k % 13 == 0) x[3 * cols + k] = (k & 1) ? 6e4f : -6e4f;
+    }
+    std::vector<float> y_ref, y(n_tokens * rows);
+    std::vector<double> mag;
+    Reference(w.m, x, n_tokens, &y_ref, &mag);
+    MatMul(w.m, x.data(), n_tokens, y.data(), nullptr);
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(y[i])) << i;
+      ASSERT_NEAR(y[i], y_ref[i], kRelTol * mag[i] + 1e-30) << DTypeName(type) << " index " << i;
+    }
+    for (size_t r = 0; r < rows; ++r) EXPECT_EQ(y[2 * rows + r], 0.0f);  // zero activations
   }
-  std::vector<float> y_ref, y(n_tokens * rows);
-  std::vector<double> mag;
-  Reference(w.m, x, n_tokens, &y_ref, &mag);
-  MatMul(w.m, x.data(), n_tokens, y.data(), nullptr);
-  for (size_t i = 0; i < y.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(y[i])) << i;
-    ASSERT_NEAR(y[i], y_ref[i], kRelTol * mag[i] + 1e-30) << DTypeName(type) << " index " << i;
-  }
-  for (size_t r = 0; r < rows; ++r) EXPECT_EQ(y[2 * rows + r], 0.0f);  // zero activations
 }
 
 std::string ParamName(const ::testing::TestParamInfo<MatMulParam>& info) {

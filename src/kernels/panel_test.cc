@@ -8,6 +8,7 @@
 // kernels_test.cc, so these memcmps tie the panel paths to the reference too.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kernels/test_util.h"
+#include "tensor/fp16.h"
 
 namespace strata::kernels {
 namespace {
@@ -113,6 +115,47 @@ TEST(PanelLayout, DescribeKernelsAgreesWithPreferredLayout) {
   }
 }
 
+// The BF16 variant switch reaches MatMul in both layouts: bf16-dot and bf16-fma add the same exact
+// products in different orders, so over many long rows some outputs differ in their last bits,
+// and every output of both stays within f32 rounding of the exact sum.
+TEST(Bf16Variant, TheSwitchReachesMatMulAndBothVariantsStayClose) {
+  if (!Bf16DotAvailable()) GTEST_SKIP() << "CPU lacks AVX512_BF16: only bf16-fma here";
+  IsaGuard guard(Isa::kAvx512);
+  const size_t rows = 64, cols = 2048 + 16 + 5, n_tokens = 5;
+  const OwnedWeights w = RandomBitsWeights(DType::kBF16, rows, cols, 3);
+  const Panels p = ToPanels(w.m);
+  const std::vector<float> x = RandomFloats(n_tokens * cols, 4);
+  std::vector<float> wf(cols), xr(cols);
+  int differ = 0;
+  for (const WeightMatrix* m : {&w.m, &p.m}) {
+    std::vector<float> y_fma(n_tokens * rows), y_dot(n_tokens * rows);
+    {
+      testing::Bf16DotGuard fma(false);
+      MatMul(*m, x.data(), n_tokens, y_fma.data(), nullptr);
+    }
+    {
+      testing::Bf16DotGuard dot(true);
+      MatMul(*m, x.data(), n_tokens, y_dot.data(), nullptr);
+    }
+    for (size_t t = 0; t < n_tokens; ++t) {
+      for (size_t k = 0; k < cols; ++k) xr[k] = BF16ToF32(F32ToBF16(x[t * cols + k]));
+      for (size_t r = 0; r < rows; ++r) {
+        DequantizeRow(DType::kBF16, w.bytes.data() + r * w.m.row_bytes, wf.data(), cols);
+        double exact = 0, mag = 0;
+        for (size_t k = 0; k < cols; ++k) {
+          exact += static_cast<double>(wf[k]) * xr[k];
+          mag += std::fabs(static_cast<double>(wf[k]) * xr[k]);
+        }
+        const size_t i = t * rows + r;
+        EXPECT_NEAR(y_fma[i], exact, 1e-5 * mag) << "fma row " << r << " token " << t;
+        EXPECT_NEAR(y_dot[i], exact, 1e-5 * mag) << "dot row " << r << " token " << t;
+        differ += y_fma[i] != y_dot[i];
+      }
+    }
+  }
+  EXPECT_GT(differ, 0) << "bf16-dot gave the FMA variant's bits everywhere: not selected?";
+}
+
 using PanelParam = std::tuple<Isa, DType>;
 
 class PanelMatMulTest : public ::testing::TestWithParam<PanelParam> {
@@ -126,21 +169,24 @@ class PanelMatMulTest : public ::testing::TestWithParam<PanelParam> {
 TEST_P(PanelMatMulTest, SameBitsAsRowLayout) {
   const auto [isa, type] = GetParam();
   IsaGuard guard(isa);
-  ThreadPool two(2), three(3);
-  uint32_t seed = 50;
-  for (size_t cols : {size_t{32}, size_t{320}, size_t{352}, size_t{2048}}) {
-    for (size_t rows : {size_t{1}, size_t{3}, size_t{16}, size_t{17}, size_t{67}}) {
-      const OwnedWeights w = RandomBitsWeights(type, rows, cols, ++seed);
-      const Panels p = ToPanels(w.m);
-      for (size_t n_tokens : {1, 2, 3, 4, 5, 6, 7, 16, 37}) {
-        const std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
-        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two, &three}) {
-          std::vector<float> y_rows(n_tokens * rows, -1.0f), y_panels(n_tokens * rows, -2.0f);
-          MatMul(w.m, x.data(), n_tokens, y_rows.data(), pool);
-          MatMul(p.m, x.data(), n_tokens, y_panels.data(), pool);
-          ASSERT_EQ(0, std::memcmp(y_rows.data(), y_panels.data(), y_rows.size() * sizeof(float)))
-              << DTypeName(type) << " " << IsaName(isa) << " cols " << cols << " rows " << rows
-              << " tokens " << n_tokens << " threads " << (pool ? pool->num_threads() : 1);
+  for (const bool dot : testing::Bf16Variants(type)) {
+    testing::Bf16DotGuard variant(dot);
+    ThreadPool two(2), three(3);
+    uint32_t seed = 50;
+    for (size_t cols : {size_t{32}, size_t{320}, size_t{352}, size_t{2048}}) {
+      for (size_t rows : {size_t{1}, size_t{3}, size_t{16}, size_t{17}, size_t{67}}) {
+        const OwnedWeights w = RandomBitsWeights(type, rows, cols, ++seed);
+        const Panels p = ToPanels(w.m);
+        for (size_t n_tokens : {1, 2, 3, 4, 5, 6, 7, 16, 37}) {
+          const std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
+          for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two, &three}) {
+            std::vector<float> y_rows(n_tokens * rows, -1.0f), y_panels(n_tokens * rows, -2.0f);
+            MatMul(w.m, x.data(), n_tokens, y_rows.data(), pool);
+            MatMul(p.m, x.data(), n_tokens, y_panels.data(), pool);
+            ASSERT_EQ(0, std::memcmp(y_rows.data(), y_panels.data(), y_rows.size() * sizeof(float)))
+                << DTypeName(type) << " " << IsaName(isa) << " cols " << cols << " rows " << rows
+                << " tokens " << n_tokens << " threads " << (pool ? pool->num_threads() : 1);
+          }
         }
       }
     }
@@ -150,19 +196,22 @@ TEST_P(PanelMatMulTest, SameBitsAsRowLayout) {
 TEST_P(PanelMatMulTest, StridedInputAndOutput) {
   const auto [isa, type] = GetParam();
   IsaGuard guard(isa);
-  const size_t cols = 96, rows = 21, xs = cols + 9, ys = rows + 4;
-  const OwnedWeights w = RandomBitsWeights(type, rows, cols, 7);
-  const Panels p = ToPanels(w.m);
-  for (size_t n_tokens : {size_t{1}, size_t{3}, size_t{9}}) {
-    const std::vector<float> x = RandomFloats(n_tokens * xs, 8);
-    std::vector<float> y_rows(n_tokens * ys, 42.0f), y_panels(n_tokens * ys, 42.0f);
-    MatMul(w.m, x.data(), n_tokens, y_rows.data(), nullptr, xs, ys);
-    MatMul(p.m, x.data(), n_tokens, y_panels.data(), nullptr, xs, ys);
-    EXPECT_EQ(0, std::memcmp(y_rows.data(), y_panels.data(), y_rows.size() * sizeof(float)))
-        << n_tokens;
-    for (size_t t = 0; t < n_tokens; ++t)
-      for (size_t r = rows; r < ys; ++r)
-        EXPECT_EQ(y_panels[t * ys + r], 42.0f) << "wrote past the rows";
+  for (const bool dot : testing::Bf16Variants(type)) {
+    testing::Bf16DotGuard variant(dot);
+    const size_t cols = 96, rows = 21, xs = cols + 9, ys = rows + 4;
+    const OwnedWeights w = RandomBitsWeights(type, rows, cols, 7);
+    const Panels p = ToPanels(w.m);
+    for (size_t n_tokens : {size_t{1}, size_t{3}, size_t{9}}) {
+      const std::vector<float> x = RandomFloats(n_tokens * xs, 8);
+      std::vector<float> y_rows(n_tokens * ys, 42.0f), y_panels(n_tokens * ys, 42.0f);
+      MatMul(w.m, x.data(), n_tokens, y_rows.data(), nullptr, xs, ys);
+      MatMul(p.m, x.data(), n_tokens, y_panels.data(), nullptr, xs, ys);
+      EXPECT_EQ(0, std::memcmp(y_rows.data(), y_panels.data(), y_rows.size() * sizeof(float)))
+          << n_tokens;
+      for (size_t t = 0; t < n_tokens; ++t)
+        for (size_t r = rows; r < ys; ++r)
+          EXPECT_EQ(y_panels[t * ys + r], 42.0f) << "wrote past the rows";
+    }
   }
 }
 
@@ -171,34 +220,37 @@ TEST_P(PanelMatMulTest, StridedInputAndOutput) {
 TEST_P(PanelMatMulTest, SharedActivationsEqualRowLayoutCalls) {
   const auto [isa, type] = GetParam();
   IsaGuard guard(isa);
-  const size_t cols = 320;
-  const size_t rows[] = {64, 16, 17};
-  uint32_t seed = 900;
-  std::vector<OwnedWeights> ws;
-  std::vector<Panels> ps;
-  for (size_t r : rows) {
-    ws.push_back(RandomBitsWeights(type, r, cols, ++seed));
-    ps.push_back(ToPanels(ws.back().m));
-  }
-  ThreadPool two(2);
-  for (bool mixed : {false, true}) {
-    for (size_t n_tokens : {size_t{1}, size_t{4}, size_t{6}, size_t{37}}) {
-      const std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
-      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
-        std::vector<std::vector<float>> shared(3), separate(3);
-        std::vector<MatMulOut> outs;
-        for (size_t i = 0; i < 3; ++i) {
-          shared[i].assign(n_tokens * rows[i], -1.0f);
-          separate[i].assign(n_tokens * rows[i], -2.0f);
-          MatMul(ws[i].m, x.data(), n_tokens, separate[i].data(), pool);
-          outs.push_back(MatMulOut{mixed && i == 1 ? &ws[i].m : &ps[i].m, shared[i].data()});
+  for (const bool dot : testing::Bf16Variants(type)) {
+    testing::Bf16DotGuard variant(dot);
+    const size_t cols = 320;
+    const size_t rows[] = {64, 16, 17};
+    uint32_t seed = 900;
+    std::vector<OwnedWeights> ws;
+    std::vector<Panels> ps;
+    for (size_t r : rows) {
+      ws.push_back(RandomBitsWeights(type, r, cols, ++seed));
+      ps.push_back(ToPanels(ws.back().m));
+    }
+    ThreadPool two(2);
+    for (bool mixed : {false, true}) {
+      for (size_t n_tokens : {size_t{1}, size_t{4}, size_t{6}, size_t{37}}) {
+        const std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+          std::vector<std::vector<float>> shared(3), separate(3);
+          std::vector<MatMulOut> outs;
+          for (size_t i = 0; i < 3; ++i) {
+            shared[i].assign(n_tokens * rows[i], -1.0f);
+            separate[i].assign(n_tokens * rows[i], -2.0f);
+            MatMul(ws[i].m, x.data(), n_tokens, separate[i].data(), pool);
+            outs.push_back(MatMulOut{mixed && i == 1 ? &ws[i].m : &ps[i].m, shared[i].data()});
+          }
+          MatMulShared(outs, x.data(), n_tokens, pool);
+          for (size_t i = 0; i < 3; ++i)
+            EXPECT_EQ(0, std::memcmp(shared[i].data(), separate[i].data(),
+                                     shared[i].size() * sizeof(float)))
+                << DTypeName(type) << (mixed ? " mixed" : "") << " matrix " << i << " tokens "
+                << n_tokens;
         }
-        MatMulShared(outs, x.data(), n_tokens, pool);
-        for (size_t i = 0; i < 3; ++i)
-          EXPECT_EQ(0, std::memcmp(shared[i].data(), separate[i].data(),
-                                   shared[i].size() * sizeof(float)))
-              << DTypeName(type) << (mixed ? " mixed" : "") << " matrix " << i << " tokens "
-              << n_tokens;
       }
     }
   }

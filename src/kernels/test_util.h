@@ -25,6 +25,26 @@ class IsaGuard {
   Isa saved_;
 };
 
+// Sets the BF16 kernel variant (kernels.h: bf16-dot or bf16-fma) for a scope and restores it.
+class Bf16DotGuard {
+ public:
+  explicit Bf16DotGuard(bool dot) : saved_(Bf16DotActive()) { SetBf16Dot(dot); }
+  ~Bf16DotGuard() { SetBf16Dot(saved_); }
+  Bf16DotGuard(const Bf16DotGuard&) = delete;
+  Bf16DotGuard& operator=(const Bf16DotGuard&) = delete;
+
+ private:
+  bool saved_;
+};
+
+// The BF16 variants to test on this CPU for weights of type t: bf16-fma, and bf16-dot where the
+// CPU has it; for other types only the default (one entry, which leaves the variant as it is).
+inline std::vector<bool> Bf16Variants(DType t) {
+  if (t != DType::kBF16) return {Bf16DotActive()};
+  if (Bf16DotAvailable()) return {false, true};
+  return {false};
+}
+
 inline std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, scale);
