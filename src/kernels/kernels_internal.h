@@ -29,6 +29,9 @@ DType ActivationType(DType w);
 // Converts n floats into the activations for weights of type `weight_type` (see ActivationType).
 // Every ISA uses this same function, so SIMD and reference dot products see identical activations.
 void ConvertActivations(DType weight_type, const float* x, void* dst, size_t n);
+// ConvertActivations for F16 / BF16 weights with AVX2 + F16C (8 values per instruction): the same
+// f32 values for every input but NaN (a NaN either way). Other types: the scalar function.
+void Avx2RoundActivations(DType weight_type, const float* x, float* out, size_t n);
 
 // out[t] = dot(weight row w, activation row t) for t < nt (1 <= nt <= kMaxTileTokens), where
 // activation row t starts at (const char*)x + t * x_stride; n = number of elements (multiple of the

@@ -12,6 +12,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -233,6 +235,39 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
                                          DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K)),
     ParamName);
+
+// The activation rounding MatMul runs at avx2 and above for F16/BF16 weights gives the scalar
+// ConvertActivations' values bit for bit: random bit patterns of every exponent (f16 subnormals,
+// overflow to inf, bf16 carries into the exponent), edge values, and every length's tail.
+TEST(Activations, Avx2RoundingEqualsTheScalarConversion) {
+  if (static_cast<int>(DetectIsa()) < static_cast<int>(Isa::kAvx2)) GTEST_SKIP() << "no AVX2";
+  std::mt19937 rng(11);
+  std::vector<float> x;
+  for (int i = 0; i < (1 << 20); ++i) {
+    uint32_t bits = rng();
+    if ((bits & 0x7fffffffu) > 0x7f800000u) bits &= 0xff7fffffu;  // NaN -> a finite value
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    x.push_back(f);
+  }
+  for (float f :
+       {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 6.0e-8f, 2.9e-8f, 3.0e-8f,
+        1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 3.4e38f, std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min()})
+    x.push_back(f);
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    for (size_t n : {x.size(), size_t{1}, size_t{7}, size_t{9}, size_t{15}}) {
+      std::vector<float> want(n), got(n, -1.0f);
+      internal::ConvertActivations(t, x.data(), want.data(), n);
+      internal::Avx2RoundActivations(t, x.data(), got.data(), n);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), n * sizeof(float))) << DTypeName(t) << n;
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    float got = 0;
+    internal::Avx2RoundActivations(t, &nan, &got, 1);
+    EXPECT_TRUE(std::isnan(got));
+  }
+}
 
 // ---- vector ops ----
 class VecOpsTest : public ::testing::TestWithParam<Isa> {

@@ -106,6 +106,33 @@ __attribute__((target(STRATA_TARGET))) void Avx2QuantizeQ8_0(const float* x, Blo
   }
 }
 
+__attribute__((target(STRATA_TARGET))) void Avx2RoundActivations(DType weight_type, const float* x,
+                                                                 float* out, size_t n) {
+  size_t i = 0;
+  if (weight_type == DType::kF16) {
+    for (; i + 8 <= n; i += 8) {  // vcvtps2ph rounds to nearest even (imm 0), as F32ToF16
+      const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+    }
+  } else if (weight_type == DType::kBF16) {
+    const __m256i round = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i quiet = _mm256_set1_epi32(0x00400000);
+    for (; i + 8 <= n; i += 8) {  // F32ToBF16's integer rounding, 8 lanes at a time
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(v, 16), one);
+      const __m256i rounded =
+          _mm256_and_si256(_mm256_add_epi32(v, _mm256_add_epi32(round, odd)), high);
+      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, abs_mask), inf);
+      const __m256i quieted = _mm256_and_si256(_mm256_or_si256(v, quiet), high);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                          _mm256_blendv_epi8(rounded, quieted, nan));
+    }
+  }
+  if (i < n) ConvertActivations(weight_type, x + i, out + i, n - i);
+}
+
 DotTileFn Avx2DotTile(DType t) {
   switch (t) {
     case DType::kQ4_0:
