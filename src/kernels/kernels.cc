@@ -556,6 +556,9 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
                                  w.cols);
         } else if (act == DType::kQ8_0) {
           QuantizeQ8_0Row(isa, x + t * x_stride, buf + t * xq_stride, w.cols);
+        } else if (act == DType::kQ8_K && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) {
+          internal::Avx2QuantizeQ8_K(x + t * x_stride,
+                                     reinterpret_cast<BlockQ8_K*>(buf + t * xq_stride), w.cols);
         } else if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) {
           internal::Avx2RoundActivations(w.type, x + t * x_stride,
                                          reinterpret_cast<float*>(buf + t * xq_stride), w.cols);

@@ -269,6 +269,30 @@ TEST(Activations, Avx2RoundingEqualsTheScalarConversion) {
   }
 }
 
+// The Q8_K activation quantizer of the K-quant tiles at avx2 and above writes ref::QuantizeQ8_K's
+// bytes: Gaussian blocks of several scales, a zero block, ties of equal magnitude and opposite sign
+// (the first one sets the sign of the scale), values that land exactly on .5 after scaling.
+TEST(Activations, Avx2Q8KEqualsTheReference) {
+  if (static_cast<int>(DetectIsa()) < static_cast<int>(Isa::kAvx2)) GTEST_SKIP() << "no AVX2";
+  constexpr size_t kBlocks = 64, n = kBlocks * 256;
+  std::vector<float> x = RandomFloats(n, 31);
+  for (size_t b = 0; b < kBlocks; ++b)
+    for (size_t i = 0; i < 256; ++i)
+      x[b * 256 + i] *= std::ldexp(1.0f, static_cast<int>(b % 40) - 20);
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // block 1: zero
+  x[2 * 256 + 7] = 100.0f;                            // block 2: a tie, +100 first
+  x[2 * 256 + 200] = -100.0f;
+  x[3 * 256 + 3] = -100.0f;  // block 3: a tie, -100 first
+  x[3 * 256 + 250] = 100.0f;
+  for (size_t i = 0; i < 256; ++i)
+    x[4 * 256 + i] = static_cast<float>(static_cast<int>(i) - 127) * 0.5f;
+  std::vector<BlockQ8_K> want(kBlocks), got(kBlocks);
+  ref::QuantizeQ8_K(x.data(), want.data(), n);
+  internal::Avx2QuantizeQ8_K(x.data(), got.data(), n);
+  for (size_t b = 0; b < kBlocks; ++b)
+    ASSERT_EQ(0, std::memcmp(&want[b], &got[b], sizeof(BlockQ8_K))) << "block " << b;
+}
+
 // ---- vector ops ----
 class VecOpsTest : public ::testing::TestWithParam<Isa> {
  protected:

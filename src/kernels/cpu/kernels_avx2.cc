@@ -106,6 +106,63 @@ __attribute__((target(STRATA_TARGET))) void Avx2QuantizeQ8_0(const float* x, Blo
   }
 }
 
+// The first value of largest magnitude in x[0, 256) (as ref's SignedMax: NaNs never win), or 0.
+__attribute__((target(STRATA_TARGET))) static float SignedMax256(const float* x) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 amax = _mm256_setzero_ps();
+  for (int i = 0; i < kQK_K; i += 8)
+    amax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), amax);
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const float a = _mm_cvtss_f32(m);
+  if (a == 0.0f) return 0.0f;
+  const __m256 target = _mm256_set1_ps(a);
+  for (int i = 0; i < kQK_K; i += 8) {
+    const __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask);
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(v, target, _CMP_EQ_OQ));
+    if (hit != 0) return x[i + __builtin_ctz(static_cast<unsigned>(hit))];
+  }
+  return 0.0f;  // unreachable: some lane holds the maximum
+}
+
+__attribute__((target(STRATA_TARGET))) void Avx2QuantizeQ8_K(const float* x, BlockQ8_K* y,
+                                                             size_t n) {
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i max_q = _mm256_set1_epi32(127);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (size_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
+    const float m = SignedMax256(x);
+    if (m == 0.0f) {
+      std::memset(&y[b], 0, sizeof(BlockQ8_K));
+      continue;
+    }
+    const float iscale = -127.0f / m;
+    const __m256 is = _mm256_set1_ps(iscale);
+    for (int i = 0; i < kQK_K; i += 32) {  // nearbyint (MXCSR's round to nearest even), min 127
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k)
+        q[k] = _mm256_min_epi32(
+            _mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + i + 8 * k))), max_q);
+      const __m256i q16 = _mm256_packs_epi32(q[0], q[1]), q16b = _mm256_packs_epi32(q[2], q[3]);
+      const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16, q16b), order);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[b].qs + i), q8);
+    }
+    for (int g = 0; g < kQK_K / 16; g += 2) {  // bsums of two groups of 16 per pass
+      const __m256i q32 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs + 16 * g));
+      const __m256i lo = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q32)), ones);
+      const __m256i hi =
+          _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(q32, 1)), ones);
+      __m256i s = _mm256_hadd_epi32(lo, hi);  // [lo01 lo23 hi01 hi23 | lo45 lo67 hi45 hi67]
+      s = _mm256_hadd_epi32(s, s);            // [lo0-3 hi0-3 . . | lo4-7 hi4-7 . .]
+      const __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      y[b].bsums[g] = static_cast<int16_t>(_mm_cvtsi128_si32(t));
+      y[b].bsums[g + 1] = static_cast<int16_t>(_mm_extract_epi32(t, 1));
+    }
+    y[b].d = 1.0f / iscale;
+  }
+}
+
 __attribute__((target(STRATA_TARGET))) void Avx2RoundActivations(DType weight_type, const float* x,
                                                                  float* out, size_t n) {
   size_t i = 0;
