@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -274,8 +275,8 @@ TEST(Activations, Avx2RoundingEqualsTheScalarConversion) {
 // (the first one sets the sign of the scale), values that land exactly on .5 after scaling.
 TEST(Activations, Avx2Q8KEqualsTheReference) {
   if (static_cast<int>(DetectIsa()) < static_cast<int>(Isa::kAvx2)) GTEST_SKIP() << "no AVX2";
-  constexpr size_t kBlocks = 64, n = kBlocks * 256;
-  std::vector<float> x = RandomFloats(n, 31);
+  constexpr size_t kBlocks = 64, kN = kBlocks * 256;
+  std::vector<float> x = RandomFloats(kN, 31);
   for (size_t b = 0; b < kBlocks; ++b)
     for (size_t i = 0; i < 256; ++i)
       x[b * 256 + i] *= std::ldexp(1.0f, static_cast<int>(b % 40) - 20);
@@ -287,10 +288,13 @@ TEST(Activations, Avx2Q8KEqualsTheReference) {
   for (size_t i = 0; i < 256; ++i)
     x[4 * 256 + i] = static_cast<float>(static_cast<int>(i) - 127) * 0.5f;
   std::vector<BlockQ8_K> want(kBlocks), got(kBlocks);
-  ref::QuantizeQ8_K(x.data(), want.data(), n);
-  internal::Avx2QuantizeQ8_K(x.data(), got.data(), n);
-  for (size_t b = 0; b < kBlocks; ++b)
-    ASSERT_EQ(0, std::memcmp(&want[b], &got[b], sizeof(BlockQ8_K))) << "block " << b;
+  ref::QuantizeQ8_K(x.data(), want.data(), kN);
+  internal::Avx2QuantizeQ8_K(x.data(), got.data(), kN);
+  for (size_t b = 0; b < kBlocks; ++b) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(want[b].d), std::bit_cast<uint32_t>(got[b].d)) << b;
+    ASSERT_EQ(0, std::memcmp(want[b].qs, got[b].qs, sizeof(want[b].qs))) << "block " << b;
+    ASSERT_EQ(0, std::memcmp(want[b].bsums, got[b].bsums, sizeof(want[b].bsums))) << b;
+  }
 }
 
 // ---- vector ops ----
