@@ -540,11 +540,15 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   // The bf16-dot variant multiplies bf16 activations (kernels_internal.h: Avx512Bf16DotTile).
   const bool bf16_dot = w.type == DType::kBF16 && Bf16DotActive() &&
                         static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
+  // And the avx512 level's F16 / bf16-fma kernels read 16-bit activations (Avx2ToF16 /
+  // Avx2ToBf16: the values ConvertActivations gives, half the bytes to stream).
+  const bool half_x = (w.type == DType::kF16 || w.type == DType::kBF16) && !bf16_dot &&
+                      static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
   if (w.type == DType::kF32) {
     xq = reinterpret_cast<const char*>(x);
     xq_stride = x_stride * sizeof(float);
   } else {
-    xq_stride = ((bf16_dot ? w.cols * 2 : *RowBytes(act, w.cols)) + 63) / 64 * 64;
+    xq_stride = ((bf16_dot || half_x ? w.cols * 2 : *RowBytes(act, w.cols)) + 63) / 64 * 64;
     thread_local std::vector<uint64_t> scratch;  // grows once, reused by later calls
     const size_t words = (xq_stride * n_tokens + 7) / 8;
     if (scratch.size() < words) scratch.resize(words);
@@ -554,6 +558,13 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
         if (bf16_dot) {
           internal::Avx512ToBf16(x + t * x_stride, reinterpret_cast<uint16_t*>(buf + t * xq_stride),
                                  w.cols);
+        } else if (half_x) {
+          auto* h = reinterpret_cast<uint16_t*>(buf + t * xq_stride);
+          if (w.type == DType::kF16) {
+            internal::Avx2ToF16(x + t * x_stride, h, w.cols);
+          } else {
+            internal::Avx2ToBf16(x + t * x_stride, h, w.cols);
+          }
         } else if (act == DType::kQ8_0) {
           QuantizeQ8_0Row(isa, x + t * x_stride, buf + t * xq_stride, w.cols);
         } else if (act == DType::kQ8_K && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) {

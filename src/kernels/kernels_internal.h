@@ -32,6 +32,13 @@ void ConvertActivations(DType weight_type, const float* x, void* dst, size_t n);
 // ConvertActivations for F16 / BF16 weights with AVX2 + F16C (8 values per instruction): the same
 // f32 values for every input but NaN (a NaN either way). Other types: the scalar function.
 void Avx2RoundActivations(DType weight_type, const float* x, float* out, size_t n);
+// F32ToF16 of n values with F16C (the same halves but for NaN payloads). The avx512 level's F16
+// kernels (row tile and kPanels4) read their activations as these halves: the f16-rounded values
+// ConvertActivations gives, at half the bytes.
+void Avx2ToF16(const float* x, uint16_t* out, size_t n);
+// F32ToBF16 of n values (the same halves but for NaN payloads): the activations of the avx512
+// level's bf16-fma kernels.
+void Avx2ToBf16(const float* x, uint16_t* out, size_t n);
 
 // out[t] = dot(weight row w, activation row t) for t < nt (1 <= nt <= kMaxTileTokens), where
 // activation row t starts at (const char*)x + t * x_stride; n = number of elements (multiple of the

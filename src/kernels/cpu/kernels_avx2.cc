@@ -163,6 +163,27 @@ __attribute__((target(STRATA_TARGET))) void Avx2QuantizeQ8_K(const float* x, Blo
   }
 }
 
+__attribute__((target(STRATA_TARGET))) void Avx2ToF16(const float* x, uint16_t* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) out[i] = F32ToF16(x[i]);
+}
+
+__attribute__((target(STRATA_TARGET))) void Avx2ToBf16(const float* x, uint16_t* out, size_t n) {
+  std::vector<float> rounded(std::min<size_t>(n, 4096));  // F32ToBF16's bits, as the upper halves
+  for (size_t i = 0; i < n; i += rounded.size()) {
+    const size_t k = std::min(rounded.size(), n - i);
+    Avx2RoundActivations(DType::kBF16, x + i, rounded.data(), k);
+    for (size_t j = 0; j < k; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, &rounded[j], sizeof(bits));
+      out[i + j] = static_cast<uint16_t>(bits >> 16);
+    }
+  }
+}
+
 __attribute__((target(STRATA_TARGET))) void Avx2RoundActivations(DType weight_type, const float* x,
                                                                  float* out, size_t n) {
   size_t i = 0;

@@ -93,11 +93,18 @@ struct PanelSrc {
   }
 };
 
-template <int kNr, int kNt, bool kBf16, typename Src>
+// X: the activations' storage, float, or uint16_t holding f16 values (F16 weights: MatMul stores
+// the f16-rounded activations as f16, half the bytes to stream; widened to the same f32 values).
+STRATA_FN float XAt(const float* x, size_t j, bool /*bf16*/) { return x[j]; }
+STRATA_FN float XAt(const uint16_t* x, size_t j, bool bf16) {
+  return bf16 ? BF16ToF32(x[j]) : F16ToF32(x[j]);
+}
+
+template <int kNr, int kNt, bool kBf16, typename Src, typename X = float>
 STRATA_FN void DotHalf(const Src& src, const void* xv, size_t xs, size_t n, float* out,
                        size_t out_stride) {
-  const float* xt[kNt];
-  TokenRows<float, kNt>(xv, xs, xt);
+  const X* xt[kNt];
+  TokenRows<X, kNt>(xv, xs, xt);
   __m512 acc[kNr][kNt];
   for (int r = 0; r < kNr; ++r)
     for (int t = 0; t < kNt; ++t) acc[r][t] = _mm512_setzero_ps();
@@ -107,7 +114,7 @@ STRATA_FN void DotHalf(const Src& src, const void* xv, size_t xs, size_t n, floa
     __m512 wr[kNr];
     for (int r = 0; r < kNr; ++r) wr[r] = Load16(src.Chunk(r, c), kBf16);
     for (int t = 0; t < kNt; ++t) {
-      const __m512 x = _mm512_loadu_ps(xt[t] + 16 * c);
+      const __m512 x = Load16(xt[t] + 16 * c, kBf16);
       for (int r = 0; r < kNr; ++r) acc[r][t] = _mm512_fmadd_ps(wr[r], x, acc[r][t]);
     }
   }
@@ -115,7 +122,8 @@ STRATA_FN void DotHalf(const Src& src, const void* xv, size_t xs, size_t n, floa
     const uint16_t* tw = src.Tail(r, chunks, tail);
     for (int t = 0; t < kNt; ++t) {
       float s = Hsum512(acc[r][t]);
-      for (size_t j = 0; j < tail; ++j) s += Scalar(tw[j], kBf16) * xt[t][16 * chunks + j];
+      for (size_t j = 0; j < tail; ++j)
+        s += Scalar(tw[j], kBf16) * XAt(xt[t], 16 * chunks + j, kBf16);
       out[static_cast<size_t>(r) * out_stride + static_cast<size_t>(t)] = s;
     }
   }
@@ -123,21 +131,21 @@ STRATA_FN void DotHalf(const Src& src, const void* xv, size_t xs, size_t n, floa
 
 template <int kNt>
 STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotHalf<1, kNt, false>(RowSrc{static_cast<const uint16_t*>(w)}, x, xs, n, o, 0);
+  DotHalf<1, kNt, false, RowSrc, uint16_t>(RowSrc{static_cast<const uint16_t*>(w)}, x, xs, n, o, 0);
 }
 template <int kNt>
 STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotHalf<1, kNt, true>(RowSrc{static_cast<const uint16_t*>(w)}, x, xs, n, o, 0);
+  DotHalf<1, kNt, true, RowSrc, uint16_t>(RowSrc{static_cast<const uint16_t*>(w)}, x, xs, n, o, 0);
 }
 template <int kNt>
 STRATA_FN void DotF16P(const void* p, const void* x, size_t xs, size_t n, float* o) {
-  DotHalf<kFloatPanelRows, kNt, false>(PanelSrc{static_cast<const uint16_t*>(p)}, x, xs, n, o,
-                                       kMaxTileTokens);
+  DotHalf<kFloatPanelRows, kNt, false, PanelSrc, uint16_t>(
+      PanelSrc{static_cast<const uint16_t*>(p)}, x, xs, n, o, kMaxTileTokens);
 }
 template <int kNt>
 STRATA_FN void DotBF16P(const void* p, const void* x, size_t xs, size_t n, float* o) {
-  DotHalf<kFloatPanelRows, kNt, true>(PanelSrc{static_cast<const uint16_t*>(p)}, x, xs, n, o,
-                                      kMaxTileTokens);
+  DotHalf<kFloatPanelRows, kNt, true, PanelSrc, uint16_t>(PanelSrc{static_cast<const uint16_t*>(p)},
+                                                          x, xs, n, o, kMaxTileTokens);
 }
 template <int kNt>
 STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) {
