@@ -23,6 +23,7 @@
 #include "kernels/kernels_internal.h"
 #include "kernels/ref/quants_ref.h"
 #include "kernels/test_util.h"
+#include "tensor/fp16.h"
 
 namespace strata::kernels {
 namespace {
@@ -263,6 +264,16 @@ TEST(Activations, Avx2RoundingEqualsTheScalarConversion) {
       internal::Avx2RoundActivations(t, x.data(), got.data(), n);
       ASSERT_EQ(0, std::memcmp(want.data(), got.data(), n * sizeof(float))) << DTypeName(t) << n;
     }
+    // The 16-bit form the avx512 F16 / bf16-fma kernels read: the scalar conversions' halves.
+    std::vector<uint16_t> want16(x.size()), got16(x.size(), 0xdead);
+    for (size_t i = 0; i < x.size(); ++i)
+      want16[i] = t == DType::kF16 ? F32ToF16(x[i]) : F32ToBF16(x[i]);
+    if (t == DType::kF16) {
+      internal::Avx2ToF16(x.data(), got16.data(), x.size());
+    } else {
+      internal::Avx2ToBf16(x.data(), got16.data(), x.size());
+    }
+    ASSERT_EQ(want16, got16) << DTypeName(t);
     const float nan = std::numeric_limits<float>::quiet_NaN();
     float got = 0;
     internal::Avx2RoundActivations(t, &nan, &got, 1);

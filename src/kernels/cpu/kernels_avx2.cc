@@ -171,17 +171,28 @@ __attribute__((target(STRATA_TARGET))) void Avx2ToF16(const float* x, uint16_t* 
   for (; i < n; ++i) out[i] = F32ToF16(x[i]);
 }
 
+// F32ToBF16's integer rounding of x[0, 8), as f32 bit patterns (the bf16 value in the upper half).
+__attribute__((target(STRATA_TARGET))) static __m256i RoundBf16(const float* x) {
+  const __m256i round = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i quiet = _mm256_set1_epi32(0x00400000);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(v, 16), one);
+  const __m256i rounded = _mm256_and_si256(_mm256_add_epi32(v, _mm256_add_epi32(round, odd)), high);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, abs_mask), inf);
+  const __m256i quieted = _mm256_and_si256(_mm256_or_si256(v, quiet), high);
+  return _mm256_blendv_epi8(rounded, quieted, nan);
+}
+
 __attribute__((target(STRATA_TARGET))) void Avx2ToBf16(const float* x, uint16_t* out, size_t n) {
-  std::vector<float> rounded(std::min<size_t>(n, 4096));  // F32ToBF16's bits, as the upper halves
-  for (size_t i = 0; i < n; i += rounded.size()) {
-    const size_t k = std::min(rounded.size(), n - i);
-    Avx2RoundActivations(DType::kBF16, x + i, rounded.data(), k);
-    for (size_t j = 0; j < k; ++j) {
-      uint32_t bits;
-      std::memcpy(&bits, &rounded[j], sizeof(bits));
-      out[i + j] = static_cast<uint16_t>(bits >> 16);
-    }
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i h = _mm256_srli_epi32(RoundBf16(x + i), 16);  // < 2^16: packus keeps it
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
   }
+  for (; i < n; ++i) out[i] = F32ToBF16(x[i]);
 }
 
 __attribute__((target(STRATA_TARGET))) void Avx2RoundActivations(DType weight_type, const float* x,
@@ -193,20 +204,8 @@ __attribute__((target(STRATA_TARGET))) void Avx2RoundActivations(DType weight_ty
       _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
     }
   } else if (weight_type == DType::kBF16) {
-    const __m256i round = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
-    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-    const __m256i quiet = _mm256_set1_epi32(0x00400000);
-    for (; i + 8 <= n; i += 8) {  // F32ToBF16's integer rounding, 8 lanes at a time
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
-      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(v, 16), one);
-      const __m256i rounded =
-          _mm256_and_si256(_mm256_add_epi32(v, _mm256_add_epi32(round, odd)), high);
-      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, abs_mask), inf);
-      const __m256i quieted = _mm256_and_si256(_mm256_or_si256(v, quiet), high);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
-                          _mm256_blendv_epi8(rounded, quieted, nan));
-    }
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), RoundBf16(x + i));
   }
   if (i < n) ConvertActivations(weight_type, x + i, out + i, n - i);
 }
