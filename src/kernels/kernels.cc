@@ -136,11 +136,11 @@ std::atomic<bool>& Bf16DotSlot() {
   return slot;
 }
 
-DotTileFn SelectDot(DType t, Isa isa) {
+// `bf16_dot`: MatMul's one decision for the bf16-dot variant (it also sets the activations'
+// format, so the tile, the panel kernel and the conversion must follow the same flag).
+DotTileFn SelectDot(DType t, Isa isa, bool bf16_dot) {
   DotTileFn fn = nullptr;
-  const bool avx512 = static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
-  if (t == DType::kBF16 && avx512 && Bf16DotSlot().load(std::memory_order_relaxed))
-    return internal::Avx512Bf16DotTile();
+  if (bf16_dot) return internal::Avx512Bf16DotTile();
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) fn = internal::Avx512DotTile(t);
   if (fn == nullptr && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2))
     fn = internal::Avx2DotTile(t);
@@ -531,16 +531,16 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   }
 
   const DType act = internal::ActivationType(w.type);
-  const DotTileFn dot = SelectDot(w.type, isa);
+  // The bf16-dot variant multiplies bf16 activations (kernels_internal.h: Avx512Bf16DotTile).
+  const bool bf16_dot = w.type == DType::kBF16 && Bf16DotActive() &&
+                        static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
+  const DotTileFn dot = SelectDot(w.type, isa, bf16_dot);
 
   // Activations in the dot-product format (see internal::ActivationType). F32 weights read x in
   // place.
   const char* xq;
   size_t xq_stride;
-  // The bf16-dot variant multiplies bf16 activations (kernels_internal.h: Avx512Bf16DotTile).
-  const bool bf16_dot = w.type == DType::kBF16 && Bf16DotActive() &&
-                        static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
-  // And the avx512 level's F16 / bf16-fma kernels read 16-bit activations (Avx2ToF16 /
+  // The avx512 level's F16 / bf16-fma kernels read 16-bit activations (Avx2ToF16 /
   // Avx2ToBf16: the values ConvertActivations gives, half the bytes to stream).
   const bool half_x = (w.type == DType::kF16 || w.type == DType::kBF16) && !bf16_dot &&
                       static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
