@@ -314,6 +314,12 @@ namespace internal {
 
 PanelGeom PanelGeometry(DType t, size_t cols) {
   PanelGeom g;
+  if (t == DType::kQ4_K) {
+    g.nb = cols / static_cast<size_t>(kQK_K);
+    g.qb = static_cast<size_t>(kQK_K) / 2;
+    g.stride = g.nb * kQ4KRecordBytes;
+    return g;
+  }
   if (t == DType::kQ8_0) g.qb = 32;
   if (t == DType::kQ4_0) g.qb = 16;
   if (g.qb == 0) return g;
@@ -328,8 +334,9 @@ PanelGeom PanelGeometry(DType t, size_t cols) {
 WeightLayout PreferredLayout(DType t) {
   const bool qx0 = t == DType::kQ4_0 || t == DType::kQ8_0;
   const bool half = t == DType::kF16 || t == DType::kBF16;
-  if (!qx0 && !half) return WeightLayout::kRows;
-  const WeightLayout panels = qx0 ? WeightLayout::kPanels16 : WeightLayout::kPanels4;
+  const bool q4k = t == DType::kQ4_K;
+  if (!qx0 && !half && !q4k) return WeightLayout::kRows;
+  const WeightLayout panels = half ? WeightLayout::kPanels4 : WeightLayout::kPanels16;
   const char* env = std::getenv("STRATA_WEIGHT_LAYOUT");
   if (env != nullptr && std::string_view(env) == "rows") return WeightLayout::kRows;
   if (env != nullptr && std::string_view(env) == "panels") return panels;
@@ -341,7 +348,7 @@ WeightLayout PreferredLayout(DType t) {
     }();
     (void)kWarned;
   }
-  // Q4_0/Q8_0: on AMX CPUs the tiles read rows in place. F16/BF16: any avx512 level.
+  // Q4_0/Q8_0: on AMX CPUs the tiles read rows in place. F16/BF16, Q4_K: any avx512 level.
   if (qx0) return ActiveIsa() == Isa::kAvx512 ? panels : WeightLayout::kRows;
   return static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512) ? panels
                                                                          : WeightLayout::kRows;
@@ -372,6 +379,13 @@ std::vector<KernelVariant> DescribeKernels() {
       v = {t, "avx2 256-bit tile (Q8_0 activations, vpmaddubsw with the sign trick)",
            "the same tile, 4 tokens per weight read", "rows (as stored)",
            "AVX2 without AVX-512 VNNI: no panel GEMV at this level yet"};
+    } else if (t == DType::kQ4_K && avx512) {
+      const bool p16 = PreferredLayout(t) == WeightLayout::kPanels16;
+      v = {t, "avx512-vnni GEMV on 16-row Q4_K panels (no shuffles)",
+           "avx512-vnni GEMM, 4 rows x 16 tokens (rows unpacked to int8 per panel)",
+           p16 ? "panels16 (repacked at load, unpacked scales: +2.8 %)" : "rows (as stored)",
+           "AVX-512 VNNI: an exact integer per super-block (vpdpbusd + vpmulld by the scales) "
+           "folded once; lanes are rows in the GEMV and tokens in the GEMM, the same bits"};
     } else if (kq && (avx512 || avx2)) {
       v = {t, std::string(avx512 ? "avx512-vnni" : "avx2") + " 256-bit tile (Q8_K activations)",
            "the same tile, 4 tokens per weight read", "rows (as stored)",
@@ -437,7 +451,60 @@ void ForPanel4Runs(size_t cols, size_t r, Fn&& fn) {
 
 }  // namespace
 
+namespace {
+
+// Row i of a Q4_K panel record <-> the row's GGUF super-block (layout: kernels_internal.h).
+void PutQ4KRow(const BlockQ4_K& blk, size_t i, unsigned char* rec) {
+  for (size_t v = 0; v < 32; ++v) std::memcpy(rec + 64 * v + 4 * i, blk.qs + 4 * v, 4);
+  for (int s = 0; s < 8; ++s) {
+    uint8_t sc, mn;
+    ref::UnpackScaleMinK4(s, blk.scales, &sc, &mn);
+    rec[internal::kQ4KScalesOff + 16 * static_cast<size_t>(s) + i] = sc;
+    rec[internal::kQ4KMinsOff + 16 * static_cast<size_t>(s) + i] = mn;
+  }
+  std::memcpy(rec + internal::kQ4KDOff + 2 * i, &blk.d, 2);
+  std::memcpy(rec + internal::kQ4KDminOff + 2 * i, &blk.dmin, 2);
+}
+
+void GetQ4KRow(const unsigned char* rec, size_t i, BlockQ4_K* blk) {
+  for (size_t v = 0; v < 32; ++v) std::memcpy(blk->qs + 4 * v, rec + 64 * v + 4 * i, 4);
+  uint8_t sc[8], mn[8];
+  for (size_t s = 0; s < 8; ++s) {
+    sc[s] = rec[internal::kQ4KScalesOff + 16 * s + i];
+    mn[s] = rec[internal::kQ4KMinsOff + 16 * s + i];
+  }
+  ref::PackScaleMinK4(sc, mn, blk->scales);
+  std::memcpy(&blk->d, rec + internal::kQ4KDOff + 2 * i, 2);
+  std::memcpy(&blk->dmin, rec + internal::kQ4KDminOff + 2 * i, 2);
+}
+
+}  // namespace
+
+namespace internal {
+
+void PackQ4KPanel(const WeightMatrix& w, size_t p0, void* dst) {
+  const PanelGeom g = PanelGeometry(w.type, w.cols);
+  const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
+  auto* panel = static_cast<unsigned char*>(dst);
+  std::memset(panel, 0, g.stride);
+  for (size_t i = 0; i < kPanelRows && p0 + i < w.rows; ++i) {
+    const auto* row =
+        reinterpret_cast<const BlockQ4_K*>(static_cast<const char*>(w.data) + (p0 + i) * row_bytes);
+    for (size_t b = 0; b < g.nb; ++b) PutQ4KRow(row[b], i, panel + b * kQ4KRecordBytes);
+  }
+}
+
+}  // namespace internal
+
 void PackPanels(const WeightMatrix& w, void* dst) {
+  if (w.type == DType::kQ4_K && w.layout == WeightLayout::kRows) {
+    if (w.cols % static_cast<size_t>(kQK_K) != 0) Fatal("PackPanels: Q4_K cols % 256 != 0", w.type);
+    const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
+    auto* out = static_cast<unsigned char*>(dst);
+    for (size_t p0 = 0; p0 < w.rows; p0 += internal::kPanelRows)
+      internal::PackQ4KPanel(w, p0, out + p0 / internal::kPanelRows * g.stride);
+    return;
+  }
   if ((w.type == DType::kF16 || w.type == DType::kBF16) && w.layout == WeightLayout::kRows) {
     std::memset(dst, 0, PanelLayoutBytes(w.type, w.rows, w.cols));
     const auto* src = static_cast<const uint16_t*>(w.data);
@@ -450,7 +517,7 @@ void PackPanels(const WeightMatrix& w, void* dst) {
   }
   const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
   if (g.qb == 0 || w.layout != WeightLayout::kRows || w.cols % 32 != 0)
-    Fatal("PackPanels: needs a Q4_0/Q8_0 matrix in row layout", w.type);
+    Fatal("PackPanels: needs a Q4_0/Q8_0/Q4_K matrix in row layout", w.type);
   const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
   const size_t block_bytes = 2 + g.qb;
   const uint32_t flip = PanelFlip(w.type);
@@ -491,6 +558,14 @@ void ReadRow(const WeightMatrix& w, size_t r, void* dst) {
     return;
   }
   const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
+  if (w.type == DType::kQ4_K) {
+    const auto* panel =
+        static_cast<const unsigned char*>(w.data) + (r / internal::kPanelRows) * g.stride;
+    auto* out = static_cast<BlockQ4_K*>(dst);
+    for (size_t b = 0; b < g.nb; ++b)
+      GetQ4KRow(panel + b * internal::kQ4KRecordBytes, r % internal::kPanelRows, out + b);
+    return;
+  }
   const size_t block_bytes = 2 + g.qb;
   const uint32_t flip = PanelFlip(w.type);
   const auto* panel =

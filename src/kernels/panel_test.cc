@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -55,16 +56,20 @@ Panels ToPanels(const WeightMatrix& w) {
 
 TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
   uint32_t seed = 1;
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16, DType::kQ4_K}) {
     const bool half = t == DType::kF16 || t == DType::kBF16;
-    for (size_t cols : {size_t{32}, size_t{64}, size_t{96}, size_t{352}, size_t{2048}}) {
+    const size_t unit = t == DType::kQ4_K ? 8 : 1;  // Q4_K: cols a multiple of 256
+    for (size_t c : {size_t{32}, size_t{64}, size_t{96}, size_t{352}, size_t{2048}}) {
+      const size_t cols = c * unit;
       for (size_t rows : {size_t{1}, size_t{3}, size_t{15}, size_t{16}, size_t{17}, size_t{67}}) {
         const OwnedWeights w = RandomBitsWeights(t, rows, cols, ++seed);
         const Panels p = ToPanels(w.m);
         const size_t panel_rows = half ? 4 : 16, panels = (rows + panel_rows - 1) / panel_rows;
-        // The file's bytes for the padded rows, plus < 64 bytes of alignment per panel.
+        // The file's bytes for the padded rows, plus < 64 bytes of alignment per panel (Q4_K:
+        // its unpacked 6-bit scales and mins, 2368 bytes per 16 rows and 256 values for 2304).
+        const size_t file = panels * panel_rows * w.m.row_bytes;
         EXPECT_LE(PanelLayoutBytes(t, rows, cols),
-                  panels * panel_rows * w.m.row_bytes + panels * 63);
+                  t == DType::kQ4_K ? file / 2304 * 2368 : file + panels * 63);
         EXPECT_GE(PanelLayoutBytes(t, rows, cols), panels * panel_rows * w.m.row_bytes);
         std::vector<uint8_t> row(w.m.row_bytes);
         for (size_t r = 0; r < rows; ++r) {
@@ -77,22 +82,23 @@ TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
       }
     }
   }
-  EXPECT_EQ(PanelLayoutBytes(DType::kQ4_K, 16, 256), 0u);
   EXPECT_EQ(PanelLayoutBytes(DType::kF32, 16, 256), 0u);
 }
 
-TEST(PanelLayout, PreferredForQx0AtAvx512AndHalvesFromAvx512Up) {
+TEST(PanelLayout, PreferredForQx0AtAvx512AndHalvesAndQ4_KFromAvx512Up) {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     IsaGuard guard(isa);
     const bool qx0_panels = ActiveIsa() == Isa::kAvx512;
     const bool half_panels = static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512);
+    EXPECT_EQ(PreferredLayout(DType::kQ4_K),
+              half_panels ? WeightLayout::kPanels16 : WeightLayout::kRows);
     for (DType t : {DType::kQ8_0, DType::kQ4_0})
       EXPECT_EQ(PreferredLayout(t), qx0_panels ? WeightLayout::kPanels16 : WeightLayout::kRows)
           << IsaName(ActiveIsa());
     for (DType t : {DType::kF16, DType::kBF16})
       EXPECT_EQ(PreferredLayout(t), half_panels ? WeightLayout::kPanels4 : WeightLayout::kRows)
           << IsaName(ActiveIsa());
-    for (DType t : {DType::kF32, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+    for (DType t : {DType::kF32, DType::kQ5_K, DType::kQ6_K})
       EXPECT_EQ(PreferredLayout(t), WeightLayout::kRows);
   }
 }
@@ -158,6 +164,14 @@ TEST(Bf16Variant, TheSwitchReachesMatMulAndBothVariantsStayClose) {
 
 using PanelParam = std::tuple<Isa, DType>;
 
+// Row lengths for a test: as given, but rounded up to multiples of 256 for Q4_K (32 -> 256,
+// 320 -> 512, 2048 -> 2048).
+std::vector<size_t> Cols(DType t, std::initializer_list<size_t> cols) {
+  std::vector<size_t> out;
+  for (size_t c : cols) out.push_back(t == DType::kQ4_K ? (c + 255) / 256 * 256 : c);
+  return out;
+}
+
 class PanelMatMulTest : public ::testing::TestWithParam<PanelParam> {
  protected:
   void SetUp() override {
@@ -173,7 +187,7 @@ TEST_P(PanelMatMulTest, SameBitsAsRowLayout) {
     testing::Bf16DotGuard variant(dot);
     ThreadPool two(2), three(3);
     uint32_t seed = 50;
-    for (size_t cols : {size_t{32}, size_t{320}, size_t{352}, size_t{2048}}) {
+    for (size_t cols : Cols(type, {32, 320, 352, 2048})) {
       for (size_t rows : {size_t{1}, size_t{3}, size_t{16}, size_t{17}, size_t{67}}) {
         const OwnedWeights w = RandomBitsWeights(type, rows, cols, ++seed);
         const Panels p = ToPanels(w.m);
@@ -198,7 +212,7 @@ TEST_P(PanelMatMulTest, StridedInputAndOutput) {
   IsaGuard guard(isa);
   for (const bool dot : testing::Bf16Variants(type)) {
     testing::Bf16DotGuard variant(dot);
-    const size_t cols = 96, rows = 21, xs = cols + 9, ys = rows + 4;
+    const size_t cols = Cols(type, {96})[0], rows = 21, xs = cols + 9, ys = rows + 4;
     const OwnedWeights w = RandomBitsWeights(type, rows, cols, 7);
     const Panels p = ToPanels(w.m);
     for (size_t n_tokens : {size_t{1}, size_t{3}, size_t{9}}) {
@@ -222,7 +236,7 @@ TEST_P(PanelMatMulTest, SharedActivationsEqualRowLayoutCalls) {
   IsaGuard guard(isa);
   for (const bool dot : testing::Bf16Variants(type)) {
     testing::Bf16DotGuard variant(dot);
-    const size_t cols = 320;
+    const size_t cols = Cols(type, {320})[0];
     const size_t rows[] = {64, 16, 17};
     uint32_t seed = 900;
     std::vector<OwnedWeights> ws;
@@ -264,7 +278,8 @@ std::string PanelParamName(const ::testing::TestParamInfo<PanelParam>& info) {
 INSTANTIATE_TEST_SUITE_P(
     AllIsas, PanelMatMulTest,
     ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
-                       ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16)),
+                       ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16,
+                                         DType::kQ4_K)),
     PanelParamName);
 
 }  // namespace

@@ -883,6 +883,9 @@ bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, 
       panels ? MatMulQx0<false, true>(jobs, x, x_stride, n_tokens, pool, amx)
              : MatMulQx0<false, false>(jobs, x, x_stride, n_tokens, pool, amx);
       return true;
+    case DType::kQ4_K:
+      Avx512MatMulQ4K(jobs, x, x_stride, n_tokens, pool);
+      return true;
     default:
       return false;
   }
