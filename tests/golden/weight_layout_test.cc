@@ -1,4 +1,4 @@
-// A model whose Q4_0/Q8_0 (F16/BF16) matrices are repacked at load (kernels::WeightLayout::
+// A model whose Q4_0/Q8_0/Q4_K (F16/BF16) matrices are repacked at load (kernels::WeightLayout::
 // kPanels16 / kPanels4, what Model::Load does at the avx512 level) computes the logits of the
 // model kept in the file's row
 // layout bit for bit: prefill, decode steps and the tied embedding table read back from panels.
@@ -54,10 +54,11 @@ void ExpectSameLogits(synth::FileType type, bool tied) {
   synth::SynthConfig cfg;
   cfg.file_type = type;
   cfg.tied = tied;
-  cfg.dim = 96;  // 3 blocks per row: an odd block count
+  const bool k_quant = type == synth::FileType::kQ4_K_S;
+  cfg.dim = k_quant ? 768 : 96;  // 3 blocks (super-blocks) per row: an odd count
   cfg.n_heads = 4;
-  cfg.n_kv_heads = 1;  // K/V: 24 rows, a partial panel
-  cfg.ffn = 160;
+  cfg.n_kv_heads = 1;  // K/V: 24 (Q4_K: 192) rows
+  cfg.ffn = k_quant ? 512 : 160;
   testing::SynthModel rows_model, panel_model;
   {
     LayoutEnv env("rows");
@@ -75,11 +76,15 @@ void ExpectSameLogits(synth::FileType type, bool tied) {
   const kernels::WeightLayout want = type == synth::FileType::kF16 || type == synth::FileType::kBF16
                                          ? kernels::WeightLayout::kPanels4
                                          : kernels::WeightLayout::kPanels16;
-  EXPECT_EQ(b.layers()[0].w_down.layout, want);
-  EXPECT_EQ(b.output().layout, want);
+  // Q4_K_S files keep some matrices (output, early ffn_down) in other K-quants: rows.
+  EXPECT_EQ(b.layers()[0].wq.layout, want);
+  if (!k_quant) {
+    EXPECT_EQ(b.layers()[0].w_down.layout, want);
+    EXPECT_EQ(b.output().layout, want);
+  }
   EXPECT_EQ(a.decode_bytes(), b.decode_bytes());
   // The repacked copies hold the file's bytes of the matrices plus the padding of each matrix's
-  // last panel (< 16 rows) and < 64 bytes per panel.
+  // last panel (< 16 rows) and < 64 bytes per panel (Q4_K: + 2.8 % for the unpacked scales).
   EXPECT_LE(b.repacked_bytes(), a.decode_bytes() + a.decode_bytes() / 10 + 64 * 1024);
   const int dim = a.config().dim;
   std::vector<float> ea(static_cast<size_t>(dim)), eb(static_cast<size_t>(dim));
@@ -104,6 +109,10 @@ TEST(WeightLayout, Q8_0PanelsGiveTheRowLayoutsLogits) {
 }
 TEST(WeightLayout, Q4_0TiedPanelsGiveTheRowLayoutsLogits) {
   ExpectSameLogits(synth::FileType::kQ4_0, true);
+}
+
+TEST(WeightLayout, Q4_K_SPanelsGiveTheRowLayoutsLogits) {
+  ExpectSameLogits(synth::FileType::kQ4_K_S, false);
 }
 
 TEST(WeightLayout, F16PanelsGiveTheRowLayoutsLogits) {
