@@ -314,10 +314,10 @@ namespace internal {
 
 PanelGeom PanelGeometry(DType t, size_t cols) {
   PanelGeom g;
-  if (t == DType::kQ4_K) {
+  if (t == DType::kQ4_K || t == DType::kQ6_K) {
     g.nb = cols / static_cast<size_t>(kQK_K);
-    g.qb = static_cast<size_t>(kQK_K) / 2;
-    g.stride = g.nb * kQ4KRecordBytes;
+    g.qb = t == DType::kQ4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ6_K);
+    g.stride = g.nb * (t == DType::kQ4_K ? kQ4KRecordBytes : kQ6KRecordBytes);
     return g;
   }
   if (t == DType::kQ8_0) g.qb = 32;
@@ -334,8 +334,8 @@ PanelGeom PanelGeometry(DType t, size_t cols) {
 WeightLayout PreferredLayout(DType t) {
   const bool qx0 = t == DType::kQ4_0 || t == DType::kQ8_0;
   const bool half = t == DType::kF16 || t == DType::kBF16;
-  const bool q4k = t == DType::kQ4_K;
-  if (!qx0 && !half && !q4k) return WeightLayout::kRows;
+  const bool kq = t == DType::kQ4_K || t == DType::kQ6_K;
+  if (!qx0 && !half && !kq) return WeightLayout::kRows;
   const WeightLayout panels = half ? WeightLayout::kPanels4 : WeightLayout::kPanels16;
   const char* env = std::getenv("STRATA_WEIGHT_LAYOUT");
   if (env != nullptr && std::string_view(env) == "rows") return WeightLayout::kRows;
@@ -348,7 +348,7 @@ WeightLayout PreferredLayout(DType t) {
     }();
     (void)kWarned;
   }
-  // Q4_0/Q8_0: on AMX CPUs the tiles read rows in place. F16/BF16, Q4_K: any avx512 level.
+  // Q4_0/Q8_0: on AMX CPUs the tiles read rows in place. F16/BF16, Q4_K/Q6_K: any avx512 level.
   if (qx0) return ActiveIsa() == Isa::kAvx512 ? panels : WeightLayout::kRows;
   return static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512) ? panels
                                                                          : WeightLayout::kRows;
@@ -379,11 +379,13 @@ std::vector<KernelVariant> DescribeKernels() {
       v = {t, "avx2 256-bit tile (Q8_0 activations, vpmaddubsw with the sign trick)",
            "the same tile, 4 tokens per weight read", "rows (as stored)",
            "AVX2 without AVX-512 VNNI: no panel GEMV at this level yet"};
-    } else if (t == DType::kQ4_K && avx512) {
+    } else if ((t == DType::kQ4_K || t == DType::kQ6_K) && avx512) {
       const bool p16 = PreferredLayout(t) == WeightLayout::kPanels16;
-      v = {t, "avx512-vnni GEMV on 16-row Q4_K panels (no shuffles)",
+      v = {t, "avx512-vnni GEMV on 16-row K-quant panels (no shuffles)",
            "avx512-vnni GEMM, 4 rows x 16 tokens (rows unpacked to int8 per panel)",
-           p16 ? "panels16 (repacked at load, unpacked scales: +2.8 %)" : "rows (as stored)",
+           p16 ? (t == DType::kQ4_K ? "panels16 (repacked at load, unpacked scales: +2.8 %)"
+                                    : "panels16 (repacked at load, +0.95 % padding)")
+               : "rows (as stored)",
            "AVX-512 VNNI: an exact integer per super-block (vpdpbusd + vpmulld by the scales) "
            "folded once; lanes are rows in the GEMV and tokens in the GEMM, the same bits"};
     } else if (kq && (avx512 || avx2)) {
@@ -466,6 +468,24 @@ void PutQ4KRow(const BlockQ4_K& blk, size_t i, unsigned char* rec) {
   std::memcpy(rec + internal::kQ4KDminOff + 2 * i, &blk.dmin, 2);
 }
 
+void PutQ6KRow(const BlockQ6_K& blk, size_t i, unsigned char* rec) {
+  for (size_t v = 0; v < 32; ++v) std::memcpy(rec + 64 * v + 4 * i, blk.ql + 4 * v, 4);
+  for (size_t v = 0; v < 16; ++v)
+    std::memcpy(rec + internal::kQ6KQhOff + 64 * v + 4 * i, blk.qh + 4 * v, 4);
+  for (size_t g = 0; g < 16; ++g)
+    std::memcpy(rec + internal::kQ6KScalesOff + 16 * g + i, blk.scales + g, 1);
+  std::memcpy(rec + internal::kQ6KDOff + 2 * i, &blk.d, 2);
+}
+
+void GetQ6KRow(const unsigned char* rec, size_t i, BlockQ6_K* blk) {
+  for (size_t v = 0; v < 32; ++v) std::memcpy(blk->ql + 4 * v, rec + 64 * v + 4 * i, 4);
+  for (size_t v = 0; v < 16; ++v)
+    std::memcpy(blk->qh + 4 * v, rec + internal::kQ6KQhOff + 64 * v + 4 * i, 4);
+  for (size_t g = 0; g < 16; ++g)
+    std::memcpy(blk->scales + g, rec + internal::kQ6KScalesOff + 16 * g + i, 1);
+  std::memcpy(&blk->d, rec + internal::kQ6KDOff + 2 * i, 2);
+}
+
 void GetQ4KRow(const unsigned char* rec, size_t i, BlockQ4_K* blk) {
   for (size_t v = 0; v < 32; ++v) std::memcpy(blk->qs + 4 * v, rec + 64 * v + 4 * i, 4);
   uint8_t sc[8], mn[8];
@@ -482,27 +502,32 @@ void GetQ4KRow(const unsigned char* rec, size_t i, BlockQ4_K* blk) {
 
 namespace internal {
 
-void PackQ4KPanel(const WeightMatrix& w, size_t p0, void* dst) {
+void PackKPanel(const WeightMatrix& w, size_t p0, void* dst) {
   const PanelGeom g = PanelGeometry(w.type, w.cols);
   const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
   auto* panel = static_cast<unsigned char*>(dst);
   std::memset(panel, 0, g.stride);
   for (size_t i = 0; i < kPanelRows && p0 + i < w.rows; ++i) {
-    const auto* row =
-        reinterpret_cast<const BlockQ4_K*>(static_cast<const char*>(w.data) + (p0 + i) * row_bytes);
-    for (size_t b = 0; b < g.nb; ++b) PutQ4KRow(row[b], i, panel + b * kQ4KRecordBytes);
+    const char* row = static_cast<const char*>(w.data) + (p0 + i) * row_bytes;
+    for (size_t b = 0; b < g.nb; ++b) {
+      if (w.type == DType::kQ4_K) {
+        PutQ4KRow(reinterpret_cast<const BlockQ4_K*>(row)[b], i, panel + b * kQ4KRecordBytes);
+      } else {
+        PutQ6KRow(reinterpret_cast<const BlockQ6_K*>(row)[b], i, panel + b * kQ6KRecordBytes);
+      }
+    }
   }
 }
 
 }  // namespace internal
 
 void PackPanels(const WeightMatrix& w, void* dst) {
-  if (w.type == DType::kQ4_K && w.layout == WeightLayout::kRows) {
-    if (w.cols % static_cast<size_t>(kQK_K) != 0) Fatal("PackPanels: Q4_K cols % 256 != 0", w.type);
+  if ((w.type == DType::kQ4_K || w.type == DType::kQ6_K) && w.layout == WeightLayout::kRows) {
+    if (w.cols % static_cast<size_t>(kQK_K) != 0) Fatal("PackPanels: cols % 256 != 0", w.type);
     const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
     auto* out = static_cast<unsigned char*>(dst);
     for (size_t p0 = 0; p0 < w.rows; p0 += internal::kPanelRows)
-      internal::PackQ4KPanel(w, p0, out + p0 / internal::kPanelRows * g.stride);
+      internal::PackKPanel(w, p0, out + p0 / internal::kPanelRows * g.stride);
     return;
   }
   if ((w.type == DType::kF16 || w.type == DType::kBF16) && w.layout == WeightLayout::kRows) {
@@ -558,12 +583,17 @@ void ReadRow(const WeightMatrix& w, size_t r, void* dst) {
     return;
   }
   const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
-  if (w.type == DType::kQ4_K) {
+  if (w.type == DType::kQ4_K || w.type == DType::kQ6_K) {
     const auto* panel =
         static_cast<const unsigned char*>(w.data) + (r / internal::kPanelRows) * g.stride;
-    auto* out = static_cast<BlockQ4_K*>(dst);
-    for (size_t b = 0; b < g.nb; ++b)
-      GetQ4KRow(panel + b * internal::kQ4KRecordBytes, r % internal::kPanelRows, out + b);
+    const size_t i = r % internal::kPanelRows;
+    for (size_t b = 0; b < g.nb; ++b) {
+      if (w.type == DType::kQ4_K) {
+        GetQ4KRow(panel + b * internal::kQ4KRecordBytes, i, static_cast<BlockQ4_K*>(dst) + b);
+      } else {
+        GetQ6KRow(panel + b * internal::kQ6KRecordBytes, i, static_cast<BlockQ6_K*>(dst) + b);
+      }
+    }
     return;
   }
   const size_t block_bytes = 2 + g.qb;

@@ -90,9 +90,17 @@ PanelGeom PanelGeometry(DType t, size_t cols);
 // 2368 bytes per 16 rows and 256 values against the file's 2304: +2.8 %.
 constexpr size_t kQ4KRecordBytes = 2368;
 constexpr size_t kQ4KScalesOff = 2048, kQ4KMinsOff = 2176, kQ4KDOff = 2304, kQ4KDminOff = 2336;
-// Writes the Q4_K panel of rows [p0, p0 + 16) of the kRows matrix w (rows past w.rows as zeros)
-// to dst (PanelGeometry(kQ4_K, w.cols).stride bytes).
-void PackQ4KPanel(const WeightMatrix& w, size_t p0, void* dst);
+// kPanels16 for Q6_K: per panel of 16 rows, super-block b is one record of kQ6KRecordBytes:
+//   [0, 2048)      ql: vector v (< 32) holds bytes 4v..4v+3 of ql of rows 0..15 (row i at 64 v + 4
+//   i) [2048, 3072)   qh: vector v (< 16) holds bytes 4v..4v+3 of qh, likewise [3072, 3328)   byte
+//   16 g + i: the int8 scale of 16-value group g of row i [3328, 3360)   the 16 rows' d (f16); 32
+//   bytes of padding to a 64-byte multiple
+// 3392 bytes per 16 rows and 256 values against the file's 3360: +0.95 %.
+constexpr size_t kQ6KRecordBytes = 3392;
+constexpr size_t kQ6KQhOff = 2048, kQ6KScalesOff = 3072, kQ6KDOff = 3328;
+// Writes the panel of rows [p0, p0 + 16) of the kRows Q4_K or Q6_K matrix w (rows past w.rows as
+// zeros) to dst (PanelGeometry(w.type, w.cols).stride bytes).
+void PackKPanel(const WeightMatrix& w, size_t p0, void* dst);
 // kPanels4 (F16 / BF16): rows per panel.
 constexpr size_t kFloatPanelRows = 4;
 
@@ -130,10 +138,10 @@ struct QxJob {
 bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
                   ThreadPool* pool, bool amx);
 
-// Q4_K jobs (kRows or kPanels16, cols a multiple of 256) at the avx512 level
-// (cpu/matmul_q4k_avx512.cc): the panel GEMV / GEMM; their bits, not the avx2 tile's.
-void Avx512MatMulQ4K(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
-                     ThreadPool* pool);
+// Q4_K or Q6_K jobs (one type; kRows or kPanels16, cols a multiple of 256) at the avx512 level
+// (cpu/matmul_kq_avx512.cc): the panel GEMV / GEMM; their bits, not the avx2 tile's.
+void Avx512MatMulKQuant(std::span<const QxJob> jobs, const float* x, size_t x_stride,
+                        size_t n_tokens, ThreadPool* pool);
 
 const VecOps& RefVecOps();
 const VecOps& Avx2VecOps();

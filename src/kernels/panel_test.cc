@@ -56,9 +56,10 @@ Panels ToPanels(const WeightMatrix& w) {
 
 TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
   uint32_t seed = 1;
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16, DType::kQ4_K}) {
+  for (DType t :
+       {DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16, DType::kQ4_K, DType::kQ6_K}) {
     const bool half = t == DType::kF16 || t == DType::kBF16;
-    const size_t unit = t == DType::kQ4_K ? 8 : 1;  // Q4_K: cols a multiple of 256
+    const size_t unit = t == DType::kQ4_K || t == DType::kQ6_K ? 8 : 1;  // cols: 256 multiples
     for (size_t c : {size_t{32}, size_t{64}, size_t{96}, size_t{352}, size_t{2048}}) {
       const size_t cols = c * unit;
       for (size_t rows : {size_t{1}, size_t{3}, size_t{15}, size_t{16}, size_t{17}, size_t{67}}) {
@@ -66,10 +67,13 @@ TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
         const Panels p = ToPanels(w.m);
         const size_t panel_rows = half ? 4 : 16, panels = (rows + panel_rows - 1) / panel_rows;
         // The file's bytes for the padded rows, plus < 64 bytes of alignment per panel (Q4_K:
-        // its unpacked 6-bit scales and mins, 2368 bytes per 16 rows and 256 values for 2304).
+        // its unpacked 6-bit scales and mins, 2368 bytes per 16 rows and 256 values for 2304;
+        // Q6_K: 3392 for 3360).
         const size_t file = panels * panel_rows * w.m.row_bytes;
-        EXPECT_LE(PanelLayoutBytes(t, rows, cols),
-                  t == DType::kQ4_K ? file / 2304 * 2368 : file + panels * 63);
+        const size_t bound = t == DType::kQ4_K   ? file / 2304 * 2368
+                             : t == DType::kQ6_K ? file / 3360 * 3392
+                                                 : file + panels * 63;
+        EXPECT_LE(PanelLayoutBytes(t, rows, cols), bound);
         EXPECT_GE(PanelLayoutBytes(t, rows, cols), panels * panel_rows * w.m.row_bytes);
         std::vector<uint8_t> row(w.m.row_bytes);
         for (size_t r = 0; r < rows; ++r) {
@@ -85,21 +89,20 @@ TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
   EXPECT_EQ(PanelLayoutBytes(DType::kF32, 16, 256), 0u);
 }
 
-TEST(PanelLayout, PreferredForQx0AtAvx512AndHalvesAndQ4_KFromAvx512Up) {
+TEST(PanelLayout, PreferredForQx0AtAvx512AndHalvesAndKQuantsFromAvx512Up) {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     IsaGuard guard(isa);
     const bool qx0_panels = ActiveIsa() == Isa::kAvx512;
     const bool half_panels = static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512);
-    EXPECT_EQ(PreferredLayout(DType::kQ4_K),
-              half_panels ? WeightLayout::kPanels16 : WeightLayout::kRows);
+    for (DType t : {DType::kQ4_K, DType::kQ6_K})
+      EXPECT_EQ(PreferredLayout(t), half_panels ? WeightLayout::kPanels16 : WeightLayout::kRows);
     for (DType t : {DType::kQ8_0, DType::kQ4_0})
       EXPECT_EQ(PreferredLayout(t), qx0_panels ? WeightLayout::kPanels16 : WeightLayout::kRows)
           << IsaName(ActiveIsa());
     for (DType t : {DType::kF16, DType::kBF16})
       EXPECT_EQ(PreferredLayout(t), half_panels ? WeightLayout::kPanels4 : WeightLayout::kRows)
           << IsaName(ActiveIsa());
-    for (DType t : {DType::kF32, DType::kQ5_K, DType::kQ6_K})
-      EXPECT_EQ(PreferredLayout(t), WeightLayout::kRows);
+    for (DType t : {DType::kF32, DType::kQ5_K}) EXPECT_EQ(PreferredLayout(t), WeightLayout::kRows);
   }
 }
 
@@ -164,11 +167,12 @@ TEST(Bf16Variant, TheSwitchReachesMatMulAndBothVariantsStayClose) {
 
 using PanelParam = std::tuple<Isa, DType>;
 
-// Row lengths for a test: as given, but rounded up to multiples of 256 for Q4_K (32 -> 256,
+// Row lengths for a test: as given, but rounded up to multiples of 256 for Q4_K/Q6_K (32 -> 256,
 // 320 -> 512, 2048 -> 2048).
 std::vector<size_t> Cols(DType t, std::initializer_list<size_t> cols) {
   std::vector<size_t> out;
-  for (size_t c : cols) out.push_back(t == DType::kQ4_K ? (c + 255) / 256 * 256 : c);
+  const bool k_quant = t == DType::kQ4_K || t == DType::kQ6_K;
+  for (size_t c : cols) out.push_back(k_quant ? (c + 255) / 256 * 256 : c);
   return out;
 }
 
@@ -279,7 +283,7 @@ INSTANTIATE_TEST_SUITE_P(
     AllIsas, PanelMatMulTest,
     ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
                        ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16,
-                                         DType::kQ4_K)),
+                                         DType::kQ4_K, DType::kQ6_K)),
     PanelParamName);
 
 }  // namespace

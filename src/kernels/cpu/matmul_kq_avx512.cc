@@ -78,7 +78,7 @@ const char* PanelAt(const WeightMatrix& w, const PanelGeom& g, size_t p0, Scratc
   if (w.layout == WeightLayout::kPanels16)
     return static_cast<const char*>(w.data) + p0 / kPanel * g.stride;
   char* dst = buf->Get(g.stride);
-  PackQ4KPanel(w, p0, dst);
+  PackKPanel(w, p0, dst);
   return dst;
 }
 
@@ -98,8 +98,8 @@ QK_FN int32_t SubBlockSum(const BlockQ8_K& y, size_t s) {
 
 // ---- GEMV: 16 rows (lanes) x kNt tokens sharing every weight load ----
 template <int kNt>
-QK_FN void PanelGemv(const char* panel, size_t nb, const BlockQ8_K* const (&act)[kNt],
-                     __m512 (&out)[kNt]) {
+QK_FN void PanelGemvQ4(const char* panel, size_t nb, const BlockQ8_K* const (&act)[kNt],
+                       __m512 (&out)[kNt]) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8(static_cast<char>(0xF0));
   __m512 acc[kNt], accm[kNt];
   for (int t = 0; t < kNt; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
@@ -151,18 +151,27 @@ QK_FN void PanelGemv(const char* panel, size_t nb, const BlockQ8_K* const (&act)
 }
 
 template <int kNt>
+QK_FN void PanelGemvQ6(const char* panel, size_t nb, const BlockQ8_K* const (&act)[kNt],
+                       __m512 (&out)[kNt]);
+
+template <bool kQ6, int kNt>
 QK_FN void PanelGemvStore(const char* panel, size_t nb, const char* xq, size_t xq_stride, size_t t0,
                           __mmask16 mask, float* y, size_t y_stride) {
   const BlockQ8_K* act[kNt];
   for (int t = 0; t < kNt; ++t)
     act[t] = reinterpret_cast<const BlockQ8_K*>(xq + (t0 + static_cast<size_t>(t)) * xq_stride);
   __m512 out[kNt];
-  PanelGemv<kNt>(panel, nb, act, out);
+  if constexpr (kQ6) {
+    PanelGemvQ6<kNt>(panel, nb, act, out);
+  } else {
+    PanelGemvQ4<kNt>(panel, nb, act, out);
+  }
   for (int t = 0; t < kNt; ++t)
     _mm512_mask_storeu_ps(y + (t0 + static_cast<size_t>(t)) * y_stride, mask, out[t]);
 }
 
 // Rows [r0, r1) (a panel cut by the range computes all 16 lanes and stores those inside it).
+template <bool kQ6>
 QK_ENTRY void GemvRows(const WeightMatrix& w, size_t r0, size_t r1, const char* xq,
                        size_t xq_stride, size_t n_tokens, float* y, size_t y_stride) {
   const PanelGeom g = PanelGeometry(w.type, w.cols);
@@ -174,16 +183,17 @@ QK_ENTRY void GemvRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
     float* yp = y + p0;
     size_t t = 0;
     for (; t + 4 <= n_tokens; t += 4)
-      PanelGemvStore<4>(panel, g.nb, xq, xq_stride, t, mask, yp, y_stride);
+      PanelGemvStore<kQ6, 4>(panel, g.nb, xq, xq_stride, t, mask, yp, y_stride);
     for (; t + 2 <= n_tokens; t += 2)
-      PanelGemvStore<2>(panel, g.nb, xq, xq_stride, t, mask, yp, y_stride);
-    for (; t < n_tokens; ++t) PanelGemvStore<1>(panel, g.nb, xq, xq_stride, t, mask, yp, y_stride);
+      PanelGemvStore<kQ6, 2>(panel, g.nb, xq, xq_stride, t, mask, yp, y_stride);
+    for (; t < n_tokens; ++t)
+      PanelGemvStore<kQ6, 1>(panel, g.nb, xq, xq_stride, t, mask, yp, y_stride);
   }
 }
 
 // ---- GEMM ----
 // Row i of a panel (nb super-blocks) -> nb RowSb.
-QK_FN void UnpackPanelRow(const char* panel, size_t nb, size_t i, RowSb* out) {
+QK_FN void UnpackRow(const char* panel, size_t nb, size_t i, RowSb* out) {
   const __m256i step = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (size_t b = 0; b < nb; ++b) {
@@ -257,6 +267,148 @@ QK_FN void GemmTile(const RowSb* const (&rows)[kTileRows], const char* grp, size
   for (int r = 0; r < kTileRows; ++r) out[r] = _mm512_sub_ps(acc[r], accm[r]);
 }
 
+// ---- Q6_K (record: kernels_internal.h, kQ6KRecordBytes) ----
+// Per super-block: isum = sum_g scale_g * (dot(q_g, y_g) - 32 * bsum_g) over the 16 groups of 16
+// values (q the unsigned 6-bit levels; exact int32, |isum| < 2^29), acc = fma(float(isum),
+// d_b * dx_b, acc), y = acc: rows in lanes for the GEMV, tokens in lanes for the GEMM.
+// Values of half h (128 each), l < 32: v(l) from ql[64h + l] low nibble and qh[32h + l] bits 0-1,
+// v(l + 32) from ql[64h + 32 + l] low and qh bits 2-3, v(l + 64) ql[64h + l] high and qh bits 4-5,
+// v(l + 96) ql[64h + 32 + l] high and qh bits 6-7; group of value k: k / 16.
+
+// The four value vectors (levels 0..63; values l, l + 32, l + 64, l + 96 of the 16 rows, 4 per
+// row) from the ql vectors at l and l + 32 and the qh vector at l.
+QK_FN void Q6Values(__m512i ql0, __m512i ql1, __m512i qh, __m512i (&v)[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  v[0] =
+      _mm512_or_si512(_mm512_and_si512(ql0, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30));
+  v[1] =
+      _mm512_or_si512(_mm512_and_si512(ql1, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 2), m30));
+  v[2] =
+      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql0, 4), m4), _mm512_and_si512(qh, m30));
+  v[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql1, 4), m4),
+                         _mm512_and_si512(_mm512_srli_epi16(qh, 2), m30));
+}
+
+template <int kNt>
+QK_FN void PanelGemvQ6(const char* panel, size_t nb, const BlockQ8_K* const (&act)[kNt],
+                       __m512 (&out)[kNt]) {
+  __m512 acc[kNt];
+  for (int t = 0; t < kNt; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const char* rec = panel + b * kQ6KRecordBytes;
+    for (size_t o = 0; o < kQ6KRecordBytes; o += 64)
+      _mm_prefetch(rec + kPrefetchBytes + o, _MM_HINT_T0);
+    __m512i isum[kNt];
+    for (int t = 0; t < kNt; ++t) isum[t] = _mm512_setzero_si512();
+    for (size_t h = 0; h < 2; ++h) {
+      for (size_t lh = 0; lh < 2; ++lh) {  // l in [16 lh, 16 lh + 16): groups 8h + lh + 2e
+        __m512i s[4][kNt];
+        for (int e = 0; e < 4; ++e)
+          for (int t = 0; t < kNt; ++t) s[e][t] = _mm512_setzero_si512();
+        for (size_t kk = 0; kk < 4; ++kk) {
+          const size_t l = 16 * lh + 4 * kk;
+          __m512i v[4];
+          Q6Values(_mm512_loadu_si512(rec + 16 * (64 * h + l)),
+                   _mm512_loadu_si512(rec + 16 * (64 * h + 32 + l)),
+                   _mm512_loadu_si512(rec + kQ6KQhOff + 16 * (32 * h + l)), v);
+          for (int e = 0; e < 4; ++e)
+            for (int t = 0; t < kNt; ++t)
+              s[e][t] = _mm512_dpbusd_epi32(
+                  s[e][t], v[e], Bcast4(act[t][b].qs + 128 * h + 32 * static_cast<size_t>(e) + l));
+        }
+        for (int e = 0; e < 4; ++e) {
+          const size_t g = 8 * h + lh + 2 * static_cast<size_t>(e);
+          const __m512i sc = _mm512_cvtepi8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kQ6KScalesOff + 16 * g)));
+          for (int t = 0; t < kNt; ++t) {
+            const __m512i off = _mm512_set1_epi32(32 * static_cast<int32_t>(act[t][b].bsums[g]));
+            isum[t] =
+                _mm512_add_epi32(isum[t], _mm512_mullo_epi32(_mm512_sub_epi32(s[e][t], off), sc));
+          }
+        }
+      }
+    }
+    const __m512 dw =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kQ6KDOff)));
+    for (int t = 0; t < kNt; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
+                               _mm512_mul_ps(dw, _mm512_set1_ps(act[t][b].d)), acc[t]);
+  }
+  for (int t = 0; t < kNt; ++t) out[t] = acc[t];
+}
+
+// One unpacked Q6_K super-block of one row for the GEMM.
+struct alignas(64) RowSb6 {
+  int8_t w[kSb];     // values q - 32 in order
+  int32_t corr[16];  // -128 * sum of group g's values
+  int32_t sc[16];    // int8 scales
+  float d;
+};
+
+QK_FN void UnpackRow(const char* panel, size_t nb, size_t i, RowSb6* out) {
+  for (size_t b = 0; b < nb; ++b) {
+    const char* rec = panel + b * kQ6KRecordBytes;
+    RowSb6& r = out[b];
+    alignas(32) uint8_t ql[128], qh[64];
+    for (size_t v = 0; v < 32; ++v) std::memcpy(ql + 4 * v, rec + 64 * v + 4 * i, 4);
+    for (size_t v = 0; v < 16; ++v) std::memcpy(qh + 4 * v, rec + kQ6KQhOff + 64 * v + 4 * i, 4);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    for (size_t h = 0; h < 2; ++h) {
+      const __m256i l0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
+      const __m256i l1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
+      const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
+      const __m256i v[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(q, 4), m30)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(q, 2), m30)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(q, m30)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi16(q, 2), m30))};
+      for (size_t e = 0; e < 4; ++e) {
+        const size_t at = 128 * h + 32 * e;  // groups at / 16 and at / 16 + 1
+        _mm256_store_si256(reinterpret_cast<__m256i*>(r.w + at),
+                           _mm256_sub_epi8(v[e], _mm256_set1_epi8(32)));
+        alignas(32) uint64_t sad[4];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(sad),
+                           _mm256_sad_epu8(v[e], _mm256_setzero_si256()));
+        r.corr[at / 16] = -128 * (static_cast<int32_t>(sad[0] + sad[1]) - 32 * 16);
+        r.corr[at / 16 + 1] = -128 * (static_cast<int32_t>(sad[2] + sad[3]) - 32 * 16);
+      }
+    }
+    for (size_t g = 0; g < 16; ++g) r.sc[g] = static_cast<int8_t>(rec[kQ6KScalesOff + 16 * g + i]);
+    uint16_t d16;
+    std::memcpy(&d16, rec + kQ6KDOff + 2 * i, 2);
+    r.d = _cvtsh_ss(d16);
+  }
+}
+
+QK_FN void GemmTile(const RowSb6* const (&rows)[kTileRows], const char* grp, size_t nb,
+                    __m512 (&out)[kTileRows]) {
+  __m512 acc[kTileRows];
+  for (int r = 0; r < kTileRows; ++r) acc[r] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const char* ab = grp + b * kGroupSbBytes;
+    __m512i isum[kTileRows];
+    for (int r = 0; r < kTileRows; ++r) isum[r] = _mm512_setzero_si512();
+    for (size_t g = 0; g < 16; ++g) {
+      __m512i dot[kTileRows];
+      for (int r = 0; r < kTileRows; ++r) dot[r] = _mm512_set1_epi32(rows[r][b].corr[g]);
+      for (size_t q = 0; q < 4; ++q) {
+        const __m512i a = _mm512_load_si512(ab + 64 * (4 * g + q));
+        for (int r = 0; r < kTileRows; ++r)
+          dot[r] = _mm512_dpbusd_epi32(dot[r], a, Bcast4(rows[r][b].w + 16 * g + 4 * q));
+      }
+      for (int r = 0; r < kTileRows; ++r)
+        isum[r] = _mm512_add_epi32(isum[r],
+                                   _mm512_mullo_epi32(dot[r], _mm512_set1_epi32(rows[r][b].sc[g])));
+    }
+    const __m512 dxv = _mm512_load_ps(reinterpret_cast<const float*>(ab + kGroupDxOff));
+    for (int r = 0; r < kTileRows; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]),
+                               _mm512_mul_ps(_mm512_set1_ps(rows[r][b].d), dxv), acc[r]);
+  }
+  for (int r = 0; r < kTileRows; ++r) out[r] = acc[r];
+}
+
 // Tokens [t0, t0 + 16) (clamped to n_tokens) of the Q8_K rows in the GEMM group layout.
 QK_ENTRY void PackGroup(const char* xq, size_t xq_stride, size_t nb, size_t t0, size_t n_tokens,
                         char* dst) {
@@ -291,23 +443,24 @@ QK_ENTRY void PackGroup(const char* xq, size_t xq_stride, size_t nb, size_t t0, 
   }
 }
 
+template <typename Row>
 QK_ENTRY void GemmRows(const WeightMatrix& w, size_t r0, size_t r1, const char* groups,
                        size_t n_tokens, float* y, size_t y_stride) {
   const PanelGeom g = PanelGeometry(w.type, w.cols);
   const size_t nb = g.nb;
   thread_local Scratch pack, unpacked;
-  auto* rows = reinterpret_cast<RowSb*>(unpacked.Get(kPanel * nb * sizeof(RowSb)));
+  auto* rows = reinterpret_cast<Row*>(unpacked.Get(kPanel * nb * sizeof(Row)));
   const size_t gbytes = nb * kGroupSbBytes;
   const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
   for (size_t p0 = r0 / kPanel * kPanel; p0 < r1; p0 += kPanel) {
     const size_t lo = std::max(p0, r0) - p0, hi = std::min(p0 + kPanel, r1) - p0;
     const char* panel = PanelAt(w, g, p0, &pack);
-    for (size_t i = lo; i < hi; ++i) UnpackPanelRow(panel, nb, i, rows + i * nb);
+    for (size_t i = lo; i < hi; ++i) UnpackRow(panel, nb, i, rows + i * nb);
     for (size_t gi = 0; gi < n_groups; ++gi) {
       const size_t t0 = gi * kGroup;
       const size_t nt = std::min(kGroup, n_tokens - t0);
       for (size_t i0 = lo; i0 < hi; i0 += kTileRows) {
-        const RowSb* tile[kTileRows];
+        const Row* tile[kTileRows];
         for (int r = 0; r < kTileRows; ++r)
           tile[r] = rows + std::min(i0 + static_cast<size_t>(r), hi - 1) * nb;
         __m512 out[kTileRows];
@@ -324,9 +477,10 @@ QK_ENTRY void GemmRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
 
 }  // namespace
 
-void Avx512MatMulQ4K(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
-                     ThreadPool* pool) {
+void Avx512MatMulKQuant(std::span<const QxJob> jobs, const float* x, size_t x_stride,
+                        size_t n_tokens, ThreadPool* pool) {
   const size_t cols = jobs[0].w->cols, nb = cols / kSb;
+  const bool q6 = jobs[0].w->type == DType::kQ6_K;
   const size_t xq_stride = (nb * sizeof(BlockQ8_K) + 63) / 64 * 64;
   thread_local Scratch act_buf, group_buf;
   char* xq = act_buf.Get(xq_stride * n_tokens);
@@ -362,7 +516,11 @@ void Avx512MatMulQ4K(std::span<const QxJob> jobs, const float* x, size_t x_strid
       3);
   if (n_tokens < kGemmMinTokens) {
     run_rows([&](const QxJob& j, size_t r0, size_t r1) {
-      GemvRows(*j.w, r0, r1, xq, xq_stride, n_tokens, j.y, j.y_stride);
+      if (q6) {
+        GemvRows<true>(*j.w, r0, r1, xq, xq_stride, n_tokens, j.y, j.y_stride);
+      } else {
+        GemvRows<false>(*j.w, r0, r1, xq, xq_stride, n_tokens, j.y, j.y_stride);
+      }
     });
     return;
   }
@@ -377,7 +535,11 @@ void Avx512MatMulQ4K(std::span<const QxJob> jobs, const float* x, size_t x_strid
       },
       1);
   run_rows([&](const QxJob& j, size_t r0, size_t r1) {
-    GemmRows(*j.w, r0, r1, groups, n_tokens, j.y, j.y_stride);
+    if (q6) {
+      GemmRows<RowSb6>(*j.w, r0, r1, groups, n_tokens, j.y, j.y_stride);
+    } else {
+      GemmRows<RowSb>(*j.w, r0, r1, groups, n_tokens, j.y, j.y_stride);
+    }
   });
 }
 
