@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/quantize_avx2.h"
@@ -314,10 +315,14 @@ namespace internal {
 
 PanelGeom PanelGeometry(DType t, size_t cols) {
   PanelGeom g;
-  if (t == DType::kQ4_K || t == DType::kQ6_K) {
+  if (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K) {
     g.nb = cols / static_cast<size_t>(kQK_K);
-    g.qb = t == DType::kQ4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ6_K);
-    g.stride = g.nb * (t == DType::kQ4_K ? kQ4KRecordBytes : kQ6KRecordBytes);
+    g.qb = t == DType::kQ4_K   ? sizeof(BlockQ4_K)
+           : t == DType::kQ5_K ? sizeof(BlockQ5_K)
+                               : sizeof(BlockQ6_K);
+    g.stride = g.nb * (t == DType::kQ4_K   ? kQ4KRecordBytes
+                       : t == DType::kQ5_K ? kQ5KRecordBytes
+                                           : kQ6KRecordBytes);
     return g;
   }
   if (t == DType::kQ8_0) g.qb = 32;
@@ -334,7 +339,7 @@ PanelGeom PanelGeometry(DType t, size_t cols) {
 WeightLayout PreferredLayout(DType t) {
   const bool qx0 = t == DType::kQ4_0 || t == DType::kQ8_0;
   const bool half = t == DType::kF16 || t == DType::kBF16;
-  const bool kq = t == DType::kQ4_K || t == DType::kQ6_K;
+  const bool kq = t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
   if (!qx0 && !half && !kq) return WeightLayout::kRows;
   const WeightLayout panels = half ? WeightLayout::kPanels4 : WeightLayout::kPanels16;
   const char* env = std::getenv("STRATA_WEIGHT_LAYOUT");
@@ -348,7 +353,7 @@ WeightLayout PreferredLayout(DType t) {
     }();
     (void)kWarned;
   }
-  // Q4_0/Q8_0: on AMX CPUs the tiles read rows in place. F16/BF16, Q4_K/Q6_K: any avx512 level.
+  // Q4_0/Q8_0: on AMX CPUs the tiles read rows in place. F16/BF16, K-quants: any avx512 level.
   if (qx0) return ActiveIsa() == Isa::kAvx512 ? panels : WeightLayout::kRows;
   return static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512) ? panels
                                                                          : WeightLayout::kRows;
@@ -379,12 +384,13 @@ std::vector<KernelVariant> DescribeKernels() {
       v = {t, "avx2 256-bit tile (Q8_0 activations, vpmaddubsw with the sign trick)",
            "the same tile, 4 tokens per weight read", "rows (as stored)",
            "AVX2 without AVX-512 VNNI: no panel GEMV at this level yet"};
-    } else if ((t == DType::kQ4_K || t == DType::kQ6_K) && avx512) {
+    } else if (kq && avx512) {
       const bool p16 = PreferredLayout(t) == WeightLayout::kPanels16;
       v = {t, "avx512-vnni GEMV on 16-row K-quant panels (no shuffles)",
            "avx512-vnni GEMM, 4 rows x 16 tokens (rows unpacked to int8 per panel)",
-           p16 ? (t == DType::kQ4_K ? "panels16 (repacked at load, unpacked scales: +2.8 %)"
-                                    : "panels16 (repacked at load, +0.95 % padding)")
+           p16 ? (t == DType::kQ4_K   ? "panels16 (repacked at load, unpacked scales: +2.8 %)"
+                  : t == DType::kQ5_K ? "panels16 (repacked at load, unpacked scales: +2.3 %)"
+                                      : "panels16 (repacked at load, +0.95 % padding)")
                : "rows (as stored)",
            "AVX-512 VNNI: an exact integer per super-block (vpdpbusd + vpmulld by the scales) "
            "folded once; lanes are rows in the GEMV and tokens in the GEMM, the same bits"};
@@ -455,8 +461,16 @@ void ForPanel4Runs(size_t cols, size_t r, Fn&& fn) {
 
 namespace {
 
-// Row i of a Q4_K panel record <-> the row's GGUF super-block (layout: kernels_internal.h).
-void PutQ4KRow(const BlockQ4_K& blk, size_t i, unsigned char* rec) {
+bool IsKPanelType(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
+
+// Row i of a Q4_K (Q5_K) panel record <-> the row's GGUF super-block (layout:
+// kernels_internal.h).
+template <typename Block>
+void PutQ4KRow(const Block& blk, size_t i, unsigned char* rec) {
+  if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+    for (size_t k = 0; k < 8; ++k)
+      std::memcpy(rec + internal::kQ5KQhOff + 64 * k + 4 * i, blk.qh + 4 * k, 4);
+  }
   for (size_t v = 0; v < 32; ++v) std::memcpy(rec + 64 * v + 4 * i, blk.qs + 4 * v, 4);
   for (int s = 0; s < 8; ++s) {
     uint8_t sc, mn;
@@ -486,7 +500,12 @@ void GetQ6KRow(const unsigned char* rec, size_t i, BlockQ6_K* blk) {
   std::memcpy(&blk->d, rec + internal::kQ6KDOff + 2 * i, 2);
 }
 
-void GetQ4KRow(const unsigned char* rec, size_t i, BlockQ4_K* blk) {
+template <typename Block>
+void GetQ4KRow(const unsigned char* rec, size_t i, Block* blk) {
+  if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+    for (size_t k = 0; k < 8; ++k)
+      std::memcpy(blk->qh + 4 * k, rec + internal::kQ5KQhOff + 64 * k + 4 * i, 4);
+  }
   for (size_t v = 0; v < 32; ++v) std::memcpy(blk->qs + 4 * v, rec + 64 * v + 4 * i, 4);
   uint8_t sc[8], mn[8];
   for (size_t s = 0; s < 8; ++s) {
@@ -512,6 +531,8 @@ void PackKPanel(const WeightMatrix& w, size_t p0, void* dst) {
     for (size_t b = 0; b < g.nb; ++b) {
       if (w.type == DType::kQ4_K) {
         PutQ4KRow(reinterpret_cast<const BlockQ4_K*>(row)[b], i, panel + b * kQ4KRecordBytes);
+      } else if (w.type == DType::kQ5_K) {
+        PutQ4KRow(reinterpret_cast<const BlockQ5_K*>(row)[b], i, panel + b * kQ5KRecordBytes);
       } else {
         PutQ6KRow(reinterpret_cast<const BlockQ6_K*>(row)[b], i, panel + b * kQ6KRecordBytes);
       }
@@ -522,7 +543,7 @@ void PackKPanel(const WeightMatrix& w, size_t p0, void* dst) {
 }  // namespace internal
 
 void PackPanels(const WeightMatrix& w, void* dst) {
-  if ((w.type == DType::kQ4_K || w.type == DType::kQ6_K) && w.layout == WeightLayout::kRows) {
+  if (IsKPanelType(w.type) && w.layout == WeightLayout::kRows) {
     if (w.cols % static_cast<size_t>(kQK_K) != 0) Fatal("PackPanels: cols % 256 != 0", w.type);
     const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
     auto* out = static_cast<unsigned char*>(dst);
@@ -583,13 +604,15 @@ void ReadRow(const WeightMatrix& w, size_t r, void* dst) {
     return;
   }
   const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
-  if (w.type == DType::kQ4_K || w.type == DType::kQ6_K) {
+  if (IsKPanelType(w.type)) {
     const auto* panel =
         static_cast<const unsigned char*>(w.data) + (r / internal::kPanelRows) * g.stride;
     const size_t i = r % internal::kPanelRows;
     for (size_t b = 0; b < g.nb; ++b) {
       if (w.type == DType::kQ4_K) {
         GetQ4KRow(panel + b * internal::kQ4KRecordBytes, i, static_cast<BlockQ4_K*>(dst) + b);
+      } else if (w.type == DType::kQ5_K) {
+        GetQ4KRow(panel + b * internal::kQ5KRecordBytes, i, static_cast<BlockQ5_K*>(dst) + b);
       } else {
         GetQ6KRow(panel + b * internal::kQ6KRecordBytes, i, static_cast<BlockQ6_K*>(dst) + b);
       }

@@ -90,6 +90,11 @@ PanelGeom PanelGeometry(DType t, size_t cols);
 // 2368 bytes per 16 rows and 256 values against the file's 2304: +2.8 %.
 constexpr size_t kQ4KRecordBytes = 2368;
 constexpr size_t kQ4KScalesOff = 2048, kQ4KMinsOff = 2176, kQ4KDOff = 2304, kQ4KDminOff = 2336;
+// kPanels16 for Q5_K: the Q4_K record (same offsets: the low 4 bits of each level as Q4_K's
+// nibbles), then [2368, 2880): qh, vector k (< 8) holding qh bytes 4k..4k+3 of rows 0..15 (bit
+// 2j / 2j + 1 of qh byte l: bit 4 of value 64 j + l / 64 j + 32 + l). 2880 bytes for the file's
+// 2816: +2.3 %.
+constexpr size_t kQ5KRecordBytes = 2880, kQ5KQhOff = 2368;
 // kPanels16 for Q6_K: per panel of 16 rows, super-block b is one record of kQ6KRecordBytes:
 //   [0, 2048)      ql: vector v (< 32) holds bytes 4v..4v+3 of ql of rows 0..15 (row i at 64 v + 4
 //   i) [2048, 3072)   qh: vector v (< 16) holds bytes 4v..4v+3 of qh, likewise [3072, 3328)   byte
@@ -98,8 +103,8 @@ constexpr size_t kQ4KScalesOff = 2048, kQ4KMinsOff = 2176, kQ4KDOff = 2304, kQ4K
 // 3392 bytes per 16 rows and 256 values against the file's 3360: +0.95 %.
 constexpr size_t kQ6KRecordBytes = 3392;
 constexpr size_t kQ6KQhOff = 2048, kQ6KScalesOff = 3072, kQ6KDOff = 3328;
-// Writes the panel of rows [p0, p0 + 16) of the kRows Q4_K or Q6_K matrix w (rows past w.rows as
-// zeros) to dst (PanelGeometry(w.type, w.cols).stride bytes).
+// Writes the panel of rows [p0, p0 + 16) of the kRows Q4_K, Q5_K or Q6_K matrix w (rows past w.rows
+// as zeros) to dst (PanelGeometry(w.type, w.cols).stride bytes).
 void PackKPanel(const WeightMatrix& w, size_t p0, void* dst);
 // kPanels4 (F16 / BF16): rows per panel.
 constexpr size_t kFloatPanelRows = 4;
@@ -138,8 +143,8 @@ struct QxJob {
 bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
                   ThreadPool* pool, bool amx);
 
-// Q4_K or Q6_K jobs (one type; kRows or kPanels16, cols a multiple of 256) at the avx512 level
-// (cpu/matmul_kq_avx512.cc): the panel GEMV / GEMM; their bits, not the avx2 tile's.
+// Q4_K, Q5_K or Q6_K jobs (one type; kRows or kPanels16, cols a multiple of 256) at the avx512
+// level (cpu/matmul_kq_avx512.cc): the panel GEMV / GEMM; their bits, not the avx2 tile's.
 void Avx512MatMulKQuant(std::span<const QxJob> jobs, const float* x, size_t x_stride,
                         size_t n_tokens, ThreadPool* pool);
 

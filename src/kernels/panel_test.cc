@@ -56,10 +56,11 @@ Panels ToPanels(const WeightMatrix& w) {
 
 TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
   uint32_t seed = 1;
-  for (DType t :
-       {DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16, DType::kQ4_K, DType::kQ5_K,
+                  DType::kQ6_K}) {
     const bool half = t == DType::kF16 || t == DType::kBF16;
-    const size_t unit = t == DType::kQ4_K || t == DType::kQ6_K ? 8 : 1;  // cols: 256 multiples
+    const bool k_quant = t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+    const size_t unit = k_quant ? 8 : 1;  // cols: multiples of 256
     for (size_t c : {size_t{32}, size_t{64}, size_t{96}, size_t{352}, size_t{2048}}) {
       const size_t cols = c * unit;
       for (size_t rows : {size_t{1}, size_t{3}, size_t{15}, size_t{16}, size_t{17}, size_t{67}}) {
@@ -71,6 +72,7 @@ TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
         // Q6_K: 3392 for 3360).
         const size_t file = panels * panel_rows * w.m.row_bytes;
         const size_t bound = t == DType::kQ4_K   ? file / 2304 * 2368
+                             : t == DType::kQ5_K ? file / 2816 * 2880
                              : t == DType::kQ6_K ? file / 3360 * 3392
                                                  : file + panels * 63;
         EXPECT_LE(PanelLayoutBytes(t, rows, cols), bound);
@@ -94,7 +96,7 @@ TEST(PanelLayout, PreferredForQx0AtAvx512AndHalvesAndKQuantsFromAvx512Up) {
     IsaGuard guard(isa);
     const bool qx0_panels = ActiveIsa() == Isa::kAvx512;
     const bool half_panels = static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512);
-    for (DType t : {DType::kQ4_K, DType::kQ6_K})
+    for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
       EXPECT_EQ(PreferredLayout(t), half_panels ? WeightLayout::kPanels16 : WeightLayout::kRows);
     for (DType t : {DType::kQ8_0, DType::kQ4_0})
       EXPECT_EQ(PreferredLayout(t), qx0_panels ? WeightLayout::kPanels16 : WeightLayout::kRows)
@@ -102,7 +104,7 @@ TEST(PanelLayout, PreferredForQx0AtAvx512AndHalvesAndKQuantsFromAvx512Up) {
     for (DType t : {DType::kF16, DType::kBF16})
       EXPECT_EQ(PreferredLayout(t), half_panels ? WeightLayout::kPanels4 : WeightLayout::kRows)
           << IsaName(ActiveIsa());
-    for (DType t : {DType::kF32, DType::kQ5_K}) EXPECT_EQ(PreferredLayout(t), WeightLayout::kRows);
+    for (DType t : {DType::kF32}) EXPECT_EQ(PreferredLayout(t), WeightLayout::kRows);
   }
 }
 
@@ -167,11 +169,11 @@ TEST(Bf16Variant, TheSwitchReachesMatMulAndBothVariantsStayClose) {
 
 using PanelParam = std::tuple<Isa, DType>;
 
-// Row lengths for a test: as given, but rounded up to multiples of 256 for Q4_K/Q6_K (32 -> 256,
+// Row lengths for a test: as given, but rounded up to multiples of 256 for the K-quants (32 -> 256,
 // 320 -> 512, 2048 -> 2048).
 std::vector<size_t> Cols(DType t, std::initializer_list<size_t> cols) {
   std::vector<size_t> out;
-  const bool k_quant = t == DType::kQ4_K || t == DType::kQ6_K;
+  const bool k_quant = t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
   for (size_t c : cols) out.push_back(k_quant ? (c + 255) / 256 * 256 : c);
   return out;
 }
@@ -283,7 +285,7 @@ INSTANTIATE_TEST_SUITE_P(
     AllIsas, PanelMatMulTest,
     ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx),
                        ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16,
-                                         DType::kQ4_K, DType::kQ6_K)),
+                                         DType::kQ4_K, DType::kQ5_K, DType::kQ6_K)),
     PanelParamName);
 
 }  // namespace

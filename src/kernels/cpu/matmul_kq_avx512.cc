@@ -97,16 +97,18 @@ QK_FN int32_t SubBlockSum(const BlockQ8_K& y, size_t s) {
 }
 
 // ---- GEMV: 16 rows (lanes) x kNt tokens sharing every weight load ----
-template <int kNt>
+// Q4_K, and Q5_K (kQ5: the record's qh vectors add bit 4 of each level).
+template <bool kQ5, int kNt>
 QK_FN void PanelGemvQ4(const char* panel, size_t nb, const BlockQ8_K* const (&act)[kNt],
                        __m512 (&out)[kNt]) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8(static_cast<char>(0xF0));
+  const __m512i m10 = _mm512_set1_epi8(0x10);
+  constexpr size_t kRecord = kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes;
   __m512 acc[kNt], accm[kNt];
   for (int t = 0; t < kNt; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
-    const char* rec = panel + b * kQ4KRecordBytes;
-    for (size_t o = 0; o < kQ4KRecordBytes; o += 64)
-      _mm_prefetch(rec + kPrefetchBytes + o, _MM_HINT_T0);
+    const char* rec = panel + b * kRecord;
+    for (size_t o = 0; o < kRecord; o += 64) _mm_prefetch(rec + kPrefetchBytes + o, _MM_HINT_T0);
     __m512i isum[kNt];
     for (int t = 0; t < kNt; ++t) isum[t] = _mm512_setzero_si512();
     for (size_t j = 0; j < 4; ++j) {
@@ -114,8 +116,15 @@ QK_FN void PanelGemvQ4(const char* panel, size_t nb, const BlockQ8_K* const (&ac
       for (int t = 0; t < kNt; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
       for (size_t k = 0; k < 8; ++k) {
         const __m512i v = _mm512_loadu_si512(rec + 64 * (8 * j + k));
-        const __m512i lo = _mm512_and_si512(v, m4);
-        const __m512i hi = _mm512_and_si512(v, m4h);  // 16 x the high nibble: shifted back below
+        __m512i lo = _mm512_and_si512(v, m4);
+        __m512i hi = _mm512_and_si512(v, m4h);  // Q4_K: 16 x the high nibble, shifted back below
+        if constexpr (kQ5) {  // bits 2j (low nibble's level) and 2j + 1 (high's) of qh -> bit 4
+          const __m512i q = _mm512_srl_epi16(_mm512_loadu_si512(rec + kQ5KQhOff + 64 * k),
+                                             _mm_cvtsi32_si128(static_cast<int>(2 * j)));
+          lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(q, 4), m10));
+          hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                               _mm512_and_si512(_mm512_slli_epi16(q, 3), m10));
+        }
         for (int t = 0; t < kNt; ++t) {
           const int8_t* y = act[t][b].qs + 64 * j + 4 * k;
           s0[t] = _mm512_dpbusd_epi32(s0[t], lo, Bcast4(y));
@@ -126,8 +135,9 @@ QK_FN void PanelGemvQ4(const char* panel, size_t nb, const BlockQ8_K* const (&ac
       const __m512i sc1 = Bytes16(rec + kQ4KScalesOff + 16 * (2 * j + 1));
       for (int t = 0; t < kNt; ++t)
         isum[t] = _mm512_add_epi32(
-            isum[t], _mm512_add_epi32(_mm512_mullo_epi32(s0[t], sc0),
-                                      _mm512_mullo_epi32(_mm512_srai_epi32(s1[t], 4), sc1)));
+            isum[t],
+            _mm512_add_epi32(_mm512_mullo_epi32(s0[t], sc0),
+                             _mm512_mullo_epi32(kQ5 ? s1[t] : _mm512_srai_epi32(s1[t], 4), sc1)));
     }
     __m512i imin[kNt];
     for (int t = 0; t < kNt; ++t) imin[t] = _mm512_setzero_si512();
@@ -154,24 +164,24 @@ template <int kNt>
 QK_FN void PanelGemvQ6(const char* panel, size_t nb, const BlockQ8_K* const (&act)[kNt],
                        __m512 (&out)[kNt]);
 
-template <bool kQ6, int kNt>
+template <DType kT, int kNt>
 QK_FN void PanelGemvStore(const char* panel, size_t nb, const char* xq, size_t xq_stride, size_t t0,
                           __mmask16 mask, float* y, size_t y_stride) {
   const BlockQ8_K* act[kNt];
   for (int t = 0; t < kNt; ++t)
     act[t] = reinterpret_cast<const BlockQ8_K*>(xq + (t0 + static_cast<size_t>(t)) * xq_stride);
   __m512 out[kNt];
-  if constexpr (kQ6) {
+  if constexpr (kT == DType::kQ6_K) {
     PanelGemvQ6<kNt>(panel, nb, act, out);
   } else {
-    PanelGemvQ4<kNt>(panel, nb, act, out);
+    PanelGemvQ4<kT == DType::kQ5_K, kNt>(panel, nb, act, out);
   }
   for (int t = 0; t < kNt; ++t)
     _mm512_mask_storeu_ps(y + (t0 + static_cast<size_t>(t)) * y_stride, mask, out[t]);
 }
 
 // Rows [r0, r1) (a panel cut by the range computes all 16 lanes and stores those inside it).
-template <bool kQ6>
+template <DType kT>
 QK_ENTRY void GemvRows(const WeightMatrix& w, size_t r0, size_t r1, const char* xq,
                        size_t xq_stride, size_t n_tokens, float* y, size_t y_stride) {
   const PanelGeom g = PanelGeometry(w.type, w.cols);
@@ -183,27 +193,35 @@ QK_ENTRY void GemvRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
     float* yp = y + p0;
     size_t t = 0;
     for (; t + 4 <= n_tokens; t += 4)
-      PanelGemvStore<kQ6, 4>(panel, g.nb, xq, xq_stride, t, mask, yp, y_stride);
+      PanelGemvStore<kT, 4>(panel, g.nb, xq, xq_stride, t, mask, yp, y_stride);
     for (; t + 2 <= n_tokens; t += 2)
-      PanelGemvStore<kQ6, 2>(panel, g.nb, xq, xq_stride, t, mask, yp, y_stride);
+      PanelGemvStore<kT, 2>(panel, g.nb, xq, xq_stride, t, mask, yp, y_stride);
     for (; t < n_tokens; ++t)
-      PanelGemvStore<kQ6, 1>(panel, g.nb, xq, xq_stride, t, mask, yp, y_stride);
+      PanelGemvStore<kT, 1>(panel, g.nb, xq, xq_stride, t, mask, yp, y_stride);
   }
 }
 
 // ---- GEMM ----
 // Row i of a panel (nb super-blocks) -> nb RowSb.
-QK_FN void UnpackRow(const char* panel, size_t nb, size_t i, RowSb* out) {
+template <bool kQ5>
+QK_FN void UnpackRowQ4(const char* panel, size_t nb, size_t i, RowSb* out) {
   const __m256i step = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
   for (size_t b = 0; b < nb; ++b) {
-    const char* rec = panel + b * kQ4KRecordBytes;
+    const char* rec = panel + b * (kQ5 ? kQ5KRecordBytes : kQ4KRecordBytes);
     RowSb& r = out[b];
+    const __m256i qh =
+        kQ5 ? _mm256_i32gather_epi32(reinterpret_cast<const int*>(rec + kQ5KQhOff + 4 * i), step, 1)
+            : _mm256_setzero_si256();
     for (size_t j = 0; j < 4; ++j) {  // chunk j: bytes 4k..4k+3 at vector 8 j + k
       const __m256i q =
           _mm256_i32gather_epi32(reinterpret_cast<const int*>(rec + 512 * j + 4 * i), step, 1);
-      const __m256i vals[2] = {_mm256_and_si256(q, m4),
-                               _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)};
+      __m256i vals[2] = {_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)};
+      if constexpr (kQ5) {  // bit 2j (2j + 1) of qh: bit 4 of the low (high) nibble's level
+        const __m256i qs = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(static_cast<int>(2 * j)));
+        vals[0] = _mm256_or_si256(vals[0], _mm256_and_si256(_mm256_slli_epi16(qs, 4), m10));
+        vals[1] = _mm256_or_si256(vals[1], _mm256_and_si256(_mm256_slli_epi16(qs, 3), m10));
+      }
       for (size_t h = 0; h < 2; ++h) {
         const size_t s = 2 * j + h;
         _mm256_store_si256(reinterpret_cast<__m256i*>(r.w + 32 * s), vals[h]);
@@ -230,8 +248,20 @@ QK_FN void UnpackRow(const char* panel, size_t nb, size_t i, RowSb* out) {
   }
 }
 
+// Q5_K rows: the same unpacked form (levels 0..31).
+struct RowSb5 : RowSb {};
+
+QK_FN void UnpackRow(const char* panel, size_t nb, size_t i, RowSb* out) {
+  UnpackRowQ4<false>(panel, nb, i, out);
+}
+QK_FN void UnpackRow(const char* panel, size_t nb, size_t i, RowSb5* out) {
+  for (size_t b = 0; b < nb; ++b)  // one at a time: RowSb5 and RowSb have one size
+    UnpackRowQ4<true>(panel + b * kQ5KRecordBytes, 1, i, out + b);
+}
+
 // 4 rows x 16 tokens over all super-blocks; out[r] lane t = (row r, token t).
-QK_FN void GemmTile(const RowSb* const (&rows)[kTileRows], const char* grp, size_t nb,
+template <typename Row>
+QK_FN void GemmTile(const Row* const (&rows)[kTileRows], const char* grp, size_t nb,
                     __m512 (&out)[kTileRows]) {
   __m512 acc[kTileRows], accm[kTileRows];
   for (int r = 0; r < kTileRows; ++r) acc[r] = accm[r] = _mm512_setzero_ps();
@@ -480,7 +510,7 @@ QK_ENTRY void GemmRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
 void Avx512MatMulKQuant(std::span<const QxJob> jobs, const float* x, size_t x_stride,
                         size_t n_tokens, ThreadPool* pool) {
   const size_t cols = jobs[0].w->cols, nb = cols / kSb;
-  const bool q6 = jobs[0].w->type == DType::kQ6_K;
+  const bool q6 = jobs[0].w->type == DType::kQ6_K, q5 = jobs[0].w->type == DType::kQ5_K;
   const size_t xq_stride = (nb * sizeof(BlockQ8_K) + 63) / 64 * 64;
   thread_local Scratch act_buf, group_buf;
   char* xq = act_buf.Get(xq_stride * n_tokens);
@@ -517,9 +547,11 @@ void Avx512MatMulKQuant(std::span<const QxJob> jobs, const float* x, size_t x_st
   if (n_tokens < kGemmMinTokens) {
     run_rows([&](const QxJob& j, size_t r0, size_t r1) {
       if (q6) {
-        GemvRows<true>(*j.w, r0, r1, xq, xq_stride, n_tokens, j.y, j.y_stride);
+        GemvRows<DType::kQ6_K>(*j.w, r0, r1, xq, xq_stride, n_tokens, j.y, j.y_stride);
+      } else if (q5) {
+        GemvRows<DType::kQ5_K>(*j.w, r0, r1, xq, xq_stride, n_tokens, j.y, j.y_stride);
       } else {
-        GemvRows<false>(*j.w, r0, r1, xq, xq_stride, n_tokens, j.y, j.y_stride);
+        GemvRows<DType::kQ4_K>(*j.w, r0, r1, xq, xq_stride, n_tokens, j.y, j.y_stride);
       }
     });
     return;
@@ -537,6 +569,8 @@ void Avx512MatMulKQuant(std::span<const QxJob> jobs, const float* x, size_t x_st
   run_rows([&](const QxJob& j, size_t r0, size_t r1) {
     if (q6) {
       GemmRows<RowSb6>(*j.w, r0, r1, groups, n_tokens, j.y, j.y_stride);
+    } else if (q5) {
+      GemmRows<RowSb5>(*j.w, r0, r1, groups, n_tokens, j.y, j.y_stride);
     } else {
       GemmRows<RowSb>(*j.w, r0, r1, groups, n_tokens, j.y, j.y_stride);
     }

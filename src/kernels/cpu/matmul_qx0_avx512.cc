@@ -884,6 +884,7 @@ bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, 
              : MatMulQx0<false, false>(jobs, x, x_stride, n_tokens, pool, amx);
       return true;
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K:
       Avx512MatMulKQuant(jobs, x, x_stride, n_tokens, pool);
       return true;
