@@ -96,10 +96,11 @@ constexpr size_t kQ4KScalesOff = 2048, kQ4KMinsOff = 2176, kQ4KDOff = 2304, kQ4K
 // 2816: +2.3 %.
 constexpr size_t kQ5KRecordBytes = 2880, kQ5KQhOff = 2368;
 // kPanels16 for Q6_K: per panel of 16 rows, super-block b is one record of kQ6KRecordBytes:
-//   [0, 2048)      ql: vector v (< 32) holds bytes 4v..4v+3 of ql of rows 0..15 (row i at 64 v + 4
-//   i) [2048, 3072)   qh: vector v (< 16) holds bytes 4v..4v+3 of qh, likewise [3072, 3328)   byte
-//   16 g + i: the int8 scale of 16-value group g of row i [3328, 3360)   the 16 rows' d (f16); 32
-//   bytes of padding to a 64-byte multiple
+//   [0, 2048)     ql: vector v (< 32) holds bytes 4v..4v+3 of ql of rows 0..15 (row i at
+//                 64 v + 4 i)
+//   [2048, 3072)  qh: vector v (< 16) holds bytes 4v..4v+3 of qh, likewise
+//   [3072, 3328)  byte 16 g + i: the int8 scale of 16-value group g of row i
+//   [3328, 3360)  the 16 rows' d (f16); 32 bytes of padding to a 64-byte multiple
 // 3392 bytes per 16 rows and 256 values against the file's 3360: +0.95 %.
 constexpr size_t kQ6KRecordBytes = 3392;
 constexpr size_t kQ6KQhOff = 2048, kQ6KScalesOff = 3072, kQ6KDOff = 3328;

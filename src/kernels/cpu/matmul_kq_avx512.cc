@@ -1,7 +1,9 @@
-// AVX-512 VNNI MatMul for Q4_K weights: the decode GEMV on kPanels16 panels (kernels_internal.h,
-// kQ4KRecordBytes) and the prefill GEMM, with identical bits.
+// AVX-512 VNNI MatMul for the K-quants (Q4_K, Q5_K, Q6_K): the decode GEMV on kPanels16 panels
+// (kernels_internal.h: kQ4KRecordBytes, kQ5KRecordBytes, kQ6KRecordBytes) and the prefill GEMM,
+// with identical bits.
 //
-// Arithmetic, per output (row r, token t), whatever path computes it: for super-block b = 0, 1, ...
+// Arithmetic of Q4_K and Q5_K (Q6_K: its section below), per output (row r, token t), whatever path
+// computes it: for super-block b = 0, 1, ...
 //   isum_b = sum_s scale_s * dot(q_s, y_s)   (s < 8 sub-blocks of 32; exact int32)
 //   imin_b = sum_s min_s * bsum_s(y)          (bsum_s: the sum of sub-block s's 32 activations)
 //   acc  = fma(float(isum_b), d_b * dx_b, acc)
@@ -404,7 +406,10 @@ QK_FN void UnpackRow(const char* panel, size_t nb, size_t i, RowSb6* out) {
         r.corr[at / 16 + 1] = -128 * (static_cast<int32_t>(sad[2] + sad[3]) - 32 * 16);
       }
     }
-    for (size_t g = 0; g < 16; ++g) r.sc[g] = static_cast<int8_t>(rec[kQ6KScalesOff + 16 * g + i]);
+    for (size_t g = 0; g < 16; ++g) {  // the int8 scale, sign-extended from its byte
+      const auto u = static_cast<unsigned char>(rec[kQ6KScalesOff + 16 * g + i]);
+      r.sc[g] = static_cast<int32_t>(u ^ 0x80U) - 128;
+    }
     uint16_t d16;
     std::memcpy(&d16, rec + kQ6KDOff + 2 * i, 2);
     r.d = _cvtsh_ss(d16);
