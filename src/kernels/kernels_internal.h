@@ -2,8 +2,10 @@
 // Not part of the public API. Thread-safe: plain functions and a table of function pointers.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "kernels/kernels.h"
@@ -139,6 +141,31 @@ struct QxJob {
   float* y;
   size_t y_stride;
 };
+// 64-byte aligned growable scratch (one per thread: thread_local at the user; not thread-safe).
+struct Scratch {
+  std::unique_ptr<char[]> mem;
+  size_t cap = 0;
+  char* Get(size_t bytes) {
+    if (bytes + 64 > cap) {
+      cap = (bytes + 64) * 5 / 4;
+      mem.reset(new char[cap]);
+    }
+    char* p = mem.get();
+    return p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
+  }
+};
+
+// Calls rows_fn(job, r0, r1) (job-local rows, r0 < r1) for the part of each job inside [g0, g1)
+// of all the jobs' rows laid end to end: one pool range covers several matrices.
+template <typename Fn>
+void ForJobRows(std::span<const QxJob> jobs, size_t g0, size_t g1, Fn&& rows_fn) {
+  size_t off = 0;
+  for (const QxJob& j : jobs) {
+    const size_t lo = std::max(g0, off), hi = std::min(g1, off + j.w->rows);
+    if (lo < hi) rows_fn(j, lo - off, hi - off);
+    off += j.w->rows;
+  }
+}
 // Several jobs over the same activations (all of one type and one cols, else false): the
 // activations are converted once; each job's outputs are those of a MatMul of its own.
 bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,

@@ -61,20 +61,6 @@ struct alignas(64) RowSb {
   float d, dmin;
 };
 
-// 64-byte aligned growable scratch.
-struct Scratch {
-  std::unique_ptr<char[]> mem;
-  size_t cap = 0;
-  char* Get(size_t bytes) {
-    if (bytes + 64 > cap) {
-      cap = (bytes + 64) * 5 / 4;
-      mem.reset(new char[cap]);
-    }
-    char* p = mem.get();
-    return p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
-  }
-};
-
 // The panel holding rows [p0, p0 + 16): in place for kPanels16, else packed into *buf.
 const char* PanelAt(const WeightMatrix& w, const PanelGeom& g, size_t p0, Scratch* buf) {
   if (w.layout == WeightLayout::kPanels16)
@@ -530,16 +516,7 @@ void Avx512MatMulKQuant(std::span<const QxJob> jobs, const float* x, size_t x_st
   for (const QxJob& j : jobs) total_rows += j.w->rows;
   auto run_rows = [&](auto&& rows_fn) {  // rows_fn(job, r0, r1) over every job's rows end to end
     run(
-        total_rows,
-        [&](size_t g0, size_t g1, int) {
-          size_t off = 0;
-          for (const QxJob& j : jobs) {
-            const size_t lo = std::max(g0, off), hi = std::min(g1, off + j.w->rows);
-            if (lo < hi) rows_fn(j, lo - off, hi - off);
-            off += j.w->rows;
-          }
-        },
-        kPanel);
+        total_rows, [&](size_t g0, size_t g1, int) { ForJobRows(jobs, g0, g1, rows_fn); }, kPanel);
   };
   run(
       n_tokens,

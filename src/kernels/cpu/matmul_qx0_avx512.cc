@@ -74,20 +74,6 @@ size_t ElemOffset(size_t b, size_t k) {
   return p * 64 + h * 32 + k;
 }
 
-// 64-byte aligned growable scratch.
-struct Scratch {
-  std::unique_ptr<char[]> mem;
-  size_t cap = 0;
-  char* Get(size_t bytes) {
-    if (bytes + 64 > cap) {
-      cap = (bytes + 64) * 5 / 4;
-      mem.reset(new char[cap]);
-    }
-    char* p = mem.get();
-    return p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
-  }
-};
-
 QX_FN float HmaxPs(__m512 v) {
   __m256 m = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
@@ -806,16 +792,7 @@ void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, siz
   // part of each job inside its global row range).
   auto run_rows = [&](auto&& rows_fn) {
     run(
-        total_rows,
-        [&](size_t g0, size_t g1, int) {
-          size_t off = 0;
-          for (const QxJob& j : jobs) {
-            const size_t lo = std::max(g0, off), hi = std::min(g1, off + j.w->rows);
-            if (lo < hi) rows_fn(j, lo - off, hi - off);
-            off += j.w->rows;
-          }
-        },
-        kPanel);
+        total_rows, [&](size_t g0, size_t g1, int) { ForJobRows(jobs, g0, g1, rows_fn); }, kPanel);
   };
   if (n_tokens >= 4) {
     run(
