@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 namespace strata::gateway {
@@ -295,7 +296,10 @@ TEST(Admission, FourThreadsKeepTheCountsConsistent) {
         EXPECT_LE(a.in_flight("p"), 4);
       }
       // Drain what this thread still holds, including waiters admitted by others' releases.
-      for (int spin = 0; spin < 100000; ++spin) {
+      // Bounded by time, not by a spin count: on a loaded machine the other threads may need a
+      // while to finish (and admit this thread's gold waiters, which then must be released here).
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+      while (std::chrono::steady_clock::now() < deadline) {
         std::vector<Admission::Ticket> done;
         {
           std::lock_guard<std::mutex> l(mu);
