@@ -141,7 +141,9 @@ struct QxJob {
   float* y;
   size_t y_stride;
 };
+
 // 64-byte aligned growable scratch (one per thread: thread_local at the user; not thread-safe).
+// Get may reallocate: a pointer from an earlier Get is valid only until the next larger one.
 struct Scratch {
   std::unique_ptr<char[]> mem;
   size_t cap = 0;
@@ -166,6 +168,7 @@ void ForJobRows(std::span<const QxJob> jobs, size_t g0, size_t g1, Fn&& rows_fn)
     off += j.w->rows;
   }
 }
+
 // Several jobs over the same activations (all of one type and one cols, else false): the
 // activations are converted once; each job's outputs are those of a MatMul of its own.
 bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
