@@ -353,8 +353,10 @@ WeightLayout PreferredLayout(DType t) {
     }();
     (void)kWarned;
   }
-  // Q4_0/Q8_0: on AMX CPUs the tiles read rows in place. F16/BF16, K-quants: any avx512 level.
-  if (qx0) return ActiveIsa() == Isa::kAvx512 ? panels : WeightLayout::kRows;
+  // Q4_0/Q8_0: the panel GEMV at avx2 and avx512; on AMX CPUs the tiles read rows in place.
+  // F16/BF16, K-quants: any avx512 level.
+  if (qx0)
+    return ActiveIsa() == Isa::kAvx512 || ActiveIsa() == Isa::kAvx2 ? panels : WeightLayout::kRows;
   return static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512) ? panels
                                                                          : WeightLayout::kRows;
 }
@@ -381,9 +383,12 @@ std::vector<KernelVariant> DescribeKernels() {
            "rows (as stored)",
            isa == Isa::kAmx ? "AMX: the tiles read rows in place" : "STRATA_WEIGHT_LAYOUT=rows"};
     } else if (qx0 && avx2) {
-      v = {t, "avx2 256-bit tile (Q8_0 activations, vpmaddubsw with the sign trick)",
-           "the same tile, 4 tokens per weight read", "rows (as stored)",
-           "AVX2 without AVX-512 VNNI: no panel GEMV at this level yet"};
+      const bool p16 = PreferredLayout(t) == WeightLayout::kPanels16;
+      v = {t, "avx2 GEMV on 16-row interleaved panels (vpmaddubsw, no shuffles)",
+           "the same GEMV, 2 tokens per weight read",
+           p16 ? "panels16 (repacked at load)" : "rows (as stored; packed a panel at a time)",
+           "AVX2: 8 rows per 256-bit half-panel, the avx512 level's exact per-block integers "
+           "(its bits), no cross-lane moves"};
     } else if (kq && avx512) {
       const bool p16 = PreferredLayout(t) == WeightLayout::kPanels16;
       v = {t, "avx512-vnni GEMV on 16-row K-quant panels (no shuffles)",
@@ -521,11 +526,41 @@ void GetQ4KRow(const unsigned char* rec, size_t i, Block* blk) {
 
 namespace internal {
 
-void PackKPanel(const WeightMatrix& w, size_t p0, void* dst) {
+namespace {
+
+// Q4_0 / Q8_0 rows [p0, p0 + 16) into one zeroed kPanels16 panel (layout: kernels.h).
+void PackQx0Panel(const WeightMatrix& w, size_t p0, const PanelGeom& g, size_t row_bytes,
+                  unsigned char* panel) {
+  const size_t block_bytes = 2 + g.qb;
+  const uint32_t flip = PanelFlip(w.type);
+  const auto* src = static_cast<const unsigned char*>(w.data);
+  for (size_t i = 0; i < kPanelRows && p0 + i < w.rows; ++i) {
+    const unsigned char* row = src + (p0 + i) * row_bytes;
+    for (size_t b = 0; b < g.nb; ++b) {
+      const unsigned char* blk = row + b * block_bytes;
+      unsigned char* q = panel + b * kPanelRows * g.qb + 4 * i;
+      for (size_t j = 0; j < g.qb / 4; ++j) {
+        uint32_t v;
+        std::memcpy(&v, blk + 2 + 4 * j, 4);
+        v ^= flip;
+        std::memcpy(q + 64 * j, &v, 4);
+      }
+      std::memcpy(panel + g.scales_off + 32 * b + 2 * i, blk, 2);
+    }
+  }
+}
+
+}  // namespace
+
+void PackPanel16(const WeightMatrix& w, size_t p0, void* dst) {
   const PanelGeom g = PanelGeometry(w.type, w.cols);
   const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
   auto* panel = static_cast<unsigned char*>(dst);
   std::memset(panel, 0, g.stride);
+  if (!IsKPanelType(w.type)) {
+    PackQx0Panel(w, p0, g, row_bytes, panel);
+    return;
+  }
   for (size_t i = 0; i < kPanelRows && p0 + i < w.rows; ++i) {
     const char* row = static_cast<const char*>(w.data) + (p0 + i) * row_bytes;
     for (size_t b = 0; b < g.nb; ++b) {
@@ -543,14 +578,6 @@ void PackKPanel(const WeightMatrix& w, size_t p0, void* dst) {
 }  // namespace internal
 
 void PackPanels(const WeightMatrix& w, void* dst) {
-  if (IsKPanelType(w.type) && w.layout == WeightLayout::kRows) {
-    if (w.cols % static_cast<size_t>(kQK_K) != 0) Fatal("PackPanels: cols % 256 != 0", w.type);
-    const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
-    auto* out = static_cast<unsigned char*>(dst);
-    for (size_t p0 = 0; p0 < w.rows; p0 += internal::kPanelRows)
-      internal::PackKPanel(w, p0, out + p0 / internal::kPanelRows * g.stride);
-    return;
-  }
   if ((w.type == DType::kF16 || w.type == DType::kBF16) && w.layout == WeightLayout::kRows) {
     std::memset(dst, 0, PanelLayoutBytes(w.type, w.rows, w.cols));
     const auto* src = static_cast<const uint16_t*>(w.data);
@@ -562,31 +589,11 @@ void PackPanels(const WeightMatrix& w, void* dst) {
     return;
   }
   const internal::PanelGeom g = internal::PanelGeometry(w.type, w.cols);
-  if (g.qb == 0 || w.layout != WeightLayout::kRows || w.cols % 32 != 0)
-    Fatal("PackPanels: needs a Q4_0/Q8_0/Q4_K matrix in row layout", w.type);
-  const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
-  const size_t block_bytes = 2 + g.qb;
-  const uint32_t flip = PanelFlip(w.type);
-  const size_t n_panels = (w.rows + internal::kPanelRows - 1) / internal::kPanelRows;
+  if (g.qb == 0 || w.layout != WeightLayout::kRows || w.cols % BlockSize(w.type) != 0)
+    Fatal("PackPanels: needs a Q4_0/Q8_0/K-quant matrix in row layout", w.type);
   auto* out = static_cast<unsigned char*>(dst);
-  std::memset(out, 0, n_panels * g.stride);
-  const auto* src = static_cast<const unsigned char*>(w.data);
-  for (size_t r = 0; r < w.rows; ++r) {
-    unsigned char* panel = out + (r / internal::kPanelRows) * g.stride;
-    const size_t i = r % internal::kPanelRows;
-    const unsigned char* row = src + r * row_bytes;
-    for (size_t b = 0; b < g.nb; ++b) {
-      const unsigned char* blk = row + b * block_bytes;
-      unsigned char* q = panel + b * internal::kPanelRows * g.qb + 4 * i;
-      for (size_t j = 0; j < g.qb / 4; ++j) {
-        uint32_t v;
-        std::memcpy(&v, blk + 2 + 4 * j, 4);
-        v ^= flip;
-        std::memcpy(q + 64 * j, &v, 4);
-      }
-      std::memcpy(panel + g.scales_off + 32 * b + 2 * i, blk, 2);
-    }
-  }
+  for (size_t p0 = 0; p0 < w.rows; p0 += internal::kPanelRows)
+    internal::PackPanel16(w, p0, out + p0 / internal::kPanelRows * g.stride);
 }
 
 void ReadRow(const WeightMatrix& w, size_t r, void* dst) {
@@ -638,6 +645,20 @@ void ReadRow(const WeightMatrix& w, size_t r, void* dst) {
   }
 }
 
+namespace {
+
+// The whole-MatMul kernels of the SIMD levels (kernels_internal.h: Avx512MatMul, Avx2MatMulQx0):
+// false when the level has none for these jobs (the caller then uses the tile kernels).
+bool WholeMatMul(Isa isa, std::span<const internal::QxJob> jobs, const float* x, size_t x_stride,
+                 size_t n_tokens, ThreadPool* pool) {
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512))
+    return internal::Avx512MatMul(jobs, x, x_stride, n_tokens, pool, isa == Isa::kAmx);
+  if (isa == Isa::kAvx2) return internal::Avx2MatMulQx0(jobs, x, x_stride, n_tokens, pool);
+  return false;
+}
+
+}  // namespace
+
 void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, ThreadPool* pool,
             size_t x_stride, size_t y_stride) {
   if (w.rows == 0 || n_tokens == 0) return;
@@ -649,12 +670,11 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : *RowBytes(w.type, w.cols);
 
   const Isa isa = ActiveIsa();
-  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) {
     WeightMatrix wm = w;
     wm.row_bytes = row_bytes;
     const internal::QxJob job{&wm, y, y_stride};
-    if (internal::Avx512MatMul(std::span<const internal::QxJob>(&job, 1), x, x_stride, n_tokens,
-                               pool, isa == Isa::kAmx))
+    if (WholeMatMul(isa, std::span<const internal::QxJob>(&job, 1), x, x_stride, n_tokens, pool))
       return;
   }
 
@@ -786,7 +806,7 @@ void MatMulShared(std::span<const MatMulOut> outs, const float* x, size_t n_toke
   constexpr size_t kMaxShared = 8;
   const Isa isa = ActiveIsa();
   if (n_tokens > 0 && outs.size() > 1 && outs.size() <= kMaxShared &&
-      static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
+      static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2)) {
     WeightMatrix ws[kMaxShared];
     internal::QxJob jobs[kMaxShared];
     bool ok = true;
@@ -798,8 +818,8 @@ void MatMulShared(std::span<const MatMulOut> outs, const float* x, size_t n_toke
       if (ws[i].row_bytes == 0) ws[i].row_bytes = *RowBytes(w.type, w.cols);
       jobs[i] = internal::QxJob{&ws[i], outs[i].y, w.rows};
     }
-    if (ok && internal::Avx512MatMul(std::span<const internal::QxJob>(jobs, outs.size()), x,
-                                     outs[0].w->cols, n_tokens, pool, isa == Isa::kAmx))
+    if (ok && WholeMatMul(isa, std::span<const internal::QxJob>(jobs, outs.size()), x,
+                          outs[0].w->cols, n_tokens, pool))
       return;
   }
   for (const MatMulOut& o : outs) MatMul(*o.w, x, n_tokens, o.y, pool);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 
+#include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "tensor/dtype.h"
 
@@ -106,9 +107,10 @@ constexpr size_t kQ5KRecordBytes = 2880, kQ5KQhOff = 2368;
 // 3392 bytes per 16 rows and 256 values against the file's 3360: +0.95 %.
 constexpr size_t kQ6KRecordBytes = 3392;
 constexpr size_t kQ6KQhOff = 2048, kQ6KScalesOff = 3072, kQ6KDOff = 3328;
-// Writes the panel of rows [p0, p0 + 16) of the kRows Q4_K, Q5_K or Q6_K matrix w (rows past w.rows
-// as zeros) to dst (PanelGeometry(w.type, w.cols).stride bytes).
-void PackKPanel(const WeightMatrix& w, size_t p0, void* dst);
+// Writes the kPanels16 panel of rows [p0, p0 + 16) of the kRows Q4_0, Q8_0, Q4_K, Q5_K or Q6_K
+// matrix w (rows past w.rows as zeros) to dst (PanelGeometry(w.type, w.cols).stride bytes).
+// PackPanels is this for every panel; the row-layout paths of the panel kernels call it per panel.
+void PackPanel16(const WeightMatrix& w, size_t p0, void* dst);
 // kPanels4 (F16 / BF16): rows per panel.
 constexpr size_t kFloatPanelRows = 4;
 
@@ -169,10 +171,28 @@ void ForJobRows(std::span<const QxJob> jobs, size_t g0, size_t g1, Fn&& rows_fn)
   }
 }
 
+// fn(begin, end, thread) over [0, n): split over the pool when there is one and n > grain, else
+// fn(0, n, 0) on the calling thread. fn is called by reference (no allocating wrapper).
+template <typename Fn>
+void RunRange(ThreadPool* pool, size_t n, Fn&& fn, size_t grain) {
+  if (pool != nullptr && n > grain) {
+    pool->ParallelFor(n, fn, grain);
+  } else {
+    fn(0, n, 0);
+  }
+}
+
 // Several jobs over the same activations (all of one type and one cols, else false): the
 // activations are converted once; each job's outputs are those of a MatMul of its own.
 bool Avx512MatMul(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
                   ThreadPool* pool, bool amx);
+
+// Q4_0 or Q8_0 jobs (one type and cols; each job kRows or kPanels16) at the avx2 level
+// (cpu/matmul_qx0_avx2.cc): a 256-bit GEMV on kPanels16 panels (row-layout weights packed a panel
+// at a time) for every token count, with the avx512 level's arithmetic, so the same bits as
+// Avx512MatMul for finite activations. False (nothing done) for other types or mixed jobs.
+bool Avx2MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
+                   ThreadPool* pool);
 
 // Q4_K, Q5_K or Q6_K jobs (one type; kRows or kPanels16, cols a multiple of 256) at the avx512
 // level (cpu/matmul_kq_avx512.cc): the panel GEMV / GEMM; their bits, not the avx2 tile's.

@@ -91,10 +91,10 @@ TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
   EXPECT_EQ(PanelLayoutBytes(DType::kF32, 16, 256), 0u);
 }
 
-TEST(PanelLayout, PreferredForQx0AtAvx512AndHalvesAndKQuantsFromAvx512Up) {
+TEST(PanelLayout, PreferredForQx0AtAvx2AndAvx512AndHalvesAndKQuantsFromAvx512Up) {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     IsaGuard guard(isa);
-    const bool qx0_panels = ActiveIsa() == Isa::kAvx512;
+    const bool qx0_panels = ActiveIsa() == Isa::kAvx512 || ActiveIsa() == Isa::kAvx2;
     const bool half_panels = static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512);
     for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
       EXPECT_EQ(PreferredLayout(t), half_panels ? WeightLayout::kPanels16 : WeightLayout::kRows);
@@ -105,6 +105,42 @@ TEST(PanelLayout, PreferredForQx0AtAvx512AndHalvesAndKQuantsFromAvx512Up) {
       EXPECT_EQ(PreferredLayout(t), half_panels ? WeightLayout::kPanels4 : WeightLayout::kRows)
           << IsaName(ActiveIsa());
     for (DType t : {DType::kF32}) EXPECT_EQ(PreferredLayout(t), WeightLayout::kRows);
+  }
+}
+
+// The avx2 level's Q4_0/Q8_0 GEMV (cpu/matmul_qx0_avx2.cc) does the avx512 level's arithmetic:
+// the same bits for every token count, thread count and layout (checked where the CPU runs both).
+TEST(PanelLayout, Qx0AtAvx2GivesTheAvx512LevelsBits) {
+  if (static_cast<int>(DetectIsa()) < static_cast<int>(Isa::kAvx512))
+    GTEST_SKIP() << "CPU lacks avx512: no second level to compare with";
+  ThreadPool two(2);
+  uint32_t seed = 300;
+  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
+    for (size_t cols : {size_t{32}, size_t{96}, size_t{2048}}) {
+      for (size_t rows : {size_t{1}, size_t{17}, size_t{40}}) {
+        const OwnedWeights w = RandomBitsWeights(type, rows, cols, ++seed);
+        const Panels p = ToPanels(w.m);
+        for (size_t n_tokens : {1, 2, 3, 7, 20}) {
+          const std::vector<float> x = RandomFloats(n_tokens * cols, ++seed);
+          for (const WeightMatrix* m : {&w.m, &p.m}) {
+            for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+              std::vector<float> y512(n_tokens * rows, -1.0f), y2(n_tokens * rows, -2.0f);
+              {
+                IsaGuard guard(Isa::kAvx512);
+                MatMul(*m, x.data(), n_tokens, y512.data(), pool);
+              }
+              {
+                IsaGuard guard(Isa::kAvx2);
+                MatMul(*m, x.data(), n_tokens, y2.data(), pool);
+              }
+              ASSERT_EQ(0, std::memcmp(y512.data(), y2.data(), y2.size() * sizeof(float)))
+                  << DTypeName(type) << " cols " << cols << " rows " << rows << " tokens "
+                  << n_tokens << (m == &p.m ? " panels" : " rows") << (pool ? " 2 threads" : "");
+            }
+          }
+        }
+      }
+    }
   }
 }
 

@@ -66,7 +66,7 @@ const char* PanelAt(const WeightMatrix& w, const PanelGeom& g, size_t p0, Scratc
   if (w.layout == WeightLayout::kPanels16)
     return static_cast<const char*>(w.data) + p0 / kPanel * g.stride;
   char* dst = buf->Get(g.stride);
-  PackKPanel(w, p0, dst);
+  PackPanel16(w, p0, dst);
   return dst;
 }
 
@@ -505,13 +505,7 @@ void Avx512MatMulKQuant(std::span<const QxJob> jobs, const float* x, size_t x_st
   const size_t xq_stride = (nb * sizeof(BlockQ8_K) + 63) / 64 * 64;
   thread_local Scratch act_buf, group_buf;
   char* xq = act_buf.Get(xq_stride * n_tokens);
-  auto run = [&](size_t n, auto&& fn, size_t grain) {  // no std::function (would allocate)
-    if (pool != nullptr && n > grain) {
-      pool->ParallelFor(n, fn, grain);
-    } else {
-      fn(0, n, 0);
-    }
-  };
+  auto run = [&](size_t n, auto&& fn, size_t grain) { RunRange(pool, n, fn, grain); };
   size_t total_rows = 0;
   for (const QxJob& j : jobs) total_rows += j.w->rows;
   auto run_rows = [&](auto&& rows_fn) {  // rows_fn(job, r0, r1) over every job's rows end to end

@@ -779,13 +779,7 @@ void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, siz
   const ActLayout l = MakeLayout(jobs[0].w->cols);
   thread_local Scratch pack_buf, group_buf;
   char* pack = pack_buf.Get(l.stride * n_tokens);
-  auto run = [&](size_t n, auto&& fn, size_t grain) {  // no std::function (would allocate)
-    if (pool != nullptr && n > grain) {
-      pool->ParallelFor(n, fn, grain);
-    } else {
-      fn(0, n, 0);
-    }
-  };
+  auto run = [&](size_t n, auto&& fn, size_t grain) { RunRange(pool, n, fn, grain); };
   size_t total_rows = 0;
   for (const QxJob& j : jobs) total_rows += j.w->rows;
   // rows_fn(job, r0, r1) over the pool, for every job's rows laid end to end (each thread gets the
