@@ -354,11 +354,11 @@ WeightLayout PreferredLayout(DType t) {
     (void)kWarned;
   }
   // Q4_0/Q8_0: the panel GEMV at avx2 and avx512; on AMX CPUs the tiles read rows in place.
-  // F16/BF16, K-quants: any avx512 level.
-  if (qx0)
-    return ActiveIsa() == Isa::kAvx512 || ActiveIsa() == Isa::kAvx2 ? panels : WeightLayout::kRows;
-  return static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512) ? panels
-                                                                         : WeightLayout::kRows;
+  // K-quants: avx2 and up. F16/BF16: any avx512 level.
+  const Isa isa = ActiveIsa();
+  if (qx0) return isa == Isa::kAvx512 || isa == Isa::kAvx2 ? panels : WeightLayout::kRows;
+  const Isa lowest = kq ? Isa::kAvx2 : Isa::kAvx512;
+  return static_cast<int>(isa) >= static_cast<int>(lowest) ? panels : WeightLayout::kRows;
 }
 
 std::vector<KernelVariant> DescribeKernels() {
@@ -399,10 +399,16 @@ std::vector<KernelVariant> DescribeKernels() {
                : "rows (as stored)",
            "AVX-512 VNNI: an exact integer per super-block (vpdpbusd + vpmulld by the scales) "
            "folded once; lanes are rows in the GEMV and tokens in the GEMM, the same bits"};
-    } else if (kq && (avx512 || avx2)) {
-      v = {t, std::string(avx512 ? "avx512-vnni" : "avx2") + " 256-bit tile (Q8_K activations)",
-           "the same tile, 4 tokens per weight read", "rows (as stored)",
-           "K-quant super-blocks: integer dot per 32, scales per sub-block"};
+    } else if (kq && avx2) {
+      const bool p16 = PreferredLayout(t) == WeightLayout::kPanels16;
+      v = {t, "avx2 GEMV on 16-row K-quant panels (vpmaddubsw, no shuffles)",
+           "the same GEMV, 2 tokens per weight read",
+           p16 ? (t == DType::kQ4_K   ? "panels16 (repacked at load, unpacked scales: +2.8 %)"
+                  : t == DType::kQ5_K ? "panels16 (repacked at load, unpacked scales: +2.3 %)"
+                                      : "panels16 (repacked at load, +0.95 % padding)")
+               : "rows (as stored; packed a panel at a time)",
+           "AVX2: 8 rows per 256-bit half-panel, int16 sums widened by vpmaddwd with the rows' "
+           "scales; the avx512 level's exact integers and fold (its bits)"};
     } else if (t == DType::kBF16 && avx512 && Bf16DotActive()) {
       const bool p4 = PreferredLayout(t) == WeightLayout::kPanels4;
       v = {t, "avx512-bf16 vdpbf16ps, 4 rows x 1 token, 2 rows per vector",
@@ -653,7 +659,9 @@ bool WholeMatMul(Isa isa, std::span<const internal::QxJob> jobs, const float* x,
                  size_t n_tokens, ThreadPool* pool) {
   if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512))
     return internal::Avx512MatMul(jobs, x, x_stride, n_tokens, pool, isa == Isa::kAmx);
-  if (isa == Isa::kAvx2) return internal::Avx2MatMulQx0(jobs, x, x_stride, n_tokens, pool);
+  if (isa == Isa::kAvx2)
+    return internal::Avx2MatMulQx0(jobs, x, x_stride, n_tokens, pool) ||
+           internal::Avx2MatMulKQuant(jobs, x, x_stride, n_tokens, pool);
   return false;
 }
 

@@ -54,6 +54,15 @@ Panels ToPanels(const WeightMatrix& w) {
   return p;
 }
 
+// Row lengths for a test: as given, but rounded up to multiples of 256 for the K-quants (32 -> 256,
+// 320 -> 512, 2048 -> 2048).
+std::vector<size_t> Cols(DType t, std::initializer_list<size_t> cols) {
+  std::vector<size_t> out;
+  const bool k_quant = t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+  for (size_t c : cols) out.push_back(k_quant ? (c + 255) / 256 * 256 : c);
+  return out;
+}
+
 TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
   uint32_t seed = 1;
   for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16, DType::kQ4_K, DType::kQ5_K,
@@ -91,13 +100,15 @@ TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
   EXPECT_EQ(PanelLayoutBytes(DType::kF32, 16, 256), 0u);
 }
 
-TEST(PanelLayout, PreferredForQx0AtAvx2AndAvx512AndHalvesAndKQuantsFromAvx512Up) {
+TEST(PanelLayout, PreferredForQuantsFromAvx2AndHalvesFromAvx512Up) {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     IsaGuard guard(isa);
     const bool qx0_panels = ActiveIsa() == Isa::kAvx512 || ActiveIsa() == Isa::kAvx2;
+    const bool kq_panels = static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx2);
     const bool half_panels = static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512);
     for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
-      EXPECT_EQ(PreferredLayout(t), half_panels ? WeightLayout::kPanels16 : WeightLayout::kRows);
+      EXPECT_EQ(PreferredLayout(t), kq_panels ? WeightLayout::kPanels16 : WeightLayout::kRows)
+          << IsaName(ActiveIsa());
     for (DType t : {DType::kQ8_0, DType::kQ4_0})
       EXPECT_EQ(PreferredLayout(t), qx0_panels ? WeightLayout::kPanels16 : WeightLayout::kRows)
           << IsaName(ActiveIsa());
@@ -108,15 +119,16 @@ TEST(PanelLayout, PreferredForQx0AtAvx2AndAvx512AndHalvesAndKQuantsFromAvx512Up)
   }
 }
 
-// The avx2 level's Q4_0/Q8_0 GEMV (cpu/matmul_qx0_avx2.cc) does the avx512 level's arithmetic:
-// the same bits for every token count, thread count and layout (checked where the CPU runs both).
-TEST(PanelLayout, Qx0AtAvx2GivesTheAvx512LevelsBits) {
+// The avx2 level's Q4_0/Q8_0 and K-quant GEMVs (cpu/matmul_qx0_avx2.cc, cpu/matmul_kq_avx2.cc) do
+// the avx512 level's arithmetic: the same bits for every token count, thread count and layout
+// (checked where the CPU runs both).
+TEST(PanelLayout, QuantsAtAvx2GiveTheAvx512LevelsBits) {
   if (static_cast<int>(DetectIsa()) < static_cast<int>(Isa::kAvx512))
     GTEST_SKIP() << "CPU lacks avx512: no second level to compare with";
   ThreadPool two(2);
   uint32_t seed = 300;
-  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
-    for (size_t cols : {size_t{32}, size_t{96}, size_t{2048}}) {
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    for (size_t cols : Cols(type, {32, 96, 2048})) {
       for (size_t rows : {size_t{1}, size_t{17}, size_t{40}}) {
         const OwnedWeights w = RandomBitsWeights(type, rows, cols, ++seed);
         const Panels p = ToPanels(w.m);
@@ -204,15 +216,6 @@ TEST(Bf16Variant, TheSwitchReachesMatMulAndBothVariantsStayClose) {
 }
 
 using PanelParam = std::tuple<Isa, DType>;
-
-// Row lengths for a test: as given, but rounded up to multiples of 256 for the K-quants (32 -> 256,
-// 320 -> 512, 2048 -> 2048).
-std::vector<size_t> Cols(DType t, std::initializer_list<size_t> cols) {
-  std::vector<size_t> out;
-  const bool k_quant = t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
-  for (size_t c : cols) out.push_back(k_quant ? (c + 255) / 256 * 256 : c);
-  return out;
-}
 
 class PanelMatMulTest : public ::testing::TestWithParam<PanelParam> {
  protected:
