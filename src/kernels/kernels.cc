@@ -354,11 +354,10 @@ WeightLayout PreferredLayout(DType t) {
     (void)kWarned;
   }
   // Q4_0/Q8_0: the panel GEMV at avx2 and avx512; on AMX CPUs the tiles read rows in place.
-  // K-quants: avx2 and up. F16/BF16: any avx512 level.
+  // K-quants, F16/BF16: avx2 and up.
   const Isa isa = ActiveIsa();
   if (qx0) return isa == Isa::kAvx512 || isa == Isa::kAvx2 ? panels : WeightLayout::kRows;
-  const Isa lowest = kq ? Isa::kAvx2 : Isa::kAvx512;
-  return static_cast<int>(isa) >= static_cast<int>(lowest) ? panels : WeightLayout::kRows;
+  return static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2) ? panels : WeightLayout::kRows;
 }
 
 std::vector<KernelVariant> DescribeKernels() {
@@ -420,6 +419,12 @@ std::vector<KernelVariant> DescribeKernels() {
       v = {t, "512-bit FMA, 4 rows x 1 token from one panel stream",
            "512-bit FMA, 4 rows x 4 tokens (16 accumulators)", "panels4 (repacked at load)",
            "one accumulator per output: 4-row tiles need 4 rows in one sequential stream"};
+    } else if (avx2 && PreferredLayout(t) == WeightLayout::kPanels4) {
+      v = {t, "256-bit FMA, 4 rows x 1 token from one panel stream (8 FMA chains)",
+           "256-bit FMA, 2 rows x 2 tokens or 1 row x 4 tokens per pass",
+           "panels4 (repacked at load)",
+           "the row tile's arithmetic (its bits); 4 rows share each activation load and hide "
+           "the FMA latency that bounds one row"};
     } else if (avx512 || avx2) {
       const std::string w = avx512 ? "512-bit" : "256-bit";
       v = {t, w + " FMA tile", w + " FMA tile, 4 tokens per weight read", "rows (as stored)",
@@ -747,12 +752,13 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   const char* wdata = static_cast<const char*>(w.data);
   const bool panels = w.layout != WeightLayout::kRows;
   const bool panel4 =
-      w.layout == WeightLayout::kPanels4 && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
-  const internal::DotPanelFn dot_panel = !panel4 ? nullptr
-                                         : w.type == DType::kBF16 && Bf16DotActive()
-                                             ? internal::Avx512Bf16DotPanel4()
-                                             : internal::Avx512DotPanel4(w.type);
-  // kPanels4 at avx512: every panel touching [r0, r1) once per token tile (4 rows from one
+      w.layout == WeightLayout::kPanels4 && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2);
+  const internal::DotPanelFn dot_panel =
+      !panel4                                        ? nullptr
+      : isa == Isa::kAvx2                            ? internal::Avx2DotPanel4(w.type)
+      : w.type == DType::kBF16 && Bf16DotActive()    ? internal::Avx512Bf16DotPanel4()
+                                                     : internal::Avx512DotPanel4(w.type);
+  // kPanels4 at avx2 and up: every panel touching [r0, r1) once per token tile (4 rows from one
   // stream), the rows inside the range stored.
   auto panel_body = [&](size_t r0, size_t r1, int) {
     constexpr size_t kR = internal::kFloatPanelRows;

@@ -120,6 +120,8 @@ using DotPanelFn = void (*)(const void* panel, const void* x, size_t x_stride, i
                             float* out);
 // The avx512 level's kPanels4 kernels (F16, BF16); nullptr for other types.
 DotPanelFn Avx512DotPanel4(DType t);
+// The avx2 level's (f32 activations, the avx2 row tile's bits); nullptr for other types.
+DotPanelFn Avx2DotPanel4(DType t);
 // The bf16-dot variant's BF16 kernels (cpu/bf16_avx512.cc, vdpbf16ps): call only when the CPU has
 // AVX512_BF16 (kernels::Bf16DotAvailable()). Row tile and kPanels4 tile give the same bits.
 // Their activations are bf16 (rows of uint16_t), converted by Avx512ToBf16.

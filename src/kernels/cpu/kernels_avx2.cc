@@ -22,6 +22,73 @@ namespace {
 
 #include "kernels/cpu/dot_kernels.inc"
 
+// F16 / BF16 weights in the kPanels4 layout: DotFloatN's arithmetic per output (row, token) --
+// a0 over the first 8 values of each 16-value chunk, a1 over the second 8, y = HsumPs(a0 + a1) +
+// the tail's products one by one -- so the same bits as the row tile. Decode runs the panel's 4
+// rows against one token (8 FMA chains, each activation load shared by 4 rows; the row tile alone
+// has 2 chains and is bound by FMA latency); 2 tokens run 2 rows at a time, 3-4 tokens one row at
+// a time (as the row tile, at the panel's chunk stride).
+template <int kNr, int kNt, bool kBf16>
+STRATA_FN void PanelPass(const uint16_t* p, int r0, const float* const (&xt)[kNt], size_t n,
+                         float* out) {
+  constexpr size_t kR = kFloatPanelRows;
+  __m256 a0[kNr][kNt], a1[kNr][kNt];
+  for (int r = 0; r < kNr; ++r)
+    for (int t = 0; t < kNt; ++t) a0[r][t] = a1[r][t] = _mm256_setzero_ps();
+  const size_t chunks = n / 16, tail = n % 16;
+  for (size_t c = 0; c < chunks; ++c) {
+    const uint16_t* chunk = p + kR * 16 * c;
+    const char* ahead = reinterpret_cast<const char*>(chunk) + 4096;  // a chunk: 2 lines
+    _mm_prefetch(ahead, _MM_HINT_T0);
+    _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    __m256 w0[kNr], w1[kNr];
+    for (int r = 0; r < kNr; ++r) {
+      const uint16_t* wr = chunk + 16 * static_cast<size_t>(r0 + r);
+      w0[r] = Load8(wr, kBf16);
+      w1[r] = Load8(wr + 8, kBf16);
+    }
+    for (int t = 0; t < kNt; ++t) {
+      const __m256 x0 = _mm256_loadu_ps(xt[t] + 16 * c), x1 = _mm256_loadu_ps(xt[t] + 16 * c + 8);
+      for (int r = 0; r < kNr; ++r) {
+        a0[r][t] = _mm256_fmadd_ps(w0[r], x0, a0[r][t]);
+        a1[r][t] = _mm256_fmadd_ps(w1[r], x1, a1[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < kNr; ++r) {
+    const uint16_t* tw = p + kR * 16 * chunks + static_cast<size_t>(r0 + r) * tail;
+    for (int t = 0; t < kNt; ++t) {
+      float s = HsumPs(_mm256_add_ps(a0[r][t], a1[r][t]));
+      for (size_t j = 0; j < tail; ++j) s += Scalar(tw[j], kBf16) * xt[t][16 * chunks + j];
+      out[static_cast<size_t>(r0 + r) * kMaxTileTokens + static_cast<size_t>(t)] = s;
+    }
+  }
+}
+
+template <bool kBf16>
+__attribute__((target(STRATA_TARGET))) void DotPanel4(const void* pv, const void* xv, size_t xs,
+                                                      int nt, size_t n, float* out) {
+  const auto* p = static_cast<const uint16_t*>(pv);
+  if (nt == 1) {
+    const float* xt[1];
+    TokenRows<float, 1>(xv, xs, xt);
+    PanelPass<4, 1, kBf16>(p, 0, xt, n, out);
+  } else if (nt == 2) {
+    const float* xt[2];
+    TokenRows<float, 2>(xv, xs, xt);
+    PanelPass<2, 2, kBf16>(p, 0, xt, n, out);
+    PanelPass<2, 2, kBf16>(p, 2, xt, n, out);
+  } else if (nt == 3) {
+    const float* xt[3];
+    TokenRows<float, 3>(xv, xs, xt);
+    for (int r = 0; r < 4; ++r) PanelPass<1, 3, kBf16>(p, r, xt, n, out);
+  } else {
+    const float* xt[4];
+    TokenRows<float, 4>(xv, xs, xt);
+    for (int r = 0; r < 4; ++r) PanelPass<1, 4, kBf16>(p, r, xt, n, out);
+  }
+}
+
 template <int kNt>
 STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
   DotFloatN<kNt, uint16_t, false>(w, x, xs, n, o);
@@ -228,6 +295,17 @@ DotTileFn Avx2DotTile(DType t) {
       return TileBF16;
     case DType::kF32:
       return TileF32;
+    default:
+      return nullptr;
+  }
+}
+
+DotPanelFn Avx2DotPanel4(DType t) {
+  switch (t) {
+    case DType::kF16:
+      return DotPanel4<false>;
+    case DType::kBF16:
+      return DotPanel4<true>;
     default:
       return nullptr;
   }
