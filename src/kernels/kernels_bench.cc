@@ -1,9 +1,12 @@
-// MatMul throughput per weight type. Reports weight GB/s (decode-like, n_tokens = 1) and GFLOP/s
+// MatMul throughput per weight type, on the weights as Model::Load keeps them (repacked into the
+// active ISA's PreferredLayout; STRATA_WEIGHT_LAYOUT=rows for the file's layout). Reports weight GB/s (decode-like, n_tokens = 1) and GFLOP/s
 // (2 * rows * cols * n_tokens per call; batched decode n_tokens = 4..64, prefill-like 512). Runs
 // with 1 and 2 threads; set STRATA_ISA=scalar|avx2|avx512|amx to pick the kernels.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -13,6 +16,29 @@
 namespace strata::kernels {
 namespace {
 
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// A copy of w in PreferredLayout(w.type) (64-byte aligned), or w's own bytes when that is kRows.
+struct Loaded {
+  std::unique_ptr<void, FreeDeleter> mem;
+  WeightMatrix m;
+};
+
+Loaded Load(const WeightMatrix& w) {
+  Loaded l;
+  l.m = w;
+  const WeightLayout layout = PreferredLayout(w.type);
+  if (layout == WeightLayout::kRows) return l;
+  const size_t bytes = PanelLayoutBytes(w.type, w.rows, w.cols);
+  l.mem.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  PackPanels(w, l.mem.get());
+  l.m.data = l.mem.get();
+  l.m.layout = layout;
+  return l;
+}
+
 void BM_MatMul(benchmark::State& state, DType type) {
   const size_t rows = static_cast<size_t>(state.range(0));
   const size_t cols = static_cast<size_t>(state.range(1));
@@ -20,10 +46,11 @@ void BM_MatMul(benchmark::State& state, DType type) {
   const int threads = static_cast<int>(state.range(3));
   ThreadPool pool(threads);
   auto w = testing::QuantizedWeights(type, rows, cols, 1);
+  const Loaded loaded = Load(w.m);
   std::vector<float> x = testing::RandomFloats(n_tokens * cols, 2);
   std::vector<float> y(n_tokens * rows);
   for (auto _ : state) {
-    MatMul(w.m, x.data(), n_tokens, y.data(), &pool);
+    MatMul(loaded.m, x.data(), n_tokens, y.data(), &pool);
     benchmark::DoNotOptimize(y.data());
   }
   const double weight_bytes = static_cast<double>(w.bytes.size());
@@ -49,14 +76,19 @@ void BM_MatMulStream(benchmark::State& state, DType type) {
   const size_t n_tokens = static_cast<size_t>(state.range(0));
   ThreadPool pool(static_cast<int>(state.range(1)));
   auto w = testing::QuantizedWeights(type, kRows, kCols, 1);
-  std::vector<uint8_t> big(w.bytes.size() * kCopies);
-  for (size_t c = 0; c < kCopies; ++c) std::copy(w.bytes.begin(), w.bytes.end(), big.begin() + c * w.bytes.size());
+  const Loaded loaded = Load(w.m);
+  const size_t layout_bytes = loaded.mem ? PanelLayoutBytes(type, kRows, kCols) : w.bytes.size();
+  const size_t bytes = (layout_bytes + 63) / 64 * 64;  // copies 64-byte aligned, as loaded panels
+  const std::unique_ptr<void, FreeDeleter> mem(std::aligned_alloc(64, bytes * kCopies));
+  auto* big = static_cast<uint8_t*>(mem.get());
+  const auto* src = static_cast<const uint8_t*>(loaded.m.data);
+  for (size_t c = 0; c < kCopies; ++c) std::copy(src, src + layout_bytes, big + c * bytes);
   std::vector<float> x = testing::RandomFloats(n_tokens * kCols, 2);
   std::vector<float> y(n_tokens * kRows);
   size_t c = 0;
   for (auto _ : state) {
-    WeightMatrix m = w.m;
-    m.data = big.data() + c * w.bytes.size();
+    WeightMatrix m = loaded.m;
+    m.data = big + c * bytes;
     c = (c + 1) % kCopies;
     MatMul(m, x.data(), n_tokens, y.data(), &pool);
     benchmark::DoNotOptimize(y.data());

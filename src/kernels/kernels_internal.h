@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <span>
 
@@ -171,6 +172,16 @@ void ForJobRows(std::span<const QxJob> jobs, size_t g0, size_t g1, Fn&& rows_fn)
     if (lo < hi) rows_fn(j, lo - off, hi - off);
     off += j.w->rows;
   }
+}
+
+// How far ahead of its loads (bytes) a panel GEMV prefetches: `fallback` (the kernel's measured
+// choice), or STRATA_PANEL_PREFETCH when set (read once; for tuning runs).
+inline size_t PanelPrefetchBytes(size_t fallback) {
+  static const long kEnv = [] {
+    const char* env = std::getenv("STRATA_PANEL_PREFETCH");
+    return env != nullptr ? static_cast<long>(std::strtoul(env, nullptr, 10)) : -1L;
+  }();
+  return kEnv >= 0 ? static_cast<size_t>(kEnv) : fallback;
 }
 
 // fn(begin, end, thread) over [0, n): split over the pool when there is one and n > grain, else

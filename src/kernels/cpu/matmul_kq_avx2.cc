@@ -37,7 +37,7 @@ namespace {
 #define K2_ENTRY __attribute__((target(K2_TARGET), noinline))
 
 constexpr size_t kPanel = kPanelRows;
-constexpr size_t kPrefetchBytes = 4096;  // how far ahead of its loads the GEMV prefetches
+constexpr size_t kPrefetch = 4096;  // how far ahead of its loads the GEMV prefetches
 
 K2_FN __m256i Bcast4(const void* p) {
   int32_t v;
@@ -189,9 +189,10 @@ K2_FN void PanelGemv(const char* panel, size_t nb, const BlockQ8_K* const (&act)
   __m256 acc[kNt][2], accm[kNt][2];
   for (int t = 0; t < kNt; ++t)
     for (int rh = 0; rh < 2; ++rh) acc[t][rh] = accm[t][rh] = _mm256_setzero_ps();
+  const size_t ahead = PanelPrefetchBytes(kPrefetch);
   for (size_t b = 0; b < nb; ++b) {
     const char* rec = panel + b * kRecord;
-    for (size_t o = 0; o < kRecord; o += 64) _mm_prefetch(rec + kPrefetchBytes + o, _MM_HINT_T0);
+    for (size_t o = 0; o < kRecord; o += 64) _mm_prefetch(rec + ahead + o, _MM_HINT_T0);
     const BlockQ8_K* y[kNt];
     for (int t = 0; t < kNt; ++t) y[t] = act[t] + b;
     for (size_t rh = 0; rh < 2; ++rh) {

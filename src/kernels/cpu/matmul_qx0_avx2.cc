@@ -86,7 +86,11 @@ Q2_FN __m256i Bcast4(const char* p) {
 
 // Bytes ahead of the GEMV's loads that it prefetches (as the avx512 panel GEMV: the arithmetic per
 // byte otherwise leaves too few misses in flight for one core to reach the memory's rate).
-constexpr size_t kPrefetchQ4 = 4096, kPrefetchQ8 = 2048;
+// 32768 for both types (Zen 5, 1 thread, tg64 of the 1B models at STRATA_ISA=avx2, two alternated
+// rounds: Q4_0 45-46 tok/s at 4096, 51-54 at 16384, 54-56 at 32768; Q8_0 30.5 at 4096, 31.8-32.0
+// at 32768): this level's longer arithmetic per byte needs its reads issued further ahead than the
+// avx512 level's 2-4 KiB. STRATA_PANEL_PREFETCH overrides (kernels_internal.h).
+constexpr size_t kPrefetch = 32768;
 
 // Exact per-block integers of the panel's 16 rows (isum[t][h]: rows 8h..8h+7) and kNt tokens.
 template <int kNt>
@@ -136,10 +140,10 @@ Q2_FN void PanelGemv(const char* panel, const PanelGeom& g, const char* const (&
                      const ActLayout& l, __m256 (&acc)[kNt][2]) {
   for (int t = 0; t < kNt; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   const size_t block_bytes = kPanel * g.qb;
-  constexpr size_t kAhead = kQ4 ? kPrefetchQ4 : kPrefetchQ8;
+  const size_t ahead = PanelPrefetchBytes(kPrefetch);
   for (size_t b = 0; b < g.nb; ++b) {
     const char* q = panel + b * block_bytes;
-    for (size_t k = 0; k < block_bytes; k += 64) _mm_prefetch(q + kAhead + k, _MM_HINT_T0);
+    for (size_t k = 0; k < block_bytes; k += 64) _mm_prefetch(q + ahead + k, _MM_HINT_T0);
     __m256i isum[kNt][2];
     if constexpr (kQ4) {
       BlockQ4<kNt>(q, act, b, isum);

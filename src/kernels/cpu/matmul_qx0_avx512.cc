@@ -464,14 +464,7 @@ QX_FN __m512i Bcast4(const char* p) {
 // Bytes ahead of the panel GEMV's loads that it prefetches: Q4_0 4096, Q8_0 2048 (Zen 5, 1 thread,
 // tg128 interleaved: Q8_0 35.3-35.9 tok/s at 2048 against 33.3-33.8 at 4096, Q4_0 1-2 % better at
 // 4096; 2 threads indifferent). STRATA_PANEL_PREFETCH overrides both, for tuning.
-size_t PanelPrefetchBytes(bool q4) {
-  static const long kEnv = [] {
-    const char* env = std::getenv("STRATA_PANEL_PREFETCH");
-    return env != nullptr ? static_cast<long>(std::strtoul(env, nullptr, 10)) : -1L;
-  }();
-  if (kEnv >= 0) return static_cast<size_t>(kEnv);
-  return q4 ? 4096 : 2048;
-}
+size_t PrefetchFor(bool q4) { return PanelPrefetchBytes(q4 ? 4096 : 2048); }
 
 template <bool kQ4, int kNt>
 QX_FN void PanelGemv(const char* panel, const PanelGeom& g, const char* const (&act)[kNt],
@@ -479,7 +472,7 @@ QX_FN void PanelGemv(const char* panel, const PanelGeom& g, const char* const (&
   const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8(static_cast<char>(0xF0));
   for (int t = 0; t < kNt; ++t) acc[t] = _mm512_setzero_ps();
   const size_t block_bytes = kPanel * g.qb;
-  const size_t prefetch = PanelPrefetchBytes(kQ4);
+  const size_t prefetch = PrefetchFor(kQ4);
   for (size_t b = 0; b < g.nb; ++b) {
     const char* q = panel + b * block_bytes;
     // Ahead of the weights' stream: the arithmetic per byte (Q4_0 above all) otherwise leaves too
