@@ -482,9 +482,21 @@ TEST_F(GatewayTest, TextPromptsAreTokenizedAndHashedLikeTheReplica) {
 
   ASSERT_TRUE(WaitKvEventsApplied(a->port())) << "the gateway never polled the KV events";
   const std::string hits = "strata:prefix_cache_hits_total{model_name=\"strata-tiny\"}";
-  const double hits_before = Sample(HttpCall(a->port(), "GET", "/metrics").body, hits);
+  const std::string queries = "strata:prefix_cache_queries_total{model_name=\"strata-tiny\"}";
+  const std::string before = HttpCall(a->port(), "GET", "/metrics").body;
+  const double hits_before = Sample(before, hits), queries_before = Sample(before, queries);
+  ASSERT_GE(queries_before, 0) << before;
   ASSERT_EQ(Complete(req).status, 200);
-  const double reused = Sample(HttpCall(a->port(), "GET", "/metrics").body, hits) - hits_before;
+  // The replica's engine publishes its counters at the end of the step that answered (the client
+  // may have the answer first): read the hits from the first scrape whose prefix queries count the
+  // request (both are published together, at once), within a deadline of 20 s.
+  std::string after;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (Sample(after = HttpCall(a->port(), "GET", "/metrics").body, queries) <= queries_before &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GT(Sample(after, queries), queries_before) << "the replica never counted the request";
+  const double reused = Sample(after, hits) - hits_before;
   ASSERT_EQ(SampleOnce(gateway_metrics, "strata_gateway:prompt_tokens_total" + labels,
                        2.0 * static_cast<double>(replica_tokens)),
             2 * replica_tokens);
