@@ -753,11 +753,11 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   const bool panels = w.layout != WeightLayout::kRows;
   const bool panel4 =
       w.layout == WeightLayout::kPanels4 && static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2);
-  const internal::DotPanelFn dot_panel =
-      !panel4                                        ? nullptr
-      : isa == Isa::kAvx2                            ? internal::Avx2DotPanel4(w.type)
-      : w.type == DType::kBF16 && Bf16DotActive()    ? internal::Avx512Bf16DotPanel4()
-                                                     : internal::Avx512DotPanel4(w.type);
+  const internal::DotPanelFn dot_panel = !panel4             ? nullptr
+                                         : isa == Isa::kAvx2 ? internal::Avx2DotPanel4(w.type)
+                                         : w.type == DType::kBF16 && Bf16DotActive()
+                                             ? internal::Avx512Bf16DotPanel4()
+                                             : internal::Avx512DotPanel4(w.type);
   // kPanels4 at avx2 and up: every panel touching [r0, r1) once per token tile (4 rows from one
   // stream), the rows inside the range stored.
   auto panel_body = [&](size_t r0, size_t r1, int) {

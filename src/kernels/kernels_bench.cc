@@ -1,7 +1,8 @@
 // MatMul throughput per weight type, on the weights as Model::Load keeps them (repacked into the
-// active ISA's PreferredLayout; STRATA_WEIGHT_LAYOUT=rows for the file's layout). Reports weight GB/s (decode-like, n_tokens = 1) and GFLOP/s
-// (2 * rows * cols * n_tokens per call; batched decode n_tokens = 4..64, prefill-like 512). Runs
-// with 1 and 2 threads; set STRATA_ISA=scalar|avx2|avx512|amx to pick the kernels.
+// active ISA's PreferredLayout; STRATA_WEIGHT_LAYOUT=rows for the file's layout). Reports weight
+// GB/s (decode-like, n_tokens = 1) and GFLOP/s (2 * rows * cols * n_tokens per call; batched decode
+// n_tokens = 4..64, prefill-like 512). Runs with 1 and 2 threads; set
+// STRATA_ISA=scalar|avx2|avx512|amx to pick the kernels.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -20,7 +21,7 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
-// A copy of w in PreferredLayout(w.type) (64-byte aligned), or w's own bytes when that is kRows.
+// A copy of w in PreferredLayout(w.type) (64-byte aligned), or w's own bytes when that is rows.
 struct Loaded {
   std::unique_ptr<void, FreeDeleter> mem;
   WeightMatrix m;
@@ -39,7 +40,7 @@ Loaded Load(const WeightMatrix& w) {
   return l;
 }
 
-void BM_MatMul(benchmark::State& state, DType type) {
+void BM_MatMul(benchmark::State& state, DType type) {  // NOLINT(readability-identifier-naming)
   const size_t rows = static_cast<size_t>(state.range(0));
   const size_t cols = static_cast<size_t>(state.range(1));
   const size_t n_tokens = static_cast<size_t>(state.range(2));
@@ -54,10 +55,12 @@ void BM_MatMul(benchmark::State& state, DType type) {
     benchmark::DoNotOptimize(y.data());
   }
   const double weight_bytes = static_cast<double>(w.bytes.size());
-  state.counters["GB/s"] = benchmark::Counter(weight_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(weight_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n_tokens / 1e9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(IsaName(ActiveIsa())) + " threads=" + std::to_string(pool.num_threads()));
+  state.SetLabel(std::string(IsaName(ActiveIsa())) +
+                 " threads=" + std::to_string(pool.num_threads()));
 }
 
 void Shapes(benchmark::internal::Benchmark* b) {
@@ -70,32 +73,35 @@ void Shapes(benchmark::internal::Benchmark* b) {
 
 // Weights streamed from DRAM, as in a decode step: copies of one matrix (~0.8 GB of Q8_0 in all,
 // more than this machine's L3) are multiplied in turn; reports weight GB/s per call.
-void BM_MatMulStream(benchmark::State& state, DType type) {
-  const size_t kRows = static_cast<size_t>(state.range(2)), kCols = static_cast<size_t>(state.range(3));
-  const size_t kCopies = (768u << 20) / (kRows * kCols);  // ~0.8 GB of Q8_0 in all
+void BM_MatMulStream(benchmark::State& state,  // NOLINT(readability-identifier-naming)
+                     DType type) {
+  const size_t rows = static_cast<size_t>(state.range(2)),
+               cols = static_cast<size_t>(state.range(3));
+  const size_t copies = (768u << 20) / (rows * cols);  // ~0.8 GB of Q8_0 in all
   const size_t n_tokens = static_cast<size_t>(state.range(0));
   ThreadPool pool(static_cast<int>(state.range(1)));
-  auto w = testing::QuantizedWeights(type, kRows, kCols, 1);
+  auto w = testing::QuantizedWeights(type, rows, cols, 1);
   const Loaded loaded = Load(w.m);
-  const size_t layout_bytes = loaded.mem ? PanelLayoutBytes(type, kRows, kCols) : w.bytes.size();
+  const size_t layout_bytes = loaded.mem ? PanelLayoutBytes(type, rows, cols) : w.bytes.size();
   const size_t bytes = (layout_bytes + 63) / 64 * 64;  // copies 64-byte aligned, as loaded panels
-  const std::unique_ptr<void, FreeDeleter> mem(std::aligned_alloc(64, bytes * kCopies));
+  const std::unique_ptr<void, FreeDeleter> mem(std::aligned_alloc(64, bytes * copies));
   auto* big = static_cast<uint8_t*>(mem.get());
   const auto* src = static_cast<const uint8_t*>(loaded.m.data);
-  for (size_t c = 0; c < kCopies; ++c) std::copy(src, src + layout_bytes, big + c * bytes);
-  std::vector<float> x = testing::RandomFloats(n_tokens * kCols, 2);
-  std::vector<float> y(n_tokens * kRows);
+  for (size_t c = 0; c < copies; ++c) std::copy(src, src + layout_bytes, big + c * bytes);
+  std::vector<float> x = testing::RandomFloats(n_tokens * cols, 2);
+  std::vector<float> y(n_tokens * rows);
   size_t c = 0;
   for (auto _ : state) {
     WeightMatrix m = loaded.m;
     m.data = big + c * bytes;
-    c = (c + 1) % kCopies;
+    c = (c + 1) % copies;
     MatMul(m, x.data(), n_tokens, y.data(), &pool);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes.size()) / 1e9,
                                               benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(IsaName(ActiveIsa())) + " threads=" + std::to_string(pool.num_threads()));
+  state.SetLabel(std::string(IsaName(ActiveIsa())) +
+                 " threads=" + std::to_string(pool.num_threads()));
 }
 
 void StreamShapes(benchmark::internal::Benchmark* b) {

@@ -210,8 +210,8 @@ bool Avx2MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride,
 // Q4_K, Q5_K or Q6_K jobs (one type and cols, cols a multiple of 256; each job kRows or
 // kPanels16) at the avx2 level (cpu/matmul_kq_avx2.cc): the 256-bit form of Avx512MatMulKQuant's
 // GEMV for every token count, its bits. False (nothing done) for other types or mixed jobs.
-bool Avx2MatMulKQuant(std::span<const QxJob> jobs, const float* x, size_t x_stride,
-                      size_t n_tokens, ThreadPool* pool);
+bool Avx2MatMulKQuant(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
+                      ThreadPool* pool);
 
 // Q4_K, Q5_K or Q6_K jobs (one type; kRows or kPanels16, cols a multiple of 256) at the avx512
 // level (cpu/matmul_kq_avx512.cc): the panel GEMV / GEMM; their bits, not the avx2 tile's.

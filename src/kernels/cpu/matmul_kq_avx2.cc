@@ -89,9 +89,9 @@ K2_FN void SuperBlockQ4(const char* rec, size_t rh, const BlockQ8_K* const (&y)[
       __m256i lo = _mm256_and_si256(v, m4);
       __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
       if constexpr (kQ5) {  // bits 2j (low nibble's level) and 2j + 1 (high's) of qh -> bit 4
-        const __m256i q = _mm256_srl_epi16(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kQ5KQhOff + 64 * k + 32 * rh)),
-            _mm_cvtsi32_si128(static_cast<int>(2 * j)));
+        const __m256i q = _mm256_srl_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                               rec + kQ5KQhOff + 64 * k + 32 * rh)),
+                                           _mm_cvtsi32_si128(static_cast<int>(2 * j)));
         lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(q, 4), m10));
         hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(q, 3), m10));
       }
@@ -202,11 +202,12 @@ K2_FN void PanelGemv(const char* panel, size_t nb, const BlockQ8_K* const (&act)
       } else {
         SuperBlockQ4<kT == DType::kQ5_K, kNt>(rec, rh, y, isum, imin);
       }
-      const __m256 dw = _mm256_cvtph_ps(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kDOff + 16 * rh)));
+      const __m256 dw =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kDOff + 16 * rh)));
       for (int t = 0; t < kNt; ++t) {
         const __m256 dx = _mm256_set1_ps(y[t]->d);
-        acc[t][rh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, dx), acc[t][rh]);
+        acc[t][rh] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, dx), acc[t][rh]);
       }
       if constexpr (kT != DType::kQ6_K) {
         const __m256 dmw = _mm256_cvtph_ps(
@@ -270,8 +271,8 @@ K2_ENTRY void GemvRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
 
 }  // namespace
 
-bool Avx2MatMulKQuant(std::span<const QxJob> jobs, const float* x, size_t x_stride,
-                      size_t n_tokens, ThreadPool* pool) {
+bool Avx2MatMulKQuant(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
+                      ThreadPool* pool) {
   if (jobs.empty()) return true;
   const DType type = jobs[0].w->type;
   if (type != DType::kQ4_K && type != DType::kQ5_K && type != DType::kQ6_K) return false;

@@ -127,8 +127,8 @@ Q2_FN void BlockQ8(const char* q, const char* const (&act)[kNt], size_t b,
       const __m256i aw = _mm256_abs_epi8(w);
       for (int t = 0; t < kNt; ++t) {
         const __m256i sy = _mm256_sign_epi8(Bcast4(act[t] + 32 * b + 4 * j), w);
-        isum[t][h] = _mm256_add_epi32(isum[t][h],
-                                      _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones));
+        isum[t][h] =
+            _mm256_add_epi32(isum[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones));
       }
     }
   }
@@ -151,8 +151,9 @@ Q2_FN void PanelGemv(const char* panel, const PanelGeom& g, const char* const (&
       BlockQ8<kNt>(q, act, b, isum);
     }
     const char* sc = panel + g.scales_off + 32 * b;
-    const __m256 dw[2] = {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc))),
-                          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16)))};
+    const __m256 dw[2] = {
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc))),
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16)))};
     for (int t = 0; t < kNt; ++t) {
       const __m256 dx = _mm256_set1_ps(reinterpret_cast<const float*>(act[t] + l.dx_off)[b]);
       const int32_t corr = kQ4 ? reinterpret_cast<const int32_t*>(act[t] + l.corr_off)[b] : 0;
@@ -225,8 +226,8 @@ bool Avx2MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride,
   thread_local Scratch pack_buf;
   char* pack = pack_buf.Get(l.stride * n_tokens);
   RunRange(
-      pool, n_tokens,
-      [&](size_t t0, size_t t1, int) { PackTokens(x, x_stride, t0, t1, l, pack); }, 3);
+      pool, n_tokens, [&](size_t t0, size_t t1, int) { PackTokens(x, x_stride, t0, t1, l, pack); },
+      3);
   size_t total_rows = 0;
   for (const QxJob& j : jobs) total_rows += j.w->rows;
   const bool q4 = type == DType::kQ4_0;
