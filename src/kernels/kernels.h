@@ -62,17 +62,19 @@ void QuantizeRow(DType t, const float* src, void* dst, size_t n);
 
 // How a weight matrix's blocks lie in memory.
 //   kRows:     as stored in GGUF: row after row, `row_bytes` apart.
-//   kPanels16: Q4_0 / Q8_0 only, repacked once at load (PackPanels) so that a decode GEMV is loads,
-//              dot products and FMAs with no shuffles: rows in panels of 16 (the last panel padded
-//              with zero rows), each panel PanelBytes() long and 64-byte aligned; in a panel, per
-//              block b, the quant bytes of the 16 rows interleaved 4 at a time (64-byte vector j
-//              holds bytes 4j..4j+3 of row 0, then of row 1, ..., row 15; Q8_0 stored as q + 128),
-//              then after all blocks the 16 rows' f16 scales per block. The same bytes as the file,
-//              plus at most 63 bytes per panel and the padding rows: resident memory within ~1 %.
-//              Q4_K (avx512 and amx): 16-row panels of one record per super-block: the quant
-//              bytes interleaved 4 at a time as above, then the 16 rows' scales and mins unpacked
-//              to bytes, then their d and dmin (kernels_internal.h: kQ4KRecordBytes): +2.8 %.
-//   kPanels4:  F16 / BF16 only, repacked at load at the avx512 level: rows in panels of 4 (the
+//   kPanels16: Q4_0 / Q8_0 (and the K-quants, below), repacked once at load (PackPanels) so that
+//              a decode GEMV is loads, dot products and FMAs with no shuffles: rows in panels of
+//              16 (the last panel padded with zero rows), each panel PanelBytes() long and
+//              64-byte aligned; in a panel, per block b, the quant bytes of the 16 rows
+//              interleaved 4 at a time (64-byte vector j holds bytes 4j..4j+3 of row 0, then of
+//              row 1, ..., row 15; Q8_0 stored as q + 128), then after all blocks the 16 rows'
+//              f16 scales per block. The same bytes as the file, plus at most 63 bytes per panel
+//              and the padding rows: resident memory within ~1 %.
+//              Q4_K / Q5_K / Q6_K: 16-row panels of one record per super-block: the quant
+//              bytes interleaved 4 at a time as above, then the 16 rows' scales (and mins)
+//              unpacked to bytes, then their d (and dmin) (kernels_internal.h: kQ4KRecordBytes
+//              and the others): +2.8 % / +2.3 % / +0.95 %.
+//   kPanels4:  F16 / BF16 only, repacked at load from the avx2 level up: rows in panels of 4 (the
 //              last padded with zero rows), each panel 4 * cols values: chunk c (16 values) of its
 //              4 rows consecutive (row 0's, row 1's, ...), then each row's last cols % 16 values,
 //              row by row. The same bytes as the file (plus < 4 padding rows): one sequential
@@ -91,11 +93,10 @@ struct WeightMatrix {
 };
 
 // The layout MatMul runs fastest on for weights of type t at the active ISA: kPanels16 for
-// Q4_0/Q8_0 at the avx512 level without AMX (the shuffle-free VNNI GEMV; on AMX CPUs the tile GEMM
-// reads rows in place) and for Q4_K at avx512 and amx, kPanels4 for F16/BF16 at avx512 and amx,
-// else kRows. Env
-// STRATA_WEIGHT_LAYOUT=rows forces kRows (A/B runs); =panels forces the type's panel layout at any
-// ISA (tests: below avx512 MatMul reads the rows back, slower, same bits).
+// Q4_0/Q8_0 at the avx2 and avx512 levels (the shuffle-free GEMVs; on AMX CPUs the tile GEMM reads
+// rows in place) and for the K-quants from avx2 up, kPanels4 for F16/BF16 from avx2 up, else
+// kRows. Env STRATA_WEIGHT_LAYOUT=rows forces kRows (A/B runs); =panels forces the type's panel
+// layout at any ISA (tests: at scalar MatMul reads the rows back, slower, same bits).
 // Every layout gives the same results bit for bit at every ISA.
 WeightLayout PreferredLayout(DType t);
 
@@ -110,9 +111,9 @@ struct KernelVariant {
 std::vector<KernelVariant> DescribeKernels();
 // Bytes PackPanels writes for a rows x cols matrix of type t (0 when t has no panel layout).
 size_t PanelLayoutBytes(DType t, size_t rows, size_t cols);
-// Repacks a kRows matrix into its type's panel layout at dst (Q4_0/Q8_0/Q4_K: kPanels16, F16/BF16:
-// kPanels4; 64-byte aligned, PanelLayoutBytes(w.type, w.rows, w.cols) bytes). Single-threaded;
-// reads every byte of w once.
+// Repacks a kRows matrix into its type's panel layout at dst (Q4_0/Q8_0/K-quants: kPanels16,
+// F16/BF16: kPanels4; 64-byte aligned, PanelLayoutBytes(w.type, w.rows, w.cols) bytes).
+// Single-threaded; reads every byte of w once.
 void PackPanels(const WeightMatrix& w, void* dst);
 // Writes row r of w (any layout) in the GGUF row format (row_bytes bytes) to dst.
 void ReadRow(const WeightMatrix& w, size_t r, void* dst);
