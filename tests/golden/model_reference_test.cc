@@ -103,8 +103,9 @@ constexpr double kRoundedExact = 1e-4;
 constexpr double kRoundedMax = 5e-2;
 constexpr double kRoundedExactShare = 0.8;
 // All-Q4_K weights (q4_k_s) quantize the most activations to Q8_K, so flips are most frequent:
-// 4 of its 12 distinct positions flip both at the avx2 level (256-bit tile) and at avx512 (the
-// per-super-block integer kernels), 22 of 30 compared; the avx512 tile before those, 3.
+// 4 of its 12 distinct positions flip with the per-super-block integer kernels (avx512, and avx2
+// since its panel GEMV gives their bits; the avx2 256-bit tile before it flipped 4 too), 22 of 30
+// compared; the avx512 tile before those, 3.
 constexpr double kQ4KSExactShare = 0.7;
 
 synth::SynthConfig Base(synth::FileType ft) {
