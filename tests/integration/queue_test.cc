@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "integration/http_test_client.h"
 #include "integration/serve_process.h"
@@ -42,25 +44,43 @@ void HoldTheSlot(int port, HttpConn* c) {
       c->ReadUntil([](const std::string& b) { return b.find("\"text\"") != std::string::npos; }));
 }
 
+// Queues `n` more long gold requests behind the slot's holder: a silver request sent after them
+// waits for all of them (gold is admitted first), so it waits for n + 1 long generations however
+// fast the CPU decodes the tiny model (one 2000-token generation can take well under 100 ms).
+std::vector<std::unique_ptr<HttpConn>> QueueGoldsAhead(int port, int n) {
+  std::vector<std::unique_ptr<HttpConn>> golds;
+  for (int i = 0; i < n; ++i) {
+    golds.push_back(std::make_unique<HttpConn>(port));
+    EXPECT_TRUE(golds.back()->Send(
+        "POST", "/v1/completions",
+        json{{"prompt", "Count"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"priority", "gold"}}
+            .dump()));
+  }
+  return golds;
+}
+
 TEST(Queue, DeadlinePassedWhileWaitingIs504OrAStreamedErrorEvent) {
   ServeProcess s({"--max-num-seqs", "1"});
   ASSERT_GT(s.port(), 0);
   const int port = s.port();
   HttpConn holder(port);
   HoldTheSlot(port, &holder);
+  auto golds = QueueGoldsAhead(port, 3);
   auto plain = HttpCall(port, "POST", "/v1/completions",
-                        json{{"prompt", "x"}, {"max_tokens", 4}, {"deadline_ms", 100}}.dump());
+                        json{{"prompt", "x"}, {"max_tokens", 4}, {"deadline_ms", 20}}.dump());
   EXPECT_EQ(plain.status, 504) << plain.body;
   json e = json::parse(plain.body, nullptr, false);
   ASSERT_TRUE(e.contains("error")) << plain.body;
   EXPECT_EQ(e["error"]["code"], "deadline_exceeded");
   EXPECT_EQ(e["error"]["param"], "deadline_ms");
-  // The first holder may have finished by now on a fast CPU: hold the slot again.
+  // The first holder and its golds may have finished by now: hold the slot again (this holder
+  // is admitted once the golds queued before it have run).
   HttpConn holder2(port);
   HoldTheSlot(port, &holder2);
+  auto golds2 = QueueGoldsAhead(port, 3);
   auto streamed = HttpCall(port, "POST", "/v1/completions",
                            json{{"prompt", "x"}, {"max_tokens", 4}, {"stream", true}}.dump(),
-                           {"x-strata-deadline-ms: 100"});
+                           {"x-strata-deadline-ms: 20"});
   EXPECT_EQ(streamed.status, 200);
   auto events = SseData(streamed.body);
   ASSERT_GE(events.size(), 2u) << streamed.body;
