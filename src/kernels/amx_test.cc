@@ -1,5 +1,6 @@
-// AMX-INT8 MatMul (Isa::kAmx, Q4_0 / Q8_0 weights): bit-identical to the AVX-512 VNNI level and to
-// an independent scalar model of the documented arithmetic (cpu/matmul_qx0_avx512.cc):
+// AMX-INT8 MatMul (Isa::kAmx, Q4_0 / Q8_0 weights in rows and in kPanels16 panels): bit-identical
+// to the AVX-512 VNNI level and to an independent scalar model of the documented arithmetic
+// (cpu/matmul_qx0_avx512.cc):
 //   activations quantized to Q8_0 by the reference quantizer; per block b in order
 //   acc = fma(float(exact integer dot of block b), f16(d_w) * f16(d_x), acc), acc starting at 0.
 // Also: independence from the thread count, from how tokens are split into calls, and strides.
@@ -74,6 +75,19 @@ std::string Where(DType t, size_t cols, size_t rows, size_t m) {
          std::to_string(rows) + " tokens " + std::to_string(m);
 }
 
+// A kPanels16 copy of a row-layout Q4_0 / Q8_0 matrix (the layout Model::Load gives at kAmx).
+struct PanelCopy {
+  std::vector<char> bytes;
+  WeightMatrix m;
+  explicit PanelCopy(const WeightMatrix& w) : bytes(PanelLayoutBytes(w.type, w.rows, w.cols) + 64) {
+    char* at = bytes.data() + (64 - reinterpret_cast<uintptr_t>(bytes.data()) % 64) % 64;
+    PackPanels(w, at);
+    m = w;
+    m.data = at;
+    m.layout = WeightLayout::kPanels16;
+  }
+};
+
 bool SameBits(const float* a, const float* b, size_t n) {
   return std::memcmp(a, b, n * sizeof(float)) == 0;
 }
@@ -89,7 +103,7 @@ class AmxMatMulTest : public ::testing::TestWithParam<DType> {
 
 // Every token count 1..70 (GEMV, VNNI GEMM and AMX paths; partial token groups and panels), block
 // counts zero, odd and even (0, 1, 3, 11, 65), row counts around the 16-row panel:
-// AMX == VNNI == model.
+// AMX == VNNI == model, with the weights in rows and in kPanels16 panels.
 TEST_P(AmxMatMulTest, BitIdenticalToAvx512AndScalarModel) {
   const DType type = GetParam();
   constexpr size_t kMaxTokens = 70;
@@ -97,15 +111,20 @@ TEST_P(AmxMatMulTest, BitIdenticalToAvx512AndScalarModel) {
   for (size_t cols : {size_t{0}, size_t{32}, size_t{96}, size_t{352}, size_t{2080}}) {
     for (size_t rows : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{50}}) {
       auto w = RandomBitsWeights(type, rows, cols, ++seed);
+      const PanelCopy panels(w.m);
       const std::vector<float> x = Activations(kMaxTokens, cols, ++seed);
       const std::vector<float> want = Model(w.m, x, kMaxTokens);
       ThreadPool two(2);
       for (size_t m = 1; m <= kMaxTokens; ++m) {
         std::vector<float> y_amx(m * rows, -1.0f), y_vnni(m * rows, -2.0f);
+        std::vector<float> y_panels(m * rows, -3.0f);
         {
           IsaGuard g(Isa::kAmx);
           MatMul(w.m, x.data(), m, y_amx.data(), m % 2 ? nullptr : &two);
+          MatMul(panels.m, x.data(), m, y_panels.data(), m % 3 ? &two : nullptr);
         }
+        ASSERT_TRUE(SameBits(y_panels.data(), want.data(), m * rows))
+            << Where(type, cols, rows, m) << " amx on panels vs model";
         {
           IsaGuard g(Isa::kAvx512);
           MatMul(w.m, x.data(), m, y_vnni.data(), &two);
@@ -126,24 +145,28 @@ TEST_P(AmxMatMulTest, ThreadsAndTokenSplitsDoNotChangeBits) {
   IsaGuard g(Isa::kAmx);
   const size_t cols = 4096 + 32, rows = 67, n_tokens = 70;
   auto w = RandomBitsWeights(type, rows, cols, 7);
+  const PanelCopy panels(w.m);
   const std::vector<float> x = Activations(n_tokens, cols, 8);
   ThreadPool one(1), two(2);
   std::vector<float> y1(n_tokens * rows), y2(n_tokens * rows), ys(n_tokens * rows, -1.0f);
   MatMul(w.m, x.data(), n_tokens, y1.data(), &one);
-  MatMul(w.m, x.data(), n_tokens, y2.data(), &two);
-  EXPECT_TRUE(SameBits(y1.data(), y2.data(), y1.size())) << "1 vs 2 threads";
-  for (const std::vector<size_t>& split :
-       {std::vector<size_t>{17, 33, 20}, std::vector<size_t>{1, 16, 5, 48},
-        std::vector<size_t>{40, 30}, std::vector<size_t>{69, 1}}) {
-    size_t t0 = 0;
-    for (size_t n : split) {
-      MatMul(w.m, x.data() + t0 * cols, n, ys.data() + t0 * rows, &two);
-      t0 += n;
+  for (const WeightMatrix* m : {static_cast<const WeightMatrix*>(&w.m), &panels.m}) {
+    const char* layout = m == &w.m ? "rows: " : "panels: ";
+    MatMul(*m, x.data(), n_tokens, y2.data(), &two);
+    EXPECT_TRUE(SameBits(y1.data(), y2.data(), y1.size())) << layout << "1 vs 2 threads";
+    for (const std::vector<size_t>& split :
+         {std::vector<size_t>{17, 33, 20}, std::vector<size_t>{1, 16, 5, 48},
+          std::vector<size_t>{40, 30}, std::vector<size_t>{69, 1}}) {
+      size_t t0 = 0;
+      for (size_t n : split) {
+        MatMul(*m, x.data() + t0 * cols, n, ys.data() + t0 * rows, &two);
+        t0 += n;
+      }
+      ASSERT_EQ(t0, n_tokens);
+      std::string s;
+      for (size_t n : split) s += std::to_string(n) + " ";
+      EXPECT_TRUE(SameBits(y1.data(), ys.data(), y1.size())) << layout << "split " << s;
     }
-    ASSERT_EQ(t0, n_tokens);
-    std::string s;
-    for (size_t n : split) s += std::to_string(n) + " ";
-    EXPECT_TRUE(SameBits(y1.data(), ys.data(), y1.size())) << "split " << s;
   }
 }
 
@@ -157,11 +180,14 @@ TEST_P(AmxMatMulTest, StridedInputAndOutput) {
   for (size_t t = 0; t < n_tokens; ++t)
     std::memcpy(&dense_x[t * cols], &x[t * xs], cols * sizeof(float));
   const std::vector<float> want = Model(w.m, dense_x, n_tokens);
-  std::vector<float> y(n_tokens * ys, 42.0f);
-  MatMul(w.m, x.data(), n_tokens, y.data(), nullptr, xs, ys);
-  for (size_t t = 0; t < n_tokens; ++t) {
-    EXPECT_TRUE(SameBits(&y[t * ys], &want[t * rows], rows)) << "token " << t;
-    for (size_t r = rows; r < ys; ++r) EXPECT_EQ(y[t * ys + r], 42.0f) << "wrote past the row";
+  const PanelCopy panels(w.m);
+  for (const WeightMatrix* m : {static_cast<const WeightMatrix*>(&w.m), &panels.m}) {
+    std::vector<float> y(n_tokens * ys, 42.0f);
+    MatMul(*m, x.data(), n_tokens, y.data(), nullptr, xs, ys);
+    for (size_t t = 0; t < n_tokens; ++t) {
+      EXPECT_TRUE(SameBits(&y[t * ys], &want[t * rows], rows)) << "token " << t;
+      for (size_t r = rows; r < ys; ++r) EXPECT_EQ(y[t * ys + r], 42.0f) << "wrote past the row";
+    }
   }
 }
 

@@ -353,10 +353,8 @@ WeightLayout PreferredLayout(DType t) {
     }();
     (void)kWarned;
   }
-  // Q4_0/Q8_0: the panel GEMV at avx2 and avx512; on AMX CPUs the tiles read rows in place.
-  // K-quants, F16/BF16: avx2 and up.
+  // avx2 and up (on AMX CPUs the Q4_0/Q8_0 tiles read the panels in place).
   const Isa isa = ActiveIsa();
-  if (qx0) return isa == Isa::kAvx512 || isa == Isa::kAvx2 ? panels : WeightLayout::kRows;
   return static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2) ? panels : WeightLayout::kRows;
 }
 
@@ -372,15 +370,17 @@ std::vector<KernelVariant> DescribeKernels() {
     const bool kq = t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
     if (qx0 && avx512 && PreferredLayout(t) == WeightLayout::kPanels16) {
       v = {t, "avx512-vnni GEMV on 16-row interleaved panels (no shuffles)",
-           "avx512-vnni GEMM, 4 rows x 16 tokens", "panels16 (repacked at load)",
-           "AVX-512 VNNI without AMX: the interleaved panel feeds vpdpbusd without cross-lane "
-           "moves (slow on Zen 4, whose 512-bit ops run as two halves)"};
+           isa == Isa::kAmx ? "amx-int8 tdpbssd: a panel block is a B tile (made signed once "
+                              "per panel), activations read in place (>= 4 tokens)"
+                            : "avx512-vnni GEMM, 4 rows x 16 tokens",
+           "panels16 (repacked at load)",
+           "the interleaved panel feeds vpdpbusd without cross-lane moves (slow on Zen 4, "
+           "whose 512-bit ops run as two halves); on AMX a panel block is also a B tile"};
     } else if (qx0 && avx512) {
       v = {t, "avx512-vnni GEMV, 16 rows + transposing reduction",
            isa == Isa::kAmx ? "amx-int8 tdpbssd (>= 4 tokens)"
                             : "avx512-vnni GEMM, 4 rows x 16 tokens",
-           "rows (as stored)",
-           isa == Isa::kAmx ? "AMX: the tiles read rows in place" : "STRATA_WEIGHT_LAYOUT=rows"};
+           "rows (as stored)", "STRATA_WEIGHT_LAYOUT=rows"};
     } else if (qx0 && avx2) {
       const bool p16 = PreferredLayout(t) == WeightLayout::kPanels16;
       v = {t, "avx2 GEMV on 16-row interleaved panels (vpmaddubsw, no shuffles)",

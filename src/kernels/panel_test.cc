@@ -100,11 +100,11 @@ TEST(PanelLayout, ReadRowRoundTripsEveryRowAndSizeStaysNearTheFile) {
   EXPECT_EQ(PanelLayoutBytes(DType::kF32, 16, 256), 0u);
 }
 
-TEST(PanelLayout, PreferredFromAvx2UpButQx0AtAmx) {
+TEST(PanelLayout, PreferredFromAvx2Up) {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     IsaGuard guard(isa);
-    const bool qx0_panels = ActiveIsa() == Isa::kAvx512 || ActiveIsa() == Isa::kAvx2;
     const bool kq_panels = static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx2);
+    const bool qx0_panels = kq_panels;
     const bool half_panels = kq_panels;
     for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
       EXPECT_EQ(PreferredLayout(t), kq_panels ? WeightLayout::kPanels16 : WeightLayout::kRows)

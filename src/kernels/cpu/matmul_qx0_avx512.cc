@@ -549,6 +549,9 @@ QX_ENTRY void GemvPanels(const WeightMatrix& w, size_t r0, size_t r1, const char
   }
 }
 
+// From this many tokens the kAmx level multiplies on AMX tiles (both layouts).
+constexpr size_t kAmxMinTokens = 4;
+
 #if defined(STRATA_KERNELS_AMX)
 // ---- AMX-INT8 GEMM (kAmx level, >= kAmxMinTokens tokens) ----
 // One tdpbssd computes a 16 x 16 int32 tile C[i][t] = sum_k A[i][k] * B[k/4][4t + k%4] over one
@@ -563,7 +566,6 @@ QX_ENTRY void GemvPanels(const WeightMatrix& w, size_t r0, size_t r1, const char
 #define AMX_FN static inline __attribute__((target(AMX_TARGET), always_inline))
 #define AMX_ENTRY __attribute__((target(AMX_TARGET), noinline))
 
-constexpr size_t kAmxMinTokens = 4;
 // Token groups per pass over a weight panel: their activation blocks (nb * kGroupBlockBytes each)
 // should stay in L2 while every panel of the thread's rows streams past them.
 constexpr size_t kAmxChunkBytes = 1 << 20;
@@ -757,21 +759,169 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
   }
   _tile_release();
 }
+
+// ---- AMX-INT8 on kPanels16 weights (kAmx level, >= kAmxMinTokens tokens) ----
+// Block b of a panel is laid out as a B tile: vector j (tile row j) holds bytes 4j..4j+3 of the 16
+// rows, i.e. B[k/4][4i + k%4] for weight row i. Once per panel (and chunk of token groups) the
+// blocks are made signed into a 512-byte tile each (Q8_0: q + 128 back to q; Q4_0: vectors 0..3
+// the low nibbles - 8, values 0..15, vectors 4..7 the high nibbles - 8, values 16..31); the A tile
+// is 16 tokens x the block's 32 signed activation values, read in place from the natural-order
+// pack (one token per tile row, stride l.stride). So tdpbssd gives C[t][i] = PanelGemv's exact
+// integer for token t and row i, folded by PanelGemv's FMA with lane = row: the same bits as the
+// GEMV, the VNNI GEMM and the row-layout AMX path.
+template <bool kQ4>
+AMX_FN void PrepPanelTiles(const char* panel, const PanelGeom& g, char* tiles) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), off = _mm512_set1_epi8(kQ4 ? 8 : -128);
+  for (size_t b = 0; b < g.nb; ++b) {
+    const char* q = panel + b * kPanel * g.qb;
+    char* dst = tiles + 512 * b;
+    if constexpr (kQ4) {
+      for (size_t j = 0; j < 4; ++j) {
+        const __m512i v = _mm512_loadu_si512(q + 64 * j);
+        _mm512_store_si512(dst + 64 * j, _mm512_sub_epi8(_mm512_and_si512(v, m4), off));
+        _mm512_store_si512(dst + 256 + 64 * j,
+                           _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), off));
+      }
+    } else {
+      for (size_t j = 0; j < 8; ++j)
+        _mm512_store_si512(dst + 64 * j, _mm512_xor_si512(_mm512_loadu_si512(q + 64 * j), off));
+    }
+  }
+}
+
+// acc[t] = fma(float(c[t][i]), dw_b[i] * dx_t, acc[t]) for the group's 16 tokens (lane i = row
+// i), PanelGemv's fold.
+AMX_FN void FoldPanelBlock(const int32_t (&c)[16][16], const char* scales, const char* act,
+                           const ActLayout& l, size_t b, __m512 (&acc)[16]) {
+  const __m512 dw =
+      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32 * b)));
+  for (int t = 0; t < 16; ++t) {
+    const float dx =
+        reinterpret_cast<const float*>(act + static_cast<size_t>(t) * l.stride + l.dx_off)[b];
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[t])),
+                             _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
+  }
+}
+
+#define STRATA_AMX_PRODUCT(kC, kA, kB, b) \
+  do {                                    \
+    _tile_zero(kC);                       \
+    _tile_loadd(kA, act + 32 * (b), as);  \
+    _tile_loadd(kB, bw + 512 * (b), 64);  \
+    _tile_dpbssd(kC, kA, kB);             \
+  } while (0)
+#define STRATA_AMX_FOLD(c, b) FoldPanelBlock(c, scales, act, l, b, acc)
+
+// 16 tokens (pack rows from act) x the panel's 16 rows over blocks [b0, b1), continuing acc. bw:
+// the B tiles (block b at bw + 512 b); scales: the panel's f16 scales. Pipelined as AmxTile (two C
+// tiles; block b's product issued before b - 1 is stored, b - 2 folded between), the fold order
+// b0, b0 + 1, ... pf (if not null): pf_lines cache lines per block of the next panel to pull toward
+// L2.
+AMX_FN void AmxPanelTile(const char* bw, const char* scales, const char* act, const ActLayout& l,
+                         size_t b0, size_t b1, const char* pf, size_t pf_lines, __m512 (&acc)[16]) {
+  alignas(64) int32_t c0[16][16];  // blocks b0, b0 + 2, ... (C tile 0)
+  alignas(64) int32_t c1[16][16];  // blocks b0 + 1, b0 + 3, ... (C tile 1)
+  const long as = static_cast<long>(l.stride);
+  if (b1 <= b0) return;
+  STRATA_AMX_PRODUCT(0, 2, 4, b0);
+  size_t b = b0 + 1;
+  for (; b + 2 <= b1; b += 2) {
+    if (pf != nullptr) {
+      for (size_t k = 0; k < 2 * pf_lines; ++k) _mm_prefetch(pf + 64 * k, _MM_HINT_T1);
+      pf += 128 * pf_lines;
+    }
+    STRATA_AMX_PRODUCT(1, 3, 5, b);
+    _tile_stored(0, c0, 64);
+    if (b >= b0 + 3) STRATA_AMX_FOLD(c1, b - 2);
+    STRATA_AMX_PRODUCT(0, 2, 4, b + 1);
+    _tile_stored(1, c1, 64);
+    STRATA_AMX_FOLD(c0, b - 1);
+  }
+  if (b < b1) {  // one block left
+    STRATA_AMX_PRODUCT(1, 3, 5, b);
+    _tile_stored(0, c0, 64);
+    if (b >= b0 + 3) STRATA_AMX_FOLD(c1, b - 2);
+    _tile_stored(1, c1, 64);
+    STRATA_AMX_FOLD(c0, b - 1);
+    STRATA_AMX_FOLD(c1, b);
+  } else {
+    _tile_stored(0, c0, 64);
+    if (b >= b0 + 3) STRATA_AMX_FOLD(c1, b - 2);
+    STRATA_AMX_FOLD(c0, b - 1);
+  }
+}
+#undef STRATA_AMX_PRODUCT
+#undef STRATA_AMX_FOLD
+
+// Rows [r0, r1) of kPanels16 weights (any split, as GemvPanels). pack: the natural-order pack of
+// n_tokens tokens, padded with zero tokens to whole groups of 16 (their outputs are dropped).
+template <bool kQ4>
+AMX_ENTRY void AmxPanels(const WeightMatrix& w, size_t r0, size_t r1, const char* pack,
+                         const ActLayout& l, size_t n_tokens, float* y, size_t y_stride) {
+  static const TileConfig kConfig;  // A 16 x 32 B (tokens), B 8 x 64 B (weights), C 16 x 64 B
+  __asm__ volatile("" ::: "memory");
+  _tile_loadconfig(&kConfig);
+  const PanelGeom g = PanelGeometry(w.type, w.cols);
+  const char* wd = static_cast<const char*>(w.data);
+  const size_t nb = l.nb;
+  const size_t gbytes = kGroup * l.stride;
+  const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
+  const size_t chunk = gbytes == 0 ? n_groups : std::max<size_t>(1, kAmxChunkBytes / gbytes);
+  thread_local Scratch panel_buf;
+  char* buf = panel_buf.Get(nb * 512 + chunk * 16 * 16 * sizeof(float));
+  float* parked = reinterpret_cast<float*>(buf + nb * 512);
+  const size_t pf_lines = nb == 0 ? 0 : (g.stride + 64 * nb - 1) / (64 * nb);
+  for (size_t c0 = 0; c0 < n_groups; c0 += chunk) {
+    const size_t c1 = std::min(n_groups, c0 + chunk);
+    for (size_t p0 = r0 / kPanel * kPanel; p0 < r1; p0 += kPanel) {
+      const size_t lo = std::max(p0, r0) - p0, hi = std::min(p0 + kPanel, r1) - p0;
+      const auto mask = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+      const char* panel = wd + p0 / kPanel * g.stride;
+      PrepPanelTiles<kQ4>(panel, g, buf);
+      __asm__ volatile("" ::: "memory");  // GCC's tile loads are asm without memory inputs
+      const char* bw = buf;
+      const char* pf = p0 + kPanel < r1 ? panel + g.stride : nullptr;
+      for (size_t s0 = 0; s0 < std::max<size_t>(nb, 1); s0 += kAmxSegBlocks) {
+        const size_t s1 = std::min(nb, s0 + kAmxSegBlocks);
+        for (size_t grp = c0; grp < c1; ++grp) {
+          float* park = parked + (grp - c0) * 256;
+          __m512 acc[16];
+          for (int t = 0; t < 16; ++t)
+            acc[t] = s0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(park + 16 * t);
+          AmxPanelTile(bw, panel + g.scales_off, pack + grp * gbytes, l, s0, s1,
+                       grp == c0 && pf != nullptr ? pf + 64 * pf_lines * s0 : nullptr, pf_lines,
+                       acc);
+          if (s1 < nb) {
+            for (int t = 0; t < 16; ++t) _mm512_store_ps(park + 16 * t, acc[t]);
+            continue;
+          }
+          const size_t t0 = grp * kGroup;
+          const size_t nt = std::min(kGroup, n_tokens - t0);
+          for (size_t t = 0; t < nt; ++t)
+            _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + p0, mask, acc[t]);
+        }
+      }
+    }
+  }
+  _tile_release();
+}
 #endif  // STRATA_KERNELS_AMX
 
 // Jobs share the activations (same cols): they are quantized and grouped once, and one pass over
 // the pool covers the rows of all jobs, laid end to end (a job's outputs never depend on which
 // thread or row range computes them).
-// kPanels: every job's weights are in the kPanels16 layout (activations packed in natural order,
-// no AMX: the tiles read rows in place); otherwise every job's are rows.
+// kPanels: every job's weights are in the kPanels16 layout (activations packed in natural order;
+// AMX reads the panels and the pack in place); otherwise every job's are rows.
 template <bool kQ4, bool kPanels>
 void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, size_t n_tokens,
                ThreadPool* pool, bool amx) {
   constexpr bool kPair = kQ4 && !kPanels;
-  if constexpr (kPanels) amx = false;
   const ActLayout l = MakeLayout(jobs[0].w->cols);
   thread_local Scratch pack_buf, group_buf;
-  char* pack = pack_buf.Get(l.stride * n_tokens);
+  // AMX on panels reads the pack in place, 16 tokens per tile: pad it with zero tokens.
+  const bool amx_panels = kPanels && amx && n_tokens >= kAmxMinTokens;
+  const size_t pack_tokens = amx_panels ? (n_tokens + kGroup - 1) / kGroup * kGroup : n_tokens;
+  char* pack = pack_buf.Get(l.stride * pack_tokens);
   auto run = [&](size_t n, auto&& fn, size_t grain) { RunRange(pool, n, fn, grain); };
   size_t total_rows = 0;
   for (const QxJob& j : jobs) total_rows += j.w->rows;
@@ -789,6 +939,16 @@ void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, siz
   } else {
     PackTokens<kQ4, kPair>(x, x_stride, 0, n_tokens, l, pack);
   }
+  if (pack_tokens > n_tokens)
+    std::memset(pack + n_tokens * l.stride, 0, (pack_tokens - n_tokens) * l.stride);
+#if defined(STRATA_KERNELS_AMX)
+  if (amx_panels) {
+    run_rows([&](const QxJob& j, size_t r0, size_t r1) {
+      AmxPanels<kQ4>(*j.w, r0, r1, pack, l, n_tokens, j.y, j.y_stride);
+    });
+    return;
+  }
+#endif
   if (n_tokens < kGemmMinTokens && !(amx && n_tokens >= kAmxMinTokens)) {
     run_rows([&](const QxJob& j, size_t r0, size_t r1) {
       if constexpr (kPanels) {
@@ -802,7 +962,7 @@ void MatMulQx0(std::span<const QxJob> jobs, const float* x, size_t x_stride, siz
   const size_t n_groups = (n_tokens + kGroup - 1) / kGroup;
   char* groups = group_buf.Get(n_groups * l.nb * kGroupBlockBytes);
 #if defined(STRATA_KERNELS_AMX)
-  if (amx && n_tokens >= kAmxMinTokens) {
+  if (!kPanels && amx && n_tokens >= kAmxMinTokens) {
     run(
         n_groups,
         [&](size_t g0, size_t g1, int) {
