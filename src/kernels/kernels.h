@@ -93,11 +93,11 @@ struct WeightMatrix {
 };
 
 // The layout MatMul runs fastest on for weights of type t at the active ISA: kPanels16 for
-// Q4_0/Q8_0 at the avx2 and avx512 levels (the shuffle-free GEMVs; on AMX CPUs the tile GEMM reads
-// rows in place) and for the K-quants from avx2 up, kPanels4 for F16/BF16 from avx2 up, else
-// kRows. Env STRATA_WEIGHT_LAYOUT=rows forces kRows (A/B runs); =panels forces the type's panel
-// layout at any ISA (tests: at scalar MatMul reads the rows back, slower, same bits).
-// Every layout gives the same results bit for bit at every ISA.
+// Q4_0/Q8_0 and the K-quants from avx2 up (the shuffle-free GEMVs; on AMX CPUs the Q4_0/Q8_0 tile
+// GEMM reads the panels too), kPanels4 for F16/BF16 from avx2 up, else kRows. Env
+// STRATA_WEIGHT_LAYOUT=rows forces kRows (A/B runs); =panels forces the type's panel layout at any
+// ISA (tests: at scalar MatMul reads the rows back, slower, same bits). Every layout gives the same
+// results bit for bit at every ISA.
 WeightLayout PreferredLayout(DType t);
 
 // What MatMul runs for weights of one type at the active ISA, and why (`strata info --cpu`).
