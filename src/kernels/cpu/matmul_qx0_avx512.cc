@@ -626,29 +626,28 @@ AMX_FN void PrepAmxPanel(const char* wd, size_t row_bytes, size_t p0, size_t nr,
   }
 }
 
-// acc[i] = fma(float(c[i]), dw_b[i] * dx_b, acc[i]) for the 16 panel rows (see the section
-// comment).
-AMX_FN void FoldBlock(const int32_t (&c)[16][16], const float* dw, const char* gblock,
-                      __m512 (&acc)[16]) {
-  const __m512 dxv = _mm512_load_ps(reinterpret_cast<const float*>(gblock + 512));
-  for (int i = 0; i < 16; ++i) {
-    const __m512 isum = _mm512_cvtepi32_ps(_mm512_load_si512(c[i]));
-    acc[i] = _mm512_fmadd_ps(isum, _mm512_mul_ps(_mm512_set1_ps(dw[i]), dxv), acc[i]);
+// Row layout: acc[i] = fma(float(c[i]), dw_b[i] * dx_b, acc[i]) for the 16 panel rows (lane =
+// token; see the section comment). dwt: the panel's scales from the first block on; grp: the token
+// group's first block.
+struct RowsFold {
+  const float* dwt;
+  const char* grp;
+  __attribute__((target(AMX_TARGET), always_inline)) void operator()(const int32_t (&c)[16][16],
+                                                                     size_t b,
+                                                                     __m512 (&acc)[16]) const {
+    const __m512 dxv =
+        _mm512_load_ps(reinterpret_cast<const float*>(grp + b * kGroupBlockBytes + 512));
+    const float* dw = dwt + 16 * b;
+    for (int i = 0; i < 16; ++i) {
+      const __m512 isum = _mm512_cvtepi32_ps(_mm512_load_si512(c[i]));
+      acc[i] = _mm512_fmadd_ps(isum, _mm512_mul_ps(_mm512_set1_ps(dw[i]), dxv), acc[i]);
+    }
   }
-}
+};
 
-// Tile product of block b into C tile kC (A tile kA, B tile kB).
-#define STRATA_AMX_PRODUCT(kC, kA, kB, b)            \
-  do {                                               \
-    _tile_zero(kC);                                  \
-    _tile_loadd(kA, a + (b)*a_step, as);             \
-    _tile_loadd(kB, grp + (b)*kGroupBlockBytes, 64); \
-    _tile_dpbssd(kC, kA, kB);                        \
-  } while (0)
-#define STRATA_AMX_FOLD(c, b) FoldBlock(c, dwt + 16 * (b), grp + (b)*kGroupBlockBytes, acc)
-
-// 16 panel rows x 16 tokens over nb blocks, continuing the accumulators. Block b of row i is at
-// a + i * a_stride + b * a_step.
+// A over nb blocks (block b of A row m at a + m * a_stride + b * a_step) times B (block b's 8 x 64
+// bytes at bsrc + b * b_step) by tdpbssd, one zeroed C tile per block, each folded by
+// fold(c, b, acc) in block order.
 // Software-pipelined over the two C tiles: the product of block b is issued before block b - 1 is
 // stored (a tile store waits for its product; with the next product already queued the tile unit
 // stays busy meanwhile), and block b - 2, stored one step earlier so its stores have drained, is
@@ -656,8 +655,16 @@ AMX_FN void FoldBlock(const int32_t (&c)[16][16], const float* dw, const char* g
 // pf, if not null, is the part of the next panel to pull toward L2 meanwhile: pf_lines cache lines
 // per block, so the DRAM reads of panel p + 1 overlap the tile work of panel p (a tile load that
 // misses to DRAM stalls the tile pipeline; nothing else keeps enough reads in flight).
-AMX_FN void AmxTile(const char* a, size_t a_stride, size_t a_step, const float* dwt,
-                    const char* grp, size_t nb, const char* pf, size_t pf_lines,
+#define STRATA_AMX_PRODUCT(kC, kA, kB, b)   \
+  do {                                      \
+    _tile_zero(kC);                         \
+    _tile_loadd(kA, a + (b)*a_step, as);    \
+    _tile_loadd(kB, bsrc + (b)*b_step, 64); \
+    _tile_dpbssd(kC, kA, kB);               \
+  } while (0)
+template <typename Fold>
+AMX_FN void AmxTile(const char* a, size_t a_stride, size_t a_step, const char* bsrc, size_t b_step,
+                    size_t nb, const char* pf, size_t pf_lines, const Fold& fold,
                     __m512 (&acc)[16]) {
   alignas(64) int32_t c0[16][16];  // even blocks (C tile 0)
   alignas(64) int32_t c1[16][16];  // odd blocks (C tile 1)
@@ -674,26 +681,31 @@ AMX_FN void AmxTile(const char* a, size_t a_stride, size_t a_step, const float* 
     }
     STRATA_AMX_PRODUCT(1, 3, 5, b);
     _tile_stored(0, c0, 64);
-    if (b >= 3) STRATA_AMX_FOLD(c1, b - 2);
+    if (b >= 3) fold(c1, b - 2, acc);
     STRATA_AMX_PRODUCT(0, 2, 4, b + 1);
     _tile_stored(1, c1, 64);
-    STRATA_AMX_FOLD(c0, b - 1);
+    fold(c0, b - 1, acc);
   }
   if (b < nb) {  // one block left
     STRATA_AMX_PRODUCT(1, 3, 5, b);
     _tile_stored(0, c0, 64);
-    if (b >= 3) STRATA_AMX_FOLD(c1, b - 2);
+    if (b >= 3) fold(c1, b - 2, acc);
     _tile_stored(1, c1, 64);
-    STRATA_AMX_FOLD(c0, b - 1);
-    STRATA_AMX_FOLD(c1, b);
+    fold(c0, b - 1, acc);
+    fold(c1, b, acc);
   } else {
     _tile_stored(0, c0, 64);
-    if (b >= 3) STRATA_AMX_FOLD(c1, b - 2);
-    STRATA_AMX_FOLD(c0, b - 1);
+    if (b >= 3) fold(c1, b - 2, acc);
+    fold(c0, b - 1, acc);
   }
 }
 #undef STRATA_AMX_PRODUCT
-#undef STRATA_AMX_FOLD
+
+// A token group's 16 accumulators at the start of a K segment: zero for the first, else as parked
+// after the previous one (exact f32 copies).
+AMX_FN void Unpark(const float* park, bool first, __m512 (&acc)[16]) {
+  for (int i = 0; i < 16; ++i) acc[i] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + 16 * i);
+}
 
 template <bool kQ4>
 AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* groups,
@@ -738,11 +750,11 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
         for (size_t g = c0; g < c1; ++g) {
           float* park = parked + (g - c0) * 256;
           __m512 acc[16];
-          for (int i = 0; i < 16; ++i)
-            acc[i] = s0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(park + 16 * i);
-          AmxTile(a + s0 * a_step, a_stride, a_step, dwt + 16 * s0,
-                  groups + g * gbytes + s0 * kGroupBlockBytes, s1 - s0,
-                  g == c0 && pf != nullptr ? pf + 64 * pf_lines * s0 : nullptr, pf_lines, acc);
+          Unpark(park, s0 == 0, acc);
+          const char* grp = groups + g * gbytes + s0 * kGroupBlockBytes;
+          AmxTile(a + s0 * a_step, a_stride, a_step, grp, kGroupBlockBytes, s1 - s0,
+                  g == c0 && pf != nullptr ? pf + 64 * pf_lines * s0 : nullptr, pf_lines,
+                  RowsFold{dwt + 16 * s0, grp}, acc);
           if (s1 < nb) {
             for (int i = 0; i < 16; ++i) _mm512_store_ps(park + 16 * i, acc[i]);
             continue;
@@ -789,69 +801,25 @@ AMX_FN void PrepPanelTiles(const char* panel, const PanelGeom& g, char* tiles) {
   }
 }
 
-// acc[t] = fma(float(c[t][i]), dw_b[i] * dx_t, acc[t]) for the group's 16 tokens (lane i = row
-// i), PanelGemv's fold.
-AMX_FN void FoldPanelBlock(const int32_t (&c)[16][16], const char* scales, const char* act,
-                           const ActLayout& l, size_t b, __m512 (&acc)[16]) {
-  const __m512 dw =
-      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32 * b)));
-  for (int t = 0; t < 16; ++t) {
-    const float dx =
-        reinterpret_cast<const float*>(act + static_cast<size_t>(t) * l.stride + l.dx_off)[b];
-    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[t])),
-                             _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
-  }
-}
-
-#define STRATA_AMX_PRODUCT(kC, kA, kB, b) \
-  do {                                    \
-    _tile_zero(kC);                       \
-    _tile_loadd(kA, act + 32 * (b), as);  \
-    _tile_loadd(kB, bw + 512 * (b), 64);  \
-    _tile_dpbssd(kC, kA, kB);             \
-  } while (0)
-#define STRATA_AMX_FOLD(c, b) FoldPanelBlock(c, scales, act, l, b, acc)
-
-// 16 tokens (pack rows from act) x the panel's 16 rows over blocks [b0, b1), continuing acc. bw:
-// the B tiles (block b at bw + 512 b); scales: the panel's f16 scales. Pipelined as AmxTile (two C
-// tiles; block b's product issued before b - 1 is stored, b - 2 folded between), the fold order
-// b0, b0 + 1, ... pf (if not null): pf_lines cache lines per block of the next panel to pull toward
-// L2.
-AMX_FN void AmxPanelTile(const char* bw, const char* scales, const char* act, const ActLayout& l,
-                         size_t b0, size_t b1, const char* pf, size_t pf_lines, __m512 (&acc)[16]) {
-  alignas(64) int32_t c0[16][16];  // blocks b0, b0 + 2, ... (C tile 0)
-  alignas(64) int32_t c1[16][16];  // blocks b0 + 1, b0 + 3, ... (C tile 1)
-  const long as = static_cast<long>(l.stride);
-  if (b1 <= b0) return;
-  STRATA_AMX_PRODUCT(0, 2, 4, b0);
-  size_t b = b0 + 1;
-  for (; b + 2 <= b1; b += 2) {
-    if (pf != nullptr) {
-      for (size_t k = 0; k < 2 * pf_lines; ++k) _mm_prefetch(pf + 64 * k, _MM_HINT_T1);
-      pf += 128 * pf_lines;
+// Panel layout: acc[t] = fma(float(c[t][i]), dw_b[i] * dx_t, acc[t]) for the group's 16 tokens
+// (lane i = row i), PanelGemv's fold. scales: the panel's f16 scales from the first block on; dx:
+// the first token's dx of that block in the pack (token t at dx + t * stride).
+struct PanelFold {
+  const char* scales;
+  const char* dx;
+  size_t stride;
+  __attribute__((target(AMX_TARGET), always_inline)) void operator()(const int32_t (&c)[16][16],
+                                                                     size_t b,
+                                                                     __m512 (&acc)[16]) const {
+    const __m512 dw =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32 * b)));
+    for (int t = 0; t < 16; ++t) {
+      const float dxt = reinterpret_cast<const float*>(dx + static_cast<size_t>(t) * stride)[b];
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[t])),
+                               _mm512_mul_ps(dw, _mm512_set1_ps(dxt)), acc[t]);
     }
-    STRATA_AMX_PRODUCT(1, 3, 5, b);
-    _tile_stored(0, c0, 64);
-    if (b >= b0 + 3) STRATA_AMX_FOLD(c1, b - 2);
-    STRATA_AMX_PRODUCT(0, 2, 4, b + 1);
-    _tile_stored(1, c1, 64);
-    STRATA_AMX_FOLD(c0, b - 1);
   }
-  if (b < b1) {  // one block left
-    STRATA_AMX_PRODUCT(1, 3, 5, b);
-    _tile_stored(0, c0, 64);
-    if (b >= b0 + 3) STRATA_AMX_FOLD(c1, b - 2);
-    _tile_stored(1, c1, 64);
-    STRATA_AMX_FOLD(c0, b - 1);
-    STRATA_AMX_FOLD(c1, b);
-  } else {
-    _tile_stored(0, c0, 64);
-    if (b >= b0 + 3) STRATA_AMX_FOLD(c1, b - 2);
-    STRATA_AMX_FOLD(c0, b - 1);
-  }
-}
-#undef STRATA_AMX_PRODUCT
-#undef STRATA_AMX_FOLD
+};
 
 // Rows [r0, r1) of kPanels16 weights (any split, as GemvPanels). pack: the natural-order pack of
 // n_tokens tokens, padded with zero tokens to whole groups of 16 (their outputs are dropped).
@@ -886,11 +854,12 @@ AMX_ENTRY void AmxPanels(const WeightMatrix& w, size_t r0, size_t r1, const char
         for (size_t grp = c0; grp < c1; ++grp) {
           float* park = parked + (grp - c0) * 256;
           __m512 acc[16];
-          for (int t = 0; t < 16; ++t)
-            acc[t] = s0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(park + 16 * t);
-          AmxPanelTile(bw, panel + g.scales_off, pack + grp * gbytes, l, s0, s1,
-                       grp == c0 && pf != nullptr ? pf + 64 * pf_lines * s0 : nullptr, pf_lines,
-                       acc);
+          Unpark(park, s0 == 0, acc);
+          const char* act = pack + grp * gbytes;
+          AmxTile(act + 32 * s0, l.stride, 32, bw + 512 * s0, 512, s1 - s0,
+                  grp == c0 && pf != nullptr ? pf + 64 * pf_lines * s0 : nullptr, pf_lines,
+                  PanelFold{panel + g.scales_off + 32 * s0, act + l.dx_off + 4 * s0, l.stride},
+                  acc);
           if (s1 < nb) {
             for (int t = 0; t < 16; ++t) _mm512_store_ps(park + 16 * t, acc[t]);
             continue;
