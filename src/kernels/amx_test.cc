@@ -20,6 +20,7 @@
 namespace strata::kernels {
 namespace {
 
+using testing::Panels;
 using testing::RandomBitsWeights;
 using testing::RandomFloats;
 
@@ -75,19 +76,6 @@ std::string Where(DType t, size_t cols, size_t rows, size_t m) {
          std::to_string(rows) + " tokens " + std::to_string(m);
 }
 
-// A kPanels16 copy of a row-layout Q4_0 / Q8_0 matrix (the layout Model::Load gives at kAmx).
-struct PanelCopy {
-  std::vector<char> bytes;
-  WeightMatrix m;
-  explicit PanelCopy(const WeightMatrix& w) : bytes(PanelLayoutBytes(w.type, w.rows, w.cols) + 64) {
-    char* at = bytes.data() + (64 - reinterpret_cast<uintptr_t>(bytes.data()) % 64) % 64;
-    PackPanels(w, at);
-    m = w;
-    m.data = at;
-    m.layout = WeightLayout::kPanels16;
-  }
-};
-
 bool SameBits(const float* a, const float* b, size_t n) {
   return std::memcmp(a, b, n * sizeof(float)) == 0;
 }
@@ -111,7 +99,7 @@ TEST_P(AmxMatMulTest, BitIdenticalToAvx512AndScalarModel) {
   for (size_t cols : {size_t{0}, size_t{32}, size_t{96}, size_t{352}, size_t{2080}}) {
     for (size_t rows : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{50}}) {
       auto w = RandomBitsWeights(type, rows, cols, ++seed);
-      const PanelCopy panels(w.m);
+      const Panels panels = testing::ToPanels(w.m);
       const std::vector<float> x = Activations(kMaxTokens, cols, ++seed);
       const std::vector<float> want = Model(w.m, x, kMaxTokens);
       ThreadPool two(2);
@@ -145,7 +133,7 @@ TEST_P(AmxMatMulTest, ThreadsAndTokenSplitsDoNotChangeBits) {
   IsaGuard g(Isa::kAmx);
   const size_t cols = 4096 + 32, rows = 67, n_tokens = 70;
   auto w = RandomBitsWeights(type, rows, cols, 7);
-  const PanelCopy panels(w.m);
+  const Panels panels = testing::ToPanels(w.m);
   const std::vector<float> x = Activations(n_tokens, cols, 8);
   ThreadPool one(1), two(2);
   std::vector<float> y1(n_tokens * rows), y2(n_tokens * rows), ys(n_tokens * rows, -1.0f);
@@ -180,7 +168,7 @@ TEST_P(AmxMatMulTest, StridedInputAndOutput) {
   for (size_t t = 0; t < n_tokens; ++t)
     std::memcpy(&dense_x[t * cols], &x[t * xs], cols * sizeof(float));
   const std::vector<float> want = Model(w.m, dense_x, n_tokens);
-  const PanelCopy panels(w.m);
+  const Panels panels = testing::ToPanels(w.m);
   for (const WeightMatrix* m : {static_cast<const WeightMatrix*>(&w.m), &panels.m}) {
     std::vector<float> y(n_tokens * ys, 42.0f);
     MatMul(*m, x.data(), n_tokens, y.data(), nullptr, xs, ys);

@@ -1,8 +1,8 @@
 // The panel weight layouts (kernels.h: kPanels16 for Q4_0/Q8_0, kPanels4 for F16/BF16):
 // PackPanels / ReadRow round-trip every row byte for
 // byte, and MatMul / MatMulShared on panel-layout weights give the bits of the same weights in
-// row layout at every ISA (the avx512 panel GEMV and GEMM, the AMX level that falls back to the
-// VNNI GEMM for panels, and the avx2 / scalar tile kernels that read rows back), for every token
+// row layout at every ISA (the avx512 panel GEMV and GEMM, the AMX level's tiles on the panels,
+// and the avx2 / scalar tile kernels that read rows back), for every token
 // count path, thread count, row count (partial last panel, thread splits inside a panel) and
 // stride. Row-layout results are themselves checked against the scalar reference in
 // kernels_test.cc, so these memcmps tie the panel paths to the reference too.
@@ -27,32 +27,12 @@ namespace strata::kernels {
 namespace {
 
 using testing::OwnedWeights;
+using testing::Panels;
 using testing::RandomBitsWeights;
 using testing::RandomFloats;
+using testing::ToPanels;
 
 using testing::IsaGuard;
-
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
-// A panel-layout copy of a row-layout matrix (owns its bytes).
-struct Panels {
-  std::unique_ptr<void, FreeDeleter> mem;
-  WeightMatrix m;
-};
-
-Panels ToPanels(const WeightMatrix& w) {
-  const size_t bytes = PanelLayoutBytes(w.type, w.rows, w.cols);
-  Panels p;
-  p.mem.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-  PackPanels(w, p.mem.get());
-  p.m = w;
-  p.m.data = p.mem.get();
-  p.m.layout = w.type == DType::kF16 || w.type == DType::kBF16 ? WeightLayout::kPanels4
-                                                               : WeightLayout::kPanels16;
-  return p;
-}
 
 // Row lengths for a test: as given, but rounded up to multiples of 256 for the K-quants (32 -> 256,
 // 320 -> 512, 2048 -> 2048).

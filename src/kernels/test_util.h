@@ -2,8 +2,11 @@
 // format. Not used by production code.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -97,6 +100,29 @@ inline OwnedWeights RandomBitsWeights(DType t, size_t rows, size_t cols, uint32_
   }
   w.m = WeightMatrix{t, w.bytes.data(), rows, cols, rb};
   return w;
+}
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// A panel-layout copy of a row-layout matrix (owns its bytes; kernels.h: PackPanels), in the
+// layout Model::Load gives the type: kPanels4 for F16/BF16, kPanels16 for the quants.
+struct Panels {
+  std::unique_ptr<void, FreeDeleter> mem;
+  WeightMatrix m;
+};
+
+inline Panels ToPanels(const WeightMatrix& w) {
+  const size_t bytes = PanelLayoutBytes(w.type, w.rows, w.cols);
+  Panels p;
+  p.mem.reset(std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64)));
+  PackPanels(w, p.mem.get());
+  p.m = w;
+  p.m.data = p.mem.get();
+  p.m.layout = w.type == DType::kF16 || w.type == DType::kBF16 ? WeightLayout::kPanels4
+                                                               : WeightLayout::kPanels16;
+  return p;
 }
 
 }  // namespace strata::kernels::testing

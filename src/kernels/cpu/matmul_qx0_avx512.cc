@@ -706,6 +706,12 @@ AMX_FN void AmxTile(const char* a, size_t a_stride, size_t a_step, const char* b
 AMX_FN void Unpark(const float* park, bool first, __m512 (&acc)[16]) {
   for (int i = 0; i < 16; ++i) acc[i] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + 16 * i);
 }
+// At the end of a K segment: parks the accumulators and returns true when segments remain.
+AMX_FN bool ParkIfMore(float* park, bool more, const __m512 (&acc)[16]) {
+  if (more)
+    for (int i = 0; i < 16; ++i) _mm512_store_ps(park + 16 * i, acc[i]);
+  return more;
+}
 
 template <bool kQ4>
 AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* groups,
@@ -755,10 +761,7 @@ AMX_ENTRY void AmxRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
           AmxTile(a + s0 * a_step, a_stride, a_step, grp, kGroupBlockBytes, s1 - s0,
                   g == c0 && pf != nullptr ? pf + 64 * pf_lines * s0 : nullptr, pf_lines,
                   RowsFold{dwt + 16 * s0, grp}, acc);
-          if (s1 < nb) {
-            for (int i = 0; i < 16; ++i) _mm512_store_ps(park + 16 * i, acc[i]);
-            continue;
-          }
+          if (ParkIfMore(park, s1 < nb, acc)) continue;
           alignas(64) float tmp[16][16];
           for (int i = 0; i < 16; ++i) _mm512_store_ps(tmp[i], acc[i]);
           const size_t t0 = g * kGroup;
@@ -845,9 +848,8 @@ AMX_ENTRY void AmxPanels(const WeightMatrix& w, size_t r0, size_t r1, const char
       const size_t lo = std::max(p0, r0) - p0, hi = std::min(p0 + kPanel, r1) - p0;
       const auto mask = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
       const char* panel = wd + p0 / kPanel * g.stride;
-      PrepPanelTiles<kQ4>(panel, g, buf);
-      __asm__ volatile("" ::: "memory");  // GCC's tile loads are asm without memory inputs
-      const char* bw = buf;
+      PrepPanelTiles<kQ4>(panel, g, buf);  // the B tiles, block b at buf + 512 b
+      __asm__ volatile("" ::: "memory");   // GCC's tile loads are asm without memory inputs
       const char* pf = p0 + kPanel < r1 ? panel + g.stride : nullptr;
       for (size_t s0 = 0; s0 < std::max<size_t>(nb, 1); s0 += kAmxSegBlocks) {
         const size_t s1 = std::min(nb, s0 + kAmxSegBlocks);
@@ -856,14 +858,11 @@ AMX_ENTRY void AmxPanels(const WeightMatrix& w, size_t r0, size_t r1, const char
           __m512 acc[16];
           Unpark(park, s0 == 0, acc);
           const char* act = pack + grp * gbytes;
-          AmxTile(act + 32 * s0, l.stride, 32, bw + 512 * s0, 512, s1 - s0,
+          AmxTile(act + 32 * s0, l.stride, 32, buf + 512 * s0, 512, s1 - s0,
                   grp == c0 && pf != nullptr ? pf + 64 * pf_lines * s0 : nullptr, pf_lines,
                   PanelFold{panel + g.scales_off + 32 * s0, act + l.dx_off + 4 * s0, l.stride},
                   acc);
-          if (s1 < nb) {
-            for (int t = 0; t < 16; ++t) _mm512_store_ps(park + 16 * t, acc[t]);
-            continue;
-          }
+          if (ParkIfMore(park, s1 < nb, acc)) continue;
           const size_t t0 = grp * kGroup;
           const size_t nt = std::min(kGroup, n_tokens - t0);
           for (size_t t = 0; t < nt; ++t)
