@@ -489,8 +489,12 @@ QX_FN void PanelGemv(const char* panel, const PanelGeom& g, const char* const (&
     // The scales are a second, slower stream at the panel's end: the next panel's, a block's
     // worth per block, so that a panel's first blocks do not wait on a miss for their scales.
     _mm_prefetch(scales + g.stride + 32 * b, _MM_HINT_T0);
+    // s0 starts at -corr (integer sums are exact, so where corr is removed does not matter).
     __m512i s0[kNt], s1[kNt];
-    for (int t = 0; t < kNt; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
+    for (int t = 0; t < kNt; ++t) {
+      s0[t] = _mm512_set1_epi32(-reinterpret_cast<const int32_t*>(act[t] + l.corr_off)[b]);
+      s1[t] = _mm512_setzero_si512();
+    }
     if constexpr (kQ4) {
       // High nibbles in place (16 x q): the sum is 16 x theirs, exact, shifted back below.
       for (size_t j = 0; j < 4; ++j) {
@@ -516,10 +520,7 @@ QX_FN void PanelGemv(const char* panel, const PanelGeom& g, const char* const (&
         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32 * b)));
     for (int t = 0; t < kNt; ++t) {
       const float dx = reinterpret_cast<const float*>(act[t] + l.dx_off)[b];
-      const int32_t corr = reinterpret_cast<const int32_t*>(act[t] + l.corr_off)[b];
-      const __m512i hi_sum = kQ4 ? _mm512_srai_epi32(s1[t], 4) : s1[t];
-      const __m512i isum =
-          _mm512_sub_epi32(_mm512_add_epi32(s0[t], hi_sum), _mm512_set1_epi32(corr));
+      const __m512i isum = _mm512_add_epi32(s0[t], kQ4 ? _mm512_srai_epi32(s1[t], 4) : s1[t]);
       acc[t] =
           _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
     }
