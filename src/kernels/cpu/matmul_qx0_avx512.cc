@@ -477,15 +477,15 @@ QX_FN void PanelGemv(const char* panel, const PanelGeom& g, const char* const (&
                      const ActLayout& l, __m512 (&acc)[kNt]) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8(static_cast<char>(0xF0));
   for (int t = 0; t < kNt; ++t) acc[t] = _mm512_setzero_ps();
-  constexpr size_t block_bytes = kPanel * (kQ4 ? 16 : 32);
+  constexpr size_t kBlockBytes = kPanel * (kQ4 ? 16 : 32);
   const size_t prefetch = PrefetchFor(kQ4);
   const char* scales = panel + g.scales_off;
   for (size_t b = 0; b < g.nb; ++b) {
-    const char* q = panel + b * block_bytes;
+    const char* q = panel + b * kBlockBytes;
     // Ahead of the weights' stream: the arithmetic per byte (Q4_0 above all) otherwise leaves too
     // few cache-line misses in flight for one core to reach the memory's rate. Past the panel's
     // end this touches the next panel (contiguous) or nothing (prefetches do not fault).
-    for (size_t k = 0; k < block_bytes; k += 64) _mm_prefetch(q + prefetch + k, _MM_HINT_T0);
+    for (size_t k = 0; k < kBlockBytes; k += 64) _mm_prefetch(q + prefetch + k, _MM_HINT_T0);
     // The scales are a second, slower stream at the panel's end: the next panel's, a block's
     // worth per block, so that a panel's first blocks do not wait on a miss for their scales.
     _mm_prefetch(scales + g.stride + 32 * b, _MM_HINT_T0);
