@@ -36,7 +36,7 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STRATA = os.path.join(ROOT, "build", "bin", "strata")
+STRATA = os.environ.get("STRATA_BIN") or os.path.join(ROOT, "build", "bin", "strata")
 CLIENT_CPUS = ""  # --pin: the CPUs of `strata bench serve`
 
 
@@ -361,6 +361,7 @@ class OtlpSink:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn):
+        import socket
         buf = bytearray(1 << 22)
         view = memoryview(buf)
         have = 0
@@ -383,8 +384,8 @@ class OtlpSink:
                     view.release()
                     buf.extend(bytearray(total - len(buf)))
                     view = memoryview(buf)
-                while have < total:
-                    n = conn.recv_into(view[have:])
+                while have < total:  # the rest of the body in one call where the kernel can
+                    n = conn.recv_into(view[have:total], total - have, socket.MSG_WAITALL)
                     if n == 0:
                         return
                     have += n

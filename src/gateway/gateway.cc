@@ -750,7 +750,16 @@ void Gateway::Finish(const std::shared_ptr<Job>& job, int status, const Upstream
         job->endpoint,         job->model,   job->route, job->pool, job->tenant, job->priority,
         job->asked_max_tokens, job->attempts};
     std::vector<trace::Span> spans = FinishRequestTrace(job->trace.get(), facts, status, r, now);
-    if (!spans.empty()) tracer_->Export(std::move(spans));
+    if (!spans.empty()) {
+      StartShadow(job, status);
+      // Encoded after the response's last write, which is posted to the connection ahead of
+      // this; still in flight until then, so a drain waits for the spans to be queued.
+      job->out->Post([this, spans = std::move(spans)]() mutable {
+        tracer_->Export(std::move(spans));
+        in_flight_.fetch_sub(1);
+      });
+      return;
+    }
   }
   StartShadow(job, status);
   in_flight_.fetch_sub(1);

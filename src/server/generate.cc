@@ -382,7 +382,15 @@ void Api::Watch(const std::shared_ptr<Job>& job) {
 void Api::Drain(const std::shared_ptr<Job>& job) {
   if (job->finished || !Process(*job)) return;
   job->finished = true;
-  if (job->trace) ExportTrace(*job);
+  if (job->trace) {
+    // After the response's last write, which Process() posted to the connection: building and
+    // encoding the spans would otherwise delay it. Forgotten after, so a drain waits for it.
+    job->out->Post([this, job] {
+      ExportTrace(*job);
+      Forget(*job);
+    });
+    return;
+  }
   Forget(*job);
 }
 

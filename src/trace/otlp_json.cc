@@ -1,6 +1,8 @@
 // trace/otlp_json: the OTLP/JSON ExportTraceServiceRequest of a batch of spans (see tracer.h).
 // OTLP's JSON mapping: lowerCamelCase field names, trace/span ids as lower-case hex (not base64),
-// 64-bit integers (times, intValue) as decimal strings, enums as their numbers.
+// 64-bit integers (times, intValue) as decimal strings, enums as their numbers. Fields at their
+// default value are left out, as the protobuf JSON mapping allows: an empty attribute list, an
+// unset status without a message (receivers read both as absent).
 //
 // Written straight into one string (no JSON object tree): this runs on the exporter's thread for
 // every span of every sampled request, and a tree of nlohmann values cost ~15x more per span.
@@ -190,8 +192,10 @@ void AppendEvents(std::string* out, const std::vector<SpanEvent>& events) {
     AppendDecimalString(out, events[i].time_unix_ns);
     Key(out, "name");
     AppendString(out, events[i].name);
-    Key(out, "attributes");
-    AppendAttributes(out, events[i].attributes);
+    if (!events[i].attributes.empty()) {
+      Key(out, "attributes");
+      AppendAttributes(out, events[i].attributes);
+    }
     out->push_back('}');
   }
   out->push_back(']');
@@ -214,25 +218,30 @@ void AppendSpan(std::string* out, const Span& span) {
   Key(out, "name");
   AppendString(out, span.name);
   Key(out, "kind");
-  out->append(std::to_string(static_cast<int>(span.kind)));
+  out->push_back(static_cast<char>('0' + static_cast<int>(span.kind)));  // 1..3
   Key(out, "startTimeUnixNano");
   AppendDecimalString(out, span.start_unix_ns);
   Key(out, "endTimeUnixNano");
   AppendDecimalString(out, span.end_unix_ns);
-  Key(out, "attributes");
-  AppendAttributes(out, span.attributes);
+  if (!span.attributes.empty()) {
+    Key(out, "attributes");
+    AppendAttributes(out, span.attributes);
+  }
   if (!span.events.empty()) {
     Key(out, "events");
     AppendEvents(out, span.events);
   }
-  Key(out, "status");
-  out->append("{\"code\":");
-  out->append(std::to_string(static_cast<int>(span.status)));
-  if (!span.status_message.empty()) {
-    Key(out, "message");
-    AppendString(out, span.status_message);
+  if (span.status != SpanStatus::kUnset || !span.status_message.empty()) {
+    Key(out, "status");
+    out->append("{\"code\":");
+    out->push_back(static_cast<char>('0' + static_cast<int>(span.status)));
+    if (!span.status_message.empty()) {
+      Key(out, "message");
+      AppendString(out, span.status_message);
+    }
+    out->push_back('}');
   }
-  out->append("}}");
+  out->push_back('}');
 }
 
 }  // namespace

@@ -100,15 +100,22 @@ TEST(OtlpJson, SpanListsWrapIntoTheSameRequestAsOneEncoding) {
       0u);
 }
 
-TEST(OtlpJson, RootSpanHasNoParentAndUnsetStatusHasNoMessage) {
+TEST(OtlpJson, RootSpanHasNoParentAndDefaultsAreLeftOut) {
   Span root = ChildOf(TraceContext{}, "gateway.route", SpanKind::kInternal);
-  const json doc = json::parse(EncodeOtlpJson({}, {root}));
+  Span ok = root;
+  ok.status = SpanStatus::kOk;
+  ok.AddEvent("first_token", 5);
+  const json doc = json::parse(EncodeOtlpJson({}, {root, ok}));
   const json& j = doc.at("resourceSpans")[0].at("scopeSpans")[0].at("spans")[0];
   EXPECT_FALSE(j.contains("parentSpanId"));
   EXPECT_FALSE(j.contains("traceState"));
   EXPECT_FALSE(j.contains("events"));
+  EXPECT_FALSE(j.contains("attributes"));  // empty: the protobuf JSON mapping's default
+  EXPECT_FALSE(j.contains("status"));      // unset, no message: the default
   EXPECT_EQ(j.at("kind"), 1);
-  EXPECT_EQ(j.at("status"), json({{"code", 0}}));
+  const json& k = doc.at("resourceSpans")[0].at("scopeSpans")[0].at("spans")[1];
+  EXPECT_EQ(k.at("status"), json({{"code", 1}}));  // OK is not the default: written
+  EXPECT_EQ(k.at("events")[0], json({{"timeUnixNano", "5"}, {"name", "first_token"}}));
 }
 
 TEST(OtlpJson, InvalidUtf8IsReplacedNotThrown) {
