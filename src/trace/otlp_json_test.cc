@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -174,6 +175,50 @@ TEST(OtlpJson, StringsRoundTripAndInvalidUtf8IsReplacedLikeTheReference) {
       EXPECT_EQ(Attr(j.at("attributes"), "k"), json({{"stringValue", expected}}));
       EXPECT_TRUE(Attr(j.at("attributes"), "nan").at("doubleValue").is_null());
     }
+  }
+}
+
+// The escaper scans plain text eight bytes at a time: a character that needs care at every
+// offset of a long string (every lane of every block, and the tail) is still found and written
+// as the reference writes it.
+TEST(OtlpJson, EveryOffsetOfALongStringIsEscaped) {
+  const std::vector<std::string> specials = {"\"", "\\", "\n", std::string(1, '\0'), "\x1f",
+                                             "\x7f", "\xc3\xa9", "\xff", "\xe2\x82"};
+  const std::string plain = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ";
+  for (const std::string& special : specials) {
+    for (size_t at = 0; at <= plain.size(); ++at) {
+      const std::string text = plain.substr(0, at) + special + plain.substr(at);
+      Span s = ChildOf(TraceContext{}, text, SpanKind::kInternal);
+      const json j = json::parse(EncodeOtlpJson({}, {s}))
+                         .at("resourceSpans")[0]
+                         .at("scopeSpans")[0]
+                         .at("spans")[0];
+      const std::string expected =
+          json::parse(json(text).dump(-1, ' ', false, json::error_handler_t::replace));
+      ASSERT_EQ(j.at("name"), expected) << "special " << json(special).dump() << " at " << at;
+    }
+  }
+}
+
+// int64 values (attribute intValue, times) are decimal strings: every digit count, both signs,
+// both limits, as std::to_string writes them.
+TEST(OtlpJson, IntegersAreWrittenAsDecimalStrings) {
+  std::vector<int64_t> values = {0, 1, -1, 9, 10, -10, 99, 100, -100, 101,
+                                 std::numeric_limits<int64_t>::max(),
+                                 std::numeric_limits<int64_t>::min()};
+  for (int64_t p = 10; p <= std::numeric_limits<int64_t>::max() / 10; p *= 10) {
+    values.insert(values.end(), {p - 1, p, p + 1, -p, 7 * p + 3});
+  }
+  for (int64_t v : values) {
+    Span s = ChildOf(TraceContext{}, "n", SpanKind::kInternal);
+    s.start_unix_ns = v;
+    s.AddAttribute("v", v);
+    const json j = json::parse(EncodeOtlpJson({}, {s}))
+                       .at("resourceSpans")[0]
+                       .at("scopeSpans")[0]
+                       .at("spans")[0];
+    EXPECT_EQ(j.at("startTimeUnixNano"), std::to_string(v));
+    EXPECT_EQ(Attr(j.at("attributes"), "v"), json({{"intValue", std::to_string(v)}}));
   }
 }
 
