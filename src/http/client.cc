@@ -178,6 +178,13 @@ asio::awaitable<Status> HttpClient::Connect(Conn& conn, Clock::time_point deadli
 asio::awaitable<HttpResult> HttpClient::Request(std::string method, std::string path,
                                                 std::string body, Clock::time_point deadline,
                                                 BodySink on_body, RequestOptions options) {
+  co_return co_await Request(std::move(method), std::move(path), &body, deadline,
+                             std::move(on_body), std::move(options));
+}
+
+asio::awaitable<HttpResult> HttpClient::Request(std::string method, std::string path,
+                                                std::string* body, Clock::time_point deadline,
+                                                BodySink on_body, RequestOptions options) {
   RequestAbort* abort = options.abort;
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (abort && abort->aborted()) co_return Aborted();
@@ -208,7 +215,7 @@ asio::awaitable<HttpResult> HttpClient::Request(std::string method, std::string 
 }
 
 asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std::string& method,
-                                             const std::string& path, const std::string& body,
+                                             const std::string& path, std::string* body,
                                              Clock::time_point deadline, const BodySink& on_body,
                                              const RequestOptions& options, bool* retry,
                                              bool* keep) {
@@ -223,16 +230,17 @@ asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std:
   req.set(http::field::user_agent, "strata-bench");
   req.keep_alive(true);
   if (!api_key_.empty()) req.set(http::field::authorization, "Bearer " + api_key_);
-  if (!body.empty() || method != "GET") {
+  if (!body->empty() || method != "GET") {
     req.set(http::field::content_type, "application/json");
     req.set(http::field::accept, "text/event-stream, application/json");
-    req.body() = body;
+    req.body().swap(*body);  // lent while it is written (no copy), given back below
     req.prepare_payload();
   }
   for (const auto& [name, value] : options.headers)
     if (!name.empty() && Printable(name) && Printable(value) && !TransportHeader(Lower(name)))
       req.set(name, value);
   co_await http::async_write(conn.stream, req, asio::redirect_error(asio::use_awaitable, ec));
+  body->swap(req.body());  // back to the caller, for a retry on a fresh connection too
   if (ec) {
     *retry = reused && ec != beast::error::timeout;
     out.status = Status::Unavailable(fmt::format("send: {}", Describe(ec)));

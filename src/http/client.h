@@ -114,6 +114,13 @@ class HttpClient {
                                              Clock::time_point deadline, BodySink on_body,
                                              RequestOptions options);
 
+  // The same with a lent body: sent without a copy (moved into the request while it is written)
+  // and back in *body, unchanged, when the request ends — for a caller that resends it or reuses
+  // its buffer (the span exporter's batches are hundreds of KiB).
+  boost::asio::awaitable<HttpResult> Request(std::string method, std::string path,
+                                             std::string* body, Clock::time_point deadline,
+                                             BodySink on_body, RequestOptions options);
+
   // Closes idle connections (in-flight requests keep theirs).
   void CloseIdle();
   const Url& url() const { return url_; }
@@ -125,7 +132,7 @@ class HttpClient {
     boost::beast::flat_buffer buffer;
   };
   boost::asio::awaitable<HttpResult> Once(Conn& conn, bool reused, const std::string& method,
-                                          const std::string& path, const std::string& body,
+                                          const std::string& path, std::string* body,
                                           Clock::time_point deadline, const BodySink& on_body,
                                           const RequestOptions& options, bool* retry, bool* keep);
   // Resolves (once) and connects a new connection; a failure is the returned status.

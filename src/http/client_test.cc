@@ -61,6 +61,7 @@ struct TestServer {
       } else {  // echo what arrived
         nlohmann::json h = nlohmann::json::object();
         for (const auto& [k, v] : req.headers) h[k] = v;
+        h[":body"] = req.body;  // not a header name: no clash
         r.body = h.dump();
       }
       out->Respond(std::move(r));
@@ -221,6 +222,30 @@ TEST(HttpClient, ReusedConnectionClosedWhileIdleIsRetried) {
   EXPECT_TRUE(a.status.ok()) << a.status.ToString();
   EXPECT_TRUE(b.status.ok()) << b.status.ToString();
   EXPECT_EQ(b.http_status, 200);
+  EXPECT_EQ(ts.handled.load(), 2);
+}
+
+// A lent body is sent as it is, sent again on the retry of a kept-alive connection that the server
+// closed while idle, and given back unchanged after each request.
+TEST(HttpClient, LentBodyIsSentOnEveryAttemptAndGivenBack) {
+  TestServer ts(100ms);
+  asio::io_context io;
+  HttpClient client(io, ts.url(), "");
+  const std::string original = "{\"batch\":\"" + std::string(100000, 'x') + "\"}";
+  std::string lent = original;
+  for (int i = 0; i < 2; ++i) {
+    if (i == 1) std::this_thread::sleep_for(300ms);  // the server closes the idle connection
+    std::string echoed;
+    auto r = RunOn(io, client.Request("POST", "/echo", &lent, Clock::now() + 5s,
+                                      [&](std::string_view p) {
+                                        echoed.append(p);
+                                        return Status::Ok();
+                                      },
+                                      {}));
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    EXPECT_EQ(lent, original) << "request " << i;
+    EXPECT_EQ(nlohmann::json::parse(echoed).at(":body"), original) << "request " << i;
+  }
   EXPECT_EQ(ts.handled.load(), 2);
 }
 

@@ -124,9 +124,9 @@ struct Tracer::Impl {
   // Appends one encoded span list of `n` spans (requires mu); false when there is no room.
   bool AppendLocked(std::string_view list, size_t n);
   void Recycle(std::string json);
-  http::HttpResult Post(const std::string& body,
+  http::HttpResult Post(std::string* body,
                         std::optional<std::chrono::milliseconds>* retry_after);
-  asio::awaitable<void> DoPost(const std::string& body, http::HttpClient::RequestOptions ro,
+  asio::awaitable<void> DoPost(std::string* body, http::HttpClient::RequestOptions ro,
                                http::HttpResult* out, bool* done, asio::steady_timer* watch);
   // Aborts the POST in flight once the shutdown's flush deadline passed.
   asio::awaitable<void> Watch(http::RequestAbort* abort, const bool* done,
@@ -183,7 +183,7 @@ void Tracer::Impl::Recycle(std::string json) {
   if (spare.size() < kMaxSpares) spare.push_back(std::move(json));
 }
 
-http::HttpResult Tracer::Impl::Post(const std::string& body,
+http::HttpResult Tracer::Impl::Post(std::string* body,
                                     std::optional<std::chrono::milliseconds>* retry_after) {
   http::HttpResult result;
   http::RequestAbort abort;
@@ -203,7 +203,7 @@ http::HttpResult Tracer::Impl::Post(const std::string& body,
   return result;
 }
 
-asio::awaitable<void> Tracer::Impl::DoPost(const std::string& body,
+asio::awaitable<void> Tracer::Impl::DoPost(std::string* body,
                                            http::HttpClient::RequestOptions ro,
                                            http::HttpResult* out, bool* done,
                                            asio::steady_timer* watch) {
@@ -237,7 +237,7 @@ bool Tracer::Impl::Backoff(std::chrono::milliseconds d) {
 
 void Tracer::Impl::Send(Batch* batch) {
   batch->json.append(OtlpRequestTail());
-  const std::string& body = batch->json;
+  std::string* body = &batch->json;  // lent to each POST (no copy of the batch), given back
   const size_t spans = batch->spans;
   std::chrono::milliseconds backoff = kFirstBackoff;
   for (int attempt = 0;; ++attempt) {
