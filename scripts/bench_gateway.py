@@ -17,6 +17,9 @@ Scenarios:
   tracing        throughput through the gateway with tracing off vs on at 100 % sampling (an
                  in-script OTLP/HTTP sink on 127.0.0.1 takes the spans; the replicas export too
                  when `strata serve` has --otlp-endpoint); target: <= 2 % lower
+  tracing-instructions
+                 the same as instructions per request of the gateway and replicas under
+                 valgrind's callgrind (needs valgrind): a figure the machine's noise cannot move
 
 Usage: scripts/bench_gateway.py SCENARIO [--replicas N] [--reps R] [--model PATH] [--json FILE]
 Python 3 standard library only; needs build/bin/strata.
@@ -38,6 +41,24 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRATA = os.environ.get("STRATA_BIN") or os.path.join(ROOT, "build", "bin", "strata")
 CLIENT_CPUS = ""  # --pin: the CPUs of `strata bench serve`
+CALLGRIND_DIR = ""  # tracing-instructions: gateway and replicas run under callgrind, output here
+
+
+def wrapped(name, args):
+    """`args` as they run: under valgrind's callgrind (output CALLGRIND_DIR/NAME.cg) when set."""
+    if not CALLGRIND_DIR:
+        return args
+    return ["valgrind", "--tool=callgrind", "--dump-instr=no",
+            f"--callgrind-out-file={os.path.join(CALLGRIND_DIR, name + '.cg')}"] + args
+
+
+def callgrind_instructions(path):
+    """The instructions (Ir) a callgrind output file counted, all threads together."""
+    with open(path) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise RuntimeError(f"no totals in {path}")
 
 
 def pin(pid, cpus):
@@ -121,7 +142,8 @@ def metric_by(text, name, label):
 
 
 class Cluster:
-    def __init__(self, a, policy, work, ports=None, gateway_args=(), replica_args=()):
+    def __init__(self, a, policy, work, ports=None, gateway_args=(), replica_args=(),
+                 quiet_polls=False):
         self.work = work
         self.replicas = []
         self.replica_args = list(replica_args)
@@ -137,10 +159,16 @@ class Cluster:
             f.write("routes:\n  - name: default\n    to: general\n")
             f.write(f"balancer:\n  policy: {policy}\n")
             f.write(f"  default_prefill_tokens_per_s: {a.prefill_rate:.0f}\n")
-            f.write("health:\n  interval_ms: 200\n  timeout_ms: 500\n  eject_after_failures: 1\n"
-                    "  ejection_base_ms: 500\n  ejection_max_ms: 2000\n")
+            if quiet_polls:  # time-driven work once a minute: see scenario_tracing_instructions
+                f.write("  metrics_interval_ms: 60000\n  kv_events_interval_ms: 60000\n"
+                        "health:\n  interval_ms: 60000\n  timeout_ms: 30000\n")
+            else:
+                f.write("health:\n  interval_ms: 200\n  timeout_ms: 500\n"
+                        "  eject_after_failures: 1\n  ejection_base_ms: 500\n"
+                        "  ejection_max_ms: 2000\n")
             f.write(f"access_log: {os.environ.get('STRATA_BENCH_ACCESS_LOG', 'off')}\n")
-        self.gateway = Proc([STRATA, "gateway", "--config", cfg, "--port", "0"] + list(gateway_args),
+        self.gateway = Proc(wrapped("gateway", [STRATA, "gateway", "--config", cfg, "--port", "0"] +
+                                    list(gateway_args)),
                             "strata gateway: ready", os.path.join(work, "gateway.log"))
         self.url = f"http://127.0.0.1:{self.gateway.port}"
         for _ in range(200):
@@ -152,17 +180,18 @@ class Cluster:
         time.sleep(1.0)  # first metrics and KV-event polls
 
     def start_replica(self, a, port, i):
-        return Proc([STRATA, "serve", "--model", a.model, "--port", str(port), "--threads", "1",
-                     "--kv-cache-memory", a.kv_cache_memory] + self.replica_args,
+        return Proc(wrapped(f"replica{i}", [STRATA, "serve", "--model", a.model, "--port", str(port),
+                                            "--threads", "1", "--kv-cache-memory",
+                                            a.kv_cache_memory] + self.replica_args),
                     "strata serve: ready", os.path.join(self.work, f"replica{i}.log"))
 
     def replica_metrics(self):
         return [get(u + "/metrics") for u in self.urls]
 
-    def stop(self):
+    def stop(self, replica_signal=signal.SIGKILL):
         self.gateway.kill(signal.SIGTERM)
         for r in self.replicas:
-            r.kill()
+            r.kill(replica_signal)
 
 
 def measure_prefill_rate(a):
@@ -559,10 +588,69 @@ def scenario_tracing(a, work):
     return med
 
 
+def scenario_tracing_instructions(a, work):
+    """Instructions per request of the gateway and the replicas (valgrind's callgrind), tracing off
+    vs on at 100 % sampling: a count that other load on the machine does not move, where
+    throughput on a shared 2-vCPU host swings by more than the 2 % it is asked to resolve. Each
+    mode runs twice, --num-prompts / 5 and --num-prompts requests; the difference divided by the
+    difference in requests is the cost of one request (start-up and shutdown cancel). The
+    gateway's polls (health, /metrics, KV events) run once a minute here: under callgrind a run
+    lasts ~50x longer, and time-driven work would otherwise be counted as per-request work of
+    the slower mode. The client (`strata bench serve`) and the in-script sink are not counted."""
+    global CALLGRIND_DIR
+    sink = OtlpSink()
+    modes = a.tracing_modes.split(",")
+    sizes = (max(1, a.num_prompts // 5), a.num_prompts)
+    ir = {}
+    try:
+        for mode in modes:
+            for n in sizes:
+                CALLGRIND_DIR = os.path.join(work, f"cg-{mode}-{n}")
+                os.makedirs(CALLGRIND_DIR, exist_ok=True)
+                args = ["--otlp-endpoint", sink.url, "--otlp-sample-ratio", "1"] if mode == "on" else []
+                c = Cluster(a, "cost", work, gateway_args=args, replica_args=args, quiet_polls=True)
+                try:
+                    sink.take()
+                    r = bench(c.url, ["--dataset", "random", "--num-prompts", str(n),
+                                      "--random-input-len", "64", "--random-output-len",
+                                      str(a.output_len), "--max-concurrency", str(a.concurrency),
+                                      "--seed", str(max(1, a.seed))], work, mode)
+                    time.sleep(1.0)  # the exporters' last flush
+                finally:
+                    c.stop(replica_signal=signal.SIGTERM)  # callgrind writes its file at exit
+                spans, _ = sink.take()
+                if r["completed"] != n:
+                    raise RuntimeError(f"{mode}, {n} requests: {r['completed']} completed")
+                gw = callgrind_instructions(os.path.join(CALLGRIND_DIR, "gateway.cg"))
+                rp = sum(callgrind_instructions(os.path.join(CALLGRIND_DIR, f"replica{i}.cg"))
+                         for i in range(a.replicas))
+                ir[(mode, n)] = (gw, rp)
+                print(f"  {mode}, {n} requests: gateway {gw / 1e6:.1f} M, replicas {rp / 1e6:.1f} M "
+                      f"instructions, {spans} spans received", flush=True)
+    finally:
+        CALLGRIND_DIR = ""
+        sink.stop()
+    out = {}
+    for mode in modes:
+        (g0, r0), (g1, r1) = ir[(mode, sizes[0])], ir[(mode, sizes[1])]
+        dn = sizes[1] - sizes[0]
+        out[mode] = {"gateway_instructions_per_request": (g1 - g0) / dn,
+                     "replica_instructions_per_request": (r1 - r0) / dn,
+                     "instructions_per_request": (g1 + r1 - g0 - r0) / dn}
+    for mode in modes:
+        if mode != "off" and "off" in modes:
+            for k in ("gateway_instructions_per_request", "replica_instructions_per_request",
+                      "instructions_per_request"):
+                out[f"{k.replace('_per_request', '')}_cost_pct_{mode}"] = 100.0 * (
+                    out[mode][k] / out["off"][k] - 1)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("scenario",
-                    choices=["shared-prefix", "random", "one-prompt", "kill", "overhead", "tracing"])
+                    choices=["shared-prefix", "random", "one-prompt", "kill", "overhead", "tracing",
+                             "tracing-instructions"])
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--model", default=os.path.join(ROOT, "build", "models", "strata-tiny.gguf"))
@@ -608,6 +696,8 @@ def main():
             res = scenario_kill(a, work)
         elif a.scenario == "tracing":
             res = scenario_tracing(a, work)
+        elif a.scenario == "tracing-instructions":
+            res = scenario_tracing_instructions(a, work)
         else:
             res = scenario_overhead(a, work)
     res = {"scenario": a.scenario, "cpu": cpu_name(), "args": vars(a), "result": res}

@@ -8,12 +8,12 @@
 // every span of every sampled request, and a tree of nlohmann values cost ~15x more per span.
 // Strings are escaped per RFC 8259; invalid UTF-8 (a client's model name, say) is replaced by
 // U+FFFD, never an exception; a non-finite double is written as null.
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
 #include <span>
 #include <string>
 #include <string_view>
@@ -122,19 +122,25 @@ class Writer {
 // The index of the first byte of s at or after `i` that a JSON string cannot hold as it is (a
 // control character, '"', '\\', or any byte >= 0x80, which the slow path checks as UTF-8); s.size()
 // when there is none. Eight bytes a step (SWAR) on the common path: nearly every string is plain.
-size_t PlainRunEnd(std::string_view s, size_t i) {
+// Whether any of the 8 bytes at p is < 0x20, '"', '\\' or >= 0x80. Each "zero byte" test can
+// flag a byte above a real match, never miss one, so false means all 8 are plain.
+bool AnyNeedsCare(const char* p) {
   constexpr uint64_t kOnes = 0x0101010101010101ULL;
   constexpr uint64_t kHigh = 0x8080808080808080ULL;
+  uint64_t x;
+  std::memcpy(&x, p, 8);
+  const uint64_t quote = x ^ (kOnes * '"');
+  const uint64_t slash = x ^ (kOnes * '\\');
+  return (((x - kOnes * 0x20) | (quote - kOnes) | (slash - kOnes) | x) & kHigh) != 0;
+}
+
+size_t PlainRunEnd(std::string_view s, size_t i) {
   for (; i + 8 <= s.size(); i += 8) {
-    uint64_t x;
-    std::memcpy(&x, s.data() + i, 8);
-    const uint64_t quote = x ^ (kOnes * '"');
-    const uint64_t slash = x ^ (kOnes * '\\');
-    // A byte's high bit set in `bad` where the byte is < 0x20, '"', '\\' or >= 0x80 (each "zero
-    // byte" test can flag a byte above a real match, never miss one; the exact byte is found
-    // below).
-    const uint64_t bad = ((x - kOnes * 0x20) | (quote - kOnes) | (slash - kOnes) | x) & kHigh;
-    if (bad != 0) break;
+    if (AnyNeedsCare(s.data() + i)) break;
+  }
+  // The tail: the string's last 8 bytes at once (overlapping what was checked) when it has 8.
+  if (i + 8 > s.size() && s.size() >= 8 && !AnyNeedsCare(s.data() + s.size() - 8)) {
+    return s.size();
   }
   for (; i < s.size(); ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
@@ -169,7 +175,10 @@ void Writer::Escaped(std::string_view s, size_t i) {
       ++i;
     } else if (c < 0x20) {
       char* p = Room(6);
-      std::memcpy(p, "\\u00", 4);
+      p[0] = '\\';
+      p[1] = 'u';
+      p[2] = '0';
+      p[3] = '0';
       p[4] = kHex[c >> 4];
       p[5] = kHex[c & 0xF];
       p_ = p + 6;

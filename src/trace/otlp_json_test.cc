@@ -119,6 +119,19 @@ TEST(OtlpJson, RootSpanHasNoParentAndDefaultsAreLeftOut) {
   EXPECT_EQ(k.at("events")[0], json({{"timeUnixNano", "5"}, {"name", "first_token"}}));
 }
 
+// The one span of a request that encodes `s` alone, parsed back.
+json EncodedAlone(const Span& s) {
+  return json::parse(EncodeOtlpJson({}, {s}))
+      .at("resourceSpans")[0]
+      .at("scopeSpans")[0]
+      .at("spans")[0];
+}
+
+// What the independent reference (nlohmann-json, invalid UTF-8 replaced) makes of `text`.
+std::string ReferenceText(const std::string& text) {
+  return json::parse(json(text).dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
 TEST(OtlpJson, InvalidUtf8IsReplacedNotThrown) {
   Span s = ChildOf(TraceContext{}, "chat \xff\xfe", SpanKind::kServer);
   s.AddAttribute("gen_ai.request.model", std::string("m\xc3"));
@@ -162,12 +175,8 @@ TEST(OtlpJson, StringsRoundTripAndInvalidUtf8IsReplacedLikeTheReference) {
       Span s = ChildOf(TraceContext{}, text, SpanKind::kInternal);
       s.AddAttribute("k", text);
       s.AddAttribute("nan", std::nan(""));
-      const json j = json::parse(EncodeOtlpJson({}, {s}))
-                         .at("resourceSpans")[0]
-                         .at("scopeSpans")[0]
-                         .at("spans")[0];
-      const std::string expected =
-          json::parse(json(text).dump(-1, ' ', false, json::error_handler_t::replace));
+      const json j = EncodedAlone(s);
+      const std::string expected = ReferenceText(text);
       if (set == &valid) {
         EXPECT_EQ(expected, text);  // the reference keeps valid text
       }
@@ -182,19 +191,15 @@ TEST(OtlpJson, StringsRoundTripAndInvalidUtf8IsReplacedLikeTheReference) {
 // offset of a long string (every lane of every block, and the tail) is still found and written
 // as the reference writes it.
 TEST(OtlpJson, EveryOffsetOfALongStringIsEscaped) {
-  const std::vector<std::string> specials = {"\"", "\\", "\n", std::string(1, '\0'), "\x1f",
-                                             "\x7f", "\xc3\xa9", "\xff", "\xe2\x82"};
+  const std::vector<std::string> specials = {
+      "\"", "\\", "\n", std::string(1, '\0'), "\x1f", "\x7f", "\xc3\xa9", "\xff", "\xe2\x82"};
   const std::string plain = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ";
   for (const std::string& special : specials) {
     for (size_t at = 0; at <= plain.size(); ++at) {
       const std::string text = plain.substr(0, at) + special + plain.substr(at);
       Span s = ChildOf(TraceContext{}, text, SpanKind::kInternal);
-      const json j = json::parse(EncodeOtlpJson({}, {s}))
-                         .at("resourceSpans")[0]
-                         .at("scopeSpans")[0]
-                         .at("spans")[0];
-      const std::string expected =
-          json::parse(json(text).dump(-1, ' ', false, json::error_handler_t::replace));
+      const json j = EncodedAlone(s);
+      const std::string expected = ReferenceText(text);
       ASSERT_EQ(j.at("name"), expected) << "special " << json(special).dump() << " at " << at;
     }
   }
@@ -203,9 +208,9 @@ TEST(OtlpJson, EveryOffsetOfALongStringIsEscaped) {
 // int64 values (attribute intValue, times) are decimal strings: every digit count, both signs,
 // both limits, as std::to_string writes them.
 TEST(OtlpJson, IntegersAreWrittenAsDecimalStrings) {
-  std::vector<int64_t> values = {0, 1, -1, 9, 10, -10, 99, 100, -100, 101,
-                                 std::numeric_limits<int64_t>::max(),
-                                 std::numeric_limits<int64_t>::min()};
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  std::vector<int64_t> values = {0, 1, -1, 9, 10, -10, 99, 100, -100, 101, kMax, kMin};
   for (int64_t p = 10; p <= std::numeric_limits<int64_t>::max() / 10; p *= 10) {
     values.insert(values.end(), {p - 1, p, p + 1, -p, 7 * p + 3});
   }
@@ -213,10 +218,7 @@ TEST(OtlpJson, IntegersAreWrittenAsDecimalStrings) {
     Span s = ChildOf(TraceContext{}, "n", SpanKind::kInternal);
     s.start_unix_ns = v;
     s.AddAttribute("v", v);
-    const json j = json::parse(EncodeOtlpJson({}, {s}))
-                       .at("resourceSpans")[0]
-                       .at("scopeSpans")[0]
-                       .at("spans")[0];
+    const json j = EncodedAlone(s);
     EXPECT_EQ(j.at("startTimeUnixNano"), std::to_string(v));
     EXPECT_EQ(Attr(j.at("attributes"), "v"), json({{"intValue", std::to_string(v)}}));
   }

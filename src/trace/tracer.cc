@@ -124,8 +124,7 @@ struct Tracer::Impl {
   // Appends one encoded span list of `n` spans (requires mu); false when there is no room.
   bool AppendLocked(std::string_view list, size_t n);
   void Recycle(std::string json);
-  http::HttpResult Post(std::string* body,
-                        std::optional<std::chrono::milliseconds>* retry_after);
+  http::HttpResult Post(std::string* body, std::optional<std::chrono::milliseconds>* retry_after);
   asio::awaitable<void> DoPost(std::string* body, http::HttpClient::RequestOptions ro,
                                http::HttpResult* out, bool* done, asio::steady_timer* watch);
   // Aborts the POST in flight once the shutdown's flush deadline passed.
@@ -203,8 +202,7 @@ http::HttpResult Tracer::Impl::Post(std::string* body,
   return result;
 }
 
-asio::awaitable<void> Tracer::Impl::DoPost(std::string* body,
-                                           http::HttpClient::RequestOptions ro,
+asio::awaitable<void> Tracer::Impl::DoPost(std::string* body, http::HttpClient::RequestOptions ro,
                                            http::HttpResult* out, bool* done,
                                            asio::steady_timer* watch) {
   const auto deadline = Clock::now() + options.export_timeout;
