@@ -20,6 +20,9 @@ Scenarios:
   tracing-instructions
                  the same as instructions per request of the gateway and replicas under
                  valgrind's callgrind (needs valgrind): a figure the machine's noise cannot move
+  tracing-side-by-side
+                 both modes at once, one cluster each, sharing the CPUs: the throughput ratio
+                 over the same window (--duration seconds), so outside load slows both alike
 
 Usage: scripts/bench_gateway.py SCENARIO [--replicas N] [--reps R] [--model PATH] [--json FILE]
 Python 3 standard library only; needs build/bin/strata.
@@ -671,11 +674,81 @@ def scenario_tracing_instructions(a, work):
     return out
 
 
+def scenario_tracing_side_by_side(a, work):
+    """Two clusters at once, one per mode (e.g. off,on; off,off measures the method's own spread),
+    each with its own gateway, replica and client, sharing the machine: with --pin the replicas
+    share the first CPU list and the gateways and clients the second. Load from outside (a
+    neighbour on the host, frequency changes) then slows both alike, where runs one after the
+    other see different moments of it. Each mode's throughput is its gateway's completed
+    requests over the same window (after a warm-up); the figure is the ratio, second mode over
+    first, median over --reps, with the modes' start order alternating. A cluster whose
+    requests cost more CPU gets fewer of them through when the CPUs are shared, so the ratio
+    reads the cost as throughput."""
+    sink = OtlpSink()
+    modes = a.tracing_modes.split(",")
+    if len(modes) != 2:
+        raise RuntimeError("tracing-side-by-side compares exactly two modes, e.g. off,on")
+    warmup, window = 2.0, a.duration
+    ratios = []
+    try:
+        for rep in range(a.reps):
+            order = [0, 1] if rep % 2 == 0 else [1, 0]
+            clusters = [None, None]
+            clients = []
+            try:
+                for i in order:
+                    d = os.path.join(work, f"cluster{i}")
+                    os.makedirs(d, exist_ok=True)
+                    args = (["--otlp-endpoint", sink.url, "--otlp-sample-ratio", "1"]
+                            if modes[i] == "on" else [])
+                    c = Cluster(a, "cost", d, gateway_args=args, replica_args=args)
+                    clusters[i] = c
+                    if a.pin:
+                        replica_cpus, other_cpus = a.pin.split(":")
+                        for x in c.replicas:
+                            pin(x.p.pid, replica_cpus)
+                        pin(c.gateway.p.pid, other_cpus)
+                for i in order:
+                    cmd = [STRATA, "bench", "serve", "--base-url", clusters[i].url, "--no-progress",
+                           "--dataset", "random",
+                           "--num-prompts", str(int(3000 * (warmup + window + 5))),
+                           "--random-input-len", "64", "--random-output-len", str(a.output_len),
+                           "--max-concurrency", str(a.concurrency), "--seed", str(rep + 1),
+                           "--max-duration-s", str(warmup + window + 30)]
+                    if CLIENT_CPUS:
+                        cmd = ["taskset", "-c", CLIENT_CPUS] + cmd
+                    clients.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                                    stderr=subprocess.DEVNULL))
+                time.sleep(warmup)
+                done0 = [metric_sum(get(c.url + "/metrics"), "strata_gateway:requests_total")
+                         for c in clusters]
+                t0 = time.time()
+                time.sleep(window)
+                done1 = [metric_sum(get(c.url + "/metrics"), "strata_gateway:requests_total")
+                         for c in clusters]
+                t1 = time.time()
+            finally:
+                for p in clients:
+                    p.kill()
+                    p.wait()
+                for c in clusters:
+                    if c:
+                        c.stop()
+            rates = [(y - x) / (t1 - t0) for x, y in zip(done0, done1)]
+            ratios.append(rates[1] / rates[0])
+            print(f"  rep {rep + 1}: {modes[0]} {rates[0]:.1f} req/s, {modes[1]} {rates[1]:.1f} req/s,"
+                  f" ratio {ratios[-1]:.4f}", flush=True)
+    finally:
+        sink.stop()
+    return {"modes": modes, "ratios": ratios, "median_ratio": statistics.median(ratios),
+            f"request_throughput_cost_pct_{modes[1]}": 100.0 * (1 - statistics.median(ratios))}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("scenario",
                     choices=["shared-prefix", "random", "one-prompt", "kill", "overhead", "tracing",
-                             "tracing-instructions"])
+                             "tracing-instructions", "tracing-side-by-side"])
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--model", default=os.path.join(ROOT, "build", "models", "strata-tiny.gguf"))
@@ -723,6 +796,8 @@ def main():
             res = scenario_tracing(a, work)
         elif a.scenario == "tracing-instructions":
             res = scenario_tracing_instructions(a, work)
+        elif a.scenario == "tracing-side-by-side":
+            res = scenario_tracing_side_by_side(a, work)
         else:
             res = scenario_overhead(a, work)
     res = {"scenario": a.scenario, "cpu": cpu_name(), "args": vars(a), "result": res}
