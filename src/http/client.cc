@@ -214,6 +214,18 @@ asio::awaitable<HttpResult> HttpClient::Request(std::string method, std::string 
   co_return Fail(Status::Internal("unreachable"));
 }
 
+namespace {
+// Swaps a lent string back to its owner when the scope ends.
+struct GiveBack {
+  GiveBack(std::string* owner, std::string* holder) : owner(owner), holder(holder) {}
+  std::string* owner;
+  std::string* holder;
+  GiveBack(const GiveBack&) = delete;
+  GiveBack& operator=(const GiveBack&) = delete;
+  ~GiveBack() { owner->swap(*holder); }
+};
+}  // namespace
+
 asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std::string& method,
                                              const std::string& path, std::string* body,
                                              Clock::time_point deadline, const BodySink& on_body,
@@ -233,14 +245,15 @@ asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std:
   if (!body->empty() || method != "GET") {
     req.set(http::field::content_type, "application/json");
     req.set(http::field::accept, "text/event-stream, application/json");
-    req.body().swap(*body);  // lent while it is written (no copy), given back below
+    req.body().swap(*body);  // lent while it is written (no copy)
     req.prepare_payload();
   }
+  // Given back however this attempt ends (before `req` goes), for a retry on a fresh connection.
+  const GiveBack give_back{body, &req.body()};
   for (const auto& [name, value] : options.headers)
     if (!name.empty() && Printable(name) && Printable(value) && !TransportHeader(Lower(name)))
       req.set(name, value);
   co_await http::async_write(conn.stream, req, asio::redirect_error(asio::use_awaitable, ec));
-  body->swap(req.body());  // back to the caller, for a retry on a fresh connection too
   if (ec) {
     *retry = reused && ec != beast::error::timeout;
     out.status = Status::Unavailable(fmt::format("send: {}", Describe(ec)));
