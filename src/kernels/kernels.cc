@@ -116,7 +116,9 @@ bool InitialBf16Dot() {
     const size_t comma = rest.find(',');
     const std::string_view item = rest.substr(0, comma);
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (item == "bf16-fma") {
+    if (item.find('=') != std::string_view::npos) {
+      // a decode item (`q4_0=avx2`): variants.cc
+    } else if (item == "bf16-fma") {
       on = false;
     } else if (item == "bf16-dot") {
       on = Bf16DotAvailable();
@@ -430,6 +432,14 @@ std::vector<KernelVariant> DescribeKernels() {
       v = {t, w + " FMA tile", w + " FMA tile, 4 tokens per weight read", "rows (as stored)",
            t == DType::kF32 ? "f32 FMA" : "weights widened to f32 in registers, f32 FMA"};
     }
+    if ((qx0 || kq) && avx512 && PreferredLayout(t) == WeightLayout::kPanels16) {
+      const DecodeChoice c = ChosenDecodeVariant(t);
+      if (c.variant == DecodeVariant::kAvx2)
+        v.decode = kq ? "avx2 GEMV on 16-row K-quant panels (vpmaddubsw + vpmaddwd, the same bits)"
+                      : "avx2 GEMV on 16-row interleaved panels (vpmaddubsw, the same bits)";
+      v.decode +=
+          " [decode variant " + std::string(DecodeVariantName(c.variant)) + ": " + c.why + "]";
+    }
     out.push_back(std::move(v));
   }
   return out;
@@ -658,12 +668,31 @@ void ReadRow(const WeightMatrix& w, size_t r, void* dst) {
 
 namespace {
 
+// At the avx512 level: these jobs are a decode (the GEMV's token counts) of one integer type on
+// kPanels16 whose decode variant is the avx2 GEMV (kernels.h: DecodeVariant; the same bits).
+bool DecodeOnAvx2Variant(std::span<const internal::QxJob> jobs, size_t n_tokens, bool amx) {
+  if (jobs.empty()) return false;
+  const DType t = jobs[0].w->type;
+  const bool qx0 = t == DType::kQ4_0 || t == DType::kQ8_0;
+  if (n_tokens >= (qx0 && amx ? internal::kAmxMinTokens : internal::kGemmMinTokens)) return false;
+  for (const internal::QxJob& j : jobs)
+    if (j.w->type != t || j.w->layout != WeightLayout::kPanels16 || j.w->cols != jobs[0].w->cols)
+      return false;
+  return internal::DecodeOnAvx2(t);
+}
+
 // The whole-MatMul kernels of the SIMD levels (kernels_internal.h: Avx512MatMul, Avx2MatMulQx0):
 // false when the level has none for these jobs (the caller then uses the tile kernels).
 bool WholeMatMul(Isa isa, std::span<const internal::QxJob> jobs, const float* x, size_t x_stride,
                  size_t n_tokens, ThreadPool* pool) {
-  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512))
+  if (static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512)) {
+    if (DecodeOnAvx2Variant(jobs, n_tokens, isa == Isa::kAmx)) {
+      internal::CountAvx2Decode();
+      return internal::Avx2MatMulQx0(jobs, x, x_stride, n_tokens, pool) ||
+             internal::Avx2MatMulKQuant(jobs, x, x_stride, n_tokens, pool);
+    }
     return internal::Avx512MatMul(jobs, x, x_stride, n_tokens, pool, isa == Isa::kAmx);
+  }
   if (isa == Isa::kAvx2)
     return internal::Avx2MatMulQx0(jobs, x, x_stride, n_tokens, pool) ||
            internal::Avx2MatMulKQuant(jobs, x, x_stride, n_tokens, pool);

@@ -16,11 +16,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
 
@@ -50,6 +52,41 @@ void SetIsa(Isa isa);
 bool Bf16DotAvailable();   // cpuid AVX512_BF16, and the avx512 level detected
 bool Bf16DotActive();      // the variant chosen (applies while the active ISA is avx512 or amx)
 void SetBf16Dot(bool on);  // tests, benchmarks (clamped to Bf16DotAvailable); as SetIsa
+
+// Decode GEMV variants of the integer types (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) on kPanels16 weights at
+// the avx512 and amx levels. Two GEMVs read the same panel bytes and compute the same exact
+// integers and fold, so they give the same bits: "vnni512" (the avx512 level's: 512-bit vpdpbusd,
+// 16 rows per vector) and "avx2" (the avx2 level's: 256-bit vpmaddubsw + vpmaddwd, 8 rows per
+// half-panel; no VNNI). Which one streams faster depends on the core (how it runs 512-bit
+// operations and VNNI), so each type's is decided once per process, at its first decode: the
+// CPU family's entry in a table (variants.cc), then, unless STRATA_KERNEL_SELF_TIMING=0, a short
+// self-timing (one thread, a 64-row matrix in L2, ~1-2 ms) that moves to the other variant only
+// when it is at least 10 % faster. STRATA_KERNEL_VARIANT items `q4_0=avx2`, `q4_K=vnni512`, ...
+// force one (all five: `int=avx2`). Only bit-identical variants are chosen by timing: BF16's
+// bf16-dot / bf16-fma, which differ in the last bits, follow the CPU's flags alone, so outputs
+// stay the same from run to run on one machine.
+enum class DecodeVariant { kVnni512 = 0, kAvx2 = 1 };
+std::string_view DecodeVariantName(DecodeVariant v);
+struct DecodeChoice {
+  DecodeVariant variant = DecodeVariant::kVnni512;
+  std::string why;  // the table entry, the env item, or the self-timing's figures
+};
+// t's decode variant (types other than the five: vnni512, "n/a"). Thread-safe; the first call per
+// type (per process) may run the self-timing on the calling thread.
+DecodeChoice ChosenDecodeVariant(DType t);
+// Forces t's variant for this process (tests, benchmarks); std::nullopt goes back to the decided
+// one. As SetIsa: not to be called while kernels run.
+void SetDecodeVariant(DType t, std::optional<DecodeVariant> v);
+// The table's entry for this CPU (no timing): what ChosenDecodeVariant starts from.
+DecodeChoice TableDecodeVariant(DType t);
+// Parses a STRATA_KERNEL_VARIANT value's decode items (`<type>=vnni512|avx2`, `int=...` for all
+// five types; other items such as bf16-dot are skipped): the forced variant per type, or an
+// error naming the bad item. Exposed for tests.
+struct DecodeOverride {
+  DType type;
+  DecodeVariant variant;
+};
+Result<std::vector<DecodeOverride>> ParseDecodeOverrides(std::string_view value);
 
 // True if MatMul / DequantizeRow support weights of this type.
 bool IsSupported(DType t);

@@ -24,6 +24,21 @@ namespace strata::kernels::internal {
 // Largest number of tokens a tile kernel handles per pass over a weight row.
 constexpr int kMaxTileTokens = 4;
 
+// The avx512 level's integer MatMuls (Q4_0/Q8_0, K-quants) run fewer than kGemmMinTokens tokens
+// through the GEMV (the decode path), more through the GEMM; with AMX, Q4_0/Q8_0 take the tiles
+// from kAmxMinTokens tokens.
+constexpr size_t kGemmMinTokens = 6;
+constexpr size_t kAmxMinTokens = 4;
+
+// True when MatMul should run this integer-type decode (n_tokens through the GEMV) on the avx2
+// level's 256-bit panel GEMV instead of the avx512 one: the type's decode variant (variants.cc;
+// kernels.h: ChosenDecodeVariant). Both give the same bits. The first call per type may time them.
+bool DecodeOnAvx2(DType t);
+// MatMuls at the avx512 / amx level that DecodeOnAvx2 sent to the avx2 GEMV (tests check that the
+// switch reaches the kernels: both variants give the same bits, so outputs cannot tell).
+uint64_t Avx2DecodeCount();
+void CountAvx2Decode();
+
 // Storage format of the converted activations that are multiplied with weights of type `w`:
 // Q4_0/Q8_0 -> Q8_0, Q4_K/Q5_K/Q6_K -> Q8_K, F16/BF16/F32 -> F32. For F16 (BF16) weights the f32
 // values are first rounded to f16 (bf16), as ggml converts activations to the weight's type; they

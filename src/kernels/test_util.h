@@ -28,6 +28,19 @@ class IsaGuard {
   Isa saved_;
 };
 
+// Forces type t's decode variant (kernels.h: DecodeVariant) for a scope, then back to the
+// process's choice.
+class DecodeVariantGuard {
+ public:
+  DecodeVariantGuard(DType t, DecodeVariant v) : t_(t) { SetDecodeVariant(t, v); }
+  ~DecodeVariantGuard() { SetDecodeVariant(t_, std::nullopt); }
+  DecodeVariantGuard(const DecodeVariantGuard&) = delete;
+  DecodeVariantGuard& operator=(const DecodeVariantGuard&) = delete;
+
+ private:
+  DType t_;
+};
+
 // Sets the BF16 kernel variant (kernels.h: bf16-dot or bf16-fma) for a scope and restores it.
 class Bf16DotGuard {
  public:

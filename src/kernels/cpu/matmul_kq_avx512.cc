@@ -42,10 +42,9 @@ namespace {
 #define QK_ENTRY __attribute__((target(QK_TARGET), noinline))
 
 constexpr size_t kPanel = kPanelRows;
-constexpr size_t kGroup = 16;         // tokens per GEMM lane group
-constexpr int kTileRows = 4;          // rows per GEMM register tile
-constexpr size_t kGemmMinTokens = 6;  // below this, tokens go through the GEMV 4, 2 or 1 at a time
-constexpr size_t kSb = 256;           // values per super-block
+constexpr size_t kGroup = 16;  // tokens per GEMM lane group
+constexpr int kTileRows = 4;   // rows per GEMM register tile
+constexpr size_t kSb = 256;    // values per super-block
 // GEMM activation group, per super-block: 64 vectors of u8 quads (y + 128) of the 16 tokens, 4
 // vectors of sub-block sum pairs (int16 bsum_2p | bsum_2p+1 << 16), 16 dx floats.
 constexpr size_t kGroupQuadsBytes = 64 * 64, kGroupBsOff = kGroupQuadsBytes,

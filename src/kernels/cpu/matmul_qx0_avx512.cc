@@ -43,10 +43,9 @@ namespace {
 #define QX_FN static inline __attribute__((target(QX_TARGET), always_inline))
 #define QX_ENTRY __attribute__((target(QX_TARGET), noinline))
 
-constexpr size_t kGroup = 16;         // tokens per GEMM lane group
-constexpr size_t kPanel = 16;         // rows per GEMV panel / GEMM weight panel
-constexpr int kTileRows = 4;          // rows per GEMM register tile
-constexpr size_t kGemmMinTokens = 6;  // below this, tokens go through the GEMV one by one
+constexpr size_t kGroup = 16;                     // tokens per GEMM lane group
+constexpr size_t kPanel = 16;                     // rows per GEMV panel / GEMM weight panel
+constexpr int kTileRows = 4;                      // rows per GEMM register tile
 constexpr size_t kGroupBlockBytes = 8 * 64 + 64;  // 8 vectors of u8 quads + 16 dx floats
 
 // Per-token activation pack: qs (64 bytes per block pair; Q8_0 weights: natural order; Q4_0:
@@ -559,9 +558,6 @@ QX_ENTRY void GemvPanels(const WeightMatrix& w, size_t r0, size_t r1, const char
     for (; t < n_tokens; ++t) PanelGemvStore<kQ4, 1>(panel, g, pack, l, t, mask, yp, y_stride);
   }
 }
-
-// From this many tokens the kAmx level multiplies on AMX tiles (both layouts).
-constexpr size_t kAmxMinTokens = 4;
 
 #if defined(STRATA_KERNELS_AMX)
 // ---- AMX-INT8 GEMM (kAmx level, >= kAmxMinTokens tokens) ----
