@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -167,9 +166,16 @@ std::array<double, 2> TimeVariants(DType t) {
   return best;
 }
 
+// STRATA_KERNEL_SELF_TIMING: unset or 1 on, 0 off; anything else is reported and read as on.
 bool SelfTimingEnabled() {
-  const char* env = std::getenv("STRATA_KERNEL_SELF_TIMING");
-  return env == nullptr || std::string_view(env) != "0";
+  static const bool kOn = [] {
+    const char* env = std::getenv("STRATA_KERNEL_SELF_TIMING");
+    if (env == nullptr || *env == '\0' || std::string_view(env) == "1") return true;
+    if (std::string_view(env) == "0") return false;
+    std::fprintf(stderr, "strata: ignoring STRATA_KERNEL_SELF_TIMING=%s (use 0 or 1)\n", env);
+    return true;
+  }();
+  return kOn;
 }
 
 // ---- STRATA_KERNEL_VARIANT's decode items ----
@@ -179,16 +185,10 @@ std::optional<DecodeVariant> VariantByName(std::string_view name) {
   return std::nullopt;
 }
 
+// One of the five integer types by its GGUF name, any case (tensor/dtype.h: ParseDType).
 std::optional<DType> IntTypeByName(std::string_view name) {
-  for (DType t : kIntTypes) {
-    const std::string_view n = DTypeName(t);
-    if (n.size() == name.size() && std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) {
-          return std::tolower(static_cast<unsigned char>(a)) ==
-                 std::tolower(static_cast<unsigned char>(b));
-        }))
-      return t;
-  }
-  return std::nullopt;
+  const std::optional<DType> t = ParseDType(name);
+  return t && IntTypeIndex(*t) >= 0 ? t : std::nullopt;
 }
 
 // The decision per type: forced (SetDecodeVariant; -1 none), decided (-1 not yet), and why.
