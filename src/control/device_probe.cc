@@ -13,6 +13,8 @@
 #include <memory>
 #include <thread>
 
+#include "base/page_memory.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -220,17 +222,13 @@ Rate MemoryBandwidthGbps(int threads, size_t bytes) {
   const size_t words = bytes / sizeof(uint64_t) / static_cast<size_t>(threads * 64) *
                        static_cast<size_t>(threads * 64);
   if (words == 0) return {};
-  // 2 MiB aligned, so that where transparent huge pages are on ("always") the first touch faults
-  // a few hundred pages, not tens of thousands (the fault cost would dominate the probe). No
-  // MADV_HUGEPAGE: with THP's usual defrag setting that advice makes the fault compact memory
-  // synchronously, which stalled the probe for seconds.
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t alloc = (words * sizeof(uint64_t) + kHuge - 1) / kHuge * kHuge;
-  auto buf = std::unique_ptr<uint64_t[], void (*)(void*)>(
-      static_cast<uint64_t*>(std::aligned_alloc(kHuge, alloc)), std::free);
-  if (!buf) return {};
+  // The memory the repacked weights live in (base/page_memory.h: 2 MiB aligned, advised for
+  // transparent huge pages), so that decode's roofline compares like with like; huge pages also
+  // keep the first touch to a few hundred faults, not tens of thousands.
+  Result<PageMemory> mem = PageMemory::Allocate(words * sizeof(uint64_t));
+  if (!mem.ok()) return {};
+  auto* base = reinterpret_cast<uint64_t*>(mem->data());
   const size_t per = words / static_cast<size_t>(threads);
-  uint64_t* base = buf.get();
   // First touch from the threads that will read (pages land near them).
   TimeParallel(threads, [&](int t) {
     uint64_t* p = base + per * static_cast<size_t>(t);

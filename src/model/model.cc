@@ -216,15 +216,15 @@ Result<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<gguf::GgufFile> f
   m->file_ = std::move(file);
   // The matrices the forward pass multiplies, in the layout the kernels run fastest on. A tied
   // output matrix is the embedding table: repacked once, Embed reads its rows back.
+  std::vector<kernels::WeightMatrix*> all;
   for (LayerWeights& L : m->layers_)
     for (kernels::WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      RETURN_IF_ERROR(m->Repack(w));
-  RETURN_IF_ERROR(m->Repack(&m->output_));
+      all.push_back(w);
+  all.push_back(&m->output_);
+  RETURN_IF_ERROR(m->RepackAll(all));
   if (c.tied_embeddings) m->token_embd_ = m->output_;
   return m;
 }
-
-void Model::FreeDeleter::operator()(void* p) const { std::free(p); }
 
 uint64_t Model::decode_bytes() const {
   uint64_t n = output_.rows * output_.row_bytes;
@@ -235,21 +235,37 @@ uint64_t Model::decode_bytes() const {
   return n;
 }
 
-Status Model::Repack(kernels::WeightMatrix* w) {
-  const kernels::WeightLayout want = kernels::PreferredLayout(w->type);
-  if (w->layout == want) return Status::Ok();
-  const size_t bytes = kernels::PanelLayoutBytes(w->type, w->rows, w->cols);
-  if (bytes == 0) return Status::Ok();
-  void* dst = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (dst == nullptr)
-    return Status::ResourceExhausted("cannot allocate " + std::to_string(bytes) +
-                                     " bytes to repack a weight matrix");
-  repacked_.emplace_back(dst);
-  kernels::PackPanels(*w, dst);
-  file_->ReleasePages(w->data, w->rows * w->row_bytes);
-  w->data = dst;
-  w->layout = want;
-  repacked_bytes_ += bytes;
+// Bytes of w in its preferred layout when that differs from the stored one, else 0.
+static size_t RepackedBytes(const kernels::WeightMatrix& w) {
+  if (w.layout == kernels::PreferredLayout(w.type)) return 0;
+  return kernels::PanelLayoutBytes(w.type, w.rows, w.cols);
+}
+
+Status Model::RepackAll(const std::vector<kernels::WeightMatrix*>& ws) {
+  // One mapping for all of them, each at a 64-byte boundary, on huge pages where the system
+  // allows (base/page_memory.h: fewer TLB misses while decode streams them, fewer page faults
+  // while they are written here).
+  uint64_t total = 0;
+  for (const kernels::WeightMatrix* w : ws) total += (RepackedBytes(*w) + 63) / 64 * 64;
+  if (total == 0) return Status::Ok();
+  Result<PageMemory> mem = PageMemory::Allocate(total);
+  if (!mem.ok()) {
+    return Status::ResourceExhausted(
+        "cannot allocate " + std::to_string(total) +
+        " bytes for the repacked weight matrices: " + mem.status().message());
+  }
+  repacked_ = std::move(*mem);
+  uint8_t* dst = repacked_.data();
+  for (kernels::WeightMatrix* w : ws) {
+    const size_t bytes = RepackedBytes(*w);
+    if (bytes == 0) continue;
+    kernels::PackPanels(*w, dst);
+    file_->ReleasePages(w->data, w->rows * w->row_bytes);
+    w->data = dst;
+    w->layout = kernels::PreferredLayout(w->type);
+    repacked_bytes_ += bytes;
+    dst += (bytes + 63) / 64 * 64;
+  }
   return Status::Ok();
 }
 

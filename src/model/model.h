@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "base/page_memory.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "gguf/gguf.h"
@@ -95,12 +96,10 @@ class Model {
   uint64_t repacked_bytes() const { return repacked_bytes_; }
 
  private:
-  struct FreeDeleter {
-    void operator()(void* p) const;
-  };
   Model() = default;
-  // Moves *w to kernels::PreferredLayout(w->type) when that is not the stored layout.
-  Status Repack(kernels::WeightMatrix* w);
+  // Moves each matrix to kernels::PreferredLayout(w->type) where that is not the stored layout,
+  // all of them into one mapping (repacked_).
+  Status RepackAll(const std::vector<kernels::WeightMatrix*>& ws);
   std::unique_ptr<gguf::GgufFile> file_;
   ModelConfig config_;
   kernels::WeightMatrix token_embd_, output_;
@@ -108,7 +107,7 @@ class Model {
   std::vector<LayerWeights> layers_;
   uint64_t weight_bytes_ = 0;
   uint64_t repacked_bytes_ = 0;
-  std::vector<std::unique_ptr<void, FreeDeleter>> repacked_;  // storage of repacked matrices
+  PageMemory repacked_;  // storage of the repacked matrices
 };
 
 }  // namespace strata::model

@@ -1,8 +1,5 @@
 #include "engine/kv/kv_storage.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #include <immintrin.h>
@@ -175,22 +172,13 @@ int NumBlocksForBudget(const KvLayout& per_block_layout, uint64_t bytes) {
 
 // ---- KvStorage ----
 
-void KvStorage::MapDeleter::operator()(uint8_t* p) const {
-  if (p != nullptr) munmap(p, bytes);
-}
-
-KvStorage::Buffer KvStorage::Allocate(uint64_t bytes) {
-  // Anonymous mmap: zero pages, so untouched ones cost nothing. Transparent huge pages are asked
-  // for (MADV_HUGEPAGE, a hint; ignored where THP is off): attention walks one head's rows across
-  // many blocks, a row_bytes stride apart, and with 4 KiB pages nearly every row it reads is on a
-  // page of its own -- a TLB miss per row once the pool outgrows the TLB's reach (~8 MiB).
-  const size_t n = std::max<size_t>(static_cast<size_t>(bytes), 1);
-  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return Buffer(nullptr, MapDeleter{0});
-#ifdef MADV_HUGEPAGE
-  (void)madvise(p, n, MADV_HUGEPAGE);
-#endif
-  return Buffer(static_cast<uint8_t*>(p), MapDeleter{n});
+PageMemory KvStorage::Allocate(uint64_t bytes) {
+  // Anonymous, zeroed, untouched pages cost nothing; on transparent huge pages where THP allows
+  // (base/page_memory.h): attention walks one head's rows across many blocks, a row_bytes stride
+  // apart, and with 4 KiB pages nearly every row it reads is on a page of its own -- a TLB miss
+  // per row once the pool outgrows the TLB's reach (~8 MiB).
+  Result<PageMemory> m = PageMemory::Allocate(std::max<uint64_t>(bytes, 1));
+  return m.ok() ? std::move(*m) : PageMemory();
 }
 
 Result<std::unique_ptr<KvStorage>> KvStorage::Create(const KvLayout& layout) {
@@ -203,8 +191,8 @@ Result<std::unique_ptr<KvStorage>> KvStorage::Create(const KvLayout& layout) {
         std::to_string(layout.num_blocks) + " blocks) exceed physical memory (" +
         std::to_string(physical) + " bytes); lower the KV cache memory budget");
   }
-  Buffer k = Allocate(per_array);
-  Buffer v = k ? Allocate(per_array) : Buffer();
+  PageMemory k = Allocate(per_array);
+  PageMemory v = k ? Allocate(per_array) : PageMemory();
   if (!k || !v) {
     return Status::ResourceExhausted("KV cache: cannot allocate 2 x " + std::to_string(per_array) +
                                      " bytes (" + std::to_string(layout.num_blocks) +
@@ -213,7 +201,7 @@ Result<std::unique_ptr<KvStorage>> KvStorage::Create(const KvLayout& layout) {
   return std::unique_ptr<KvStorage>(new KvStorage(layout, std::move(k), std::move(v)));
 }
 
-KvStorage::KvStorage(const KvLayout& layout, Buffer k, Buffer v)
+KvStorage::KvStorage(const KvLayout& layout, PageMemory k, PageMemory v)
     : layout_(layout), row_bytes_(layout.RowBytes()), k_(std::move(k)), v_(std::move(v)) {}
 
 KvStorage::KvStorage(const KvLayout& layout) : layout_(layout), row_bytes_(layout.RowBytes()) {
@@ -237,11 +225,11 @@ size_t KvStorage::RowOffset(int layer, int32_t block, int slot) const {
 }
 
 uint8_t* KvStorage::Row(bool is_v, int layer, int32_t block, int slot) {
-  return (is_v ? v_ : k_).get() + RowOffset(layer, block, slot);
+  return (is_v ? v_ : k_).data() + RowOffset(layer, block, slot);
 }
 
 const uint8_t* KvStorage::Row(bool is_v, int layer, int32_t block, int slot) const {
-  return (is_v ? v_ : k_).get() + RowOffset(layer, block, slot);
+  return (is_v ? v_ : k_).data() + RowOffset(layer, block, slot);
 }
 
 const uint8_t* KvStorage::K(int layer, int32_t block, int slot) const {

@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/page_memory.h"
 #include "base/status.h"
 
 namespace strata::engine::kv {
@@ -89,22 +90,16 @@ class KvStorage {
   static void DecodeRow(KvDType dtype, const uint8_t* src, float* dst, int kv_dim);
 
  private:
-  // An anonymous mapping of `bytes`, unmapped on destruction.
-  struct MapDeleter {
-    size_t bytes;  // (no default member initializer: it would make the nested type
-                   // non-default-constructible here)
-    void operator()(uint8_t* p) const;
-  };
-  using Buffer = std::unique_ptr<uint8_t, MapDeleter>;
-  KvStorage(const KvLayout& layout, Buffer k, Buffer v);
-  static Buffer Allocate(uint64_t bytes);
+  KvStorage(const KvLayout& layout, PageMemory k, PageMemory v);
+  // Zeroed memory for one of the two arrays; empty when the mapping fails.
+  static PageMemory Allocate(uint64_t bytes);
 
   uint8_t* Row(bool is_v, int layer, int32_t block, int slot);
   const uint8_t* Row(bool is_v, int layer, int32_t block, int slot) const;
   size_t RowOffset(int layer, int32_t block, int slot) const;
   KvLayout layout_;
   size_t row_bytes_ = 0;
-  Buffer k_, v_;  // [layer][block][slot][row bytes] each
+  PageMemory k_, v_;  // [layer][block][slot][row bytes] each
 };
 
 }  // namespace strata::engine::kv
