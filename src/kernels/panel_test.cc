@@ -101,7 +101,8 @@ TEST(PanelLayout, PreferredFromAvx2Up) {
 
 // The avx2 level's Q4_0/Q8_0 and K-quant GEMVs (cpu/matmul_qx0_avx2.cc, cpu/matmul_kq_avx2.cc) do
 // the avx512 level's arithmetic: the same bits for every token count, thread count and layout
-// (checked where the CPU runs both).
+// (checked where the CPU runs both). 40 and 67 rows: the avx512 GEMV runs whole panel pairs
+// side by side (PanelGemvStreams) and an odd or partial panel alone.
 TEST(PanelLayout, QuantsAtAvx2GiveTheAvx512LevelsBits) {
   if (static_cast<int>(DetectIsa()) < static_cast<int>(Isa::kAvx512))
     GTEST_SKIP() << "CPU lacks avx512: no second level to compare with";
@@ -109,7 +110,7 @@ TEST(PanelLayout, QuantsAtAvx2GiveTheAvx512LevelsBits) {
   uint32_t seed = 300;
   for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (size_t cols : Cols(type, {32, 96, 2048})) {
-      for (size_t rows : {size_t{1}, size_t{17}, size_t{40}}) {
+      for (size_t rows : {size_t{1}, size_t{17}, size_t{40}, size_t{67}}) {
         const OwnedWeights w = RandomBitsWeights(type, rows, cols, ++seed);
         const Panels p = ToPanels(w.m);
         for (size_t n_tokens : {1, 2, 3, 7, 20}) {

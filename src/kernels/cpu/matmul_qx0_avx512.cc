@@ -453,6 +453,7 @@ QX_ENTRY void GemmRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
 // and GemmTile's. Weights stream from one contiguous panel; the only cross-lane work is the
 // broadcast of 4 activation bytes from memory. kNt tokens share each weight load (their
 // arithmetic does not depend on kNt). The activation pack is in natural order (kPair = false).
+// A single token runs two whole panels side by side (PanelGemvStreams), the same arithmetic.
 
 // Bytes ahead of the panel GEMV's loads that it prefetches: Q4_0 4096, Q8_0 2048 (Zen 5, 1 thread,
 // tg128 interleaved: Q8_0 35.3-35.9 tok/s at 2048 against 33.3-33.8 at 4096, Q4_0 1-2 % better at
@@ -526,6 +527,49 @@ QX_FN void PanelGemv(const char* panel, const PanelGeom& g, const char* const (&
   }
 }
 
+// One token against kNp consecutive panels, block b of each in turn: kNp weight streams in flight
+// at once. A single stream leaves one core short of the memory's rate however far ahead it
+// prefetches (docs/perf.md); two streams reached it (Zen 5, 1 thread, streamed 8192 x 2048: Q8_0
+// 23-26 -> 32-34 GB/s, Q4_0 22-24 -> 27-28; four streams were no better than two). Each panel's
+// arithmetic is PanelGemv's with kNt = 1, instruction for instruction, so the bits are the same.
+template <bool kQ4, int kNp>
+QX_FN void PanelGemvStreams(const char* first, const PanelGeom& g, const char* act,
+                            const ActLayout& l, __m512 (&acc)[kNp]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8(static_cast<char>(0xF0));
+  for (int p = 0; p < kNp; ++p) acc[p] = _mm512_setzero_ps();
+  constexpr size_t kBlockBytes = kPanel * (kQ4 ? 16 : 32);
+  const size_t prefetch = PrefetchFor(kQ4);
+  for (size_t b = 0; b < g.nb; ++b) {
+    const __m512i corr = _mm512_set1_epi32(-reinterpret_cast<const int32_t*>(act + l.corr_off)[b]);
+    const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float*>(act + l.dx_off)[b]);
+    const char* y = act + 32 * b;
+    for (int p = 0; p < kNp; ++p) {
+      const char* panel = first + static_cast<size_t>(p) * g.stride;
+      const char* q = panel + b * kBlockBytes;
+      for (size_t k = 0; k < kBlockBytes; k += 64) _mm_prefetch(q + prefetch + k, _MM_HINT_T0);
+      const char* scales = panel + g.scales_off;
+      _mm_prefetch(scales + kNp * g.stride + 32 * b, _MM_HINT_T0);  // the next group's
+      __m512i s0 = corr, s1 = _mm512_setzero_si512();
+      if constexpr (kQ4) {
+        for (size_t j = 0; j < 4; ++j) {
+          const __m512i v = _mm512_loadu_si512(q + 64 * j);
+          s0 = DpBcast(s0, _mm512_and_si512(v, m4), y + 4 * j);
+          s1 = DpBcast(s1, _mm512_and_si512(v, m4h), y + 16 + 4 * j);
+        }
+      } else {
+        for (size_t j = 0; j < 8; j += 2) {
+          s0 = DpBcast(s0, _mm512_loadu_si512(q + 64 * j), y + 4 * j);
+          s1 = DpBcast(s1, _mm512_loadu_si512(q + 64 * j + 64), y + 4 * j + 4);
+        }
+      }
+      const __m512 dw =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32 * b)));
+      const __m512i isum = _mm512_add_epi32(s0, kQ4 ? _mm512_srai_epi32(s1, 4) : s1);
+      acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[p]);
+    }
+  }
+}
+
 template <bool kQ4, int kNt>
 QX_FN void PanelGemvStore(const char* panel, const PanelGeom& g, const char* pack,
                           const ActLayout& l, size_t t0, __mmask16 mask, float* y,
@@ -550,6 +594,14 @@ QX_ENTRY void GemvPanels(const WeightMatrix& w, size_t r0, size_t r1, const char
     const auto mask = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
     const char* panel = wd + p0 / kPanel * g.stride;
     float* yp = y + p0;
+    if (n_tokens == 1 && lo == 0 && p0 + 2 * kPanel <= r1) {  // two whole panels, one token
+      __m512 acc[2];
+      PanelGemvStreams<kQ4, 2>(panel, g, pack, l, acc);
+      _mm512_storeu_ps(yp, acc[0]);
+      _mm512_storeu_ps(yp + kPanel, acc[1]);
+      p0 += kPanel;
+      continue;
+    }
     size_t t = 0;
     for (; t + 4 <= n_tokens; t += 4)
       PanelGemvStore<kQ4, 4>(panel, g, pack, l, t, mask, yp, y_stride);
