@@ -117,6 +117,7 @@ BENCHMARK_CAPTURE(BM_MatMulStream, q4_0, DType::kQ4_0)->Apply(StreamShapes);
 BENCHMARK_CAPTURE(BM_MatMulStream, q4_K, DType::kQ4_K)->Apply(StreamShapes);
 BENCHMARK_CAPTURE(BM_MatMulStream, q6_K, DType::kQ6_K)->Apply(StreamShapes);
 BENCHMARK_CAPTURE(BM_MatMulStream, f16, DType::kF16)->Apply(StreamShapes);
+BENCHMARK_CAPTURE(BM_MatMulStream, bf16, DType::kBF16)->Apply(StreamShapes);
 
 BENCHMARK_CAPTURE(BM_MatMul, q4_0, DType::kQ4_0)->Apply(Shapes);
 BENCHMARK_CAPTURE(BM_MatMul, q8_0, DType::kQ8_0)->Apply(Shapes);

@@ -71,12 +71,14 @@ STRATA_FN void DotFloat512N(const void* wv, const void* xv, size_t xs, size_t n,
 // PanelSrc: the 4 rows of a kPanels4 panel). Prefill runs 4 rows x 4 tokens per pass (each weight
 // vector used by 4 tokens, each activation vector by 4 rows, 16 FMA chains); decode 4 rows x 1
 // token from one sequential panel stream (4 chains). A row alone (the row layout, or a forced
-// lower tile) gives the same bits, only slower (one chain).
+// lower tile) gives the same bits, only slower (one chain). No software prefetch: the one this
+// loop had compiled to nothing (GCC 12 dropped the _mm_prefetch of a member function inlined here),
+// and made to work (__builtin_prefetch 4 KiB ahead), or with two panels streamed side by side,
+// F16 decode streamed no faster (Zen 5, docs/perf.md).
 struct RowSrc {
   const uint16_t* w;
   const uint16_t* Chunk(int /*r*/, size_t c) const { return w + 16 * c; }
   const uint16_t* Tail(int /*r*/, size_t chunks, size_t /*tail*/) const { return w + 16 * chunks; }
-  void Prefetch(size_t /*c*/) const {}
 };
 struct PanelSrc {
   const uint16_t* p;
@@ -85,11 +87,6 @@ struct PanelSrc {
   }
   const uint16_t* Tail(int r, size_t chunks, size_t tail) const {
     return p + kFloatPanelRows * 16 * chunks + static_cast<size_t>(r) * tail;
-  }
-  void Prefetch(size_t c) const {  // 4 KiB ahead of the stream (a chunk of 4 rows: 2 lines)
-    const char* at = reinterpret_cast<const char*>(Chunk(0, c)) + 4096;
-    _mm_prefetch(at, _MM_HINT_T0);
-    _mm_prefetch(at + 64, _MM_HINT_T0);
   }
 };
 
@@ -110,7 +107,6 @@ STRATA_FN void DotHalf(const Src& src, const void* xv, size_t xs, size_t n, floa
     for (int t = 0; t < kNt; ++t) acc[r][t] = _mm512_setzero_ps();
   const size_t chunks = n / 16, tail = n % 16;
   for (size_t c = 0; c < chunks; ++c) {
-    src.Prefetch(c);
     __m512 wr[kNr];
     for (int r = 0; r < kNr; ++r) wr[r] = Load16(src.Chunk(r, c), kBf16);
     for (int t = 0; t < kNt; ++t) {
