@@ -29,7 +29,8 @@ void PageMemory::Release() {
 }
 
 Result<PageMemory> PageMemory::Allocate(uint64_t bytes) {
-  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  const uint64_t page = page_size > 0 ? static_cast<uint64_t>(page_size) : 4096;
   // Refuse what cannot be mapped before the arithmetic below could wrap.
   if (bytes == 0 || bytes > (uint64_t{1} << 62)) {
     return Status::ResourceExhausted("cannot map " + std::to_string(bytes) + " bytes");

@@ -102,7 +102,7 @@ TEST(PanelLayout, PreferredFromAvx2Up) {
 // The avx2 level's Q4_0/Q8_0 and K-quant GEMVs (cpu/matmul_qx0_avx2.cc, cpu/matmul_kq_avx2.cc) do
 // the avx512 level's arithmetic: the same bits for every token count, thread count and layout
 // (checked where the CPU runs both). 40 and 67 rows: the avx512 GEMV runs whole panel pairs
-// side by side (PanelGemvStreams) and an odd or partial panel alone.
+// side by side (PanelGemv's kNp = 2) and an odd or partial panel alone.
 TEST(PanelLayout, QuantsAtAvx2GiveTheAvx512LevelsBits) {
   if (static_cast<int>(DetectIsa()) < static_cast<int>(Isa::kAvx512))
     GTEST_SKIP() << "CPU lacks avx512: no second level to compare with";

@@ -453,7 +453,7 @@ QX_ENTRY void GemmRows(const WeightMatrix& w, size_t r0, size_t r1, const char* 
 // and GemmTile's. Weights stream from one contiguous panel; the only cross-lane work is the
 // broadcast of 4 activation bytes from memory. kNt tokens share each weight load (their
 // arithmetic does not depend on kNt). The activation pack is in natural order (kPair = false).
-// A single token runs two whole panels side by side (PanelGemvStreams), the same arithmetic.
+// A single token runs two whole panels side by side (PanelGemv's kNp = 2), the same arithmetic.
 
 // Bytes ahead of the panel GEMV's loads that it prefetches: Q4_0 4096, Q8_0 2048 (Zen 5, 1 thread,
 // tg128 interleaved: Q8_0 35.3-35.9 tok/s at 2048 against 33.3-33.8 at 4096, Q4_0 1-2 % better at
@@ -472,100 +472,75 @@ QX_FN __m512i DpBcast(__m512i acc, __m512i w, const char* p) {
   return acc;
 }
 
+// Block b of one panel (quants at q, the block's 16 scales at sc) for kNt tokens, folded into acc:
+// the arithmetic every panel GEMV path shares.
 template <bool kQ4, int kNt>
-QX_FN void PanelGemv(const char* panel, const PanelGeom& g, const char* const (&act)[kNt],
-                     const ActLayout& l, __m512 (&acc)[kNt]) {
+QX_FN void PanelBlock(const char* q, const char* sc, const char* const (&act)[kNt],
+                      const ActLayout& l, size_t b, __m512 (&acc)[kNt]) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8(static_cast<char>(0xF0));
-  for (int t = 0; t < kNt; ++t) acc[t] = _mm512_setzero_ps();
-  constexpr size_t kBlockBytes = kPanel * (kQ4 ? 16 : 32);
-  const size_t prefetch = PrefetchFor(kQ4);
-  const char* scales = panel + g.scales_off;
-  for (size_t b = 0; b < g.nb; ++b) {
-    const char* q = panel + b * kBlockBytes;
-    // Ahead of the weights' stream: the arithmetic per byte (Q4_0 above all) otherwise leaves too
-    // few cache-line misses in flight for one core to reach the memory's rate. Past the panel's
-    // end this touches the next panel (contiguous) or nothing (prefetches do not fault).
-    for (size_t k = 0; k < kBlockBytes; k += 64) _mm_prefetch(q + prefetch + k, _MM_HINT_T0);
-    // The scales are a second, slower stream at the panel's end: the next panel's, a block's
-    // worth per block, so that a panel's first blocks do not wait on a miss for their scales.
-    _mm_prefetch(scales + g.stride + 32 * b, _MM_HINT_T0);
-    // s0 starts at -corr (integer sums are exact, so where corr is removed does not matter).
-    __m512i s0[kNt], s1[kNt];
-    for (int t = 0; t < kNt; ++t) {
-      s0[t] = _mm512_set1_epi32(-reinterpret_cast<const int32_t*>(act[t] + l.corr_off)[b]);
-      s1[t] = _mm512_setzero_si512();
-    }
-    if constexpr (kQ4) {
-      // High nibbles in place (16 x q): the sum is 16 x theirs, exact, shifted back below.
-      for (size_t j = 0; j < 4; ++j) {
-        const __m512i v = _mm512_loadu_si512(q + 64 * j);
-        const __m512i lo = _mm512_and_si512(v, m4);
-        const __m512i hi = _mm512_and_si512(v, m4h);
-        for (int t = 0; t < kNt; ++t) {
-          s0[t] = DpBcast(s0[t], lo, act[t] + 32 * b + 4 * j);
-          s1[t] = DpBcast(s1[t], hi, act[t] + 32 * b + 16 + 4 * j);
-        }
-      }
-    } else {
-      for (size_t j = 0; j < 8; j += 2) {
-        const __m512i v0 = _mm512_loadu_si512(q + 64 * j);
-        const __m512i v1 = _mm512_loadu_si512(q + 64 * j + 64);
-        for (int t = 0; t < kNt; ++t) {
-          s0[t] = DpBcast(s0[t], v0, act[t] + 32 * b + 4 * j);
-          s1[t] = DpBcast(s1[t], v1, act[t] + 32 * b + 4 * j + 4);
-        }
+  // s0 starts at -corr (integer sums are exact, so where corr is removed does not matter).
+  __m512i s0[kNt], s1[kNt];
+  for (int t = 0; t < kNt; ++t) {
+    s0[t] = _mm512_set1_epi32(-reinterpret_cast<const int32_t*>(act[t] + l.corr_off)[b]);
+    s1[t] = _mm512_setzero_si512();
+  }
+  if constexpr (kQ4) {
+    // High nibbles in place (16 x q): the sum is 16 x theirs, exact, shifted back below.
+    for (size_t j = 0; j < 4; ++j) {
+      const __m512i v = _mm512_loadu_si512(q + 64 * j);
+      const __m512i lo = _mm512_and_si512(v, m4);
+      const __m512i hi = _mm512_and_si512(v, m4h);
+      for (int t = 0; t < kNt; ++t) {
+        s0[t] = DpBcast(s0[t], lo, act[t] + 32 * b + 4 * j);
+        s1[t] = DpBcast(s1[t], hi, act[t] + 32 * b + 16 + 4 * j);
       }
     }
-    const __m512 dw =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32 * b)));
-    for (int t = 0; t < kNt; ++t) {
-      const float dx = reinterpret_cast<const float*>(act[t] + l.dx_off)[b];
-      const __m512i isum = _mm512_add_epi32(s0[t], kQ4 ? _mm512_srai_epi32(s1[t], 4) : s1[t]);
-      acc[t] =
-          _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
+  } else {
+    for (size_t j = 0; j < 8; j += 2) {
+      const __m512i v0 = _mm512_loadu_si512(q + 64 * j);
+      const __m512i v1 = _mm512_loadu_si512(q + 64 * j + 64);
+      for (int t = 0; t < kNt; ++t) {
+        s0[t] = DpBcast(s0[t], v0, act[t] + 32 * b + 4 * j);
+        s1[t] = DpBcast(s1[t], v1, act[t] + 32 * b + 4 * j + 4);
+      }
     }
+  }
+  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
+  for (int t = 0; t < kNt; ++t) {
+    const float dx = reinterpret_cast<const float*>(act[t] + l.dx_off)[b];
+    const __m512i isum = _mm512_add_epi32(s0[t], kQ4 ? _mm512_srai_epi32(s1[t], 4) : s1[t]);
+    acc[t] =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
   }
 }
 
-// One token against kNp consecutive panels, block b of each in turn: kNp weight streams in flight
-// at once. A single stream leaves one core short of the memory's rate however far ahead it
-// prefetches (docs/perf.md); two streams reached it (Zen 5, 1 thread, streamed 8192 x 2048: Q8_0
-// 23-26 -> 32-34 GB/s, Q4_0 22-24 -> 27-28; four streams were no better than two). Each panel's
-// arithmetic is PanelGemv's with kNt = 1, instruction for instruction, so the bits are the same.
-template <bool kQ4, int kNp>
-QX_FN void PanelGemvStreams(const char* first, const PanelGeom& g, const char* act,
-                            const ActLayout& l, __m512 (&acc)[kNp]) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8(static_cast<char>(0xF0));
-  for (int p = 0; p < kNp; ++p) acc[p] = _mm512_setzero_ps();
+// kNp consecutive panels (kNp > 1: one token; block b of each in turn, kNp weight streams in flight
+// at once) or one panel for kNt tokens sharing each weight load; acc[p][t]. A single stream
+// leaves one core short of the memory's rate however far ahead it prefetches (docs/perf.md); two
+// streams reached it (Zen 5, 1 thread, streamed 8192 x 2048: Q8_0 23-26 -> 28-34 GB/s, Q4_0 22-24
+// -> 26-28; four streams were no better than two). Every output's arithmetic is PanelBlock's, so
+// the bits depend on neither kNt nor kNp.
+template <bool kQ4, int kNt, int kNp = 1>
+QX_FN void PanelGemv(const char* panel, const PanelGeom& g, const char* const (&act)[kNt],
+                     const ActLayout& l, __m512 (&acc)[kNp][kNt]) {
+  static_assert(kNp == 1 || kNt == 1, "several streams for one token, or several tokens");
+  for (int p = 0; p < kNp; ++p)
+    for (int t = 0; t < kNt; ++t) acc[p][t] = _mm512_setzero_ps();
   constexpr size_t kBlockBytes = kPanel * (kQ4 ? 16 : 32);
   const size_t prefetch = PrefetchFor(kQ4);
   for (size_t b = 0; b < g.nb; ++b) {
-    const __m512i corr = _mm512_set1_epi32(-reinterpret_cast<const int32_t*>(act + l.corr_off)[b]);
-    const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float*>(act + l.dx_off)[b]);
-    const char* y = act + 32 * b;
     for (int p = 0; p < kNp; ++p) {
-      const char* panel = first + static_cast<size_t>(p) * g.stride;
-      const char* q = panel + b * kBlockBytes;
+      const char* pp = panel + static_cast<size_t>(p) * g.stride;
+      const char* q = pp + b * kBlockBytes;
+      const char* scales = pp + g.scales_off;
+      // Ahead of the weights' stream: the arithmetic per byte (Q4_0 above all) otherwise leaves
+      // too few cache-line misses in flight for one core to reach the memory's rate. Past the
+      // panel's end this touches the next panel (contiguous) or nothing (prefetches do not fault).
       for (size_t k = 0; k < kBlockBytes; k += 64) _mm_prefetch(q + prefetch + k, _MM_HINT_T0);
-      const char* scales = panel + g.scales_off;
-      _mm_prefetch(scales + kNp * g.stride + 32 * b, _MM_HINT_T0);  // the next group's
-      __m512i s0 = corr, s1 = _mm512_setzero_si512();
-      if constexpr (kQ4) {
-        for (size_t j = 0; j < 4; ++j) {
-          const __m512i v = _mm512_loadu_si512(q + 64 * j);
-          s0 = DpBcast(s0, _mm512_and_si512(v, m4), y + 4 * j);
-          s1 = DpBcast(s1, _mm512_and_si512(v, m4h), y + 16 + 4 * j);
-        }
-      } else {
-        for (size_t j = 0; j < 8; j += 2) {
-          s0 = DpBcast(s0, _mm512_loadu_si512(q + 64 * j), y + 4 * j);
-          s1 = DpBcast(s1, _mm512_loadu_si512(q + 64 * j + 64), y + 4 * j + 4);
-        }
-      }
-      const __m512 dw =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32 * b)));
-      const __m512i isum = _mm512_add_epi32(s0, kQ4 ? _mm512_srai_epi32(s1, 4) : s1);
-      acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, dx), acc[p]);
+      // The scales are a second, slower stream at the panel's end: the next group's, a block's
+      // worth per block, so that a panel's first blocks do not wait on a miss for their scales.
+      _mm_prefetch(scales + kNp * g.stride + 32 * b, _MM_HINT_T0);
+      PanelBlock<kQ4, kNt>(q, scales + 32 * b, act, l, b, acc[p]);
     }
   }
 }
@@ -576,10 +551,10 @@ QX_FN void PanelGemvStore(const char* panel, const PanelGeom& g, const char* pac
                           size_t y_stride) {
   const char* act[kNt];
   for (int t = 0; t < kNt; ++t) act[t] = pack + (t0 + static_cast<size_t>(t)) * l.stride;
-  __m512 acc[kNt];
+  __m512 acc[1][kNt];
   PanelGemv<kQ4, kNt>(panel, g, act, l, acc);
   for (int t = 0; t < kNt; ++t)
-    _mm512_mask_storeu_ps(y + (t0 + static_cast<size_t>(t)) * y_stride, mask, acc[t]);
+    _mm512_mask_storeu_ps(y + (t0 + static_cast<size_t>(t)) * y_stride, mask, acc[0][t]);
 }
 
 // Rows [r0, r1) of panel-layout weights (any split: a panel cut by the range computes all 16 lanes
@@ -595,10 +570,11 @@ QX_ENTRY void GemvPanels(const WeightMatrix& w, size_t r0, size_t r1, const char
     const char* panel = wd + p0 / kPanel * g.stride;
     float* yp = y + p0;
     if (n_tokens == 1 && lo == 0 && p0 + 2 * kPanel <= r1) {  // two whole panels, one token
-      __m512 acc[2];
-      PanelGemvStreams<kQ4, 2>(panel, g, pack, l, acc);
-      _mm512_storeu_ps(yp, acc[0]);
-      _mm512_storeu_ps(yp + kPanel, acc[1]);
+      const char* const act[1] = {pack};
+      __m512 acc[2][1];
+      PanelGemv<kQ4, 1, 2>(panel, g, act, l, acc);
+      _mm512_storeu_ps(yp, acc[0][0]);
+      _mm512_storeu_ps(yp + kPanel, acc[1][0]);
       p0 += kPanel;
       continue;
     }
