@@ -3,8 +3,9 @@
 // MatMul converts the activation rows once per call into the format the weight type multiplies
 // with (Q8_0, Q8_K, f16, bf16 or f32) into a thread_local scratch buffer of the calling thread,
 // then splits the output rows across the pool. Within a thread, rows are processed in blocks that
-// fit in L2 and, for every block, tokens in tiles of up to kMaxTileTokens: each tile kernel reads a
-// weight row once for all tokens of the tile, so prefill is a GEMM rather than n GEMVs.
+// fit in L2 and, for every block, tokens in tiles of up to kMaxTileTokens (kMaxPanelTileTokens for
+// the F16/BF16 panels): each tile kernel reads a weight row once for all tokens of the tile, so
+// prefill is a GEMM rather than n GEMVs.
 #include "kernels/kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -700,16 +701,16 @@ bool WholeMatMul(Isa isa, std::span<const internal::QxJob> jobs, const float* x,
 }
 
 // Units [first, end) stepping `step` (a row, or a panel's first row), in blocks of `block` rows:
-// every token tile (at most kMaxTileTokens tokens) passes over a block's units before the next
+// every token tile (at most `tile` tokens) passes over a block's units before the next
 // block, so the block's weights (~256 KiB) stay in L2 and a tile's activations stay in L1 across
 // the block. fn(unit, first_token, tokens).
 template <typename Fn>
 void ForBlockedTiles(size_t first, size_t end, size_t block, size_t step, size_t n_tokens,
-                     Fn&& fn) {
+                     size_t tile, Fn&& fn) {
   for (size_t b0 = first; b0 < end; b0 += block) {
     const size_t b1 = std::min(end, b0 + block);
-    for (size_t t = 0; t < n_tokens; t += internal::kMaxTileTokens) {
-      const int nt = static_cast<int>(std::min<size_t>(internal::kMaxTileTokens, n_tokens - t));
+    for (size_t t = 0; t < n_tokens; t += tile) {
+      const int nt = static_cast<int>(std::min(tile, n_tokens - t));
       for (size_t u = b0; u < b1; u += step) fn(u, t, nt);
     }
   }
@@ -809,16 +810,17 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   auto panel_body = [&](size_t r0, size_t r1, int) {
     constexpr size_t kR = internal::kFloatPanelRows;
     const size_t panel_values = kR * w.cols;
-    float out[kR * internal::kMaxTileTokens];
+    constexpr size_t kTile = internal::kMaxPanelTileTokens;
+    float out[kR * kTile];
     const size_t block = (rows_per_block + kR - 1) / kR * kR;
-    ForBlockedTiles(r0 / kR * kR, r1, block, kR, n_tokens, [&](size_t p0, size_t t, int nt) {
+    ForBlockedTiles(r0 / kR * kR, r1, block, kR, n_tokens, kTile, [&](size_t p0, size_t t, int nt) {
       const size_t lo = std::max(p0, r0), hi = std::min(p0 + kR, r1);
       const auto* panel = static_cast<const uint16_t*>(w.data) + p0 / kR * panel_values;
       dot_panel(panel, xq + t * xq_stride, xq_stride, nt, w.cols, out);
       for (size_t r = lo; r < hi; ++r)
         for (int k = 0; k < nt; ++k)
           y[(t + static_cast<size_t>(k)) * y_stride + r] =
-              out[(r - p0) * internal::kMaxTileTokens + static_cast<size_t>(k)];
+              out[(r - p0) * kTile + static_cast<size_t>(k)];
     });
   };
   if (dot_panel != nullptr) {
@@ -835,15 +837,17 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
     // GGUF format first, so the tile kernels and their bits are the same as for kRows.
     thread_local std::vector<uint64_t> row_buf;
     if (panels && row_buf.size() < (row_bytes + 7) / 8) row_buf.resize((row_bytes + 7) / 8);
-    ForBlockedTiles(r0, r1, rows_per_block, 1, n_tokens, [&](size_t r, size_t t, int nt) {
-      const char* wr = wdata + r * row_bytes;
-      if (panels) {
-        ReadRow(w, r, row_buf.data());
-        wr = reinterpret_cast<const char*>(row_buf.data());
-      }
-      dot(wr, xq + t * xq_stride, xq_stride, nt, w.cols, out);
-      for (int k = 0; k < nt; ++k) y[(t + static_cast<size_t>(k)) * y_stride + r] = out[k];
-    });
+    ForBlockedTiles(r0, r1, rows_per_block, 1, n_tokens, internal::kMaxTileTokens,
+                    [&](size_t r, size_t t, int nt) {
+                      const char* wr = wdata + r * row_bytes;
+                      if (panels) {
+                        ReadRow(w, r, row_buf.data());
+                        wr = reinterpret_cast<const char*>(row_buf.data());
+                      }
+                      dot(wr, xq + t * xq_stride, xq_stride, nt, w.cols, out);
+                      for (int k = 0; k < nt; ++k)
+                        y[(t + static_cast<size_t>(k)) * y_stride + r] = out[k];
+                    });
   };
   if (pool != nullptr) {
     pool->ParallelFor(w.rows, body, 16);

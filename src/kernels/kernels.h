@@ -115,7 +115,7 @@ void QuantizeRow(DType t, const float* src, void* dst, size_t n);
 //              last padded with zero rows), each panel 4 * cols values: chunk c (16 values) of its
 //              4 rows consecutive (row 0's, row 1's, ...), then each row's last cols % 16 values,
 //              row by row. The same bytes as the file (plus < 4 padding rows): one sequential
-//              stream for the 4-row GEMV and the 4-row x 4-token prefill tile.
+//              stream for the 4-row GEMV and the 4-row x 6-token prefill tile.
 enum class WeightLayout { kRows = 0, kPanels16 = 1, kPanels4 = 2 };
 
 // A weight matrix: `rows` rows of `cols` elements of `type`. row_bytes == RowBytes(type, cols)

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/page_memory.h"
 #include "kernels/kernels.h"
 #include "kernels/test_util.h"
 
@@ -72,7 +73,9 @@ void Shapes(benchmark::internal::Benchmark* b) {
 }
 
 // Weights streamed from DRAM, as in a decode step: copies of one matrix (~0.8 GB of Q8_0 in all,
-// more than this machine's L3) are multiplied in turn; reports weight GB/s per call.
+// more than this machine's L3) are multiplied in turn; reports weight GB/s per call. The copies
+// live in the memory Model repacks weights into (PageMemory: huge pages where the system allows),
+// so the figure compares with `bench model`'s decode (docs/perf.md: on 4 KiB pages it read lower).
 void BM_MatMulStream(benchmark::State& state,  // NOLINT(readability-identifier-naming)
                      DType type) {
   const size_t rows = static_cast<size_t>(state.range(2)),
@@ -84,8 +87,12 @@ void BM_MatMulStream(benchmark::State& state,  // NOLINT(readability-identifier-
   const Loaded loaded = Load(w.m);
   const size_t layout_bytes = loaded.mem ? PanelLayoutBytes(type, rows, cols) : w.bytes.size();
   const size_t bytes = (layout_bytes + 63) / 64 * 64;  // copies 64-byte aligned, as loaded panels
-  const std::unique_ptr<void, FreeDeleter> mem(std::aligned_alloc(64, bytes * copies));
-  auto* big = static_cast<uint8_t*>(mem.get());
+  Result<PageMemory> mem = PageMemory::Allocate(bytes * copies);
+  if (!mem.ok()) {
+    state.SkipWithError(mem.status().ToString().c_str());
+    return;
+  }
+  uint8_t* big = mem->data();
   const auto* src = static_cast<const uint8_t*>(loaded.m.data);
   for (size_t c = 0; c < copies; ++c) std::copy(src, src + layout_bytes, big + c * bytes);
   std::vector<float> x = testing::RandomFloats(n_tokens * cols, 2);

@@ -130,8 +130,16 @@ void PackPanel16(const WeightMatrix& w, size_t p0, void* dst);
 // kPanels4 (F16 / BF16): rows per panel.
 constexpr size_t kFloatPanelRows = 4;
 
-// out[r * kMaxTileTokens + t] = dot(row r of the kPanels4 panel at `panel`, activation row t) for
-// r < 4, t < nt; n = cols. The bits of the same level's DotTileFn on each row in row layout.
+// Tokens per call of a DotPanelFn: a 4-row x 6-token tile is 24 accumulators, which the 32
+// AVX-512 registers hold with the panel's 4 weight vectors and one activation vector; per 16-value
+// chunk it converts 4 + 6 vectors for 24 FMAs, against 4 + 4 for 16 at 4 tokens (F16 prefill
+// +14 % in a loop of the kernel's shape on Zen 5, docs/perf.md).
+constexpr int kMaxPanelTileTokens = 6;
+
+// out[r * kMaxPanelTileTokens + t] = dot(row r of the kPanels4 panel at `panel`, activation row t)
+// for r < 4, t < nt, 1 <= nt <= kMaxPanelTileTokens; n = cols. The bits of the same level's
+// DotTileFn on each row in row layout (every output's arithmetic is its own: the token grouping
+// does not change it).
 using DotPanelFn = void (*)(const void* panel, const void* x, size_t x_stride, int nt, size_t n,
                             float* out);
 // The avx512 level's kPanels4 kernels (F16, BF16); nullptr for other types.

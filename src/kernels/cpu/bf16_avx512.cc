@@ -16,8 +16,8 @@
 // Panel tile: a kPanels4 chunk holds 16 values of rows 0..3 consecutively, so one 512-bit load is
 // [row 0 | row 1] and the next [row 2 | row 3]; the activation chunk's 16 bf16 values
 // broadcast from memory is [x | x]. One vdpbf16ps thus advances two rows (low and high 8 lanes)
-// with no shuffle in the loop. Prefill: 4 rows x 4 tokens per pass (16 accumulators: two chains
-// per output hide the instruction's latency); decode: 4 rows x 1 token.
+// with no shuffle in the loop. Prefill: 4 rows x up to 6 tokens per pass (24 accumulators: two
+// chains per output hide the instruction's latency); decode: 4 rows x 1 token.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC bug 105593, as in kernels_avx512.cc
 #endif
@@ -105,7 +105,7 @@ STRATA_FN void PanelStep(const uint16_t* p, const uint16_t* const (&xt)[kNt], si
   }
 }
 
-// A kPanels4 panel (4 rows); out[r * kMaxTileTokens + t].
+// A kPanels4 panel (4 rows); out[r * kMaxPanelTileTokens + t].
 template <int kNt>
 STRATA_FN void PanelDot(const void* pv, const void* xv, size_t xs, size_t n, float* out) {
   constexpr int kR = kFloatPanelRows;
@@ -132,7 +132,7 @@ STRATA_FN void PanelDot(const void* pv, const void* xv, size_t xs, size_t n, flo
     const __m256 lanes[kR] = {_mm512_castps512_ps256(a01), _mm512_extractf32x8_ps(a01, 1),
                               _mm512_castps512_ps256(a23), _mm512_extractf32x8_ps(a23, 1)};
     for (int r = 0; r < kR; ++r)
-      out[static_cast<size_t>(r) * kMaxTileTokens + static_cast<size_t>(t)] =
+      out[static_cast<size_t>(r) * kMaxPanelTileTokens + static_cast<size_t>(t)] =
           Tail(Hsum8(lanes[r]), tails + static_cast<size_t>(r) * tail, xtail, tail);
   }
 }
@@ -160,8 +160,12 @@ __attribute__((target(STRATA_TARGET))) void PanelBF16Dot(const void* w, const vo
       return PanelDot<2>(w, x, xs, n, out);
     case 3:
       return PanelDot<3>(w, x, xs, n, out);
-    default:
+    case 4:
       return PanelDot<4>(w, x, xs, n, out);
+    case 5:
+      return PanelDot<5>(w, x, xs, n, out);
+    default:
+      return PanelDot<6>(w, x, xs, n, out);
   }
 }
 

@@ -27,7 +27,7 @@ namespace {
 // the tail's products one by one -- so the same bits as the row tile. Decode runs the panel's 4
 // rows against one token (8 FMA chains, each activation load shared by 4 rows; the row tile alone
 // has 2 chains and is bound by FMA latency); 2 tokens run 2 rows at a time, 3-4 tokens one row at
-// a time (as the row tile, at the panel's chunk stride).
+// a time (as the row tile, at the panel's chunk stride), 5-6 tokens as 4 and then the rest.
 template <int kNr, int kNt, bool kBf16>
 STRATA_FN void PanelPass(const uint16_t* p, int r0, const float* const (&xt)[kNt], size_t n,
                          float* out) {
@@ -60,7 +60,7 @@ STRATA_FN void PanelPass(const uint16_t* p, int r0, const float* const (&xt)[kNt
     for (int t = 0; t < kNt; ++t) {
       float s = HsumPs(_mm256_add_ps(a0[r][t], a1[r][t]));
       for (size_t j = 0; j < tail; ++j) s += Scalar(tw[j], kBf16) * xt[t][16 * chunks + j];
-      out[static_cast<size_t>(r0 + r) * kMaxTileTokens + static_cast<size_t>(t)] = s;
+      out[static_cast<size_t>(r0 + r) * kMaxPanelTileTokens + static_cast<size_t>(t)] = s;
     }
   }
 }
@@ -86,6 +86,8 @@ __attribute__((target(STRATA_TARGET))) void DotPanel4(const void* pv, const void
     const float* xt[4];
     TokenRows<float, 4>(xv, xs, xt);
     for (int r = 0; r < 4; ++r) PanelPass<1, 4, kBf16>(p, r, xt, n, out);
+    // 5-6 tokens (kMaxPanelTileTokens): the rest as a second call; 16 ymm registers hold no more.
+    if (nt > 4) DotPanel4<kBf16>(pv, static_cast<const char*>(xv) + 4 * xs, xs, nt - 4, n, out + 4);
   }
 }
 

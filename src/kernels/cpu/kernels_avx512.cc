@@ -68,8 +68,8 @@ STRATA_FN void DotFloat512N(const void* wv, const void* xv, size_t xs, size_t n,
 // F16 / BF16 weights: every output (row, token) is one 16-lane accumulator over the row's
 // 16-value chunks in order, acc = fma(w[16c..16c+15], x[16c..16c+15], acc), then
 // y = Hsum512(acc) + the tail's products one by one, in either layout (RowSrc: a row as stored;
-// PanelSrc: the 4 rows of a kPanels4 panel). Prefill runs 4 rows x 4 tokens per pass (each weight
-// vector used by 4 tokens, each activation vector by 4 rows, 16 FMA chains); decode 4 rows x 1
+// PanelSrc: the 4 rows of a kPanels4 panel). Prefill runs 4 rows x 6 tokens per pass (each weight
+// vector used by 6 tokens, each activation vector by 4 rows, 24 FMA chains); decode 4 rows x 1
 // token from one sequential panel stream (4 chains). A row alone (the row layout, or a forced
 // lower tile) gives the same bits, only slower (one chain). No software prefetch: the one this
 // loop had compiled to nothing (GCC 12 dropped the _mm_prefetch of a member function inlined here),
@@ -136,12 +136,12 @@ STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float
 template <int kNt>
 STRATA_FN void DotF16P(const void* p, const void* x, size_t xs, size_t n, float* o) {
   DotHalf<kFloatPanelRows, kNt, false, PanelSrc, uint16_t>(
-      PanelSrc{static_cast<const uint16_t*>(p)}, x, xs, n, o, kMaxTileTokens);
+      PanelSrc{static_cast<const uint16_t*>(p)}, x, xs, n, o, kMaxPanelTileTokens);
 }
 template <int kNt>
 STRATA_FN void DotBF16P(const void* p, const void* x, size_t xs, size_t n, float* o) {
   DotHalf<kFloatPanelRows, kNt, true, PanelSrc, uint16_t>(PanelSrc{static_cast<const uint16_t*>(p)},
-                                                          x, xs, n, o, kMaxTileTokens);
+                                                          x, xs, n, o, kMaxPanelTileTokens);
 }
 template <int kNt>
 STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) {
@@ -149,8 +149,8 @@ STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float*
 }
 STRATA_DEFINE_TILE(TileF16, DotF16T)
 STRATA_DEFINE_TILE(TileBF16, DotBF16T)
-STRATA_DEFINE_TILE(PanelF16, DotF16P)
-STRATA_DEFINE_TILE(PanelBF16, DotBF16P)
+STRATA_DEFINE_PANEL_TILE(PanelF16, DotF16P)
+STRATA_DEFINE_PANEL_TILE(PanelBF16, DotBF16P)
 STRATA_DEFINE_TILE(TileF32, DotF32T)
 
 using VF = __m512;
