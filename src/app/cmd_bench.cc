@@ -38,7 +38,7 @@ struct BenchModelOptions {
   int threads = 0;
   int reps = 5;
   bool json = false;
-  double bandwidth_gbps = 0;     // 0: measured after the run (control/device_probe)
+  double bandwidth_gbps = 0;     // 0: measured after every repetition (control/device_probe)
   std::string kv_dtype = "f16";  // llama-bench's default cache type
 };
 
@@ -85,6 +85,20 @@ Status RunBenchModel(const BenchModelOptions& o) {
   std::vector<int32_t> prompt(static_cast<size_t>(o.pp));
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(cfg.n_vocab));
   std::vector<double> pp_tps, tg_tps;
+  // The decode roofline: the bytes a token streams over the machine's read bandwidth on these
+  // threads. Unless given, the bandwidth is measured right after every repetition's decode, and
+  // each repetition's fraction divides by its own measurement: on a shared host the bandwidth
+  // moves by a quarter within minutes, and one probe at another moment would carry that into the
+  // fraction. Reported: the medians of the fractions and of the measurements.
+  const double decode_gb = static_cast<double>(model->decode_bytes()) / 1e9;
+  const bool given_bw = o.bandwidth_gbps > 0;
+  control::probe::Rate bw{o.bandwidth_gbps, "given (--bandwidth-gbps)"};
+  std::vector<double> bw_gbps, rooflines;
+  auto probe = [&] {
+    bw = control::probe::MemoryBandwidthGbps(pool.num_threads(), size_t{1} << 30);
+    if (bw.value > 0) bw_gbps.push_back(bw.value);
+    return bw.value;
+  };
   for (int r = -1; r < o.reps; ++r) {  // r = -1: warm-up
     seq->Reset();
     auto t0 = std::chrono::steady_clock::now();
@@ -99,16 +113,17 @@ Status RunBenchModel(const BenchModelOptions& o) {
     auto t2 = std::chrono::steady_clock::now();
     if (r < 0) continue;
     pp_tps.push_back(o.pp / std::chrono::duration<double>(t1 - t0).count());
-    if (o.tg > 0) tg_tps.push_back(o.tg / std::chrono::duration<double>(t2 - t1).count());
+    if (o.tg > 0) {
+      tg_tps.push_back(o.tg / std::chrono::duration<double>(t2 - t1).count());
+      const double rate = given_bw ? o.bandwidth_gbps : probe();
+      if (rate > 0) rooflines.push_back(tg_tps.back() * decode_gb / rate);
+    }
   }
   Stats pp = Summarize(pp_tps), tg = Summarize(tg_tps);
   double gb = static_cast<double>(model->weight_bytes()) / 1e9;
-  // The decode roofline: the bytes a token streams over the machine's read bandwidth on these
-  // threads (measured after the run, unless given).
-  control::probe::Rate bw{o.bandwidth_gbps, "given (--bandwidth-gbps)"};
-  if (bw.value <= 0) bw = control::probe::MemoryBandwidthGbps(pool.num_threads(), size_t{1} << 30);
-  const double decode_gb = static_cast<double>(model->decode_bytes()) / 1e9;
-  const double roofline = bw.value > 0 ? tg.median * decode_gb / bw.value : 0.0;
+  if (!given_bw && o.tg == 0) probe();  // no decode: the machine's figure alone
+  if (!given_bw) bw.value = Summarize(bw_gbps).median;
+  const double roofline = Summarize(rooflines).median;
   const control::CpuIdentity cpu_id = control::ThisCpu();
   const std::string cpu =
       fmt::format("{} (family {}, model {})", cpu_id.brand, cpu_id.family, cpu_id.model);
@@ -137,7 +152,9 @@ Status RunBenchModel(const BenchModelOptions& o) {
                         {"tg_tps_max", tg.max},
                         {"tg_tps_stddev", tg.stddev},
                         {"pp_samples", pp_tps},
-                        {"tg_samples", tg_tps}};
+                        {"tg_samples", tg_tps},
+                        {"bandwidth_samples", bw_gbps},
+                        {"roofline_samples", rooflines}};
     std::cout << j.dump(2) << std::endl;
   } else {
     std::cout << fmt::format(
@@ -149,7 +166,7 @@ Status RunBenchModel(const BenchModelOptions& o) {
     if (o.tg > 0)
       std::cout << fmt::format(
           "tg{:<5} {:10.2f} tok/s  (min {:.2f}, max {:.2f}, sd {:.2f}, {} reps; {:.1f} GB/s of "
-          "weights, {:.0f} % of the {:.1f} GB/s read bandwidth)\n",
+          "weights, {:.0f} % of the read bandwidth; median {:.1f} GB/s)\n",
           o.tg, tg.median, tg.min, tg.max, tg.stddev, o.reps, tg.median * decode_gb, 100 * roofline,
           bw.value);
   }
@@ -491,8 +508,10 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   cmd->add_option("--kv-dtype", o->kv_dtype,
                   "KV cache type: f16 (llama-bench's default), f32, q8_0")
       ->capture_default_str();
-  cmd->add_option("--bandwidth-gbps", o->bandwidth_gbps,
-                  "Read bandwidth for roofline_fraction (default: measured on the same threads)");
+  cmd->add_option(
+      "--bandwidth-gbps", o->bandwidth_gbps,
+      "Read bandwidth for roofline_fraction (default: measured on the same threads after "
+      "every repetition's decode)");
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o, exit_code] {
     Status s = RunBenchModel(*o);
