@@ -414,13 +414,14 @@ std::vector<KernelVariant> DescribeKernels() {
     } else if (t == DType::kBF16 && avx512 && Bf16DotActive()) {
       const bool p4 = PreferredLayout(t) == WeightLayout::kPanels4;
       v = {t, "avx512-bf16 vdpbf16ps, 4 rows x 1 token, 2 rows per vector",
-           "avx512-bf16 vdpbf16ps, 4 rows x 4 tokens (8 accumulators)",
+           p4 ? "avx512-bf16 vdpbf16ps, 4 rows x 6 tokens (24 accumulators)"
+              : "avx512-bf16 vdpbf16ps, 1 row x 4 tokens (8 accumulators)",
            p4 ? "panels4 (repacked at load)" : "rows (as stored)",
            "AVX512_BF16 (variant bf16-dot; STRATA_KERNEL_VARIANT=bf16-fma for f32 FMAs): "
            "32 products per instruction on bf16-exact activations, no weight widening"};
     } else if (avx512 && PreferredLayout(t) == WeightLayout::kPanels4) {
       v = {t, "512-bit FMA, 4 rows x 1 token from one panel stream",
-           "512-bit FMA, 4 rows x 4 tokens (16 accumulators)", "panels4 (repacked at load)",
+           "512-bit FMA, 4 rows x 6 tokens (24 accumulators)", "panels4 (repacked at load)",
            "one accumulator per output: 4-row tiles need 4 rows in one sequential stream"};
     } else if (avx2 && PreferredLayout(t) == WeightLayout::kPanels4) {
       v = {t, "256-bit FMA, 4 rows x 1 token from one panel stream (8 FMA chains)",
