@@ -3,11 +3,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "integration/run_strata.h"
 #include "testing/shared_dir.h"
@@ -144,6 +146,51 @@ TEST(CliTest, BenchOfflineReportsTheWorkload) {
   r = RunStrata("bench offline --num-prompts 0");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--num-prompts"), std::string::npos) << r.err;
+}
+
+// `bench model`'s decode roofline: every repetition's decode rate over the bandwidth measured right
+// after it, the median of those fractions reported; a given bandwidth replaces the measurements.
+TEST(CliTest, BenchModelPairsEachRepetitionWithItsBandwidth) {
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  RunResult r = RunStrata("bench model --pp 4 --tg 3 -t 1 --reps 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const double gb = j["decode_gb_per_token"];
+  ASSERT_GT(gb, 0.0);
+  const auto tg = j["tg_samples"].get<std::vector<double>>();
+  const auto bw = j["bandwidth_samples"].get<std::vector<double>>();
+  const auto roof = j["roofline_samples"].get<std::vector<double>>();
+  ASSERT_EQ(tg.size(), 3u);
+  ASSERT_EQ(bw.size(), 3u);
+  ASSERT_EQ(roof.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_GT(bw[i], 0.0);
+    EXPECT_NEAR(roof[i], tg[i] * gb / bw[i], 1e-9 * roof[i]) << "repetition " << i;
+  }
+  EXPECT_DOUBLE_EQ(j["roofline_fraction"].get<double>(), median(roof));
+  EXPECT_DOUBLE_EQ(j["bandwidth_gbps"].get<double>(), median(bw));
+
+  r = RunStrata("bench model --pp 4 --tg 3 -t 1 --reps 2 --bandwidth-gbps 10 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["bandwidth_samples"].empty());
+  EXPECT_DOUBLE_EQ(j["bandwidth_gbps"].get<double>(), 10.0);
+  const auto tg2 = j["tg_samples"].get<std::vector<double>>();
+  const auto roof2 = j["roofline_samples"].get<std::vector<double>>();
+  ASSERT_EQ(roof2.size(), 2u);
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_NEAR(roof2[i], tg2[i] * j["decode_gb_per_token"].get<double>() / 10, 1e-9 * roof2[i]);
+
+  // No decode: no fractions, one measurement for the machine's figure.
+  r = RunStrata("bench model --pp 4 --tg 0 -t 1 --reps 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["roofline_samples"].empty());
+  EXPECT_EQ(j["roofline_fraction"].get<double>(), 0.0);
+  EXPECT_EQ(j["bandwidth_samples"].size(), 1u);
 }
 
 // Engine flags are validated before the port is bound: the error names the flag and the server
