@@ -424,11 +424,11 @@ std::vector<KernelVariant> DescribeKernels() {
            "512-bit FMA, 4 rows x 6 tokens (24 accumulators)", "panels4 (repacked at load)",
            "one accumulator per output: 4-row tiles need 4 rows in one sequential stream"};
     } else if (avx2 && PreferredLayout(t) == WeightLayout::kPanels4) {
-      v = {t, "256-bit FMA, 4 rows x 1 token from one panel stream (8 FMA chains)",
-           "256-bit FMA, 2 rows x 2 tokens or 1 row x 4 tokens per pass",
+      v = {t, "256-bit FMA, 4 rows x 1 token from one panel stream (4 FMA chains)",
+           "256-bit FMA, 2 rows x 6 tokens per pass (12 accumulators)",
            "panels4 (repacked at load)",
-           "the row tile's arithmetic (its bits); 4 rows share each activation load and hide "
-           "the FMA latency that bounds one row"};
+           "one 8-lane accumulator per output and 16-bit activations (the row tile's bits): 16 "
+           "registers hold 12 outputs, and 4 rows share each activation load"};
     } else if (avx512 || avx2) {
       const std::string w = avx512 ? "512-bit" : "256-bit";
       v = {t, w + " FMA tile", w + " FMA tile, 4 tokens per weight read", "rows (as stored)",
@@ -748,10 +748,10 @@ void MatMul(const WeightMatrix& w, const float* x, size_t n_tokens, float* y, Th
   // place.
   const char* xq;
   size_t xq_stride;
-  // The avx512 level's F16 / bf16-fma kernels read 16-bit activations (Avx2ToF16 /
+  // The avx2 and avx512 levels' F16 / bf16-fma kernels read 16-bit activations (Avx2ToF16 /
   // Avx2ToBf16: the values ConvertActivations gives, half the bytes to stream).
   const bool half_x = (w.type == DType::kF16 || w.type == DType::kBF16) && !bf16_dot &&
-                      static_cast<int>(isa) >= static_cast<int>(Isa::kAvx512);
+                      static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2);
   if (w.type == DType::kF32) {
     xq = reinterpret_cast<const char*>(x);
     xq_stride = x_stride * sizeof(float);

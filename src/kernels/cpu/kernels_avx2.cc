@@ -22,83 +22,111 @@ namespace {
 
 #include "kernels/cpu/dot_kernels.inc"
 
-// F16 / BF16 weights in the kPanels4 layout: DotFloatN's arithmetic per output (row, token) --
-// a0 over the first 8 values of each 16-value chunk, a1 over the second 8, y = HsumPs(a0 + a1) +
-// the tail's products one by one -- so the same bits as the row tile. Decode runs the panel's 4
-// rows against one token (8 FMA chains, each activation load shared by 4 rows; the row tile alone
-// has 2 chains and is bound by FMA latency); 2 tokens run 2 rows at a time, 3-4 tokens one row at
-// a time (as the row tile, at the panel's chunk stride), 5-6 tokens as 4 and then the rest.
-template <int kNr, int kNt, bool kBf16>
-STRATA_FN void PanelPass(const uint16_t* p, int r0, const float* const (&xt)[kNt], size_t n,
-                         float* out) {
-  constexpr size_t kR = kFloatPanelRows;
-  __m256 a0[kNr][kNt], a1[kNr][kNt];
+// F16 / BF16 weights. MatMul stores the rounded activations as 16-bit halves (Avx2ToF16 /
+// Avx2ToBf16: the values ConvertActivations gives) and the kernels widen them in registers. Every
+// output (row, token) is one 8-lane accumulator over the row's 16-value chunks in order,
+// acc = fma(w[16c..16c+7], x[16c..16c+7], acc), then acc = fma(w[16c+8..16c+15], x[.], acc), and
+// y = HsumPs(acc) + the last n % 16 products one by one, in either layout (RowSrc: a row as
+// stored; PanelSrc: the 4 rows of a kPanels4 panel), so every tile, layout and token count gives
+// the same bits. One accumulator per output lets 16 registers hold a 2-row x 6-token tile (12
+// accumulators, 2 weight vectors, 1 activation vector); with two per output (this level's
+// arithmetic until 2026-12-07) it held 8 outputs and F16 prefill ran at about half of llama.cpp's
+// AVX2 build (docs/perf.md). Decode runs the panel's 4 rows against one token (4 chains, each
+// activation load shared by 4 rows) and prefetches the panel 4 KiB ahead; prefill passes over an
+// L2-resident block (ForBlockedTiles), 2 rows x up to 6 tokens at a time, without prefetches.
+struct RowSrc {
+  const uint16_t* w;
+  const uint16_t* Chunk(int /*r*/, size_t c) const { return w + 16 * c; }
+  const uint16_t* Tail(int /*r*/, size_t chunks, size_t /*tail*/) const { return w + 16 * chunks; }
+};
+struct PanelSrc {
+  const uint16_t* p;
+  const uint16_t* Chunk(int r, size_t c) const {
+    return p + (kFloatPanelRows * c + static_cast<size_t>(r)) * 16;
+  }
+  const uint16_t* Tail(int r, size_t chunks, size_t tail) const {
+    return p + kFloatPanelRows * 16 * chunks + static_cast<size_t>(r) * tail;
+  }
+};
+
+// Rows r0..r0 + kNr - 1 of src against kNt tokens; out[(r0 + r) * out_stride + t].
+template <int kNr, int kNt, bool kBf16, bool kPrefetch, typename Src>
+STRATA_FN void HalfPass(const Src& src, int r0, const uint16_t* const (&xt)[kNt], size_t n,
+                        float* out, size_t out_stride) {
+  __m256 acc[kNr][kNt];
   for (int r = 0; r < kNr; ++r)
-    for (int t = 0; t < kNt; ++t) a0[r][t] = a1[r][t] = _mm256_setzero_ps();
+    for (int t = 0; t < kNt; ++t) acc[r][t] = _mm256_setzero_ps();
   const size_t chunks = n / 16, tail = n % 16;
   for (size_t c = 0; c < chunks; ++c) {
-    const uint16_t* chunk = p + kR * 16 * c;
-    // Decode streams the panel once: prefetch it 4 KiB ahead. Prefill passes over an L2-resident
-    // block (ForBlockedTiles) once per row and token tile, where the prefetches only took load
-    // slots (a loop of this shape, 1 row x 4 tokens, 64-66 -> 75 GFLOP/s without; Zen 5).
-    if constexpr (kNt == 1) {
-      const char* ahead = reinterpret_cast<const char*>(chunk) + 4096;  // a chunk: 2 lines
+    if constexpr (kPrefetch) {  // a panel chunk: 2 lines
+      const char* ahead = reinterpret_cast<const char*>(src.Chunk(0, c)) + 4096;
       _mm_prefetch(ahead, _MM_HINT_T0);
       _mm_prefetch(ahead + 64, _MM_HINT_T0);
     }
-    __m256 w0[kNr], w1[kNr];
-    for (int r = 0; r < kNr; ++r) {
-      const uint16_t* wr = chunk + 16 * static_cast<size_t>(r0 + r);
-      w0[r] = Load8(wr, kBf16);
-      w1[r] = Load8(wr + 8, kBf16);
-    }
-    for (int t = 0; t < kNt; ++t) {
-      const __m256 x0 = _mm256_loadu_ps(xt[t] + 16 * c), x1 = _mm256_loadu_ps(xt[t] + 16 * c + 8);
-      for (int r = 0; r < kNr; ++r) {
-        a0[r][t] = _mm256_fmadd_ps(w0[r], x0, a0[r][t]);
-        a1[r][t] = _mm256_fmadd_ps(w1[r], x1, a1[r][t]);
+    for (size_t h = 0; h < 16; h += 8) {
+      __m256 w[kNr];
+      for (int r = 0; r < kNr; ++r) w[r] = Load8(src.Chunk(r0 + r, c) + h, kBf16);
+      for (int t = 0; t < kNt; ++t) {
+        const __m256 x = Load8(xt[t] + 16 * c + h, kBf16);
+        for (int r = 0; r < kNr; ++r) acc[r][t] = _mm256_fmadd_ps(w[r], x, acc[r][t]);
       }
     }
   }
   for (int r = 0; r < kNr; ++r) {
-    const uint16_t* tw = p + kR * 16 * chunks + static_cast<size_t>(r0 + r) * tail;
+    const uint16_t* tw = src.Tail(r0 + r, chunks, tail);
     for (int t = 0; t < kNt; ++t) {
-      float s = HsumPs(_mm256_add_ps(a0[r][t], a1[r][t]));
-      for (size_t j = 0; j < tail; ++j) s += Scalar(tw[j], kBf16) * xt[t][16 * chunks + j];
-      out[static_cast<size_t>(r0 + r) * kMaxPanelTileTokens + static_cast<size_t>(t)] = s;
+      float s = HsumPs(acc[r][t]);
+      for (size_t j = 0; j < tail; ++j)
+        s += Scalar(tw[j], kBf16) * Scalar(xt[t][16 * chunks + j], kBf16);
+      out[static_cast<size_t>(r0 + r) * out_stride + static_cast<size_t>(t)] = s;
     }
+  }
+}
+
+template <int kNt, bool kBf16>
+STRATA_FN void PanelTile(const uint16_t* p, const void* xv, size_t xs, size_t n, float* out) {
+  const uint16_t* xt[kNt];
+  TokenRows<uint16_t, kNt>(xv, xs, xt);
+  const PanelSrc src{p};
+  if constexpr (kNt == 1) {
+    HalfPass<4, 1, kBf16, true>(src, 0, xt, n, out, kMaxPanelTileTokens);
+  } else {
+    HalfPass<2, kNt, kBf16, false>(src, 0, xt, n, out, kMaxPanelTileTokens);
+    HalfPass<2, kNt, kBf16, false>(src, 2, xt, n, out, kMaxPanelTileTokens);
   }
 }
 
 template <bool kBf16>
 __attribute__((target(STRATA_TARGET))) void DotPanel4(const void* pv, const void* xv, size_t xs,
                                                       int nt, size_t n, float* out) {
+  static_assert(kMaxPanelTileTokens == 6);
   const auto* p = static_cast<const uint16_t*>(pv);
-  if (nt == 1) {
-    const float* xt[1];
-    TokenRows<float, 1>(xv, xs, xt);
-    PanelPass<4, 1, kBf16>(p, 0, xt, n, out);
-  } else if (nt == 2) {
-    const float* xt[2];
-    TokenRows<float, 2>(xv, xs, xt);
-    PanelPass<2, 2, kBf16>(p, 0, xt, n, out);
-    PanelPass<2, 2, kBf16>(p, 2, xt, n, out);
-  } else if (nt == 3) {
-    const float* xt[3];
-    TokenRows<float, 3>(xv, xs, xt);
-    for (int r = 0; r < 4; ++r) PanelPass<1, 3, kBf16>(p, r, xt, n, out);
-  } else {
-    const float* xt[4];
-    TokenRows<float, 4>(xv, xs, xt);
-    for (int r = 0; r < 4; ++r) PanelPass<1, 4, kBf16>(p, r, xt, n, out);
-    // 5-6 tokens (kMaxPanelTileTokens): the rest as a second call; 16 ymm registers hold no more.
-    if (nt > 4) DotPanel4<kBf16>(pv, static_cast<const char*>(xv) + 4 * xs, xs, nt - 4, n, out + 4);
+  switch (nt) {
+    case 1:
+      return PanelTile<1, kBf16>(p, xv, xs, n, out);
+    case 2:
+      return PanelTile<2, kBf16>(p, xv, xs, n, out);
+    case 3:
+      return PanelTile<3, kBf16>(p, xv, xs, n, out);
+    case 4:
+      return PanelTile<4, kBf16>(p, xv, xs, n, out);
+    case 5:
+      return PanelTile<5, kBf16>(p, xv, xs, n, out);
+    default:
+      return PanelTile<6, kBf16>(p, xv, xs, n, out);
   }
 }
 
+// A row as stored: the panel's arithmetic with one row (one chain: slower, the same bits).
+template <int kNt, bool kBf16>
+STRATA_FN void DotHalfRow(const void* w, const void* xv, size_t xs, size_t n, float* out) {
+  const uint16_t* xt[kNt];
+  TokenRows<uint16_t, kNt>(xv, xs, xt);
+  HalfPass<1, kNt, kBf16, false>(RowSrc{static_cast<const uint16_t*>(w)}, 0, xt, n, out, 0);
+}
 template <int kNt>
 STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotFloatN<kNt, uint16_t, false>(w, x, xs, n, o);
+  DotHalfRow<kNt, false>(w, x, xs, n, o);
 }
 template <int kNt>
 STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) {
@@ -106,7 +134,7 @@ STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float*
 }
 template <int kNt>
 STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotFloatN<kNt, uint16_t, true>(w, x, xs, n, o);
+  DotHalfRow<kNt, true>(w, x, xs, n, o);
 }
 STRATA_DEFINE_TILE(TileF16, DotF16T)
 STRATA_DEFINE_TILE(TileBF16, DotBF16T)
