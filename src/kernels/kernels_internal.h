@@ -130,6 +130,24 @@ void PackPanel16(const WeightMatrix& w, size_t p0, void* dst);
 // kPanels4 (F16 / BF16): rows per panel.
 constexpr size_t kFloatPanelRows = 4;
 
+// Where the F16 / BF16 kernels find 16-value chunk c of row r, and the row's last n % 16 values:
+// a row as stored (one row), or a kPanels4 panel (chunk c of its 4 rows consecutive, then each
+// row's tail, row by row).
+struct HalfRowSrc {
+  const uint16_t* w;
+  const uint16_t* Chunk(int /*r*/, size_t c) const { return w + 16 * c; }
+  const uint16_t* Tail(int /*r*/, size_t chunks, size_t /*tail*/) const { return w + 16 * chunks; }
+};
+struct HalfPanelSrc {
+  const uint16_t* p;
+  const uint16_t* Chunk(int r, size_t c) const {
+    return p + (kFloatPanelRows * c + static_cast<size_t>(r)) * 16;
+  }
+  const uint16_t* Tail(int r, size_t chunks, size_t tail) const {
+    return p + kFloatPanelRows * 16 * chunks + static_cast<size_t>(r) * tail;
+  }
+};
+
 // Tokens per call of a DotPanelFn: a 4-row x 6-token tile is 24 accumulators, which the 32
 // AVX-512 registers hold with the panel's 4 weight vectors and one activation vector; per 16-value
 // chunk it converts 4 + 6 vectors for 24 FMAs, against 4 + 4 for 16 at 4 tokens (F16 prefill

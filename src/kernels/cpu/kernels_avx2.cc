@@ -26,28 +26,14 @@ namespace {
 // Avx2ToBf16: the values ConvertActivations gives) and the kernels widen them in registers. Every
 // output (row, token) is one 8-lane accumulator over the row's 16-value chunks in order,
 // acc = fma(w[16c..16c+7], x[16c..16c+7], acc), then acc = fma(w[16c+8..16c+15], x[.], acc), and
-// y = HsumPs(acc) + the last n % 16 products one by one, in either layout (RowSrc: a row as
-// stored; PanelSrc: the 4 rows of a kPanels4 panel), so every tile, layout and token count gives
-// the same bits. One accumulator per output lets 16 registers hold a 2-row x 6-token tile (12
+// y = HsumPs(acc) + the last n % 16 products one by one, in either layout (HalfRowSrc: a row as
+// stored; HalfPanelSrc: the 4 rows of a kPanels4 panel), so every tile, layout and token count
+// gives the same bits. One accumulator per output lets 16 registers hold a 2-row x 6-token tile (12
 // accumulators, 2 weight vectors, 1 activation vector); with two per output (this level's
 // arithmetic until 2026-12-07) it held 8 outputs and F16 prefill ran at about half of llama.cpp's
 // AVX2 build (docs/perf.md). Decode runs the panel's 4 rows against one token (4 chains, each
 // activation load shared by 4 rows) and prefetches the panel 4 KiB ahead; prefill passes over an
 // L2-resident block (ForBlockedTiles), 2 rows x up to 6 tokens at a time, without prefetches.
-struct RowSrc {
-  const uint16_t* w;
-  const uint16_t* Chunk(int /*r*/, size_t c) const { return w + 16 * c; }
-  const uint16_t* Tail(int /*r*/, size_t chunks, size_t /*tail*/) const { return w + 16 * chunks; }
-};
-struct PanelSrc {
-  const uint16_t* p;
-  const uint16_t* Chunk(int r, size_t c) const {
-    return p + (kFloatPanelRows * c + static_cast<size_t>(r)) * 16;
-  }
-  const uint16_t* Tail(int r, size_t chunks, size_t tail) const {
-    return p + kFloatPanelRows * 16 * chunks + static_cast<size_t>(r) * tail;
-  }
-};
 
 // Rows r0..r0 + kNr - 1 of src against kNt tokens; out[(r0 + r) * out_stride + t].
 template <int kNr, int kNt, bool kBf16, bool kPrefetch, typename Src>
@@ -87,7 +73,7 @@ template <int kNt, bool kBf16>
 STRATA_FN void PanelTile(const uint16_t* p, const void* xv, size_t xs, size_t n, float* out) {
   const uint16_t* xt[kNt];
   TokenRows<uint16_t, kNt>(xv, xs, xt);
-  const PanelSrc src{p};
+  const HalfPanelSrc src{p};
   if constexpr (kNt == 1) {
     HalfPass<4, 1, kBf16, true>(src, 0, xt, n, out, kMaxPanelTileTokens);
   } else {
@@ -122,7 +108,7 @@ template <int kNt, bool kBf16>
 STRATA_FN void DotHalfRow(const void* w, const void* xv, size_t xs, size_t n, float* out) {
   const uint16_t* xt[kNt];
   TokenRows<uint16_t, kNt>(xv, xs, xt);
-  HalfPass<1, kNt, kBf16, false>(RowSrc{static_cast<const uint16_t*>(w)}, 0, xt, n, out, 0);
+  HalfPass<1, kNt, kBf16, false>(HalfRowSrc{static_cast<const uint16_t*>(w)}, 0, xt, n, out, 0);
 }
 template <int kNt>
 STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {

@@ -67,28 +67,14 @@ STRATA_FN void DotFloat512N(const void* wv, const void* xv, size_t xs, size_t n,
 
 // F16 / BF16 weights: every output (row, token) is one 16-lane accumulator over the row's
 // 16-value chunks in order, acc = fma(w[16c..16c+15], x[16c..16c+15], acc), then
-// y = Hsum512(acc) + the tail's products one by one, in either layout (RowSrc: a row as stored;
-// PanelSrc: the 4 rows of a kPanels4 panel). Prefill runs 4 rows x 6 tokens per pass (each weight
-// vector used by 6 tokens, each activation vector by 4 rows, 24 FMA chains); decode 4 rows x 1
-// token from one sequential panel stream (4 chains). A row alone (the row layout, or a forced
+// y = Hsum512(acc) + the tail's products one by one, in either layout (HalfRowSrc: a row as stored;
+// HalfPanelSrc: the 4 rows of a kPanels4 panel). Prefill runs 4 rows x 6 tokens per pass (each
+// weight vector used by 6 tokens, each activation vector by 4 rows, 24 FMA chains); decode 4 rows x
+// 1 token from one sequential panel stream (4 chains). A row alone (the row layout, or a forced
 // lower tile) gives the same bits, only slower (one chain). No software prefetch: the one this
 // loop had compiled to nothing (GCC 12 dropped the _mm_prefetch of a member function inlined here),
 // and made to work (__builtin_prefetch 4 KiB ahead), or with two panels streamed side by side,
 // F16 decode streamed no faster (Zen 5, docs/perf.md).
-struct RowSrc {
-  const uint16_t* w;
-  const uint16_t* Chunk(int /*r*/, size_t c) const { return w + 16 * c; }
-  const uint16_t* Tail(int /*r*/, size_t chunks, size_t /*tail*/) const { return w + 16 * chunks; }
-};
-struct PanelSrc {
-  const uint16_t* p;
-  const uint16_t* Chunk(int r, size_t c) const {
-    return p + (kFloatPanelRows * c + static_cast<size_t>(r)) * 16;
-  }
-  const uint16_t* Tail(int r, size_t chunks, size_t tail) const {
-    return p + kFloatPanelRows * 16 * chunks + static_cast<size_t>(r) * tail;
-  }
-};
 
 // X: the activations' storage, float, or uint16_t holding f16 values (F16 weights: MatMul stores
 // the f16-rounded activations as f16, half the bytes to stream; widened to the same f32 values).
@@ -127,21 +113,23 @@ STRATA_FN void DotHalf(const Src& src, const void* xv, size_t xs, size_t n, floa
 
 template <int kNt>
 STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotHalf<1, kNt, false, RowSrc, uint16_t>(RowSrc{static_cast<const uint16_t*>(w)}, x, xs, n, o, 0);
+  DotHalf<1, kNt, false, HalfRowSrc, uint16_t>(HalfRowSrc{static_cast<const uint16_t*>(w)}, x, xs,
+                                               n, o, 0);
 }
 template <int kNt>
 STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotHalf<1, kNt, true, RowSrc, uint16_t>(RowSrc{static_cast<const uint16_t*>(w)}, x, xs, n, o, 0);
+  DotHalf<1, kNt, true, HalfRowSrc, uint16_t>(HalfRowSrc{static_cast<const uint16_t*>(w)}, x, xs, n,
+                                              o, 0);
 }
 template <int kNt>
 STRATA_FN void DotF16P(const void* p, const void* x, size_t xs, size_t n, float* o) {
-  DotHalf<kFloatPanelRows, kNt, false, PanelSrc, uint16_t>(
-      PanelSrc{static_cast<const uint16_t*>(p)}, x, xs, n, o, kMaxPanelTileTokens);
+  DotHalf<kFloatPanelRows, kNt, false, HalfPanelSrc, uint16_t>(
+      HalfPanelSrc{static_cast<const uint16_t*>(p)}, x, xs, n, o, kMaxPanelTileTokens);
 }
 template <int kNt>
 STRATA_FN void DotBF16P(const void* p, const void* x, size_t xs, size_t n, float* o) {
-  DotHalf<kFloatPanelRows, kNt, true, PanelSrc, uint16_t>(PanelSrc{static_cast<const uint16_t*>(p)},
-                                                          x, xs, n, o, kMaxPanelTileTokens);
+  DotHalf<kFloatPanelRows, kNt, true, HalfPanelSrc, uint16_t>(
+      HalfPanelSrc{static_cast<const uint16_t*>(p)}, x, xs, n, o, kMaxPanelTileTokens);
 }
 template <int kNt>
 STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) {
