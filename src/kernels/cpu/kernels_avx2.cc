@@ -69,11 +69,12 @@ STRATA_FN void HalfPass(const Src& src, int r0, const uint16_t* const (&xt)[kNt]
   }
 }
 
+// A kPanels4 panel against kNt tokens (DotPanelFn's out layout).
 template <int kNt, bool kBf16>
-STRATA_FN void PanelTile(const uint16_t* p, const void* xv, size_t xs, size_t n, float* out) {
+STRATA_FN void PanelTile(const void* pv, const void* xv, size_t xs, size_t n, float* out) {
   const uint16_t* xt[kNt];
   TokenRows<uint16_t, kNt>(xv, xs, xt);
-  const HalfPanelSrc src{p};
+  const HalfPanelSrc src{static_cast<const uint16_t*>(pv)};
   if constexpr (kNt == 1) {
     HalfPass<4, 1, kBf16, true>(src, 0, xt, n, out, kMaxPanelTileTokens);
   } else {
@@ -81,27 +82,16 @@ STRATA_FN void PanelTile(const uint16_t* p, const void* xv, size_t xs, size_t n,
     HalfPass<2, kNt, kBf16, false>(src, 2, xt, n, out, kMaxPanelTileTokens);
   }
 }
-
-template <bool kBf16>
-__attribute__((target(STRATA_TARGET))) void DotPanel4(const void* pv, const void* xv, size_t xs,
-                                                      int nt, size_t n, float* out) {
-  static_assert(kMaxPanelTileTokens == 6);
-  const auto* p = static_cast<const uint16_t*>(pv);
-  switch (nt) {
-    case 1:
-      return PanelTile<1, kBf16>(p, xv, xs, n, out);
-    case 2:
-      return PanelTile<2, kBf16>(p, xv, xs, n, out);
-    case 3:
-      return PanelTile<3, kBf16>(p, xv, xs, n, out);
-    case 4:
-      return PanelTile<4, kBf16>(p, xv, xs, n, out);
-    case 5:
-      return PanelTile<5, kBf16>(p, xv, xs, n, out);
-    default:
-      return PanelTile<6, kBf16>(p, xv, xs, n, out);
-  }
+template <int kNt>
+STRATA_FN void PanelF16T(const void* p, const void* x, size_t xs, size_t n, float* o) {
+  PanelTile<kNt, false>(p, x, xs, n, o);
 }
+template <int kNt>
+STRATA_FN void PanelBF16T(const void* p, const void* x, size_t xs, size_t n, float* o) {
+  PanelTile<kNt, true>(p, x, xs, n, o);
+}
+STRATA_DEFINE_PANEL_TILE(PanelF16, PanelF16T)
+STRATA_DEFINE_PANEL_TILE(PanelBF16, PanelBF16T)
 
 // A row as stored: the panel's arithmetic with one row (one chain: slower, the same bits).
 template <int kNt, bool kBf16>
@@ -324,9 +314,9 @@ DotTileFn Avx2DotTile(DType t) {
 DotPanelFn Avx2DotPanel4(DType t) {
   switch (t) {
     case DType::kF16:
-      return DotPanel4<false>;
+      return PanelF16;
     case DType::kBF16:
-      return DotPanel4<true>;
+      return PanelBF16;
     default:
       return nullptr;
   }
