@@ -106,7 +106,7 @@ STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float*
 }
 template <int kNt>
 STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotFloatN<kNt, float, false>(w, x, xs, n, o);
+  DotFloatN<kNt>(w, x, xs, n, o);
 }
 template <int kNt>
 STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {

@@ -41,18 +41,18 @@ STRATA_FN __m512 Load16(const uint16_t* p, bool bf16) {
   if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
   return _mm512_cvtph_ps(v);
 }
-STRATA_FN __m512 Load16(const float* p, bool) { return _mm512_loadu_ps(p); }
 
-template <int kNt, typename T, bool kBf16>
+// F32 weights (the F16 / BF16 kernels are DotHalf below).
+template <int kNt>
 STRATA_FN void DotFloat512N(const void* wv, const void* xv, size_t xs, size_t n, float* out) {
-  const T* w = static_cast<const T*>(wv);
+  const float* w = static_cast<const float*>(wv);
   const float* xt[kNt];
   TokenRows<float, kNt>(xv, xs, xt);
   __m512 a0[kNt], a1[kNt];
   for (int t = 0; t < kNt; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m512 w0 = Load16(w + i, kBf16), w1 = Load16(w + i + 16, kBf16);
+    const __m512 w0 = _mm512_loadu_ps(w + i), w1 = _mm512_loadu_ps(w + i + 16);
     for (int t = 0; t < kNt; ++t) {
       a0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xt[t] + i), a0[t]);
       a1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xt[t] + i + 16), a1[t]);
@@ -60,7 +60,7 @@ STRATA_FN void DotFloat512N(const void* wv, const void* xv, size_t xs, size_t n,
   }
   for (int t = 0; t < kNt; ++t) {
     float s = Hsum512(_mm512_add_ps(a0[t], a1[t]));
-    for (size_t j = i; j < n; ++j) s += Scalar(w[j], kBf16) * xt[t][j];
+    for (size_t j = i; j < n; ++j) s += w[j] * xt[t][j];
     out[t] = s;
   }
 }
@@ -76,18 +76,13 @@ STRATA_FN void DotFloat512N(const void* wv, const void* xv, size_t xs, size_t n,
 // and made to work (__builtin_prefetch 4 KiB ahead), or with two panels streamed side by side,
 // F16 decode streamed no faster (Zen 5, docs/perf.md).
 
-// X: the activations' storage, float, or uint16_t holding f16 values (F16 weights: MatMul stores
-// the f16-rounded activations as f16, half the bytes to stream; widened to the same f32 values).
-STRATA_FN float XAt(const float* x, size_t j, bool /*bf16*/) { return x[j]; }
-STRATA_FN float XAt(const uint16_t* x, size_t j, bool bf16) {
-  return bf16 ? BF16ToF32(x[j]) : F16ToF32(x[j]);
-}
-
-template <int kNr, int kNt, bool kBf16, typename Src, typename X = float>
+// The activations are 16-bit halves (MatMul: Avx2ToF16 / Avx2ToBf16, the rounded values at half
+// the bytes), widened in registers to the same f32 values.
+template <int kNr, int kNt, bool kBf16, typename Src>
 STRATA_FN void DotHalf(const Src& src, const void* xv, size_t xs, size_t n, float* out,
                        size_t out_stride) {
-  const X* xt[kNt];
-  TokenRows<X, kNt>(xv, xs, xt);
+  const uint16_t* xt[kNt];
+  TokenRows<uint16_t, kNt>(xv, xs, xt);
   __m512 acc[kNr][kNt];
   for (int r = 0; r < kNr; ++r)
     for (int t = 0; t < kNt; ++t) acc[r][t] = _mm512_setzero_ps();
@@ -105,7 +100,7 @@ STRATA_FN void DotHalf(const Src& src, const void* xv, size_t xs, size_t n, floa
     for (int t = 0; t < kNt; ++t) {
       float s = Hsum512(acc[r][t]);
       for (size_t j = 0; j < tail; ++j)
-        s += Scalar(tw[j], kBf16) * XAt(xt[t], 16 * chunks + j, kBf16);
+        s += Scalar(tw[j], kBf16) * Scalar(xt[t][16 * chunks + j], kBf16);
       out[static_cast<size_t>(r) * out_stride + static_cast<size_t>(t)] = s;
     }
   }
@@ -113,27 +108,25 @@ STRATA_FN void DotHalf(const Src& src, const void* xv, size_t xs, size_t n, floa
 
 template <int kNt>
 STRATA_FN void DotF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotHalf<1, kNt, false, HalfRowSrc, uint16_t>(HalfRowSrc{static_cast<const uint16_t*>(w)}, x, xs,
-                                               n, o, 0);
+  DotHalf<1, kNt, false, HalfRowSrc>(HalfRowSrc{static_cast<const uint16_t*>(w)}, x, xs, n, o, 0);
 }
 template <int kNt>
 STRATA_FN void DotBF16T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotHalf<1, kNt, true, HalfRowSrc, uint16_t>(HalfRowSrc{static_cast<const uint16_t*>(w)}, x, xs, n,
-                                              o, 0);
+  DotHalf<1, kNt, true, HalfRowSrc>(HalfRowSrc{static_cast<const uint16_t*>(w)}, x, xs, n, o, 0);
 }
 template <int kNt>
 STRATA_FN void DotF16P(const void* p, const void* x, size_t xs, size_t n, float* o) {
-  DotHalf<kFloatPanelRows, kNt, false, HalfPanelSrc, uint16_t>(
-      HalfPanelSrc{static_cast<const uint16_t*>(p)}, x, xs, n, o, kMaxPanelTileTokens);
+  DotHalf<kFloatPanelRows, kNt, false, HalfPanelSrc>(HalfPanelSrc{static_cast<const uint16_t*>(p)},
+                                                     x, xs, n, o, kMaxPanelTileTokens);
 }
 template <int kNt>
 STRATA_FN void DotBF16P(const void* p, const void* x, size_t xs, size_t n, float* o) {
-  DotHalf<kFloatPanelRows, kNt, true, HalfPanelSrc, uint16_t>(
-      HalfPanelSrc{static_cast<const uint16_t*>(p)}, x, xs, n, o, kMaxPanelTileTokens);
+  DotHalf<kFloatPanelRows, kNt, true, HalfPanelSrc>(HalfPanelSrc{static_cast<const uint16_t*>(p)},
+                                                    x, xs, n, o, kMaxPanelTileTokens);
 }
 template <int kNt>
 STRATA_FN void DotF32T(const void* w, const void* x, size_t xs, size_t n, float* o) {
-  DotFloat512N<kNt, float, false>(w, x, xs, n, o);
+  DotFloat512N<kNt>(w, x, xs, n, o);
 }
 STRATA_DEFINE_TILE(TileF16, DotF16T)
 STRATA_DEFINE_TILE(TileBF16, DotBF16T)
