@@ -38,21 +38,22 @@ MODULES = {
     "model": (["model/"], ["gguf", "kernels"]),
     "lora": (["lora/"], ["model"]),  # LoRA adapters (GGUF), the registry, the low-rank product
     "cachekey": (["cachekey/"], ["base"]),  # block hashing; the gateway computes the same keys
+    "protocol": (["protocol/"], ["base"]),  # the wire contract: priorities, tiers, headers, fields
     "yamlcfg": (["yamlcfg/"], ["base"]),  # the strict YAML toolkit of the config files
     "http": (["http/"], ["base"]),  # Beast server/client, SSE, Prometheus text; Boost only
     "trace": (["trace/"], ["http"]),  # W3C trace context, spans, the OTLP/HTTP exporter
     # engine/: sampler and kv at the bottom; kv <- kvtier; kv <- runner; sampler, kv, runner <-
     # sched (sees the tiers only through its port); everything <- serving.
     "engine/sampler": (["engine/sampler/"], ["model", "tokenizer", "kernels", "cachekey"]),
-    "engine/kv": (["engine/kv/"], ["model", "tokenizer", "kernels", "cachekey"]),
+    "engine/kv": (["engine/kv/"], ["model", "tokenizer", "kernels", "cachekey", "protocol"]),
     "engine/kvtier": (["engine/kvtier/"], ["engine/kv"]),
     "engine/runner": (["engine/runner/"], ["engine/kv", "lora"]),
     "engine/sched": (["engine/sched/"], ["engine/sampler", "engine/kv", "engine/runner"]),
     "engine/serving": (["engine/serving/"], ["engine/sched", "engine/kvtier", "yamlcfg"]),
     "synth": (["synth/"], ["gguf", "kernels", "tokenizer", "model", "lora"]),  # a tool module
     "server": (["server/"], ["engine/serving", "http", "tokenizer", "trace"]),
-    "bench": (["bench/"], ["http", "tokenizer", "gguf"]),
-    "gateway": (["gateway/"], ["http", "trace", "cachekey", "tokenizer", "yamlcfg"]),  # never engine/ or server/
+    "bench": (["bench/"], ["http", "tokenizer", "gguf", "protocol"]),
+    "gateway": (["gateway/"], ["http", "trace", "cachekey", "tokenizer", "yamlcfg", "protocol"]),  # never engine/ or server/
     "control": (["control/"], ["http", "gateway", "yamlcfg"]),  # never engine/ or server/
     "app": (["app/"], ["server", "bench", "synth", "gateway", "control"]),
 }
