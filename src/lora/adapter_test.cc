@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "lora/lora_test_util.h"
+#include "testing/lora_files.h"
 #include "testing/shared_dir.h"
 
 namespace strata::lora {

@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "lora/adapter.h"
-#include "lora/lora_test_util.h"
 #include "reference/reference_model.h"
+#include "testing/lora_files.h"
 
 namespace strata::lora {
 namespace {

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "lora/lora_test_util.h"
+#include "testing/lora_files.h"
 
 namespace strata::lora {
 namespace {

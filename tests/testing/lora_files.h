@@ -1,6 +1,7 @@
-// Test helpers for lora/ (adapter_test, registry_test): a tiny in-memory base model, temp paths,
-// synth-lora files, and hand-built adapter files (any metadata, any tensors) for the rejection
-// tests. Test-only, header-only; not thread-safe.
+// Test helpers for lora/ (adapter_test, registry_test, reference_lora_test): a tiny in-memory
+// base model, temp paths, synth-lora files, and hand-built adapter files (any metadata, any
+// tensors) for the rejection tests. Test-only, header-only; not thread-safe. It lives here, not in
+// src/lora/, because it builds models and adapters with synth, a module above lora.
 #pragma once
 
 #include <gtest/gtest.h>
