@@ -29,12 +29,32 @@ std::string_view StatusCodeName(StatusCode code) {
 }
 
 Status::Status(StatusCode code, std::string message) {
-  if (code != StatusCode::kOk) rep_ = std::make_shared<const Rep>(Rep{code, std::move(message)});
+  if (code != StatusCode::kOk)
+    rep_ = std::make_shared<const Rep>(Rep{code, std::move(message), std::string()});
+}
+
+Status Status::InvalidField(std::string_view field, std::string_view what) {
+  std::string msg(field);
+  msg += ": ";
+  msg += what;
+  return Status(StatusCode::kInvalidArgument, std::move(msg)).WithField(std::string(field));
 }
 
 const std::string& Status::message() const {
   static const std::string kEmpty;
   return rep_ ? rep_->message : kEmpty;
+}
+
+const std::string& Status::field() const {
+  static const std::string kEmpty;
+  return rep_ ? rep_->field : kEmpty;
+}
+
+Status Status::WithField(std::string field) const {
+  if (ok()) return *this;
+  Status out;
+  out.rep_ = std::make_shared<const Rep>(Rep{rep_->code, rep_->message, std::move(field)});
+  return out;
 }
 
 std::string Status::ToString() const {
@@ -50,7 +70,7 @@ Status Status::WithContext(std::string_view context) const {
   std::string msg(context);
   msg += ": ";
   msg += rep_->message;
-  return Status(rep_->code, std::move(msg));
+  return Status(rep_->code, std::move(msg)).WithField(rep_->field);
 }
 
 }  // namespace strata

@@ -1,8 +1,11 @@
 // Status and Result<T>: error values that cross module boundaries instead of exceptions.
 //
 // Contract: a Status is either OK (no allocation) or carries a code and a message that names the
-// problem (for files: the field; for requests: the parameter). Codes map one-to-one onto HTTP
-// statuses at the server edge. Thread-compatible (const methods are safe to call concurrently).
+// problem (for files: the field; for requests: the parameter). An error about one field of a
+// request or config also carries that field's name as a value (`field()`, set with InvalidField
+// or WithField where the field is known), so an edge that reports it (the server's OpenAI
+// `param`) never parses it back out of the message. Codes map one-to-one onto HTTP statuses at
+// the server edge. Thread-compatible (const methods are safe to call concurrently).
 #pragma once
 
 #include <memory>
@@ -52,19 +55,26 @@ class [[nodiscard]] Status {
   static Status DeadlineExceeded(std::string msg) {
     return {StatusCode::kDeadlineExceeded, std::move(msg)};
   }
+  // InvalidArgument "<field>: <what>" about `field`.
+  static Status InvalidField(std::string_view field, std::string_view what);
 
   bool ok() const { return rep_ == nullptr; }
   StatusCode code() const { return rep_ ? rep_->code : StatusCode::kOk; }
   const std::string& message() const;
   // "INVALID_ARGUMENT: message" or "OK".
   std::string ToString() const;
-  // Returns a copy with "context: " prepended to the message.
+  // Returns a copy with "context: " prepended to the message (the field is kept).
   Status WithContext(std::string_view context) const;
+  // The field the error is about, "" when none (or OK).
+  const std::string& field() const;
+  // Returns a copy about `field` (an OK status stays OK).
+  Status WithField(std::string field) const;
 
  private:
   struct Rep {
     StatusCode code;
     std::string message;
+    std::string field;
   };
   std::shared_ptr<const Rep> rep_;
 };

@@ -28,6 +28,24 @@ TEST(StatusTest, OkAndErrors) {
   EXPECT_EQ(e.ToString(), "NOT_FOUND: loading: x");
 }
 
+TEST(StatusTest, FieldIsCarriedAsAValue) {
+  Status e = Status::InvalidField("max_tokens", "must be >= 1");
+  EXPECT_EQ(e.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e.message(), "max_tokens: must be >= 1");
+  EXPECT_EQ(e.field(), "max_tokens");
+  // Context goes in front of the message; the field stays what it was.
+  Status c = e.WithContext("request 7");
+  EXPECT_EQ(c.message(), "request 7: max_tokens: must be >= 1");
+  EXPECT_EQ(c.field(), "max_tokens");
+  // Without a field, nothing is guessed from the message.
+  EXPECT_EQ(Status::InvalidArgument("n: bad").field(), "");
+  EXPECT_EQ(Status::InvalidArgument("x").WithField("n").field(), "n");
+  EXPECT_EQ(Status::InvalidArgument("x").WithField("n").message(), "x");
+  // OK stays OK (no field on it).
+  EXPECT_TRUE(Status::Ok().WithField("n").ok());
+  EXPECT_EQ(Status::Ok().WithField("n").field(), "");
+}
+
 TEST(StatusTest, ResultAndMacros) {
   int out = 0;
   EXPECT_TRUE(UseHalf(8, &out).ok());

@@ -23,6 +23,8 @@
 #include "http/client.h"
 #include "http/json_fields.h"
 #include "http/openai_error.h"
+#include "protocol/openai/request_fields.h"
+#include "protocol/wire.h"
 
 namespace strata::gateway {
 
@@ -133,31 +135,15 @@ const TenantConfig* TenantOf(const GatewayConfig& cfg, const http::HttpRequest& 
   return cfg.TenantForKey(auth.substr(kBearer.size()));
 }
 
-// The request's priority: the body's `priority` (a tier name or the replicas' integer), else the
-// `x-strata-tier` header (the replicas' names for both), else the tenant's default, else silver.
+// The request's priority: the body's `priority` or the x-strata-tier header as the replicas read
+// them (protocol::ReadPriority), else the tenant's default, else silver.
 http::ApiResult<Priority> PriorityOf(const json& body, const http::HttpRequest& req,
                                      const TenantConfig* tenant) {
-  http::Fields f(body);
-  if (const json* p = f.Find("priority")) {
-    if (p->is_string()) {
-      auto name = ParsePriorityName(p->get_ref<const std::string&>());  // json-access: is_string
-      if (!name.ok()) return http::ApiError::Param("priority", name.status().message());
-      return *name;
-    }
-    std::optional<int64_t> v;
-    RETURN_IF_API_ERROR(f.Int("priority", INT32_MIN, INT32_MAX, &v));
-    return PriorityFromInt(*v);
-  }
-  if (std::string_view h = req.Header("x-strata-tier"); !h.empty()) {
-    auto name = ParsePriorityName(h);
-    if (!name.ok())
-      return http::ApiError(
-          Status::InvalidArgument("x-strata-tier: must be gold, silver or bronze"),
-          "x-strata-tier");
-    return *name;
-  }
+  ASSIGN_OR_RETURN_API(std::optional<Priority> p,
+                       protocol::ReadPriority(body, req.Header(protocol::kHeaderTier)));
+  if (p) return *p;
   if (tenant && tenant->default_priority) return *tenant->default_priority;
-  return Priority::kSilver;
+  return protocol::kDefaultPriority;
 }
 
 // The headers a replica gets from the client's request (identity, tracing, tenant).
@@ -167,8 +153,9 @@ std::vector<std::pair<std::string, std::string>> ForwardedHeaders(const http::Ht
   std::vector<std::pair<std::string, std::string>> out;
   for (std::string_view name : {"traceparent", "tracestate", "x-request-id"})
     if (std::string_view v = req.Header(name); !v.empty()) out.emplace_back(name, v);
-  if (!tenant.empty()) out.emplace_back("x-strata-tenant", tenant);
-  out.emplace_back("x-strata-tier", PriorityName(priority));  // the body's `priority` wins there
+  if (!tenant.empty()) out.emplace_back(protocol::kHeaderTenant, tenant);
+  // The body's `priority` wins there.
+  out.emplace_back(protocol::kHeaderTier, PriorityName(priority));
   return out;
 }
 
@@ -466,23 +453,21 @@ HttpResponse Gateway::Proxy(Exchange& ex) {
   const GatewayConfig& cfg = *job->snap->cfg;
   const TenantConfig* tenant = TenantOf(cfg, ex.request);
   if (tenant) job->tenant = tenant->name;
-  http::Fields f(ex.body);
-  std::string model, lora;
-  if (auto e = f.String("model", &model); !e.ok()) return http::ErrorResponse(e);
-  if (auto e = f.String("lora", &lora); !e.ok()) return http::ErrorResponse(e);
+  auto names = protocol::ReadModelFields(ex.body);
+  if (!names.ok()) return http::ErrorResponse(names.error());
+  const std::string model = names->model;
+  const std::string lora = names->lora;
   job->model = model;
   auto prio = PriorityOf(ex.body, ex.request, tenant);
   if (!prio.ok()) return http::ErrorResponse(prio.error());
   job->priority = *prio;
-  std::optional<int64_t> max_tokens;
-  if (auto e = f.Int("max_tokens", 0, INT32_MAX, &max_tokens); !e.ok())
-    return http::ErrorResponse(e);
-  if (!max_tokens)
-    if (auto e = f.Int("max_completion_tokens", 0, INT32_MAX, &max_tokens); !e.ok())
-      return http::ErrorResponse(e);
-  job->asked_max_tokens = max_tokens;
+  // The wire's bounds; the replica applies its own limit (0 is echo's, which the replica checks).
+  auto max_tokens = protocol::ReadMaxTokens(ex.body, job->endpoint == Endpoint::kChat,
+                                            {.lo = 0, .hi = protocol::kMaxTokensOnWire});
+  if (!max_tokens.ok()) return http::ErrorResponse(max_tokens.error());
+  job->asked_max_tokens = *max_tokens;
   job->max_tokens =
-      job->endpoint == Endpoint::kEmbeddings ? 0 : max_tokens.value_or(kDefaultMaxTokens);
+      job->endpoint == Endpoint::kEmbeddings ? 0 : max_tokens->value_or(kDefaultMaxTokens);
 
   // Prompt lengths are measured per pool tokenizer, lazily, at most once per tokenizer.
   std::map<const PoolTokenizer*, PromptInfo> measured;
@@ -565,7 +550,7 @@ const std::string& Gateway::PoolOf(const RouteConfig& route, const Exchange& ex,
 
 // Response headers naming the arm of a split route (x-strata-arm).
 void Gateway::AddArmHeader(const Job& job, std::vector<std::pair<std::string, std::string>>* h) {
-  if (!job.arm.empty()) h->emplace_back("x-strata-arm", job.arm);
+  if (!job.arm.empty()) h->emplace_back(protocol::kHeaderArm, job.arm);
 }
 
 void Gateway::Admitted(const std::shared_ptr<Job>& job) {
@@ -713,7 +698,7 @@ void Gateway::OnUpstreamDone(const std::shared_ptr<Job>& job, const UpstreamResu
 }
 
 void Gateway::RespondError(const std::shared_ptr<Job>& job, HttpResponse resp) {
-  if (!job->route.empty()) resp.headers.emplace_back("x-strata-route", job->route);
+  if (!job->route.empty()) resp.headers.emplace_back(protocol::kHeaderRoute, job->route);
   AddArmHeader(*job, &resp.headers);
   const int status = resp.status;
   job->out->Respond(std::move(resp));
@@ -831,12 +816,17 @@ http::ApiError Gateway::PrepareTraffic(
 }
 
 std::vector<std::pair<std::string, std::string>> Gateway::ClientHeaders(const Job& job) const {
-  std::vector<std::pair<std::string, std::string>> h = {{"x-strata-route", job.route},
-                                                        {"x-strata-replica", job.pick.url}};
+  std::vector<std::pair<std::string, std::string>> h = {
+      {std::string(protocol::kHeaderRoute), job.route},
+      {std::string(protocol::kHeaderReplica), job.pick.url}};
   AddArmHeader(job, &h);
+  // The answering pool's model version (its `version` label; the control plane sets it).
+  if (const PoolConfig* pool = job.snap->cfg->FindPool(job.pool); pool != nullptr)
+    if (auto v = pool->labels.find("version"); v != pool->labels.end())
+      h.emplace_back(protocol::kHeaderModelVersion, v->second);
   if (job.cascade) {
-    h.emplace_back("x-strata-cascade", StageHeader(job, job.cascade_skipped));
-    h.emplace_back("x-strata-pool", job.pool);
+    h.emplace_back(protocol::kHeaderCascade, StageHeader(job, job.cascade_skipped));
+    h.emplace_back(protocol::kHeaderPool, job.pool);
   }
   return h;
 }

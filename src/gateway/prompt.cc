@@ -10,6 +10,7 @@
 
 #include "gguf/gguf.h"
 #include "http/json_fields.h"
+#include "protocol/openai/chat_message.h"
 #include "tokenizer/chat/builtin_templates.h"
 #include "tokenizer/chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -108,50 +109,11 @@ PromptInfo Exact(std::vector<int32_t> ids, std::string text) {
   return info;
 }
 
-// One chat message as the template sees it (server/openai_request.cc TemplateMessage): text
-// content parts joined into one string; other fields passed through.
-Result<nlohmann::ordered_json> TemplateMessage(const json& m, size_t i) {
-  const std::string where = fmt::format("messages[{}]", i);
-  if (!m.is_object()) return Status::InvalidArgument(where + ": must be an object");
-  const http::Fields f(m);
-  const json* role = f.Find("role");
-  if (role == nullptr || !role->is_string())
-    return Status::InvalidArgument(where + ".role: must be a string");
-  nlohmann::ordered_json om = nlohmann::ordered_json::parse(m.dump());
-  const json* c = f.Find("content");
-  if (c == nullptr) return om;
-  if (c->is_array()) {
-    std::string text;
-    for (const json& part : *c) {
-      const http::Fields p(part);
-      const json* type = p.Find("type");
-      const json* part_text = p.Find("text");
-      if (!type || !type->is_string() || *type != "text" || !part_text || !part_text->is_string())
-        return Status::InvalidArgument(where + ".content: only text content parts are supported");
-      auto s = http::AsString(*part_text, "text");
-      if (!s.ok()) return s.error().status();
-      text += *s;
-    }
-    om["content"] = text;
-  } else if (!c->is_string()) {
-    return Status::InvalidArgument(where +
-                                   ".content: must be a string, an array of text parts or null");
-  }
-  return om;
-}
-
+// `messages` as the server reads them (protocol::TemplateMessages).
 Result<std::vector<nlohmann::ordered_json>> ChatMessages(const json& body) {
   const json* messages = http::Fields(body).Find("messages");
   if (messages == nullptr) return Status::InvalidArgument("messages: is required");
-  if (!messages->is_array()) return Status::InvalidArgument("messages: must be an array");
-  if (messages->empty())
-    return Status::InvalidArgument("messages: must contain at least one message");
-  std::vector<nlohmann::ordered_json> out;
-  for (size_t i = 0; i < messages->size(); ++i) {
-    ASSIGN_OR_RETURN(auto om, TemplateMessage((*messages)[i], i));
-    out.push_back(std::move(om));
-  }
-  return out;
+  return protocol::TemplateMessages(*messages);
 }
 
 // Without a template: the bytes of roles and string contents, plus markers per message.

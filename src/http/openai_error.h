@@ -3,7 +3,7 @@
 //
 // ApiError carries a rejected request from where the error is made to where the body is written:
 // the Status (code + message) plus the OpenAI `param` it concerns, as a field (never parsed back
-// out of the message). ApiResult<T> is a T or an ApiError.
+// out of the message; by default the Status's own field()). ApiResult<T> is a T or an ApiError.
 //
 // Thread contract: plain values and pure functions.
 // Errors: none of their own.
@@ -32,8 +32,11 @@ HttpResponse ErrorResponse(int status, std::string_view message, std::string_vie
 class [[nodiscard]] ApiError {
  public:
   ApiError() = default;                            // OK: no error
+  // `param` "" : the status's own field (Status::field), if it has one.
   ApiError(Status status, std::string param = {})  // NOLINT(google-explicit-constructor)
-      : status_(std::move(status)), param_(std::move(param)) {}
+      : status_(std::move(status)), param_(std::move(param)) {
+    if (param_.empty()) param_ = status_.field();
+  }
   // InvalidArgument "<param>: <what>" about `param`.
   static ApiError Param(std::string_view param, std::string_view what);
 

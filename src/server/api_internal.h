@@ -67,9 +67,9 @@ inline http::HttpResponse ModelNotFound(std::string_view name, std::string_view 
     if (!api_error_.ok()) return ::strata::http::ErrorResponse(api_error_); \
   } while (0)
 
-// A Status from the engine (Submit, the embedder). SubmitRequest::Validate's contract is that an
-// InvalidArgument names the engine's field first ("max_tokens: ..."); the few fields a client sets
-// map onto their OpenAI `param` here, by name, at this one boundary (a Status carries no field).
+// A Status from the engine (Submit, the embedder): its code gives the HTTP status and its field
+// (Status::field, set by SubmitRequest::Validate and Engine::Submit for the fields a client sets)
+// the OpenAI `param`.
 http::HttpResponse FromEngineStatus(const Status& s);
 
 }  // namespace strata::server

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "http/sse.h"
+#include "protocol/wire.h"
 #include "server/api.h"
 #include "server/api_internal.h"
 #include "server/request_spans.h"
@@ -193,12 +194,6 @@ const EngineErrorKind* FindEngineError(const Status& s) {
   return nullptr;
 }
 
-// Engine fields (SubmitRequest::Validate names them first) that are also the client's OpenAI
-// params.
-constexpr std::string_view kEngineFields[] = {"prompt",       "max_tokens",     "n",
-                                              "top_logprobs", "stop_token_ids", "tenant",
-                                              "priority",     "logit_bias"};
-
 // return_token_ids: the prompt's ids on the response (and, streamed, on the first chunk); a batch
 // has one list per prompt (each choice also carries its own prompt's, where vLLM has it).
 void AddPromptIds(const Api::Job& job, json* obj) {
@@ -212,14 +207,7 @@ void AddPromptIds(const Api::Job& job, json* obj) {
 }  // namespace
 
 HttpResponse FromEngineStatus(const Status& s) {
-  std::string_view param;
-  for (std::string_view f : kEngineFields) {
-    const std::string& m = s.message();
-    if (m.size() > f.size() + 1 && m.compare(0, f.size(), f) == 0 &&
-        m.compare(f.size(), 2, ": ") == 0)
-      param = f;
-  }
-  return Error(http::HttpStatusOf(s.code()), s.message(), param);
+  return Error(http::HttpStatusOf(s.code()), s.message(), s.field());
 }
 
 Api::~Api() {
@@ -237,26 +225,28 @@ Api::~Api() {
 }
 
 std::optional<HttpResponse> Api::ApplyHeaders(const http::HttpRequest& req, GenRequest& g) {
-  // Tenant (x-strata-tenant): owns the request's KV-tier quota and isolates its prefix cache (the
-  // tenant is bound into every block hash, so tenants never share or probe each other's blocks).
-  if (std::string_view tenant = req.Header("x-strata-tenant"); !tenant.empty()) {
-    if (tenant.size() > engine::sched::kMaxTenantBytes)
-      return Error(400, "x-strata-tenant: longer than 256 bytes", "x-strata-tenant");
+  using protocol::kHeaderDeadlineMs;
+  using protocol::kHeaderTenant;
+  // Tenant: owns the request's KV-tier quota and isolates its prefix cache (the tenant is bound
+  // into every block hash, so tenants never share or probe each other's blocks).
+  if (std::string_view tenant = req.Header(kHeaderTenant); !tenant.empty()) {
+    if (tenant.size() > protocol::kMaxTenantBytes)
+      return http::ErrorResponse(Status::InvalidField(
+          kHeaderTenant, fmt::format("longer than {} bytes", protocol::kMaxTenantBytes)));
     for (char c : tenant) {
       if (static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e)
-        return Error(400, "x-strata-tenant: must be printable ASCII without spaces",
-                     "x-strata-tenant");
+        return http::ErrorResponse(
+            Status::InvalidField(kHeaderTenant, "must be printable ASCII without spaces"));
     }
     g.submit.tenant.assign(tenant);  // the engine binds it into the prefix-cache salt
   }
   std::optional<int64_t> deadline_ms = g.deadline_ms;
-  if (!deadline_ms && !req.Header("x-strata-deadline-ms").empty()) {
-    std::string_view h = req.Header("x-strata-deadline-ms");
+  if (std::string_view h = req.Header(kHeaderDeadlineMs); !deadline_ms && !h.empty()) {
     int64_t v = 0;
     auto [end, ec] = std::from_chars(h.data(), h.data() + h.size(), v);
-    if (ec != std::errc() || end != h.data() + h.size() || v < 1 || v > (int64_t{1} << 40))
-      return Error(400, "x-strata-deadline-ms: must be a positive integer (milliseconds)",
-                   "x-strata-deadline-ms");
+    if (ec != std::errc() || end != h.data() + h.size() || v < 1 || v > protocol::kMaxDeadlineMs)
+      return http::ErrorResponse(
+          Status::InvalidField(kHeaderDeadlineMs, "must be a positive integer (milliseconds)"));
     deadline_ms = v;
   }
   if (deadline_ms)
@@ -268,7 +258,7 @@ HttpResponse Api::Generate(Endpoint ep, Exchange& ex) {
   SteadyTime arrival = std::chrono::steady_clock::now();
   std::unique_ptr<RequestTrace> traced = StartTrace(ex.request, arrival);
   ParseStamps stamps;
-  auto parsed = ParseGenRequest(ep, ex.body, model_, ex.request.Header("x-strata-tier"),
+  auto parsed = ParseGenRequest(ep, ex.body, model_, ex.request.Header(protocol::kHeaderTier),
                                 traced ? &stamps : nullptr);
   if (!parsed.ok()) return http::ErrorResponse(parsed.error());
   GenRequest g = std::move(*parsed);
@@ -295,7 +285,7 @@ HttpResponse Api::Generate(Endpoint ep, Exchange& ex) {
   std::shared_ptr<Job> job = NewJob(ep, std::move(g), std::move(handles));
   job->out = ex.out;
   job->arrival = arrival;
-  job->timing = ex.request.Header("x-strata-timing") == "1";
+  job->timing = ex.request.Header(protocol::kHeaderTiming) == "1";
   if (traced) {
     traced->stamps.prompt_start = stamps.prompt_start;
     traced->stamps.template_end = stamps.template_end;
@@ -318,7 +308,7 @@ std::shared_ptr<Api::Job> Api::NewJob(Endpoint ep, GenRequest g,
   job->handles = std::move(handles);
   job->timelines.resize(job->handles.size());
   for (const auto& p : job->req.prompts) job->prompt_tokens += static_cast<int>(p.size());
-  auto priority = std::string(engine::sched::PriorityName(job->req.submit.priority));
+  auto priority = std::string(protocol::PriorityName(job->req.submit.priority));
   job->labels = http::Labels({{"model_name", model_.name}, {"tier", priority}});
   job->model = job->req.submit.lora ? job->req.submit.lora->name() : model_.name;
   job->id = NewResponseId(ep == Endpoint::kChat ? "chatcmpl" : "cmpl");
@@ -422,7 +412,7 @@ void Api::ExportTrace(const Job& job) {
   f.output_tokens = job.completion_tokens;
   for (const auto& c : job.choices)
     if (!c.finish.empty()) f.finish_reasons.push_back(c.finish);
-  f.priority = std::string(engine::sched::PriorityName(job.req.submit.priority));
+  f.priority = std::string(protocol::PriorityName(job.req.submit.priority));
   f.tenant = job.req.submit.tenant;
   f.http_status = job.answer_status;
   f.error = job.answer_error;
@@ -593,7 +583,7 @@ void Api::CountAbort(Job& job) {
   job.answer_error = "the client disconnected";
   metrics_.Add("strata:request_success_total",
                http::Labels({{"model_name", model_.name},
-                             {"tier", engine::sched::PriorityName(job.req.submit.priority)},
+                             {"tier", protocol::PriorityName(job.req.submit.priority)},
                              {"finished_reason", "abort"}}),
                1);
   metrics_.Add(
@@ -615,7 +605,7 @@ void Api::Finish(Job& job) {
   std::string reason = job.error ? "error" : job.choices.empty() ? "stop" : job.choices[0].finish;
   metrics_.Add("strata:request_success_total",
                http::Labels({{"model_name", model_.name},
-                             {"tier", engine::sched::PriorityName(job.req.submit.priority)},
+                             {"tier", protocol::PriorityName(job.req.submit.priority)},
                              {"finished_reason", reason}}),
                1);
   metrics_.Add("strata:http_requests_total",
@@ -650,7 +640,7 @@ void Api::Finish(Job& job) {
                {"usage", usage}};
   AddPromptIds(job, &resp);
   HttpResponse r = OrderedJsonResponse(200, resp);
-  if (job.timing) r.headers.emplace_back("x-strata-timing", TimingHeaderValue(breakdown));
+  if (job.timing) r.headers.emplace_back(protocol::kHeaderTiming, TimingHeaderValue(breakdown));
   job.out->Respond(std::move(r));
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "cachekey/block_hash.h"
+#include "protocol/wire.h"
 
 namespace strata::server {
 namespace {
@@ -82,7 +83,7 @@ nlohmann::ordered_json KvEventsJson(const engine::kv::KvEventPage& page, const K
     for (const cachekey::BlockHash& h : g.hashes) hashes.push_back(cachekey::HashToHex(h));
     nlohmann::ordered_json e;
     e["op"] = engine::kv::KvEventOpName(g.op);
-    e["tier"] = engine::kv::KvEventTierName(g.tier);
+    e["tier"] = protocol::KvTierName(g.tier);
     e["hashes"] = std::move(hashes);
     events.push_back(std::move(e));
   }

@@ -8,6 +8,7 @@
 
 #include "http/json_fields.h"
 #include "http/openai_error.h"
+#include "protocol/openai/request_fields.h"
 #include "server/api.h"
 #include "server/api_internal.h"
 
@@ -58,10 +59,10 @@ std::optional<HttpResponse> Api::CheckModel(const Exchange& ex) const {
 
 std::optional<HttpResponse> Api::ResolveAdapter(const json& body,
                                                 std::shared_ptr<const lora::Adapter>* out) {
-  const http::Fields f(body);
-  std::string model, name;
-  RETURN_IF_API_ERROR_RESPONSE(f.String("model", &model));
-  RETURN_IF_API_ERROR_RESPONSE(f.String("lora", &name));
+  auto fields = protocol::ReadModelFields(body);
+  if (!fields.ok()) return http::ErrorResponse(fields.error());
+  std::string model = std::move(fields->model);
+  std::string name = std::move(fields->lora);
   if (model == model_.name) model.clear();
   if (name == model_.name) name.clear();
   std::string_view param = "lora";

@@ -6,6 +6,8 @@
 #include <random>
 
 #include "http/json_fields.h"
+#include "protocol/openai/chat_message.h"
+#include "protocol/openai/request_fields.h"
 #include "server/openai_fields.h"
 #include "tokenizer/chat/builtin_templates.h"
 
@@ -33,37 +35,6 @@ bool Present(const json& body, const char* key) { return http::Fields(body).Has(
 
 ApiResult<std::vector<int32_t>> TokenArray(const json& v, const char* param, size_t n_vocab) {
   return http::TokenIds(v, param, n_vocab);
-}
-
-// One chat message as the template sees it (text content parts joined).
-ApiResult<nlohmann::ordered_json> TemplateMessage(const json& m, size_t i) {
-  std::string where = fmt::format("messages[{}]", i);
-  auto bad = [&](std::string_view field, std::string_view what) {
-    return ApiError(Status::InvalidArgument(fmt::format("{}{}: {}", where, field, what)),
-                    "messages");
-  };
-  if (!m.is_object()) return bad("", "must be an object");
-  const http::Fields fields(m);
-  const json* role = fields.Find("role");
-  if (!role || !role->is_string()) return bad(".role", "must be a string");
-  nlohmann::ordered_json om = nlohmann::ordered_json::parse(m.dump());
-  const json* c = fields.Find("content");
-  if (!c) return om;
-  if (c->is_array()) {  // content parts: text only
-    std::string text;
-    for (const json& part : *c) {
-      const http::Fields p(part);
-      const json* type = p.Find("type");
-      const json* part_text = p.Find("text");
-      if (!type || !type->is_string() || *type != "text" || !part_text || !part_text->is_string())
-        return bad(".content", "only text content parts are supported");
-      text += part_text->get_ref<const std::string&>();  // json-access: is_string checked
-    }
-    om["content"] = text;
-  } else if (!c->is_string()) {
-    return bad(".content", "must be a string, an array of text parts or null");
-  }
-  return om;
 }
 
 // One prompt of /v1/completions: a string or an array of token ids. `where` names it in errors
@@ -167,19 +138,14 @@ ApiError ParseSampling(const FieldContext& f, GenRequest* g) {
   return ApiError(sp.Validate());
 }
 
-// max_tokens (and chat's max_completion_tokens), clamped to the room the prompt leaves.
+// max_tokens (and chat's max_completion_tokens, which wins), clamped to the room the prompt leaves.
 ApiError ParseLengths(const FieldContext& f, GenRequest* g) {
   const auto& limits = f.model.limits;
-  std::optional<int64_t> max_tokens;
   // 0 only with echo (the prompt alone comes back).
-  RETURN_IF_API_ERROR(
-      http::Fields(f.body).Int("max_tokens", g->echo ? 0 : 1, limits.max_tokens, &max_tokens));
-  if (f.endpoint == Endpoint::kChat) {
-    std::optional<int64_t> mct;
-    RETURN_IF_API_ERROR(
-        http::Fields(f.body).Int("max_completion_tokens", 1, limits.max_tokens, &mct));
-    if (mct) max_tokens = mct;
-  }
+  ASSIGN_OR_RETURN_API(
+      std::optional<int64_t> max_tokens,
+      protocol::ReadMaxTokens(f.body, f.endpoint == Endpoint::kChat,
+                              {.lo = g->echo ? 0 : 1, .hi = limits.max_tokens}));
   int64_t want =
       max_tokens ? *max_tokens : (f.endpoint == Endpoint::kCompletions ? 16 : limits.max_tokens);
   g->max_tokens = static_cast<int>(want);
@@ -264,33 +230,14 @@ ApiError ParseStreaming(const FieldContext& f, GenRequest* g) {
   return http::Fields(so, "stream_options.").Bool("include_usage", &g->include_usage);
 }
 
-// vLLM's integer priority (lower runs first) onto the classes: < 0 gold, 0 silver, > 0 bronze.
-engine::sched::Priority PriorityOfInteger(int64_t v) {
-  using engine::sched::Priority;
-  return v < 0 ? Priority::kGold : v == 0 ? Priority::kSilver : Priority::kBronze;
-}
-
-// Strata extensions: priority (body `priority` wins over the x-strata-tier header) and deadline.
+// Strata extensions: priority (protocol::ReadPriority: the body's `priority` wins over the
+// x-strata-tier header) and deadline.
 ApiError ParsePriorityAndDeadline(const FieldContext& f, GenRequest* g) {
-  std::string priority_name(f.priority_header);
-  if (const json* p = http::Fields(f.body).Find("priority"); p && p->is_number_integer()) {
-    ASSIGN_OR_RETURN_API(int64_t v, http::AsInt(*p, "priority", INT64_MIN, INT64_MAX));
-    g->submit.priority = PriorityOfInteger(v);
-    priority_name.clear();  // the body wins over the header
-  } else if (p) {
-    if (!p->is_string())
-      return Bad("priority", "must be one of gold, silver, bronze, or an integer");
-    priority_name = p->get<std::string>();  // json-access: is_string checked
-  }
-  if (!priority_name.empty()) {
-    auto t = engine::sched::ParsePriority(priority_name);
-    if (!t.ok())
-      return Bad("priority",
-                 fmt::format("must be one of gold, silver, bronze, got '{}'", priority_name));
-    g->submit.priority = *t;
-  }
+  ASSIGN_OR_RETURN_API(std::optional<protocol::Priority> priority,
+                       protocol::ReadPriority(f.body, f.priority_header));
+  if (priority) g->submit.priority = *priority;
   std::optional<int64_t> iv;
-  RETURN_IF_API_ERROR(http::Fields(f.body).Int("deadline_ms", 1, int64_t{1} << 40, &iv));
+  RETURN_IF_API_ERROR(http::Fields(f.body).Int("deadline_ms", 1, protocol::kMaxDeadlineMs, &iv));
   g->deadline_ms = iv;
   return {};
 }
@@ -311,15 +258,9 @@ ApiResult<std::string> ApplyChatTemplate(const json& messages, bool add_generati
                            "server with --chat-template-file FILE (a Jinja template) or "
                            "--chat-template NAME (built-in: {}), or use /v1/completions",
                            model.name, tokenizer::chat::BuiltinTemplateNames()));
-  if (!messages.is_array()) return Bad("messages", "must be an array");
-  if (messages.empty()) return Bad("messages", "must contain at least one message");
-  if (messages.size() > static_cast<size_t>(model.limits.max_messages))
-    return Bad("messages", fmt::format("more than {} messages", model.limits.max_messages));
   tokenizer::chat::ChatInputs in;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    ASSIGN_OR_RETURN_API(auto om, TemplateMessage(messages[i], i));
-    in.messages.push_back(std::move(om));
-  }
+  ASSIGN_OR_RETURN(in.messages, protocol::TemplateMessages(
+                                    messages, static_cast<size_t>(model.limits.max_messages)));
   in.add_generation_prompt = add_generation_prompt;
   in.bos_token = model.bos_token;
   in.eos_token = model.eos_token;

@@ -41,12 +41,11 @@
 
 #include "base/mutex.h"
 #include "cachekey/block_hash.h"
+#include "protocol/wire.h"
 
 namespace strata::engine::kv {
 
-enum class KvEventTier : uint8_t { kPool, kRam, kDisk, kRedis };
-inline constexpr int kNumKvEventTiers = 4;
-std::string_view KvEventTierName(KvEventTier t);  // "pool" | "ram" | "disk" | "redis"
+// Tiers are the wire's (protocol::KvTier: pool, ram, disk, redis).
 
 enum class KvEventOp : uint8_t { kAdd, kRemove };
 std::string_view KvEventOpName(KvEventOp op);  // "add" | "remove"
@@ -59,7 +58,7 @@ struct KvEventLogConfig {                      // 0 is taken as 1
 // Consecutive events with the same op and tier.
 struct KvEventGroup {
   KvEventOp op = KvEventOp::kAdd;
-  KvEventTier tier = KvEventTier::kPool;
+  protocol::KvTier tier = protocol::KvTier::kPool;
   std::vector<cachekey::BlockHash> hashes;
 };
 
@@ -77,9 +76,9 @@ class KvEventLog {
   KvEventLog& operator=(const KvEventLog&) = delete;
 
   // Producers.
-  void Add(KvEventTier tier, const cachekey::BlockHash& hash) EXCLUDES(mu_);
-  void Remove(KvEventTier tier, const cachekey::BlockHash& hash) EXCLUDES(mu_);
-  void Record(KvEventOp op, KvEventTier tier, const cachekey::BlockHash& hash) EXCLUDES(mu_);
+  void Add(protocol::KvTier tier, const cachekey::BlockHash& hash) EXCLUDES(mu_);
+  void Remove(protocol::KvTier tier, const cachekey::BlockHash& hash) EXCLUDES(mu_);
+  void Record(KvEventOp op, protocol::KvTier tier, const cachekey::BlockHash& hash) EXCLUDES(mu_);
 
   // The events after cursor `since` (at most `max` hashes, max >= 1), or a reset snapshot (see the
   // top of this file).
@@ -90,7 +89,7 @@ class KvEventLog {
   // The cursor of the newest event (the cursor a reader that has seen everything holds).
   uint64_t head() const EXCLUDES(mu_);
   // Pairs held in `tier` now.
-  size_t held(KvEventTier tier) const EXCLUDES(mu_);
+  size_t held(protocol::KvTier tier) const EXCLUDES(mu_);
   // Adds dropped because their tier was at max_held_per_tier.
   uint64_t dropped_adds() const EXCLUDES(mu_);
 
@@ -98,7 +97,7 @@ class KvEventLog {
   struct Slot {
     cachekey::BlockHash hash{};
     KvEventOp op = KvEventOp::kAdd;
-    KvEventTier tier = KvEventTier::kPool;
+    protocol::KvTier tier = protocol::KvTier::kPool;
   };
   struct HashKey {
     size_t operator()(const cachekey::BlockHash& h) const;
@@ -114,7 +113,7 @@ class KvEventLog {
   uint64_t head_ GUARDED_BY(mu_) = 0;       // sequence number of the newest event
   // hash -> bit mask of the tiers holding it.
   std::unordered_map<cachekey::BlockHash, uint8_t, HashKey> held_ GUARDED_BY(mu_);
-  std::array<size_t, kNumKvEventTiers> held_count_ GUARDED_BY(mu_){};
+  std::array<size_t, protocol::kNumKvTiers> held_count_ GUARDED_BY(mu_){};
   uint64_t dropped_adds_ GUARDED_BY(mu_) = 0;
 };
 

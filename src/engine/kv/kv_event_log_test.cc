@@ -82,50 +82,50 @@ TEST(KvEventLog, EmptyLogAnswersAnEmptySnapshot) {
 TEST(KvEventLog, AddRemoveGroupsAndCursor) {
   KvEventLog log;
   const uint64_t c0 = log.head();
-  log.Add(KvEventTier::kPool, H(1));
-  log.Add(KvEventTier::kPool, H(2));
-  log.Remove(KvEventTier::kPool, H(1));
-  log.Add(KvEventTier::kRam, H(1));
+  log.Add(protocol::KvTier::kPool, H(1));
+  log.Add(protocol::KvTier::kPool, H(2));
+  log.Remove(protocol::KvTier::kPool, H(1));
+  log.Add(protocol::KvTier::kRam, H(1));
   KvEventPage p = log.Read(c0, 100);
   EXPECT_FALSE(p.reset);
   EXPECT_EQ(p.cursor, c0 + 4);
   EXPECT_EQ(p.cursor, log.head());
   ASSERT_EQ(p.events.size(), 3u);
   EXPECT_EQ(p.events[0].op, KvEventOp::kAdd);
-  EXPECT_EQ(p.events[0].tier, KvEventTier::kPool);
+  EXPECT_EQ(p.events[0].tier, protocol::KvTier::kPool);
   EXPECT_EQ(p.events[0].hashes, (std::vector<BlockHash>{H(1), H(2)}));
   EXPECT_EQ(p.events[1].op, KvEventOp::kRemove);
   EXPECT_EQ(p.events[1].hashes, (std::vector<BlockHash>{H(1)}));
   EXPECT_EQ(p.events[2].op, KvEventOp::kAdd);
-  EXPECT_EQ(p.events[2].tier, KvEventTier::kRam);
+  EXPECT_EQ(p.events[2].tier, protocol::KvTier::kRam);
   // From the middle: only what came after.
   KvEventPage q = log.Read(c0 + 2, 100);
   EXPECT_FALSE(q.reset);
   ASSERT_EQ(q.events.size(), 2u);
   EXPECT_EQ(q.events[0].op, KvEventOp::kRemove);
-  EXPECT_EQ(KvEventTierName(q.events[1].tier), "ram");
+  EXPECT_EQ(protocol::KvTierName(q.events[1].tier), "ram");
   EXPECT_EQ(KvEventOpName(q.events[0].op), "remove");
 }
 
 TEST(KvEventLog, OnlyChangesAreLogged) {
   KvEventLog log;
   const uint64_t c0 = log.head();
-  log.Add(KvEventTier::kPool, H(1));
-  log.Add(KvEventTier::kPool, H(1));     // already held
-  log.Remove(KvEventTier::kDisk, H(1));  // not held in disk
-  log.Remove(KvEventTier::kPool, H(9));  // never held
+  log.Add(protocol::KvTier::kPool, H(1));
+  log.Add(protocol::KvTier::kPool, H(1));     // already held
+  log.Remove(protocol::KvTier::kDisk, H(1));  // not held in disk
+  log.Remove(protocol::KvTier::kPool, H(9));  // never held
   EXPECT_EQ(log.head(), c0 + 1);
-  log.Add(KvEventTier::kDisk, H(1));  // another tier: its own pair
+  log.Add(protocol::KvTier::kDisk, H(1));  // another tier: its own pair
   EXPECT_EQ(log.head(), c0 + 2);
-  EXPECT_EQ(log.held(KvEventTier::kPool), 1u);
-  EXPECT_EQ(log.held(KvEventTier::kDisk), 1u);
-  EXPECT_EQ(log.held(KvEventTier::kRam), 0u);
+  EXPECT_EQ(log.held(protocol::KvTier::kPool), 1u);
+  EXPECT_EQ(log.held(protocol::KvTier::kDisk), 1u);
+  EXPECT_EQ(log.held(protocol::KvTier::kRam), 0u);
 }
 
 TEST(KvEventLog, MaxCapsOneAnswerAndPagesContinue) {
   KvEventLog log;
   uint64_t c = log.head();
-  for (uint32_t i = 0; i < 10; ++i) log.Add(KvEventTier::kPool, H(i));
+  for (uint32_t i = 0; i < 10; ++i) log.Add(protocol::KvTier::kPool, H(i));
   std::vector<BlockHash> got;
   for (int page = 0; page < 4; ++page) {
     KvEventPage p = log.Read(c, 3);
@@ -144,9 +144,9 @@ TEST(KvEventLog, MaxCapsOneAnswerAndPagesContinue) {
 TEST(KvEventLog, RingOverflowGivesAResetSnapshot) {
   KvEventLog log({.capacity = 8});
   const uint64_t c0 = log.head();
-  for (uint32_t i = 0; i < 12; ++i) log.Add(KvEventTier::kPool, H(i));
-  for (uint32_t i = 0; i < 4; ++i) log.Remove(KvEventTier::kPool, H(i));
-  log.Add(KvEventTier::kRedis, H(100));
+  for (uint32_t i = 0; i < 12; ++i) log.Add(protocol::KvTier::kPool, H(i));
+  for (uint32_t i = 0; i < 4; ++i) log.Remove(protocol::KvTier::kPool, H(i));
+  log.Add(protocol::KvTier::kRedis, H(100));
   const uint64_t head = log.head();
   ASSERT_EQ(head, c0 + 17);
   // The oldest cursor still served is head - capacity.
@@ -161,29 +161,29 @@ TEST(KvEventLog, RingOverflowGivesAResetSnapshot) {
   KvEventPage snap = log.Read(c0, 2);
   EXPECT_TRUE(snap.reset);
   ASSERT_EQ(snap.events.size(), 2u);
-  EXPECT_EQ(snap.events[0].tier, KvEventTier::kPool);
+  EXPECT_EQ(snap.events[0].tier, protocol::KvTier::kPool);
   EXPECT_EQ(snap.events[0].op, KvEventOp::kAdd);
   EXPECT_EQ(std::set<BlockHash>(snap.events[0].hashes.begin(), snap.events[0].hashes.end()),
             (std::set<BlockHash>{H(4), H(5), H(6), H(7), H(8), H(9), H(10), H(11)}));
-  EXPECT_EQ(snap.events[1].tier, KvEventTier::kRedis);
+  EXPECT_EQ(snap.events[1].tier, protocol::KvTier::kRedis);
   EXPECT_EQ(snap.events[1].hashes, (std::vector<BlockHash>{H(100)}));
 }
 
 TEST(KvEventLog, ZeroSizesAreTakenAsOne) {
   KvEventLog log({.capacity = 0, .max_held_per_tier = 0});
-  log.Add(KvEventTier::kPool, H(1));
-  log.Add(KvEventTier::kPool, H(2));  // over the bound of 1: dropped
-  EXPECT_EQ(log.held(KvEventTier::kPool), 1u);
+  log.Add(protocol::KvTier::kPool, H(1));
+  log.Add(protocol::KvTier::kPool, H(2));  // over the bound of 1: dropped
+  EXPECT_EQ(log.held(protocol::KvTier::kPool), 1u);
   EXPECT_FALSE(log.Read(log.head() - 1, 10).reset);
   EXPECT_EQ(log.Read(log.head() - 1, 10).num_hashes(), 1u);
-  log.Remove(KvEventTier::kPool, H(1));
+  log.Remove(protocol::KvTier::kPool, H(1));
   EXPECT_TRUE(log.Read(log.head() - 2, 10).reset);  // the ring keeps one event
 }
 
 TEST(KvEventLog, ForeignAndFutureCursorsReset) {
   KvEventLog a, b;
-  a.Add(KvEventTier::kPool, H(1));
-  b.Add(KvEventTier::kPool, H(2));
+  a.Add(protocol::KvTier::kPool, H(1));
+  b.Add(protocol::KvTier::kPool, H(2));
   EXPECT_TRUE(a.Read(a.head() + 1, 10).reset);
   EXPECT_TRUE(a.Read(b.head(), 10).reset);  // another instance's cursor
   EXPECT_TRUE(a.Read(~uint64_t{0}, 10).reset);
@@ -193,21 +193,21 @@ TEST(KvEventLog, ForeignAndFutureCursorsReset) {
 TEST(KvEventLog, HeldSetIsBoundedPerTier) {
   KvEventLog log({.capacity = 16, .max_held_per_tier = 4});
   const uint64_t c0 = log.head();
-  for (uint32_t i = 0; i < 10; ++i) log.Add(KvEventTier::kPool, H(i));
-  EXPECT_EQ(log.held(KvEventTier::kPool), 4u);
+  for (uint32_t i = 0; i < 10; ++i) log.Add(protocol::KvTier::kPool, H(i));
+  EXPECT_EQ(log.held(protocol::KvTier::kPool), 4u);
   EXPECT_EQ(log.dropped_adds(), 6u);
   EXPECT_EQ(log.head(), c0 + 4);  // dropped adds are not published...
-  log.Remove(KvEventTier::kPool, H(7));
+  log.Remove(protocol::KvTier::kPool, H(7));
   EXPECT_EQ(log.head(), c0 + 4);     // ...nor their removes
-  log.Add(KvEventTier::kRam, H(7));  // other tiers have their own bound
-  EXPECT_EQ(log.held(KvEventTier::kRam), 1u);
-  log.Remove(KvEventTier::kPool, H(0));
-  log.Add(KvEventTier::kPool, H(8));  // room again
-  EXPECT_EQ(log.held(KvEventTier::kPool), 4u);
+  log.Add(protocol::KvTier::kRam, H(7));  // other tiers have their own bound
+  EXPECT_EQ(log.held(protocol::KvTier::kRam), 1u);
+  log.Remove(protocol::KvTier::kPool, H(0));
+  log.Add(protocol::KvTier::kPool, H(8));  // room again
+  EXPECT_EQ(log.held(protocol::KvTier::kPool), 4u);
   // A long stream keeps the ring at its capacity: still exactly the last 16 events served.
   for (int round = 0; round < 1000; ++round) {
-    log.Add(KvEventTier::kDisk, H(5000));
-    log.Remove(KvEventTier::kDisk, H(5000));
+    log.Add(protocol::KvTier::kDisk, H(5000));
+    log.Remove(protocol::KvTier::kDisk, H(5000));
   }
   EXPECT_FALSE(log.Read(log.head() - 16, 100).reset);
   EXPECT_TRUE(log.Read(log.head() - 17, 100).reset);
@@ -221,13 +221,13 @@ TEST(KvEventLog, FollowingTheStreamReproducesTheHeldSet) {
   std::mt19937 rng(7);
   std::set<Pair> truth;
   for (int step = 0; step < 5000; ++step) {
-    const int tier = static_cast<int>(rng() % kNumKvEventTiers);
+    const int tier = static_cast<int>(rng() % protocol::kNumKvTiers);
     const BlockHash h = H(rng() % 50);
     if (rng() % 2) {
-      log.Add(static_cast<KvEventTier>(tier), h);
+      log.Add(static_cast<protocol::KvTier>(tier), h);
       truth.insert({tier, h});
     } else {
-      log.Remove(static_cast<KvEventTier>(tier), h);
+      log.Remove(static_cast<protocol::KvTier>(tier), h);
       truth.erase({tier, h});
     }
     if (step % 37 == 0) f.Poll(log, 16);  // sometimes falls behind the ring: resets
@@ -248,7 +248,7 @@ TEST(KvEventLog, ConcurrentProducersAndReaders) {
   for (int t = 0; t < kThreads; ++t) {
     producers.emplace_back([&log, t] {
       std::mt19937 rng(static_cast<uint32_t>(t));
-      const auto tier = static_cast<KvEventTier>(t % kNumKvEventTiers);
+      const auto tier = static_cast<protocol::KvTier>(t % protocol::kNumKvTiers);
       for (int i = 0; i < kOps; ++i) {
         const BlockHash h = H(static_cast<uint32_t>(t * 1000 + rng() % 200));
         if (rng() % 3 != 0)
@@ -271,7 +271,7 @@ TEST(KvEventLog, ConcurrentProducersAndReaders) {
   for (auto& t : readers) t.join();
   const std::set<Pair> truth = SnapshotOf(log);
   size_t total = 0;
-  for (int t = 0; t < kNumKvEventTiers; ++t) total += log.held(static_cast<KvEventTier>(t));
+  for (int t = 0; t < protocol::kNumKvTiers; ++t) total += log.held(static_cast<protocol::KvTier>(t));
   EXPECT_EQ(truth.size(), total);
   for (Follower& f : followers) {
     while (f.Poll(log, 100) > 0) {

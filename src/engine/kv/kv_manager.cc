@@ -101,7 +101,7 @@ void KvManager::Uncache(int32_t id) {
   auto it = cached_.find(b.hash);
   if (it != cached_.end() && it->second == id) {
     cached_.erase(it);
-    if (events_ != nullptr) events_->Remove(KvEventTier::kPool, b.hash);
+    if (events_ != nullptr) events_->Remove(protocol::KvTier::kPool, b.hash);
   }
   b.cached = false;
   b.hash = BlockHash{};
@@ -344,7 +344,7 @@ void KvManager::ApplyAdopt(const KvPlan& plan, const KvPlan::Op& op, const Adopt
       b.depth = static_cast<int>(s.table.size());
       b.tag = s.tag;
       cached_.emplace(hash, id);
-      if (events_ != nullptr) events_->Add(KvEventTier::kPool, hash);
+      if (events_ != nullptr) events_->Add(protocol::KvTier::kPool, hash);
     }
     s.table.push_back(id);
     s.hashes.push_back(hash);
@@ -422,7 +422,7 @@ void KvManager::CommitComputed(SeqId seq, std::span<const int32_t> tokens, int n
     b.depth = static_cast<int>(i);
     b.tag = s.tag;
     cached_.emplace(h, id);
-    if (events_ != nullptr) events_->Add(KvEventTier::kPool, h);
+    if (events_ != nullptr) events_->Add(protocol::KvTier::kPool, h);
     if (listener_ != nullptr) listener_->OnRegister(id, h, s.tag);
   }
 }

@@ -811,7 +811,7 @@ std::set<BlockHash> LoggedPool(const KvEventLog& log) {
   EXPECT_TRUE(p.reset);
   std::set<BlockHash> out;
   for (const KvEventGroup& g : p.events)
-    if (g.tier == KvEventTier::kPool) out.insert(g.hashes.begin(), g.hashes.end());
+    if (g.tier == protocol::KvTier::kPool) out.insert(g.hashes.begin(), g.hashes.end());
   return out;
 }
 
@@ -834,7 +834,7 @@ TEST(KvManagerEventsTest, EventLogMirrorsThePrefixCache) {
   ASSERT_FALSE(p.reset);
   ASSERT_EQ(p.events.size(), 1u);
   EXPECT_EQ(p.events[0].op, KvEventOp::kAdd);
-  EXPECT_EQ(p.events[0].tier, KvEventTier::kPool);
+  EXPECT_EQ(p.events[0].tier, protocol::KvTier::kPool);
   EXPECT_EQ(p.events[0].hashes, hashes);
   m.Free(1);  // evictable blocks stay cached: no event
   EXPECT_EQ(log.head(), p.cursor);

@@ -27,12 +27,13 @@
 
 #include "base/status.h"
 #include "engine/kvtier/tiered_cache.h"
+#include "protocol/wire.h"
 
 namespace strata::engine::kvtier {
 
 inline constexpr size_t kEntryHeaderBytes = 80;
 inline constexpr uint16_t kEntryVersion = 1;
-inline constexpr size_t kMaxTenantBytes = 256;
+using protocol::kMaxTenantBytes;  // the wire's bound on a tenant name
 inline constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 32;  // 4 GiB: far above any KV block
 
 // XXH3-64 of the format id string, stored in every header.

@@ -4,26 +4,6 @@
 
 namespace strata::engine::sched {
 
-std::string_view PriorityName(Priority p) {
-  switch (p) {
-    case Priority::kGold:
-      return "gold";
-    case Priority::kSilver:
-      return "silver";
-    case Priority::kBronze:
-      return "bronze";
-  }
-  return "?";
-}
-
-Result<Priority> ParsePriority(std::string_view name) {
-  if (name == "gold") return Priority::kGold;
-  if (name == "silver") return Priority::kSilver;
-  if (name == "bronze") return Priority::kBronze;
-  return Status::InvalidArgument("priority: unknown priority '" + std::string(name) +
-                                 "' (gold, silver, bronze)");
-}
-
 std::string_view FinishReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kNone:
@@ -41,12 +21,14 @@ std::string_view FinishReasonName(FinishReason r) {
 }
 
 namespace {
-Status CheckIds(std::string_view field, std::span<const int32_t> ids, int n_vocab) {
+// `client`: the ids are a client's field (the error is about it), not the model's.
+Status CheckIds(std::string_view field, std::span<const int32_t> ids, int n_vocab, bool client) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= n_vocab) {
-      return Status::InvalidArgument(std::string(field) + "[" + std::to_string(i) + "]: token id " +
-                                     std::to_string(ids[i]) + " out of range [0, " +
-                                     std::to_string(n_vocab) + ")");
+      Status s = Status::InvalidArgument(std::string(field) + "[" + std::to_string(i) +
+                                         "]: token id " + std::to_string(ids[i]) +
+                                         " out of range [0, " + std::to_string(n_vocab) + ")");
+      return client ? s.WithField(std::string(field)) : s;
     }
   }
   return Status::Ok();
@@ -69,46 +51,46 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
   if (kind == RequestKind::kEmbed) return ValidateEmbed(n_vocab, max_model_len);
   if (kind != RequestKind::kGenerate)
     return Status::InvalidArgument("kind: invalid value " + std::to_string(static_cast<int>(kind)));
-  if (prompt.empty()) return Status::InvalidArgument("prompt: must contain at least one token");
-  RETURN_IF_ERROR(CheckIds("prompt", prompt, n_vocab));
+  if (prompt.empty()) return Status::InvalidField("prompt", "must contain at least one token");
+  RETURN_IF_ERROR(CheckIds("prompt", prompt, n_vocab, true));
   if (Status s = sampling.Validate(); !s.ok()) return s.WithContext("sampling");
   for (const sampler::LogitBias& b : sampling.logit_bias)
     if (b.id >= n_vocab)
-      return Status::InvalidArgument("logit_bias: token id " + std::to_string(b.id) +
+      return Status::InvalidField("logit_bias", "token id " + std::to_string(b.id) +
                                      " is out of range [0, " + std::to_string(n_vocab) + ")");
   if (max_tokens < 1)
-    return Status::InvalidArgument("max_tokens: must be >= 1, got " + std::to_string(max_tokens));
+    return Status::InvalidField("max_tokens", "must be >= 1, got " + std::to_string(max_tokens));
   if (static_cast<int64_t>(prompt.size()) + max_tokens > max_model_len) {
-    return Status::InvalidArgument("max_tokens: prompt (" + std::to_string(prompt.size()) +
+    return Status::InvalidField("max_tokens", "prompt (" + std::to_string(prompt.size()) +
                                    " tokens) + max_tokens (" + std::to_string(max_tokens) +
                                    ") exceeds max_model_len (" + std::to_string(max_model_len) +
                                    ")");
   }
   if (stop_token_ids.size() > kMaxStopTokenIds)
-    return Status::InvalidArgument("stop_token_ids: more than " + std::to_string(kMaxStopTokenIds) +
+    return Status::InvalidField("stop_token_ids", "more than " + std::to_string(kMaxStopTokenIds) +
                                    " ids");
-  RETURN_IF_ERROR(CheckIds("stop_token_ids", stop_token_ids, n_vocab));
+  RETURN_IF_ERROR(CheckIds("stop_token_ids", stop_token_ids, n_vocab, true));
   if (tenant.size() > kMaxTenantBytes)
-    return Status::InvalidArgument("tenant: longer than " + std::to_string(kMaxTenantBytes) +
+    return Status::InvalidField("tenant", "longer than " + std::to_string(kMaxTenantBytes) +
                                    " bytes");
   if (eog_ids.size() > kMaxStopTokenIds)
     return Status::InvalidArgument("eog_ids: more than " + std::to_string(kMaxStopTokenIds) +
                                    " ids");
-  RETURN_IF_ERROR(CheckIds("eog_ids", eog_ids, n_vocab));
+  RETURN_IF_ERROR(CheckIds("eog_ids", eog_ids, n_vocab, false));
   if (static_cast<uint8_t>(priority) > static_cast<uint8_t>(Priority::kBronze))
-    return Status::InvalidArgument("priority: invalid value " +
+    return Status::InvalidField("priority", "invalid value " +
                                    std::to_string(static_cast<int>(priority)));
   if (n < 1 || n > kMaxN)
-    return Status::InvalidArgument("n: must be in [1, " + std::to_string(kMaxN) + "], got " +
+    return Status::InvalidField("n", "must be in [1, " + std::to_string(kMaxN) + "], got " +
                                    std::to_string(n));
   if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs)
-    return Status::InvalidArgument("top_logprobs: must be in [0, " +
+    return Status::InvalidField("top_logprobs", "must be in [0, " +
                                    std::to_string(kMaxTopLogprobs) + "], got " +
                                    std::to_string(top_logprobs));
   if (top_logprobs > 0 && !logprobs)
-    return Status::InvalidArgument("top_logprobs: requires logprobs = true");
+    return Status::InvalidField("top_logprobs", "requires logprobs = true");
   if (prompt_logprobs < -1 || prompt_logprobs > kMaxTopLogprobs)
-    return Status::InvalidArgument("prompt_logprobs: must be in [-1, " +
+    return Status::InvalidField("prompt_logprobs", "must be in [-1, " +
                                    std::to_string(kMaxTopLogprobs) + "], got " +
                                    std::to_string(prompt_logprobs));
   if (adapter.size() > kMaxAdapterBytes)
@@ -119,29 +101,29 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
 }
 
 Status SubmitRequest::ValidateEmbed(int n_vocab, int max_model_len) const {
-  if (prompt.empty()) return Status::InvalidArgument("prompt: must contain at least one token");
-  RETURN_IF_ERROR(CheckIds("prompt", prompt, n_vocab));
+  if (prompt.empty()) return Status::InvalidField("prompt", "must contain at least one token");
+  RETURN_IF_ERROR(CheckIds("prompt", prompt, n_vocab, true));
   if (static_cast<int64_t>(prompt.size()) > max_model_len) {
-    return Status::InvalidArgument("prompt: " + std::to_string(prompt.size()) +
+    return Status::InvalidField("prompt", std::to_string(prompt.size()) +
                                    " tokens exceed max_model_len (" +
                                    std::to_string(max_model_len) + ")");
   }
   if (n != 1)
-    return Status::InvalidArgument("n: an embedding request has one output, got n = " +
+    return Status::InvalidField("n", "an embedding request has one output, got n = " +
                                    std::to_string(n));
   if (logprobs || top_logprobs != 0)
     return Status::InvalidArgument("logprobs: not available for an embedding request");
   if (prompt_logprobs != -1)
-    return Status::InvalidArgument("prompt_logprobs: not available for an embedding request");
+    return Status::InvalidField("prompt_logprobs", "not available for an embedding request");
   if (tenant.size() > kMaxTenantBytes)
-    return Status::InvalidArgument("tenant: longer than " + std::to_string(kMaxTenantBytes) +
+    return Status::InvalidField("tenant", "longer than " + std::to_string(kMaxTenantBytes) +
                                    " bytes");
   if (adapter.size() > kMaxAdapterBytes)
     return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) +
                                    " bytes");
   RETURN_IF_ERROR(CheckLora(lora.get()));
   if (static_cast<uint8_t>(priority) > static_cast<uint8_t>(Priority::kBronze))
-    return Status::InvalidArgument("priority: invalid value " +
+    return Status::InvalidField("priority", "invalid value " +
                                    std::to_string(static_cast<int>(priority)));
   return Status::Ok();
 }

@@ -33,16 +33,18 @@
 #include "engine/sched/clock.h"
 #include "engine/sched/timeline.h"
 #include "lora/adapter.h"
+#include "protocol/wire.h"
 
 namespace strata::engine::sched {
 
 using RequestId = int64_t;
 
-// SLA priority: lower value = served first. Default silver. (The KV "tiers" are something else:
-// the cache levels below the block pool.)
-enum class Priority : uint8_t { kGold = 0, kSilver = 1, kBronze = 2 };
-std::string_view PriorityName(Priority p);
-Result<Priority> ParsePriority(std::string_view name);  // "gold", "silver", "bronze"
+// SLA priority (the wire's classes, protocol/wire.h): lower value = served first. Default silver.
+// (The KV "tiers" are something else: the cache levels below the block pool.)
+using protocol::kMaxTenantBytes;
+using protocol::ParsePriorityName;
+using protocol::Priority;
+using protocol::PriorityName;
 
 enum class RequestKind : uint8_t { kGenerate = 0, kEmbed = 1 };
 
@@ -53,7 +55,6 @@ inline constexpr int kMaxTopLogprobs = 20;
 inline constexpr int kMaxN = 64;
 inline constexpr size_t kMaxAdapterBytes = 256;
 inline constexpr size_t kMaxStopTokenIds = 1024;
-inline constexpr size_t kMaxTenantBytes = 256;
 
 struct SubmitRequest {
   std::vector<int32_t> prompt;  // token ids, >= 1

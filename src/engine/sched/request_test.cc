@@ -72,9 +72,9 @@ TEST(SubmitRequest, ErrorsNameTheField) {
 }
 
 TEST(Priority, ParseAndName) {
-  EXPECT_EQ(*ParsePriority("gold"), Priority::kGold);
-  EXPECT_EQ(*ParsePriority("bronze"), Priority::kBronze);
-  EXPECT_FALSE(ParsePriority("platinum").ok());
+  EXPECT_EQ(*ParsePriorityName("gold"), Priority::kGold);
+  EXPECT_EQ(*ParsePriorityName("bronze"), Priority::kBronze);
+  EXPECT_FALSE(ParsePriorityName("platinum").ok());
   EXPECT_EQ(PriorityName(Priority::kSilver), "silver");
   EXPECT_EQ(FinishReasonName(FinishReason::kLength), "length");
 }

@@ -21,8 +21,8 @@ std::string Fingerprint(std::span<const uint8_t> bytes) {
 kvtier::TierObserver TierEvents(const sched::Engine& engine) {
   return [log = engine.shared_kv_events()](kvtier::TierId tier, const kvtier::BlockKey& key,
                                            bool present) {
-    static constexpr kv::KvEventTier kTiers[] = {kv::KvEventTier::kRam, kv::KvEventTier::kDisk,
-                                                 kv::KvEventTier::kRedis};
+    static constexpr protocol::KvTier kTiers[] = {protocol::KvTier::kRam, protocol::KvTier::kDisk,
+                                                 protocol::KvTier::kRedis};
     log->Record(present ? kv::KvEventOp::kAdd : kv::KvEventOp::kRemove,
                 kTiers[static_cast<size_t>(tier)], key);
   };
