@@ -31,7 +31,7 @@ HttpResponse ErrorResponse(int status, std::string_view message, std::string_vie
 
 class [[nodiscard]] ApiError {
  public:
-  ApiError() = default;                            // OK: no error
+  ApiError() = default;  // OK: no error
   // `param` "" : the status's own field (Status::field), if it has one.
   ApiError(Status status, std::string param = {})  // NOLINT(google-explicit-constructor)
       : status_(std::move(status)), param_(std::move(param)) {

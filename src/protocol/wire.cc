@@ -18,9 +18,10 @@ std::string_view PriorityName(Priority p) {
 Result<Priority> ParsePriorityName(std::string_view name) {
   for (size_t i = 0; i < kPriorityNames.size(); ++i)
     if (kPriorityNames[i] == name) return static_cast<Priority>(i);
-  return Status::InvalidArgument("must be gold, silver or bronze (or an integer: < 0 gold, 0 "
-                                 "silver, > 0 bronze), got '" +
-                                 std::string(name.substr(0, 64)) + "'");
+  return Status::InvalidArgument(
+      "must be gold, silver or bronze (or an integer: < 0 gold, 0 "
+      "silver, > 0 bronze), got '" +
+      std::string(name.substr(0, 64)) + "'");
 }
 
 Priority PriorityFromInt(int64_t v) {

@@ -37,10 +37,10 @@ std::string_view KvTierName(KvTier t);  // "pool" | "ram" | "disk" | "redis"
 Result<KvTier> ParseKvTierName(std::string_view name);
 
 // Request headers a client (or the gateway) sends to a replica.
-inline constexpr std::string_view kHeaderTier = "x-strata-tier";            // a priority name
-inline constexpr std::string_view kHeaderTenant = "x-strata-tenant";        // quota + cache owner
+inline constexpr std::string_view kHeaderTier = "x-strata-tier";      // a priority name
+inline constexpr std::string_view kHeaderTenant = "x-strata-tenant";  // quota + cache owner
 inline constexpr std::string_view kHeaderDeadlineMs = "x-strata-deadline-ms";  // > 0, ms
-inline constexpr std::string_view kHeaderTiming = "x-strata-timing";        // "1": timing header
+inline constexpr std::string_view kHeaderTiming = "x-strata-timing";           // "1": timing header
 // Response headers: the replica's timing breakdown (request: kHeaderTiming = "1"), and what the
 // gateway decided (route rule, split arm, pool, replica URL, cascade stage, and the answering
 // pool's model version: its `version` label, which the control plane sets).

@@ -48,9 +48,9 @@ TEST(ProtocolWire, TierNamesRoundTrip) {
 }
 
 TEST(ProtocolWire, HeaderNamesAreLowerCaseStrataHeaders) {
-  for (std::string_view h : {kHeaderTier, kHeaderTenant, kHeaderDeadlineMs, kHeaderTiming,
-                             kHeaderRoute, kHeaderArm, kHeaderPool, kHeaderReplica,
-                             kHeaderCascade, kHeaderModelVersion}) {
+  for (std::string_view h :
+       {kHeaderTier, kHeaderTenant, kHeaderDeadlineMs, kHeaderTiming, kHeaderRoute, kHeaderArm,
+        kHeaderPool, kHeaderReplica, kHeaderCascade, kHeaderModelVersion}) {
     EXPECT_EQ(h.substr(0, 9), "x-strata-") << h;
     for (char c : h) EXPECT_FALSE(c >= 'A' && c <= 'Z') << h;
   }

@@ -142,10 +142,9 @@ ApiError ParseSampling(const FieldContext& f, GenRequest* g) {
 ApiError ParseLengths(const FieldContext& f, GenRequest* g) {
   const auto& limits = f.model.limits;
   // 0 only with echo (the prompt alone comes back).
-  ASSIGN_OR_RETURN_API(
-      std::optional<int64_t> max_tokens,
-      protocol::ReadMaxTokens(f.body, f.endpoint == Endpoint::kChat,
-                              {.lo = g->echo ? 0 : 1, .hi = limits.max_tokens}));
+  ASSIGN_OR_RETURN_API(std::optional<int64_t> max_tokens,
+                       protocol::ReadMaxTokens(f.body, f.endpoint == Endpoint::kChat,
+                                               {.lo = g->echo ? 0 : 1, .hi = limits.max_tokens}));
   int64_t want =
       max_tokens ? *max_tokens : (f.endpoint == Endpoint::kCompletions ? 16 : limits.max_tokens);
   g->max_tokens = static_cast<int>(want);

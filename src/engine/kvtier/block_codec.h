@@ -63,8 +63,10 @@ Result<EntryMeta> ParseEntryHeader(std::span<const uint8_t> prefix, uint64_t tot
 
 // Full verification and decoding: structure, checksum, key, format hash, payload length, then
 // bounded decompression. Returns the payload (exactly expected_payload_len bytes).
-Result<std::vector<uint8_t>> DecodeEntry(std::span<const uint8_t> entry, const BlockKey& expected_key,
-                                         uint64_t expected_format_hash, uint64_t expected_payload_len,
+Result<std::vector<uint8_t>> DecodeEntry(std::span<const uint8_t> entry,
+                                         const BlockKey& expected_key,
+                                         uint64_t expected_format_hash,
+                                         uint64_t expected_payload_len,
                                          EntryMeta* meta_out = nullptr);
 
 }  // namespace strata::engine::kvtier

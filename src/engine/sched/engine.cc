@@ -80,21 +80,21 @@ Result<RequestHandle> Engine::Submit(SubmitRequest req) {
     return Status::Unimplemented(
         "kind: embeddings need a runner with hidden-state output, and this one has none");
   if (req.n > sc.max_num_seqs) {
-    return Status::InvalidField("n", std::to_string(req.n) +
-                                   " completions exceed max_num_seqs (" +
-                                   std::to_string(sc.max_num_seqs) + ")");
+    return Status::InvalidField("n", std::to_string(req.n) + " completions exceed max_num_seqs (" +
+                                         std::to_string(sc.max_num_seqs) + ")");
   }
   if (req.n > 1 && !copy_blocks_)
-    return Status::Unimplemented("n: n > 1 needs copy-on-write, and this engine has no block copier")
+    return Status::Unimplemented(
+               "n: n > 1 needs copy-on-write, and this engine has no block copier")
         .WithField("n");
   // The request must fit the KV pool on its own (else it could never finish).
   const int64_t bs = kv_cfg_.block_size;
   const int64_t total = req.MaxPositions();
   const int64_t blocks = (total + bs - 1) / bs + (req.n - 1) * ((req.max_tokens + bs - 1) / bs + 1);
   if (blocks > kv_cfg_.num_blocks) {
-    return Status::InvalidField("max_tokens", "prompt + max_tokens (x n) need up to " +
-                                   std::to_string(blocks) + " KV blocks, the pool has " +
-                                   std::to_string(kv_cfg_.num_blocks));
+    return Status::InvalidField(
+        "max_tokens", "prompt + max_tokens (x n) need up to " + std::to_string(blocks) +
+                          " KV blocks, the pool has " + std::to_string(kv_cfg_.num_blocks));
   }
   const int64_t prompt_tokens = static_cast<int64_t>(req.prompt.size());
   const int n = req.n;

@@ -57,42 +57,43 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
   for (const sampler::LogitBias& b : sampling.logit_bias)
     if (b.id >= n_vocab)
       return Status::InvalidField("logit_bias", "token id " + std::to_string(b.id) +
-                                     " is out of range [0, " + std::to_string(n_vocab) + ")");
+                                                    " is out of range [0, " +
+                                                    std::to_string(n_vocab) + ")");
   if (max_tokens < 1)
     return Status::InvalidField("max_tokens", "must be >= 1, got " + std::to_string(max_tokens));
   if (static_cast<int64_t>(prompt.size()) + max_tokens > max_model_len) {
-    return Status::InvalidField("max_tokens", "prompt (" + std::to_string(prompt.size()) +
-                                   " tokens) + max_tokens (" + std::to_string(max_tokens) +
-                                   ") exceeds max_model_len (" + std::to_string(max_model_len) +
-                                   ")");
+    return Status::InvalidField(
+        "max_tokens", "prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
+                          std::to_string(max_tokens) + ") exceeds max_model_len (" +
+                          std::to_string(max_model_len) + ")");
   }
   if (stop_token_ids.size() > kMaxStopTokenIds)
-    return Status::InvalidField("stop_token_ids", "more than " + std::to_string(kMaxStopTokenIds) +
-                                   " ids");
+    return Status::InvalidField("stop_token_ids",
+                                "more than " + std::to_string(kMaxStopTokenIds) + " ids");
   RETURN_IF_ERROR(CheckIds("stop_token_ids", stop_token_ids, n_vocab, true));
   if (tenant.size() > kMaxTenantBytes)
-    return Status::InvalidField("tenant", "longer than " + std::to_string(kMaxTenantBytes) +
-                                   " bytes");
+    return Status::InvalidField("tenant",
+                                "longer than " + std::to_string(kMaxTenantBytes) + " bytes");
   if (eog_ids.size() > kMaxStopTokenIds)
     return Status::InvalidArgument("eog_ids: more than " + std::to_string(kMaxStopTokenIds) +
                                    " ids");
   RETURN_IF_ERROR(CheckIds("eog_ids", eog_ids, n_vocab, false));
   if (static_cast<uint8_t>(priority) > static_cast<uint8_t>(Priority::kBronze))
-    return Status::InvalidField("priority", "invalid value " +
-                                   std::to_string(static_cast<int>(priority)));
+    return Status::InvalidField("priority",
+                                "invalid value " + std::to_string(static_cast<int>(priority)));
   if (n < 1 || n > kMaxN)
-    return Status::InvalidField("n", "must be in [1, " + std::to_string(kMaxN) + "], got " +
-                                   std::to_string(n));
+    return Status::InvalidField(
+        "n", "must be in [1, " + std::to_string(kMaxN) + "], got " + std::to_string(n));
   if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs)
     return Status::InvalidField("top_logprobs", "must be in [0, " +
-                                   std::to_string(kMaxTopLogprobs) + "], got " +
-                                   std::to_string(top_logprobs));
+                                                    std::to_string(kMaxTopLogprobs) + "], got " +
+                                                    std::to_string(top_logprobs));
   if (top_logprobs > 0 && !logprobs)
     return Status::InvalidField("top_logprobs", "requires logprobs = true");
   if (prompt_logprobs < -1 || prompt_logprobs > kMaxTopLogprobs)
     return Status::InvalidField("prompt_logprobs", "must be in [-1, " +
-                                   std::to_string(kMaxTopLogprobs) + "], got " +
-                                   std::to_string(prompt_logprobs));
+                                                       std::to_string(kMaxTopLogprobs) + "], got " +
+                                                       std::to_string(prompt_logprobs));
   if (adapter.size() > kMaxAdapterBytes)
     return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) +
                                    " bytes");
@@ -105,26 +106,26 @@ Status SubmitRequest::ValidateEmbed(int n_vocab, int max_model_len) const {
   RETURN_IF_ERROR(CheckIds("prompt", prompt, n_vocab, true));
   if (static_cast<int64_t>(prompt.size()) > max_model_len) {
     return Status::InvalidField("prompt", std::to_string(prompt.size()) +
-                                   " tokens exceed max_model_len (" +
-                                   std::to_string(max_model_len) + ")");
+                                              " tokens exceed max_model_len (" +
+                                              std::to_string(max_model_len) + ")");
   }
   if (n != 1)
-    return Status::InvalidField("n", "an embedding request has one output, got n = " +
-                                   std::to_string(n));
+    return Status::InvalidField(
+        "n", "an embedding request has one output, got n = " + std::to_string(n));
   if (logprobs || top_logprobs != 0)
     return Status::InvalidArgument("logprobs: not available for an embedding request");
   if (prompt_logprobs != -1)
     return Status::InvalidField("prompt_logprobs", "not available for an embedding request");
   if (tenant.size() > kMaxTenantBytes)
-    return Status::InvalidField("tenant", "longer than " + std::to_string(kMaxTenantBytes) +
-                                   " bytes");
+    return Status::InvalidField("tenant",
+                                "longer than " + std::to_string(kMaxTenantBytes) + " bytes");
   if (adapter.size() > kMaxAdapterBytes)
     return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) +
                                    " bytes");
   RETURN_IF_ERROR(CheckLora(lora.get()));
   if (static_cast<uint8_t>(priority) > static_cast<uint8_t>(Priority::kBronze))
-    return Status::InvalidField("priority", "invalid value " +
-                                   std::to_string(static_cast<int>(priority)));
+    return Status::InvalidField("priority",
+                                "invalid value " + std::to_string(static_cast<int>(priority)));
   return Status::Ok();
 }
 

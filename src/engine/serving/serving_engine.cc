@@ -22,7 +22,7 @@ kvtier::TierObserver TierEvents(const sched::Engine& engine) {
   return [log = engine.shared_kv_events()](kvtier::TierId tier, const kvtier::BlockKey& key,
                                            bool present) {
     static constexpr protocol::KvTier kTiers[] = {protocol::KvTier::kRam, protocol::KvTier::kDisk,
-                                                 protocol::KvTier::kRedis};
+                                                  protocol::KvTier::kRedis};
     log->Record(present ? kv::KvEventOp::kAdd : kv::KvEventOp::kRemove,
                 kTiers[static_cast<size_t>(tier)], key);
   };

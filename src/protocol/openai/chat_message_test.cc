@@ -9,8 +9,8 @@ using nlohmann::json;
 
 TEST(ChatMessage, TextPartsJoinedOtherFieldsKept) {
   json m = {{"role", "user"},
-            {"content", json::array({{{"type", "text"}, {"text", "a"}},
-                                     {{"type", "text"}, {"text", "b"}}})},
+            {"content",
+             json::array({{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}})},
             {"name", "n"}};
   auto om = TemplateMessage(m, 0);
   ASSERT_TRUE(om.ok()) << om.status().message();

@@ -41,8 +41,8 @@ http::ApiResult<std::optional<int64_t>> ReadMaxTokens(const json& body, bool cha
   RETURN_IF_API_ERROR(f.Int("max_tokens", bounds.lo, bounds.hi, &max_tokens));
   if (chat) {
     std::optional<int64_t> mct;
-    RETURN_IF_API_ERROR(f.Int("max_completion_tokens", std::max<int64_t>(bounds.lo, 1), bounds.hi,
-                              &mct));
+    RETURN_IF_API_ERROR(
+        f.Int("max_completion_tokens", std::max<int64_t>(bounds.lo, 1), bounds.hi, &mct));
     if (mct) max_tokens = mct;
   }
   return max_tokens;
