@@ -184,6 +184,9 @@ J ReplicaContainer(const DeploymentSpec& spec, const PoolSpec& p, const RenderOp
     args.push_back(fmt::format("{}/serve.yaml", kConfigDir));
   }
   for (const std::string& a : p.serve_args) args.push_back(a);
+  // Clients send the spec's model name, whichever version answers (spec.h kServedModelNameFlag).
+  args.push_back(kServedModelNameFlag);
+  args.push_back(p.model);
   const int startup_failures =
       (StartupBudgetSeconds(ModelGb(p, opt)) + kProbePeriodS - 1) / kProbePeriodS;
   J mounts = J::array({Mount("models", kModelsDir, true), Mount("tmp", "/tmp", false)});

@@ -217,7 +217,8 @@ TEST(RenderK8s, ReplicaDeploymentProbesDrainResourcesAndModel) {
   EXPECT_EQ(c["resources"]["limits"]["memory"], "4096Mi");
   EXPECT_FALSE(c["resources"]["limits"].contains("cpu"));
   EXPECT_EQ(c["args"], J::array({"serve", "--model", "/models/tiny/v1/tiny-v1.gguf", "--host",
-                                 "0.0.0.0", "--port", "8000", "--shutdown-timeout", "30"}));
+                                 "0.0.0.0", "--port", "8000", "--shutdown-timeout", "30",
+                                 "--served-model-name", "tiny"}));
   EXPECT_EQ(pod["volumes"][0]["persistentVolumeClaim"]["claimName"], "strata-models");
   EXPECT_EQ(pod["volumes"][0]["persistentVolumeClaim"]["readOnly"], true);
   EXPECT_EQ(c["securityContext"]["readOnlyRootFilesystem"], true);
@@ -243,6 +244,34 @@ TEST(RenderK8s, ReplicaDeploymentProbesDrainResourcesAndModel) {
   auto objs2 = Render(changed, TestOptions());
   EXPECT_NE(objs2["deployment-ref-pool-long-context.yaml"]["spec"]["template"]["metadata"],
             g["spec"]["template"]["metadata"]);
+}
+
+// Clients send the spec's model name (issue 42): every replica serves it, whichever version its
+// pool runs (the files' stems are tiny-v1 / tiny-v2), and carries the version as a pod label.
+TEST(RenderK8s, EveryReplicaServesTheSpecsModelNameAndIsLabelledWithItsVersion) {
+  auto objs = Render(TestSpec(), TestOptions());
+  for (const auto& [pool, version] :
+       std::map<std::string, std::string>{{"general", "v1"}, {"long-context", "v2"}}) {
+    const J& d = objs["deployment-ref-pool-" + pool + ".yaml"];
+    const J& args = d["spec"]["template"]["spec"]["containers"][0]["args"];
+    ASSERT_GE(args.size(), 2u) << pool;
+    EXPECT_EQ(args[args.size() - 2], "--served-model-name") << pool;
+    EXPECT_EQ(args[args.size() - 1], "tiny") << pool;
+    const J& labels = d["spec"]["template"]["metadata"]["labels"];
+    EXPECT_EQ(labels["strata.dev/model"], "tiny") << pool;
+    EXPECT_EQ(labels["strata.dev/version"], version) << pool;
+    EXPECT_EQ(labels["strata.dev/pool"], pool);
+  }
+  // The gateway's pools carry the same model and version labels (x-strata-model-version).
+  const YAML::Node gw =
+      YAML::Load(objs["configmap-ref-gateway.yaml"]["data"]["gateway.yaml"].get<std::string>());
+  std::map<std::string, std::string> version_by_pool;
+  for (const YAML::Node& p : gw["pools"]) {
+    EXPECT_EQ(p["labels"]["model"].as<std::string>(), "tiny");
+    version_by_pool[p["name"].as<std::string>()] = p["labels"]["version"].as<std::string>();
+  }
+  EXPECT_EQ(version_by_pool,
+            (std::map<std::string, std::string>{{"general", "v1"}, {"long-context", "v2"}}));
 }
 
 TEST(RenderK8s, ScaledObjectCarriesTheAutoscalersDecision) {

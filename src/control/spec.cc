@@ -78,8 +78,9 @@ Status DecodeWorkload(const YAML::Node& n, const std::string& path, PoolSpec* ou
   return Bad(path, fmt::format("expected balanced, decode_heavy or prefill_heavy (got \"{}\")", s));
 }
 
-// `serve:` the replica's own config (a map), kept as YAML text. Its model path comes from the
-// spec's models, so `serve.model.path` is refused.
+// `serve:` the replica's own config (a map), kept as YAML text. Its model path and served name
+// come from the spec's models, so `serve.model.path` and `serve.model.served_model_name` are
+// refused.
 Status DecodeServe(const YAML::Node& n, const std::string& path, PoolSpec* out) {
   if (n.IsNull()) return Status::Ok();
   if (!n.IsMap()) return Bad(path, "expected a mapping (the config of `strata serve --config`)");
@@ -87,7 +88,23 @@ Status DecodeServe(const YAML::Node& n, const std::string& path, PoolSpec* out) 
   if (model && model.IsMap() && model["path"])
     return Bad(Join(path, "model.path"),
                "is set by the spec (models[].versions[].path and the pool's version)");
+  if (model && model.IsMap() && model["served_model_name"])
+    return Bad(Join(path, "model.served_model_name"),
+               "is set by the spec (clients send models[].name)");
   out->serve_yaml = EmitMap(n, {});
+  return Status::Ok();
+}
+
+// `serve_args:` extra `strata serve` flags; the served model name is the spec's
+// (kServedModelNameFlag), as the model path is.
+Status DecodeServeArgs(const YAML::Node& n, const std::string& path, PoolSpec* out) {
+  ASSIGN_OR_RETURN(out->serve_args, DecodeStringList(n, path));
+  const std::string flag(kServedModelNameFlag);
+  for (size_t i = 0; i < out->serve_args.size(); ++i) {
+    const std::string& a = out->serve_args[i];
+    if (a == flag || a.starts_with(flag + "="))
+      return Bad(At(path, i), flag + " is set by the spec (clients send models[].name)");
+  }
   return Status::Ok();
 }
 
@@ -240,11 +257,7 @@ const Fields<PoolSpec>& PoolFields() {
       PoolSection("slo", &P::slo, SloFields),
       {"workload", DecodeWorkload},
       {"serve", DecodeServe},
-      {"serve_args",
-       [](const YAML::Node& n, const std::string& path, P* out) {
-         ASSIGN_OR_RETURN(out->serve_args, DecodeStringList(n, path));
-         return Status::Ok();
-       }},
+      {"serve_args", DecodeServeArgs},
       {"labels", DecodeLabels},
       PoolSection("rollout", &P::rollout, RolloutFields),  // checked here, merged in Validate
   };

@@ -29,6 +29,12 @@ namespace strata::control {
 
 inline constexpr std::string_view kApiVersion = "strata.dev/v1";
 inline constexpr size_t kMaxSpecBytes = 1 << 20;
+// The `strata serve` flag of the model id clients send. Every replica of a pool gets
+// `--served-model-name <models[].name>` (`strata up` and `strata render k8s`), so a client sends
+// the spec's model name whichever version (a rollout runs two) answers; the version is a label
+// (gateway pool label `version`, pod label `strata.dev/version`). A pool's `serve_args` and
+// `serve.model.served_model_name` may not set it.
+inline constexpr std::string_view kServedModelNameFlag = "--served-model-name";
 
 struct ModelVersion {
   std::string version;  // "v1"
@@ -107,7 +113,9 @@ struct PoolSpec {
   // The replica config of `strata serve --config` (its YAML, re-emitted verbatim as a file /
   // ConfigMap; validated by the replica itself at start). YAML: `serve: {...}` (a map) or absent.
   std::string serve_yaml;
-  std::vector<std::string> serve_args;  // extra `strata serve` flags, e.g. ["--chat-template", "x"]
+  // Extra `strata serve` flags, e.g. ["--chat-template", "x"] (not kServedModelNameFlag: the spec
+  // gives the name, as it gives the model path).
+  std::vector<std::string> serve_args;
   std::map<std::string, std::string> labels;  // gateway pool labels
   RolloutSpec rollout;  // the top level's `rollout:` with this pool's `rollout:` keys over it
 };

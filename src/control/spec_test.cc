@@ -253,6 +253,27 @@ TEST(DeploymentSpec, ErrorsNameThePath) {
   }
 }
 
+// The spec's model name is the name clients send (kServedModelNameFlag): a pool may not rename it.
+TEST(DeploymentSpec, APoolMayNotSetTheServedModelName) {
+  const std::vector<BadCase> cases = {
+      {"serve_args: [--chat-template, chatml]",
+       "serve_args: [--chat-template, chatml, --served-model-name, x]",
+       "pools[0].serve_args[2]: --served-model-name is set by the spec"},
+      {"serve_args: [--chat-template, chatml]", "serve_args: [--served-model-name=x]",
+       "pools[0].serve_args[0]: --served-model-name is set by the spec"},
+      {"serve:\n      engine:", "serve:\n      model: {served_model_name: x}\n      engine:",
+       "pools[0].serve.model.served_model_name: is set by the spec"},
+  };
+  for (const BadCase& c : cases) {
+    const std::string err = ErrorOf(With(c.from, c.to));
+    EXPECT_NE(err.find(c.error), std::string::npos) << "want: " << c.error << "\ngot:  " << err;
+  }
+  // Only the flag itself (or its `=` form) is refused, not an argument that starts like it.
+  EXPECT_EQ(
+      ErrorOf(With("serve_args: [--chat-template, chatml]", "serve_args: [--served-model-names]")),
+      "(ok)");
+}
+
 TEST(DeploymentSpec, StructuralErrors) {
   EXPECT_NE(ErrorOf("").find("(top level): expected a mapping"), std::string::npos);
   EXPECT_NE(ErrorOf("[1, 2]").find("(top level): expected a mapping"), std::string::npos);

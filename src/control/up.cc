@@ -89,35 +89,12 @@ Result<std::string> FindBinary(const std::string& name) {
   return Status::NotFound("'" + name + "' is not on PATH");
 }
 
-std::string UrlEncode(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~')
-      out += static_cast<char>(c);
-    else
-      out += fmt::format("%{:02X}", c);
-  }
-  return out;
-}
-
 // One instant query's first sample value (NaN when there is none or Prometheus is unreachable).
 double QueryValue(const std::string& prom_url, const std::string& expr) {
   auto r = FetchHttp("GET", prom_url, "/api/v1/query?query=" + UrlEncode(expr), milliseconds(2000));
   if (!r.ok() || r->status != 200) return std::nan("");
-  const json body = json::parse(r->body, nullptr, false);
-  const json* data = nullptr;
-  const json* result = nullptr;
-  if (!http::Fields(body).Object("data", &data).ok() || !data ||
-      !http::Fields(*data).Array("result", &result).ok() || !result || result->empty())
-    return std::nan("");
-  const json* value = nullptr;
-  if (!http::Fields((*result)[0]).Array("value", &value).ok() || !value || value->size() != 2 ||
-      !(*value)[1].is_string())
-    return std::nan("");
-  const std::string text = (*value)[1].get_ref<const std::string&>();
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  return end && *end == '\0' ? v : std::nan("");
+  auto samples = ParseQueryResponse(r->body);
+  return samples.ok() && !samples->empty() ? samples->front().value : std::nan("");
 }
 
 // The measured figures of one pool over the last minute, from the replicas' histograms.
@@ -283,6 +260,8 @@ Status Up::Impl::StartReplica(const PoolSpec& p, const std::string& version) {
     c.argv.insert(c.argv.end(), {"--config", cfg});
   }
   c.argv.insert(c.argv.end(), p.serve_args.begin(), p.serve_args.end());
+  // Clients send the spec's model name, whichever version answers (spec.h kServedModelNameFlag).
+  c.argv.insert(c.argv.end(), {std::string(kServedModelNameFlag), p.model});
   c.log_path = LogPath(name);
   c.ready_timeout = opts.ready_timeout;
   c.grace = opts.drain_grace;

@@ -579,5 +579,83 @@ TEST_F(UpTest, ACanaryRolloutWhoseNewReplicaCannotStartFailsAndTheOldVersionServ
   EXPECT_EQ(up_->Wait(60), 0);
 }
 
+// The spec's model name is the name clients send (issue 42): model `m` (versions v1 / v2 of the
+// bundled GGUF, whose own name is strata-tiny) answers "model": "m" through the gateway with the
+// version in x-strata-model-version, /v1/models lists m alone, the GGUF's name is the replica's
+// 404; during a canary rollout both arms answer m (v1 and v2), and after promotion v2 does.
+TEST_F(UpTest, TheSpecsModelNameIsWhatClientsSendOnBothArmsOfACanary) {
+  std::string spec = CanarySpec();
+  for (const auto& [from, to] : std::map<std::string, std::string>{
+           {"  - name: tiny\n", "  - name: m\n"}, {"    model: tiny\n", "    model: m\n"}}) {
+    const size_t at = spec.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    spec.replace(at, from.size(), to);
+  }
+  StartUp(spec, {"--no-prometheus"});
+  auto complete = [this](const std::string& model) {
+    return HttpCall(gateway_, "POST", "/v1/completions",
+                    R"({"model":")" + model + R"(","prompt":"hello","max_tokens":4})");
+  };
+  auto answer_model = [](const HttpReply& r) {
+    const json j = json::parse(r.body, nullptr, false);
+    return j.is_object() ? j.value("model", "") : "";
+  };
+  HttpReply r = complete("m");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(answer_model(r), "m");
+  EXPECT_EQ(r.headers["x-strata-model-version"], "v1");
+  HttpReply other = complete("strata-tiny");
+  EXPECT_EQ(other.status, 404) << other.body;
+  EXPECT_NE(other.body.find("model_not_found"), std::string::npos) << other.body;
+  auto model_ids = [this] {
+    const json j = json::parse(HttpCall(gateway_, "GET", "/v1/models").body, nullptr, false);
+    std::vector<std::string> ids;
+    if (j.is_object() && j.contains("data") && j["data"].is_array())
+      for (const json& m : j["data"]) ids.push_back(m.value("id", ""));
+    return ids;
+  };
+  // The gateway refreshes its union of the replicas' models every 2 s.
+  EXPECT_TRUE(WaitFor([&] { return model_ids() == std::vector<std::string>{"m"}; }, 20))
+      << HttpCall(gateway_, "GET", "/v1/models").body;
+
+  const int status_port = PortOf(Status()["status_url"].get<std::string>());
+  HttpReply ro = HttpCall(status_port, "POST", "/rollout", R"({"pool":"general","version":"v2"})");
+  ASSERT_EQ(ro.status, 202) << ro.body;
+  // Requests name m throughout: before the split (v1), on each arm of it, after promotion (v2).
+  std::map<std::string, std::string> version_by_arm;
+  int failed = 0;
+  std::string last_failure;
+  auto send = [&] {
+    HttpReply a = complete("m");
+    if (a.status != 200 || answer_model(a) != "m") {
+      ++failed;
+      last_failure = std::to_string(a.status) + " " + a.body;
+    } else if (!a.headers["x-strata-arm"].empty()) {
+      version_by_arm[a.headers["x-strata-arm"]] = a.headers["x-strata-model-version"];
+    }
+  };
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        send();
+        return Phase(Pool(Status(), "general")) == "promoted";
+      },
+      90))
+      << Status().dump(2);
+  EXPECT_EQ(failed, 0) << last_failure;
+  EXPECT_EQ(version_by_arm,
+            (std::map<std::string, std::string>{{"general", "v1"}, {"general.v2", "v2"}}));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        HttpReply a = complete("m");
+        return a.status == 200 && answer_model(a) == "m" &&
+               a.headers["x-strata-model-version"] == "v2" && a.headers["x-strata-arm"].empty();
+      },
+      30))
+      << Status().dump(2);
+  EXPECT_EQ(model_ids(), std::vector<std::string>{"m"});
+  up_->Signal(SIGTERM);
+  EXPECT_EQ(up_->Wait(60), 0);
+}
+
 }  // namespace
 }  // namespace strata::testing
