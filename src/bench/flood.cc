@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -19,6 +18,8 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include "base/ascii.h"
 
 namespace strata::bench {
 namespace {
@@ -263,7 +264,7 @@ class Conn {
     while ((head_end = buf_.find("\r\n\r\n")) == std::string::npos)
       if (Read r = Fill(); r != Read::kResponse) return r;
     std::string head = buf_.substr(0, head_end);
-    for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    AsciiStrToLower(&head);
     *status = std::atoi(head.c_str() + head.find(' ') + 1);
     *keep_alive = head.find("connection: close") == std::string::npos;
     buf_.erase(0, head_end + 4);

@@ -14,6 +14,7 @@
 #include <limits>
 #include <set>
 
+#include "base/ascii.h"
 #include "http/auth.h"
 #include "http/client.h"
 #include "tokenizer/chat/builtin_templates.h"
@@ -130,8 +131,7 @@ Status DecodeHeaders(const YAML::Node& n, const std::string& path, RouteMatch* o
   ASSIGN_OR_RETURN(auto pairs, DecodeStringPairs(n, path));
   for (auto& [name, value] : pairs) {
     if (name.empty()) return Bad(path, "a header name is empty");
-    std::transform(name.begin(), name.end(), name.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    AsciiStrToLower(&name);
     out->headers.emplace_back(std::move(name), std::move(value));
   }
   return Status::Ok();
@@ -183,12 +183,6 @@ Result<E> DecodeEnum(const YAML::Node& n, const std::string& path,
   return Bad(path, fmt::format("expected one of {} (got \"{}\")", all, s));
 }
 
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
 const Fields<ArmConfig>& ArmFields() {
   using A = ArmConfig;
   static const Fields<A> kFields = {Str<A>("pool", &A::pool),
@@ -207,7 +201,8 @@ const Fields<StickyConfig>& StickyFields() {
       {"header",
        [](const YAML::Node& n, const std::string& path, S* out) {
          ASSIGN_OR_RETURN(std::string h, DecodeString(n, path));
-         out->header = Lower(std::move(h));
+         AsciiStrToLower(&h);
+         out->header = std::move(h);
          return Status::Ok();
        }},
   };

@@ -10,6 +10,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "base/ascii.h"
 #include "http/json_fields.h"
 #include "http/openai_error.h"
 #include "http/sse.h"
@@ -83,9 +84,7 @@ bool Forwarded(std::string_view lower_name) {
 bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
   if (s.size() < prefix.size()) return false;
   for (size_t i = 0; i < prefix.size(); ++i) {
-    char c = s[i];
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    if (c != prefix[i]) return false;
+    if (AsciiLower(s[i]) != prefix[i]) return false;
   }
   return true;
 }

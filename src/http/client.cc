@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "base/ascii.h"
+
 namespace strata::http {
 
 namespace asio = boost::asio;
@@ -90,13 +92,6 @@ void RequestAbort::Abort() {
 
 namespace {
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
-
 // Request headers a caller may not set: they describe this hop's framing and connection.
 bool TransportHeader(std::string_view lower_name) {
   static constexpr std::string_view kNames[] = {"host",       "content-length", "transfer-encoding",
@@ -116,8 +111,9 @@ ResponseHead HeadOf(const http::response_parser<http::buffer_body>& parser) {
   const auto& msg = parser.get();
   h.status = static_cast<int>(msg.result_int());
   for (const auto& f : msg)
-    h.headers.emplace_back(Lower(std::string_view(f.name_string().data(), f.name_string().size())),
-                           std::string(f.value().data(), f.value().size()));  // json-access: Beast
+    h.headers.emplace_back(
+        AsciiStrToLower(std::string_view(f.name_string().data(), f.name_string().size())),
+        std::string(f.value().data(), f.value().size()));  // json-access: Beast
   h.chunked = parser.chunked();
   if (auto len = parser.content_length()) h.content_length = *len;
   return h;
@@ -251,7 +247,8 @@ asio::awaitable<HttpResult> HttpClient::Once(Conn& conn, bool reused, const std:
   // Given back however this attempt ends (before `req` goes), for a retry on a fresh connection.
   const GiveBack give_back{body, &req.body()};
   for (const auto& [name, value] : options.headers)
-    if (!name.empty() && Printable(name) && Printable(value) && !TransportHeader(Lower(name)))
+    if (!name.empty() && Printable(name) && Printable(value) &&
+        !TransportHeader(AsciiStrToLower(name)))
       req.set(name, value);
   co_await http::async_write(conn.stream, req, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/ascii.h"
 #include "http/openai_error.h"
 
 namespace strata::http {
@@ -21,13 +22,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
 
 std::string ReasonPhrase(int status) {
   auto r = http::obsolete_reason(static_cast<http::status>(status));
@@ -43,7 +37,7 @@ HttpRequest ToHttpRequest(http::request<http::string_body>& msg) {
   if (q != std::string_view::npos) req.query = std::string(target.substr(q + 1));
   for (const auto& f : msg)
     req.headers.emplace_back(
-        Lower(std::string_view(f.name_string().data(), f.name_string().size())),
+        AsciiStrToLower(std::string_view(f.name_string().data(), f.name_string().size())),
         std::string(f.value().data(), f.value().size()));  // json-access: not JSON (Beast)
   req.body = std::move(msg.body());
   return req;

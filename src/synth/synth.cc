@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <numbers>
 
+#include "base/ascii.h"
 #include "base/checked.h"
 #include "base/mapped_file.h"
 #include "kernels/kernels.h"
@@ -142,12 +142,6 @@ uint64_t TensorKey(uint64_t seed, std::string_view name) {
 
 // ---- Config helpers ----
 
-std::string Lower(std::string_view s) {
-  std::string out;
-  for (char c : s) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 struct FileTypeEntry {
   FileType type;
   std::string_view name;
@@ -208,14 +202,14 @@ bool IsMatrix(TensorRole r) {
 std::string_view ArchName(Arch arch) { return arch == Arch::kQwen2 ? "qwen2" : "llama"; }
 
 std::optional<Arch> ParseArch(std::string_view name) {
-  std::string l = Lower(name);
+  const std::string l = AsciiStrToLower(name);
   if (l == "llama") return Arch::kLlama;
   if (l == "qwen2") return Arch::kQwen2;
   return std::nullopt;
 }
 
 std::optional<FileType> ParseFileType(std::string_view name) {
-  std::string l = Lower(name);
+  const std::string l = AsciiStrToLower(name);
   if (l == "q4_k_s") return FileType::kQ4_K_S;
   if (l == "q5_k_s") return FileType::kQ5_K_S;
   for (const auto& e : kFileTypes)

@@ -5,8 +5,10 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include <queue>
+#include <functional>
+#include <optional>
 
+#include "tokenizer/merge.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
 
@@ -73,7 +75,8 @@ class Regex {
       return Status::Internal("pre-tokenizer regex failed to compile at offset " +
                               std::to_string(err_off) + ": " + reinterpret_cast<char*>(msg));
     }
-    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // optional speed-up; the interpreter is the fallback
+    // Optional speed-up; the interpreter is the fallback.
+    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
     return Status::Ok();
   }
   pcre2_code* code() const { return code_; }
@@ -120,7 +123,8 @@ class BpeTokenizer final : public TokenizerImpl {
     return out;
   }
 
-  void EncodeText(std::string_view text, bool /*after_special*/, std::vector<int32_t>* out) const override {
+  void EncodeText(std::string_view text, bool /*after_special*/,
+                  std::vector<int32_t>* out) const override {
     const auto& bu = ByteUnicodeMap::Get();
     std::string word;
     std::string key;
@@ -187,55 +191,16 @@ class BpeTokenizer final : public TokenizerImpl {
         return;
       }
     }
-    struct Symbol {
-      int prev, next;
-      size_t off, len;
+    // Lowest merge rank first.
+    auto rank = [&](std::string_view pair, size_t left_len) -> std::optional<int32_t> {
+      const int32_t r = Rank(pair.substr(0, left_len), pair.substr(left_len), key);
+      return r >= 0 ? std::optional<int32_t>(r) : std::nullopt;
     };
-    std::vector<Symbol> syms;
-    for (size_t off = 0; off < w.size();) {
-      const size_t len = std::min(Utf8SeqLen(static_cast<uint8_t>(w[off])), w.size() - off);
-      const int idx = static_cast<int>(syms.size());
-      syms.push_back({idx - 1, off + len == w.size() ? -1 : idx + 1, off, len});
-      off += len;
-    }
-    struct Bigram {
-      int left, right;
-      int32_t rank;
-      size_t left_len, right_len;
-    };
-    auto cmp = [](const Bigram& a, const Bigram& b) {  // true if a has lower priority than b
-      return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-    };
-    std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> queue(cmp);
-    const std::string_view ws(w);
-    auto try_add = [&](int left, int right) {
-      if (left < 0 || right < 0) return;
-      const Symbol& l = syms[left];
-      const Symbol& r = syms[right];
-      const int32_t rank = Rank(ws.substr(l.off, l.len), ws.substr(r.off, r.len), key);
-      if (rank >= 0) queue.push({left, right, rank, l.len, r.len});
-    };
-    for (int i = 1; i < static_cast<int>(syms.size()); ++i) try_add(i - 1, i);
-    while (!queue.empty()) {
-      const Bigram bg = queue.top();
-      queue.pop();
-      Symbol& l = syms[bg.left];
-      Symbol& r = syms[bg.right];
-      // Stale if either side changed since the pair was queued (symbols only grow or vanish).
-      if (l.len != bg.left_len || r.len != bg.right_len || l.next != bg.right) continue;
-      l.len += r.len;
-      r.len = 0;
-      l.next = r.next;
-      if (r.next >= 0) syms[r.next].prev = bg.left;
-      try_add(l.prev, bg.left);
-      try_add(bg.left, l.next);
-    }
-    for (int i = 0; i != -1; i = syms[i].next) {
-      const std::string_view piece = ws.substr(syms[i].off, syms[i].len);
+    MergePairs<int32_t, std::greater<>>(w, rank, [&](std::string_view piece) {
       const int32_t id = Find(piece);
       if (id >= 0) {
         out->push_back(id);
-        continue;
+        return;
       }
       // Not a token (incomplete vocabulary): fall back to its characters, then to <unk>.
       for (size_t j = 0; j < piece.size();) {
@@ -248,7 +213,7 @@ class BpeTokenizer final : public TokenizerImpl {
         }
         j += n;
       }
-    }
+    });
   }
 
   bool ignore_merges_ = false;

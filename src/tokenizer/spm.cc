@@ -4,10 +4,11 @@
 // always taking the pair whose token has the highest score (leftmost on ties), and symbols that
 // are not tokens fall back to <0xNN> byte tokens (or the unknown token).
 #include <array>
-#include <queue>
+#include <functional>
+#include <optional>
 
+#include "tokenizer/merge.h"
 #include "tokenizer/tokenizer_impl.h"
-#include "tokenizer/utf8.h"
 
 namespace strata::tokenizer::internal {
 namespace {
@@ -65,7 +66,8 @@ class SpmTokenizer final : public TokenizerImpl {
     return out;
   }
 
-  void EncodeText(std::string_view text, bool after_special, std::vector<int32_t>* out) const override {
+  void EncodeText(std::string_view text, bool after_special,
+                  std::vector<int32_t>* out) const override {
     std::string s;
     s.reserve(text.size() + 8);
     if (after_special && vocab_.add_space_prefix) s.append(kSpace);
@@ -76,65 +78,23 @@ class SpmTokenizer final : public TokenizerImpl {
         s.push_back(c);
       }
     }
-    if (s.empty()) return;
-
-    struct Symbol {
-      int prev, next;
-      size_t off, len;
+    // A pair merges if it spells a token; the highest token score first.
+    auto score = [&](std::string_view pair, size_t /*left_len*/) -> std::optional<float> {
+      const int32_t id = Find(pair);
+      if (id < 0) return std::nullopt;
+      return vocab_.scores.empty() ? 0.0f : vocab_.scores[static_cast<size_t>(id)];
     };
-    std::vector<Symbol> syms;
-    for (size_t off = 0; off < s.size();) {
-      const size_t len = std::min(Utf8SeqLen(static_cast<uint8_t>(s[off])), s.size() - off);
-      const int idx = static_cast<int>(syms.size());
-      syms.push_back({idx - 1, off + len == s.size() ? -1 : idx + 1, off, len});
-      off += len;
-    }
-
-    struct Bigram {
-      int left, right;
-      float score;
-      size_t len;
-    };
-    auto cmp = [](const Bigram& a, const Bigram& b) {  // true if a has lower priority than b
-      return a.score < b.score || (a.score == b.score && a.left > b.left);
-    };
-    std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> queue(cmp);
-    auto try_add = [&](int left, int right) {
-      if (left < 0 || right < 0) return;
-      const size_t len = syms[left].len + syms[right].len;
-      const int32_t id = Find(std::string_view(s).substr(syms[left].off, len));
-      if (id < 0) return;
-      const float score = vocab_.scores.empty() ? 0.0f : vocab_.scores[static_cast<size_t>(id)];
-      queue.push({left, right, score, len});
-    };
-    for (int i = 1; i < static_cast<int>(syms.size()); ++i) try_add(i - 1, i);
-
-    while (!queue.empty()) {
-      const Bigram bg = queue.top();
-      queue.pop();
-      Symbol& l = syms[bg.left];
-      Symbol& r = syms[bg.right];
-      if (l.len == 0 || r.len == 0 || l.len + r.len != bg.len) continue;  // stale
-      l.len += r.len;
-      r.len = 0;
-      l.next = r.next;
-      if (r.next >= 0) syms[r.next].prev = bg.left;
-      try_add(l.prev, bg.left);
-      try_add(bg.left, l.next);
-    }
-
-    for (int i = 0; i != -1; i = syms[i].next) {
-      const std::string_view piece = std::string_view(s).substr(syms[i].off, syms[i].len);
+    MergePairs<float, std::less<>>(s, score, [&](std::string_view piece) {
       const int32_t id = Find(piece);
       if (id >= 0) {
         out->push_back(id);
-        continue;
+        return;
       }
       for (char c : piece) {
         const int32_t b = byte_to_token_[static_cast<uint8_t>(c)];
         if (b >= 0) out->push_back(b);
       }
-    }
+    });
   }
 
  private:

@@ -1,25 +1,13 @@
 #include "engine/kv/kv_event_log.h"
 
-#include <openssl/rand.h>
-
 #include <algorithm>
+#include <array>
 #include <cstring>
-#include <random>
+
+#include "base/random_bytes.h"
 
 namespace strata::engine::kv {
 namespace {
-
-std::array<unsigned char, 16> RandomBytes() {
-  std::array<unsigned char, 16> bytes{};
-  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
-    std::random_device rd;  // /dev/urandom on Linux
-    for (size_t i = 0; i < bytes.size(); i += 4) {
-      const uint32_t r = rd();
-      for (size_t k = 0; k < 4; ++k) bytes[i + k] = static_cast<unsigned char>(r >> (8 * k));
-    }
-  }
-  return bytes;
-}
 
 constexpr uint8_t Bit(KvEventTier t) { return static_cast<uint8_t>(1u << static_cast<int>(t)); }
 
@@ -46,13 +34,9 @@ size_t KvEventLog::HashKey::operator()(const cachekey::BlockHash& h) const {
 
 KvEventLog::KvEventLog(KvEventLogConfig config)
     : cfg_{std::max<size_t>(config.capacity, 1), std::max<size_t>(config.max_held_per_tier, 1)} {
-  const std::array<unsigned char, 16> bytes = RandomBytes();
-  static constexpr char kHex[] = "0123456789abcdef";
-  instance_.reserve(2 * bytes.size());
-  for (unsigned char b : bytes) {
-    instance_ += kHex[b >> 4];
-    instance_ += kHex[b & 15];
-  }
+  std::array<unsigned char, 16> bytes{};
+  FillRandomBytes(bytes);
+  AppendHexLower(bytes, &instance_);
   // 40 random bits above 2^20: far from 0 and from other instances, far below 2^53 (JSON numbers
   // stay exact for any client).
   uint64_t r = 0;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/ascii.h"
 #include "base/checked.h"
 #include "base/memory_size.h"
 #include "kernels/kernels.h"
@@ -54,16 +55,6 @@ bool HasF16c() {
 constexpr int kQ8Block = 32;  // elements per BlockQ8_0
 // Each of the K and V arrays must stay addressable with ptrdiff_t arithmetic.
 constexpr uint64_t kMaxArrayBytes = static_cast<uint64_t>(PTRDIFF_MAX) / 2;
-
-char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (Lower(a[i]) != Lower(b[i])) return false;
-  }
-  return true;
-}
 
 }  // namespace
 

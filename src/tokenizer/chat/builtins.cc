@@ -7,6 +7,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "base/ascii.h"
 #include "tokenizer/chat/interpreter.h"
 
 namespace strata::tokenizer::chat {
@@ -65,20 +66,10 @@ Result<std::string> Strip(const std::string& s, const Value& chars, bool left, b
   return Encode(cps, a, b);
 }
 
-char AsciiUpper(char c) { return (c >= 'a' && c <= 'z') ? static_cast<char>(c - 32) : c; }
-char AsciiLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c; }
 bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
-std::string Upper(std::string s) {
-  for (char& c : s) c = AsciiUpper(c);
-  return s;
-}
-std::string Lower(std::string s) {
-  for (char& c : s) c = AsciiLower(c);
-  return s;
-}
 std::string Capitalize(const std::string& s) {
-  std::string out = Lower(s);
+  std::string out = AsciiStrToLower(s);
   if (!out.empty()) out[0] = AsciiUpper(out[0]);
   return out;
 }
@@ -392,7 +383,7 @@ Result<ValueList> Sorted(ValueList items, bool reverse, bool case_sensitive,
   Status err;
   auto key = [&](const Value& v) {
     Value k = attribute.is_string() ? GetPath(v, attribute.str()) : v;
-    if (k.is_string() && !case_sensitive) return Value::String(Lower(k.str()));
+    if (k.is_string() && !case_sensitive) return Value::String(AsciiStrToLower(k.str()));
     return k;
   };
   std::vector<std::pair<Value, Value>> keyed;
@@ -636,7 +627,7 @@ Result<Value> FilterUnique(Interpreter& in, std::string_view, const Value& value
   ValueList out, keys;
   for (const Value& v : items) {
     Value k = attr.is_string() ? GetPath(v, attr.str()) : v;
-    if (k.is_string() && !cs) k = Value::String(Lower(k.str()));
+    if (k.is_string() && !cs) k = Value::String(AsciiStrToLower(k.str()));
     bool seen = false;
     for (const Value& s : keys) {
       if (Equals(s, k)) {
@@ -795,11 +786,11 @@ Result<Value> FilterStrip(Interpreter&, std::string_view name, const Value& valu
 }
 
 Result<Value> FilterUpper(Interpreter&, std::string_view, const Value& value, CallArgs&) {
-  return Value::String(Upper(StrOf(value)));
+  return Value::String(AsciiStrToUpper(StrOf(value)));
 }
 
 Result<Value> FilterLower(Interpreter&, std::string_view, const Value& value, CallArgs&) {
-  return Value::String(Lower(StrOf(value)));
+  return Value::String(AsciiStrToLower(StrOf(value)));
 }
 
 Result<Value> FilterCapitalize(Interpreter&, std::string_view, const Value& value, CallArgs&) {
@@ -974,11 +965,11 @@ Result<Value> StrReplace(Interpreter& in, const Value& self, std::string_view, C
 }
 
 Result<Value> StrUpper(Interpreter&, const Value& self, std::string_view, CallArgs&) {
-  return Value::String(Upper(self.str()));
+  return Value::String(AsciiStrToUpper(self.str()));
 }
 
 Result<Value> StrLower(Interpreter&, const Value& self, std::string_view, CallArgs&) {
-  return Value::String(Lower(self.str()));
+  return Value::String(AsciiStrToLower(self.str()));
 }
 
 Result<Value> StrTitle(Interpreter&, const Value& self, std::string_view, CallArgs&) {
@@ -1050,8 +1041,8 @@ Result<Value> StrFormat(Interpreter& in, const Value& self, std::string_view, Ca
 Result<Value> StrIs(Interpreter&, const Value& self, std::string_view name, CallArgs&) {
   const std::string& s = self.str();
   if (s.empty()) return Value::Bool(false);
-  if (name == "islower") return Value::Bool(Lower(s) == s && Upper(s) != s);
-  if (name == "isupper") return Value::Bool(Upper(s) == s && Lower(s) != s);
+  if (name == "islower") return Value::Bool(AsciiStrToLower(s) == s && AsciiStrToUpper(s) != s);
+  if (name == "isupper") return Value::Bool(AsciiStrToUpper(s) == s && AsciiStrToLower(s) != s);
   for (char c : s) {
     bool ok = name == "isdigit"   ? (c >= '0' && c <= '9')
               : name == "isalpha" ? IsAlpha(c)
@@ -1266,8 +1257,8 @@ Result<bool> ApplyTest(Interpreter& in, std::string_view name, const Value& valu
     if (other.as_int() == -1) return true;
     return value.as_int() % other.as_int() == 0;
   }
-  if (name == "lower") return value.is_string() && Lower(value.str()) == value.str();
-  if (name == "upper") return value.is_string() && Upper(value.str()) == value.str();
+  if (name == "lower") return value.is_string() && AsciiStrToLower(value.str()) == value.str();
+  if (name == "upper") return value.is_string() && AsciiStrToUpper(value.str()) == value.str();
   if (name == "sameas") {
     if (value.kind() != other.kind()) return false;
     if (value.is_list()) return &value.list() == &other.list();
