@@ -9,14 +9,11 @@
 namespace strata::engine::kv {
 namespace {
 
-constexpr uint8_t Bit(KvEventTier t) { return static_cast<uint8_t>(1u << static_cast<int>(t)); }
+constexpr uint8_t Bit(protocol::KvTier t) {
+  return static_cast<uint8_t>(1u << static_cast<int>(t));
+}
 
 }  // namespace
-
-std::string_view KvEventTierName(KvEventTier t) {
-  static constexpr std::string_view kNames[kNumKvEventTiers] = {"pool", "ram", "disk", "redis"};
-  return kNames[static_cast<size_t>(t)];
-}
 
 std::string_view KvEventOpName(KvEventOp op) { return op == KvEventOp::kAdd ? "add" : "remove"; }
 
@@ -46,15 +43,15 @@ KvEventLog::KvEventLog(KvEventLogConfig config)
   head_ = base_;
 }
 
-void KvEventLog::Add(KvEventTier tier, const cachekey::BlockHash& hash) {
+void KvEventLog::Add(protocol::KvTier tier, const cachekey::BlockHash& hash) {
   Record(KvEventOp::kAdd, tier, hash);
 }
 
-void KvEventLog::Remove(KvEventTier tier, const cachekey::BlockHash& hash) {
+void KvEventLog::Remove(protocol::KvTier tier, const cachekey::BlockHash& hash) {
   Record(KvEventOp::kRemove, tier, hash);
 }
 
-void KvEventLog::Record(KvEventOp op, KvEventTier tier, const cachekey::BlockHash& hash) {
+void KvEventLog::Record(KvEventOp op, protocol::KvTier tier, const cachekey::BlockHash& hash) {
   const uint8_t bit = Bit(tier);
   MutexLock lock(&mu_);
   size_t& count = held_count_[static_cast<size_t>(tier)];
@@ -88,13 +85,13 @@ void KvEventLog::Snapshot(KvEventPage* page) const {
   page->reset = true;
   page->cursor = head_;
   // One pass over the held set (the only O(held) work under the mutex; readers only).
-  std::array<KvEventGroup, kNumKvEventTiers> groups;
-  for (int t = 0; t < kNumKvEventTiers; ++t) {
-    groups[static_cast<size_t>(t)].tier = static_cast<KvEventTier>(t);
+  std::array<KvEventGroup, protocol::kNumKvTiers> groups;
+  for (int t = 0; t < protocol::kNumKvTiers; ++t) {
+    groups[static_cast<size_t>(t)].tier = static_cast<protocol::KvTier>(t);
     groups[static_cast<size_t>(t)].hashes.reserve(held_count_[static_cast<size_t>(t)]);
   }
   for (const auto& [hash, mask] : held_)
-    for (int t = 0; t < kNumKvEventTiers; ++t)
+    for (int t = 0; t < protocol::kNumKvTiers; ++t)
       if ((mask & (1u << t)) != 0) groups[static_cast<size_t>(t)].hashes.push_back(hash);
   for (KvEventGroup& g : groups)
     if (!g.hashes.empty()) page->events.push_back(std::move(g));
@@ -127,7 +124,7 @@ uint64_t KvEventLog::head() const {
   return head_;
 }
 
-size_t KvEventLog::held(KvEventTier tier) const {
+size_t KvEventLog::held(protocol::KvTier tier) const {
   MutexLock lock(&mu_);
   return held_count_[static_cast<size_t>(tier)];
 }
