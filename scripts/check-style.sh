@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
-# Style check of the C++ files changed since the enforcement base: clang-format and clang-tidy.
+# Style check of the C++ tree: clang-format on every file, clang-tidy on the files changed since
+# the enforcement base.
 #
 # Usage: scripts/check-style.sh [--base REV] [--fix] [--no-tidy] [--build DIR] [-j N] [--list]
 #   --base REV  compare against REV instead of the enforcement base (e.g. origin/main)
-#   --fix       rewrite the changed files with clang-format -i (tidy findings are not fixed)
+#   --fix       rewrite every C++ file with clang-format -i (tidy findings are not fixed)
 #   --no-tidy   clang-format only (no build directory needed)
 #   --build DIR the build directory holding compile_commands.json (default: build)
 #   -j N        clang-tidy processes (default 2)
-#   --list      print the files that would be checked and exit
+#   --list      print the files clang-tidy would check and exit
 #
-# Which files: every C++ file (.h .cc .inc .cpp under src/ and tests/) that differs between the
-# enforcement base and the working tree (committed or not, plus new untracked files), deleted
-# files excluded. A file that is touched must be clean as a whole: clang-format --dry-run -Werror
-# on the file, and clang-tidy (the root .clang-tidy: naming, bugprone, performance; every finding
-# an error) on it.
+# clang-format: every C++ file (.h .cc .inc .cpp .hpp under src/ and tests/) that git tracks, plus
+# new untracked ones, must be clean (clang-format --dry-run -Werror; a few seconds for the tree).
 #
-# The enforcement base: .ci/style-base holds one commit id, the commit from which enforcement
-# started. CI runs on a full clone of main, where that commit is part of the history, so "changed
-# since the base" needs no merge-base guesswork and no remote. Every file touched after that
-# commit must be clean, so the formatted part of the tree only grows; untouched files are never
-# reformatted (which would make every open branch conflict). Moving the base forward (to the
-# head of main after a tree-wide format commit) is an ordinary reviewed change of that file.
-# STRATA_STYLE_BASE in the environment overrides the file, --base overrides both. A base that is
-# not in the history (a shallow clone) is an error, not a silent pass.
+# clang-tidy (the root .clang-tidy: naming, bugprone, performance; every finding an error): only
+# the files that differ between the enforcement base and the working tree (committed or not, plus
+# new untracked files), deleted files excluded — clang-tidy needs a compile and takes minutes.
+#
+# The enforcement base: .ci/style-base holds one commit id, the commit from which clang-tidy
+# enforcement started. CI runs on a full clone of main, where that commit is part of the history,
+# so "changed since the base" needs no merge-base guesswork and no remote. Every file touched after
+# that commit must be tidy-clean, so the checked part of the tree only grows. Moving the base
+# forward is an ordinary reviewed change of that file. STRATA_STYLE_BASE in the environment
+# overrides the file, --base overrides both. A base that is not in the history (a shallow clone)
+# is an error, not a silent pass.
 #
 # clang-tidy: the .cc files among the changed ones that are in compile_commands.json, plus, for
 # each changed header, one translation unit that includes it (its own .cc when there is one);
@@ -59,26 +60,31 @@ if [ -z "$base" ] || ! git rev-parse -q --verify "$base^{commit}" > /dev/null; t
   exit 2
 fi
 
+cxx_files() { grep -E '\.(h|cc|inc|cpp|hpp)$' | sort -u | while read -r f; do [ -f "$f" ] && echo "$f"; done; }
+mapfile -t all_files < <(
+  { git ls-files -- src tests; git ls-files --others --exclude-standard -- src tests; } | cxx_files)
 mapfile -t files < <(
   { git diff --name-only --diff-filter=d "$base" -- src tests
-    git ls-files --others --exclude-standard -- src tests; } |
-  grep -E '\.(h|cc|inc|cpp|hpp)$' | sort -u | while read -r f; do [ -f "$f" ] && echo "$f"; done)
-echo "check-style: ${#files[@]} C++ file(s) changed since $(git rev-parse --short "$base")"
+    git ls-files --others --exclude-standard -- src tests; } | cxx_files)
+echo "check-style: ${#all_files[@]} C++ file(s) in the tree, ${#files[@]} changed since" \
+     "$(git rev-parse --short "$base")"
 if [ "$list" = 1 ]; then printf '%s\n' "${files[@]}"; exit 0; fi
-[ ${#files[@]} -eq 0 ] && exit 0
 
 status=0
-# --- clang-format ---------------------------------------------------------------------------
-if [ "$fix" = 1 ]; then
-  clang-format -i --style=file "${files[@]}"
-  echo "check-style: clang-format applied to ${#files[@]} file(s)"
-elif ! clang-format --dry-run -Werror --style=file "${files[@]}"; then
+# --- clang-format: the whole tree -------------------------------------------------------------
+if [ ${#all_files[@]} -eq 0 ]; then
+  echo "check-style: no C++ files"
+elif [ "$fix" = 1 ]; then
+  clang-format -i --style=file "${all_files[@]}"
+  echo "check-style: clang-format applied to ${#all_files[@]} file(s)"
+elif ! clang-format --dry-run -Werror --style=file "${all_files[@]}"; then
   echo "check-style: clang-format: the files above are not formatted" \
-       "(scripts/check-style.sh --fix formats exactly the changed files)" >&2
+       "(scripts/check-style.sh --fix --no-tidy formats the tree)" >&2
   status=1
 else
-  echo "check-style: clang-format ok"
+  echo "check-style: clang-format ok (${#all_files[@]} files)"
 fi
+[ ${#files[@]} -eq 0 ] && exit $status
 
 # --- clang-tidy -----------------------------------------------------------------------------
 if [ "$tidy" = 1 ]; then
