@@ -66,10 +66,13 @@ MODULES = {
     "engine/serving": (["engine/serving/"],
                        ["engine/sched", "engine/kvtier", "yamlcfg", "tokenizer/chat"]),
     "synth": (["synth/"], ["gguf", "kernels", "tokenizer", "lora"]),  # a tool module
-    # The server uses the engine's API (sched) and the tiers' stats (kvtier); app builds the
+    # The server uses the engine's API (sched) and the tiers' stats (kvtier); replica builds the
     # serving engine and hands it over.
     "server": (["server/"], ["engine/sched", "engine/kvtier", "http", "tokenizer", "tokenizer/chat",
                              "trace", "protocol/openai"]),
+    # One replica assembled from one ReplicaConfig: the server over the serving engine, the
+    # model, tokenizer, LoRA registry and tracer (app/ runs it for serve and bench offline).
+    "replica": (["replica/"], ["engine/serving", "server"]),
     "bench": (["bench/"], ["http", "tokenizer", "gguf"]),
     # The gateway's config library (strata_gateway_config): the YAML, the route list and the
     # shared vocabulary, all the control plane needs of the gateway.
@@ -78,7 +81,7 @@ MODULES = {
     "gateway": (["gateway/"], ["gateway/config", "http", "trace", "cachekey", "tokenizer",
                                "tokenizer/chat", "protocol/openai"]),
     "control": (["control/"], ["http", "gateway/config", "yamlcfg"]),
-    "app": (["app/"], ["engine/serving", "server", "bench", "synth", "gateway", "control"]),
+    "app": (["app/"], ["engine/serving", "replica", "bench", "synth", "gateway", "control"]),
 }
 
 # Modules that must never be reached from these, whatever the table above says (a guard against

@@ -26,6 +26,7 @@
 #include "kernels/kernels.h"
 #include "lora/adapter.h"
 #include "model/model.h"
+#include "replica/replica.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::app {
@@ -211,7 +212,8 @@ void FillUniform(std::vector<float>* v, size_t n, double half_width, uint64_t se
 // --lora-adapters: adapters built in memory (lora::Adapter::FromParts, no file) for every layer's
 // targeted matrices: A ~ U(+-1/sqrt(in)), B ~ U(+-0.5/sqrt(rank)), scale 1 (synth-lora's shape of
 // values, B a third as large), deterministic in the seed.
-Result<AdapterList> BenchAdapters(const model::Model& m, const BenchOfflineOptions& o) {
+// The targets --lora-targets names; errors name the flag.
+Result<std::array<bool, lora::kNumTargets>> BenchLoraTargets(const BenchOfflineOptions& o) {
   if (o.lora_adapters < 0 || o.lora_adapters > 1024 || o.lora_rank < 1 || o.lora_rank > 1024)
     return Status::InvalidArgument(
         "--lora-adapters must be in [0, 1024], --lora-rank in [1, 1024]");
@@ -224,6 +226,11 @@ Result<AdapterList> BenchAdapters(const model::Model& m, const BenchOfflineOptio
                                      "' (q, k, v, o, gate, up, down)");
     on[static_cast<size_t>(t)] = true;
   }
+  return on;
+}
+
+Result<AdapterList> BenchAdapters(const model::Model& m, const BenchOfflineOptions& o) {
+  ASSIGN_OR_RETURN(const auto on, BenchLoraTargets(o));
   const model::ModelConfig& c = m.config();
   const int shapes[lora::kNumTargets][2] = {
       {c.dim, c.q_dim()}, {c.dim, c.kv_dim()}, {c.dim, c.kv_dim()}, {c.q_dim(), c.dim},
@@ -357,37 +364,37 @@ Result<OfflineRun> RunOffline(engine::serving::ServingEngine& se, const BenchOff
   return run;
 }
 
-Status RunBenchOffline(const BenchOfflineOptions& o) {
+// The replica config of the run: defaults, --config, the flags passed, then what the workload
+// decides where the config leaves it open. The options are checked before anything loads.
+Result<engine::serving::ReplicaConfig> OfflineConfig(const BenchOfflineOptions& o) {
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1 || o.shared_prefix < 0 ||
       o.reps < 1 || o.warmup < 0)
     return Status::InvalidArgument(
         "--num-prompts, --input-len, --output-len and --reps must be >= 1; --shared-prefix and "
         "--warmup >= 0");
+  RETURN_IF_ERROR(BenchLoraTargets(o).status());
   ASSIGN_OR_RETURN(engine::serving::ReplicaConfig replica, o.replica.Resolve());
+  if (replica.model.path.empty()) replica.model.path = DefaultModelPath();
   engine::serving::ServingConfig& serving = replica.engine;
-  // The workload decides what the config leaves open: the context its prompts need, and a queue
-  // bound that admits every prompt (they are all submitted at once).
+  // The context its prompts need, and a queue bound that admits every prompt (they are all
+  // submitted at once).
   if (serving.max_model_len == 0)
     serving.max_model_len = o.shared_prefix + o.input_len + o.output_len;
   if (!o.replica.Passed("--max-queued-requests"))
     serving.scheduler.max_queued_requests =
         std::max(serving.scheduler.max_queued_requests, o.num_prompts);
-  std::string path = replica.model.path.empty() ? DefaultModelPath() : replica.model.path;
-  ASSIGN_OR_RETURN(auto loaded, model::Model::Load(path));
-  std::shared_ptr<const model::Model> model = std::move(loaded);
-  ASSIGN_OR_RETURN(AdapterList adapters, BenchAdapters(*model, o));
   // Every adapter may share a step unless --max-loras says otherwise (the active set's bound).
-  if (!adapters.empty() && !o.replica.Passed("--max-loras"))
+  if (o.lora_adapters > 0 && !o.replica.Passed("--max-loras"))
     serving.lora.max_loras = std::max(serving.lora.max_loras, std::min(o.lora_adapters, 64));
-  size_t adapter_bytes = 0;
-  std::vector<std::string> adapter_names;
-  for (const auto& a : adapters) {
-    adapter_bytes += a->bytes();
-    adapter_names.push_back(a->name());
-  }
-  ASSIGN_OR_RETURN(auto se, engine::serving::ServingEngine::Create(model, serving));
-  se->Start();
-  const int n_vocab = model->config().n_vocab;
+  return replica;
+}
+
+// --warmup + --reps runs of --num-prompts prompts (a shared prefix + random tokens each); the
+// warm-up runs fill caches and are not returned.
+Result<std::vector<OfflineRun>> RunOfflineReps(engine::serving::ServingEngine& se,
+                                               const BenchOfflineOptions& o,
+                                               const AdapterList& adapters) {
+  const int n_vocab = se.model().config().n_vocab;
   std::mt19937_64 rng(o.seed);
   auto random_tokens = [&](int n) {
     std::vector<int32_t> t(static_cast<size_t>(n));
@@ -404,87 +411,129 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
       p.insert(p.end(), suffix.begin(), suffix.end());
       prompts.push_back(std::move(p));
     }
-    ASSIGN_OR_RETURN(OfflineRun run, RunOffline(*se, o, prompts, adapters));
-    if (rep >= o.warmup) runs.push_back(std::move(run));  // warm-up runs fill caches, unreported
+    ASSIGN_OR_RETURN(OfflineRun run, RunOffline(se, o, prompts, adapters));
+    if (rep >= o.warmup) runs.push_back(std::move(run));
   }
-  se->Stop();
+  return runs;
+}
+
+// What the report prints besides the runs: the config and the adapters.
+struct OfflineSetup {
+  const engine::serving::ReplicaConfig& replica;
+  int kv_blocks = 0;
+  const AdapterList& adapters;
+};
+
+// The adapters' names and their f32 bytes.
+std::pair<std::vector<std::string>, size_t> Names(const AdapterList& adapters) {
+  std::pair<std::vector<std::string>, size_t> out;
+  for (const auto& a : adapters) {
+    out.first.push_back(a->name());
+    out.second += a->bytes();
+  }
+  return out;
+}
+
+double OutputTps(const OfflineRun& r) {
+  return static_cast<double>(r.output_tokens) / r.duration_s;
+}
+
+void PrintOfflineJson(const BenchOfflineOptions& o, const OfflineSetup& setup,
+                      const std::vector<OfflineRun>& runs, const OfflineRun& m) {
+  const engine::serving::ServingConfig& serving = setup.replica.engine;
+  nlohmann::json all = nlohmann::json::array();
+  for (const OfflineRun& r : runs) all.push_back(OutputTps(r));
+  nlohmann::json j = {
+      {"model", setup.replica.model.path},
+      {"num_prompts", o.num_prompts},
+      {"input_len", o.input_len},
+      {"output_len", o.output_len},
+      {"shared_prefix", o.shared_prefix},
+      {"max_num_seqs", serving.scheduler.max_num_seqs},
+      {"threads", serving.threads},
+      {"prefix_cache", serving.kv_cache.prefix_cache},
+      {"kv_dtype", engine::kv::KvDTypeName(serving.kv_cache.dtype)},
+      {"kv_blocks", setup.kv_blocks},
+      {"reps", o.reps},
+      {"warmup", o.warmup},
+      {"completed", m.completed},
+      {"failed", m.failed},
+      {"duration_s", m.duration_s},
+      {"requests_per_s", m.completed / m.duration_s},
+      {"output_tps", OutputTps(m)},
+      {"output_tps_runs", all},
+      {"ttft_ms", PercentileJson(m.ttft_ms)},
+      {"tpot_ms", PercentileJson(m.tpot_ms)},
+      {"prefix_hit_tokens", m.prefix_hit_tokens},
+      {"prefix_query_tokens", m.prefix_query_tokens},
+      {"preemptions", m.preemptions},
+      {"tier_hit_tokens", m.tier_hit_tokens},
+      {"kv_tier_ram",
+       serving.kv_tiers.ram ? FormatMemorySize(serving.kv_tiers.ram->limits.capacity_bytes) : ""},
+      {"decode_tps", m.decode_tps()},
+      {"decode_steps", m.decode_steps},
+      {"decode_tokens", m.decode_tokens},
+      {"decode_mean_batch", m.decode_mean_batch()}};
+  j["lora"] = nullptr;
+  if (!setup.adapters.empty()) {
+    const auto [adapter_names, adapter_bytes] = Names(setup.adapters);
+    j["lora"] = {{"adapters", adapter_names},           {"rank", o.lora_rank},
+                 {"targets", o.lora_targets},           {"assignment", "round-robin"},
+                 {"max_loras", serving.lora.max_loras}, {"adapter_bytes", adapter_bytes}};
+  }
+  std::cout << j.dump(2) << std::endl;
+}
+
+void PrintOfflineText(const BenchOfflineOptions& o, const OfflineSetup& setup,
+                      const OfflineRun& m) {
+  const engine::serving::ServingConfig& serving = setup.replica.engine;
+  std::cout << fmt::format(
+      "model {}  prompts {} x ({} shared + {} in, {} out)  max-num-seqs {}  prefix cache {}\n",
+      setup.replica.model.path, o.num_prompts, o.shared_prefix, o.input_len, o.output_len,
+      serving.scheduler.max_num_seqs, serving.kv_cache.prefix_cache ? "on" : "off");
+  std::cout << fmt::format(
+      "completed {}  failed {}  duration {:.2f} s  requests/s {:.2f}  output tokens/s {:.2f}\n",
+      m.completed, m.failed, m.duration_s, m.completed / m.duration_s, OutputTps(m));
+  std::cout << fmt::format("TTFT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n",
+                           Percentile(m.ttft_ms, 50), Percentile(m.ttft_ms, 90),
+                           Percentile(m.ttft_ms, 99));
+  std::cout << fmt::format("TPOT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n",
+                           Percentile(m.tpot_ms, 50), Percentile(m.tpot_ms, 90),
+                           Percentile(m.tpot_ms, 99));
+  std::cout << fmt::format(
+      "prefix cache hits {} / {} tokens, preemptions {}, RAM-tier hits {} tokens\n",
+      m.prefix_hit_tokens, m.prefix_query_tokens, m.preemptions, m.tier_hit_tokens);
+  std::cout << fmt::format("decode-only steps {}  mean batch {:.1f}  decode tokens/s {:.2f}\n",
+                           m.decode_steps, m.decode_mean_batch(), m.decode_tps());
+  if (!setup.adapters.empty()) {
+    const auto [adapter_names, adapter_bytes] = Names(setup.adapters);
+    std::cout << fmt::format(
+        "LoRA adapters {} ({}), rank {}, targets {}, requests round-robin, max-loras {}, {:.1f} "
+        "MiB f32\n",
+        setup.adapters.size(), fmt::join(adapter_names, ","), o.lora_rank,
+        fmt::join(o.lora_targets, ","), serving.lora.max_loras,
+        static_cast<double>(adapter_bytes) / (1024.0 * 1024.0));
+  }
+}
+
+// Parse (OfflineConfig) -> build (the replica's engine half) -> run -> report.
+Status RunBenchOffline(const BenchOfflineOptions& o) {
+  ASSIGN_OR_RETURN(const engine::serving::ReplicaConfig config, OfflineConfig(o));
+  ASSIGN_OR_RETURN(auto replica, replica::Replica::EngineOnly(config));
+  ASSIGN_OR_RETURN(AdapterList adapters, BenchAdapters(replica->model(), o));
+  ASSIGN_OR_RETURN(std::vector<OfflineRun> runs, RunOfflineReps(replica->serving(), o, adapters));
+  replica->Stop();
   // Report the median run by output tokens/s (all runs in JSON).
   std::vector<size_t> order(runs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  auto tps = [&](size_t i) {
-    return static_cast<double>(runs[i].output_tokens) / runs[i].duration_s;
-  };
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tps(a) < tps(b); });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return OutputTps(runs[a]) < OutputTps(runs[b]); });
   const OfflineRun& m = runs[order[order.size() / 2]];
-  double req_s = m.completed / m.duration_s,
-         out_tps = static_cast<double>(m.output_tokens) / m.duration_s;
-  if (o.json) {
-    nlohmann::json all = nlohmann::json::array();
-    for (size_t i = 0; i < runs.size(); ++i) all.push_back(tps(i));
-    nlohmann::json j = {
-        {"model", path},
-        {"num_prompts", o.num_prompts},
-        {"input_len", o.input_len},
-        {"output_len", o.output_len},
-        {"shared_prefix", o.shared_prefix},
-        {"max_num_seqs", serving.scheduler.max_num_seqs},
-        {"threads", serving.threads},
-        {"prefix_cache", serving.kv_cache.prefix_cache},
-        {"kv_dtype", engine::kv::KvDTypeName(serving.kv_cache.dtype)},
-        {"kv_blocks", se->num_blocks()},
-        {"reps", o.reps},
-        {"warmup", o.warmup},
-        {"completed", m.completed},
-        {"failed", m.failed},
-        {"duration_s", m.duration_s},
-        {"requests_per_s", req_s},
-        {"output_tps", out_tps},
-        {"output_tps_runs", all},
-        {"ttft_ms", PercentileJson(m.ttft_ms)},
-        {"tpot_ms", PercentileJson(m.tpot_ms)},
-        {"prefix_hit_tokens", m.prefix_hit_tokens},
-        {"prefix_query_tokens", m.prefix_query_tokens},
-        {"preemptions", m.preemptions},
-        {"tier_hit_tokens", m.tier_hit_tokens},
-        {"kv_tier_ram",
-         serving.kv_tiers.ram ? FormatMemorySize(serving.kv_tiers.ram->limits.capacity_bytes) : ""},
-        {"decode_tps", m.decode_tps()},
-        {"decode_steps", m.decode_steps},
-        {"decode_tokens", m.decode_tokens},
-        {"decode_mean_batch", m.decode_mean_batch()}};
-    j["lora"] = nullptr;
-    if (!adapters.empty())
-      j["lora"] = {{"adapters", adapter_names},           {"rank", o.lora_rank},
-                   {"targets", o.lora_targets},           {"assignment", "round-robin"},
-                   {"max_loras", serving.lora.max_loras}, {"adapter_bytes", adapter_bytes}};
-    std::cout << j.dump(2) << std::endl;
-  } else {
-    std::cout << fmt::format(
-        "model {}  prompts {} x ({} shared + {} in, {} out)  max-num-seqs {}  prefix cache {}\n",
-        path, o.num_prompts, o.shared_prefix, o.input_len, o.output_len,
-        serving.scheduler.max_num_seqs, serving.kv_cache.prefix_cache ? "on" : "off");
-    std::cout << fmt::format(
-        "completed {}  failed {}  duration {:.2f} s  requests/s {:.2f}  output tokens/s {:.2f}\n",
-        m.completed, m.failed, m.duration_s, req_s, out_tps);
-    std::cout << fmt::format("TTFT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n",
-                             Percentile(m.ttft_ms, 50), Percentile(m.ttft_ms, 90),
-                             Percentile(m.ttft_ms, 99));
-    std::cout << fmt::format("TPOT ms  p50 {:.1f}  p90 {:.1f}  p99 {:.1f}\n",
-                             Percentile(m.tpot_ms, 50), Percentile(m.tpot_ms, 90),
-                             Percentile(m.tpot_ms, 99));
-    std::cout << fmt::format(
-        "prefix cache hits {} / {} tokens, preemptions {}, RAM-tier hits {} tokens\n",
-        m.prefix_hit_tokens, m.prefix_query_tokens, m.preemptions, m.tier_hit_tokens);
-    std::cout << fmt::format("decode-only steps {}  mean batch {:.1f}  decode tokens/s {:.2f}\n",
-                             m.decode_steps, m.decode_mean_batch(), m.decode_tps());
-    if (!adapters.empty())
-      std::cout << fmt::format(
-          "LoRA adapters {} ({}), rank {}, targets {}, requests round-robin, max-loras {}, {:.1f} "
-          "MiB f32\n",
-          adapters.size(), fmt::join(adapter_names, ","), o.lora_rank,
-          fmt::join(o.lora_targets, ","), serving.lora.max_loras,
-          static_cast<double>(adapter_bytes) / (1024.0 * 1024.0));
-  }
+  const OfflineSetup setup{config, replica->serving().num_blocks(), adapters};
+  if (o.json)
+    PrintOfflineJson(o, setup, runs, m);
+  else
+    PrintOfflineText(o, setup, m);
   return m.failed == 0 ? Status::Ok()
                        : Status::Internal(std::to_string(m.failed) + " requests failed");
 }

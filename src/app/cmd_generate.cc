@@ -16,6 +16,7 @@
 #include "engine/sampler/sampler.h"
 #include "lora/adapter.h"
 #include "model/model.h"
+#include "replica/replica.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::app {
@@ -67,31 +68,32 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
   return std::chrono::duration<double>(b - a).count();
 }
 
-Status RunGenerate(const GenerateOptions& o) {
-  std::string path = o.model.empty() ? DefaultModelPath() : o.model;
-  ASSIGN_OR_RETURN(auto model, model::Model::Load(path));
-  ASSIGN_OR_RETURN(auto vocab, tokenizer::VocabFromGguf(model->gguf()));
-  ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Create(std::move(vocab)));
-  const auto& cfg = model->config();
-  if (tok->n_vocab() > static_cast<size_t>(cfg.n_vocab))
-    return Status::InvalidArgument(
-        fmt::format("vocabulary has {} tokens but the model only {} embedding rows", tok->n_vocab(),
-                    cfg.n_vocab));
-  std::vector<int32_t> prompt;
+// The prompt's ids (--prompt-tokens verbatim, or --prompt encoded) and the context they run in.
+struct Prompt {
+  std::vector<int32_t> ids;
+  int n_ctx = 0;
+};
+
+Result<Prompt> MakePrompt(const GenerateOptions& o, const tokenizer::Tokenizer& tok,
+                          const model::ModelConfig& cfg) {
+  Prompt p;
   if (!o.prompt_tokens.empty()) {
-    ASSIGN_OR_RETURN(prompt, ParseIdList(o.prompt_tokens));
+    ASSIGN_OR_RETURN(p.ids, ParseIdList(o.prompt_tokens));
   } else {
-    prompt = tok->Encode(o.prompt, /*add_special=*/true, o.parse_special);
+    p.ids = tok.Encode(o.prompt, /*add_special=*/true, o.parse_special);
   }
-  if (prompt.empty())
+  if (p.ids.empty())
     return Status::InvalidArgument("the prompt is empty (and the model adds no BOS token)");
   if (o.max_tokens < 0) return Status::InvalidArgument("--max-tokens must be >= 0");
-  int64_t need = static_cast<int64_t>(prompt.size()) + o.max_tokens;
-  int n_ctx = o.ctx > 0 ? o.ctx : static_cast<int>(std::min<int64_t>(need, cfg.ctx_len));
-  if (static_cast<int64_t>(prompt.size()) > std::min(n_ctx, cfg.ctx_len))
+  int64_t need = static_cast<int64_t>(p.ids.size()) + o.max_tokens;
+  p.n_ctx = o.ctx > 0 ? o.ctx : static_cast<int>(std::min<int64_t>(need, cfg.ctx_len));
+  if (static_cast<int64_t>(p.ids.size()) > std::min(p.n_ctx, cfg.ctx_len))
     return Status::OutOfRange(fmt::format("prompt has {} tokens, more than the context size of {}",
-                                          prompt.size(), std::min(n_ctx, cfg.ctx_len)));
+                                          p.ids.size(), std::min(p.n_ctx, cfg.ctx_len)));
+  return p;
+}
 
+Result<engine::sampler::SamplingParams> MakeSampling(const GenerateOptions& o) {
   engine::sampler::SamplingParams sp;
   sp.temperature = o.temperature;
   sp.top_k = o.top_k;
@@ -102,74 +104,107 @@ Status RunGenerate(const GenerateOptions& o) {
   sp.presence_penalty = o.presence_penalty;
   sp.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
   RETURN_IF_ERROR(sp.Validate());
+  return sp;
+}
 
-  ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
-  ASSIGN_OR_RETURN(auto seq, engine::runner::SequenceRunner::Create(*model, n_ctx, &pool));
-  std::shared_ptr<const lora::Adapter> adapter;
-  if (!o.lora.empty()) {
-    lora::LoadOptions lo;
-    lo.scale = o.lora_scale;
-    lo.max_rank = o.max_lora_rank;
-    ASSIGN_OR_RETURN(adapter, lora::Adapter::Load("cli", o.lora, *model, lo));
-    seq->set_lora(adapter.get());
-  }
-  engine::sampler::Sampler sampler(sp, static_cast<size_t>(cfg.n_vocab));
+// What one generation produced, and when.
+struct Generation {
+  std::vector<int32_t> tokens;
+  std::string text, rest;  // rest: the decoder's flush at the end (already in text)
+  double pp_s = 0, tg_s = 0;
+};
+
+// Prefill, then sample and decode up to --max-tokens (streaming the text to stdout unless --json).
+Result<Generation> Generate(const GenerateOptions& o, const tokenizer::Tokenizer& tok,
+                            engine::runner::SequenceRunner& seq,
+                            const engine::sampler::SamplingParams& sp, size_t n_vocab,
+                            const std::vector<int32_t>& prompt) {
+  engine::sampler::Sampler sampler(sp, n_vocab);
   std::vector<int32_t> banned;
-  if (o.ignore_eos) banned = tok->eog_ids();
+  if (o.ignore_eos) banned = tok.eog_ids();
   std::vector<int32_t> history = prompt;
   history.reserve(prompt.size() + static_cast<size_t>(o.max_tokens));
-  std::vector<int32_t> generated;
-  std::string text;
-  tokenizer::IncrementalDecoder decoder(*tok);
+  Generation g;
+  tokenizer::IncrementalDecoder decoder(tok);
 
   auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(auto logits, seq->Eval(prompt));
+  ASSIGN_OR_RETURN(auto logits, seq.Eval(prompt));
   auto t1 = std::chrono::steady_clock::now();
-  auto t_gen_start = t1;
   for (int i = 0; i < o.max_tokens; ++i) {
     int32_t next = sampler.Sample(logits, history, banned);
-    if (!o.ignore_eos && tok->IsEog(next)) break;
-    generated.push_back(next);
+    if (!o.ignore_eos && tok.IsEog(next)) break;
+    g.tokens.push_back(next);
     history.push_back(next);
     std::string piece = decoder.Push(next);
-    text += piece;
+    g.text += piece;
     if (!o.json && !piece.empty()) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
     if (i + 1 == o.max_tokens) break;
-    if (seq->n_past() >= seq->n_ctx()) break;
-    auto step = seq->Eval(std::span<const int32_t>(&next, 1));
+    if (seq.n_past() >= seq.n_ctx()) break;
+    auto step = seq.Eval(std::span<const int32_t>(&next, 1));
     if (!step.ok()) {
-      if (!o.json && !text.empty()) std::fputc('\n', stdout);  // the error starts its own line
+      if (!o.json && !g.text.empty()) std::fputc('\n', stdout);  // the error starts its own line
       return step.status();
     }
     logits = *step;
   }
-  std::string rest = decoder.Flush();
-  text += rest;
+  g.rest = decoder.Flush();
+  g.text += g.rest;
   auto t2 = std::chrono::steady_clock::now();
-  double pp_s = Seconds(t0, t1), tg_s = Seconds(t_gen_start, t2);
-  double prompt_tps = pp_s > 0 ? static_cast<double>(prompt.size()) / pp_s : 0.0;
+  g.pp_s = Seconds(t0, t1);
+  g.tg_s = Seconds(t1, t2);
+  return g;
+}
+
+void Report(const GenerateOptions& o, const std::vector<int32_t>& prompt, const Generation& g,
+            int threads, uint64_t seed) {
+  double prompt_tps = g.pp_s > 0 ? static_cast<double>(prompt.size()) / g.pp_s : 0.0;
   // Generation speed counts the decode steps (one per generated token after the first).
   double gen_tps =
-      (generated.size() > 1 && tg_s > 0) ? static_cast<double>(generated.size() - 1) / tg_s : 0.0;
+      (g.tokens.size() > 1 && g.tg_s > 0) ? static_cast<double>(g.tokens.size() - 1) / g.tg_s : 0.0;
   if (o.json) {
     nlohmann::json j;
     j["prompt_tokens"] = prompt;
-    j["tokens"] = generated;
-    j["text"] = text;
+    j["tokens"] = g.tokens;
+    j["text"] = g.text;
     j["timings"] = {{"prompt_tps", prompt_tps}, {"gen_tps", gen_tps}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   } else {
-    if (!rest.empty()) std::fwrite(rest.data(), 1, rest.size(), stdout);
+    if (!g.rest.empty()) std::fwrite(g.rest.data(), 1, g.rest.size(), stdout);
     std::fputc('\n', stdout);  // the text ends its line (a shell prompt never follows it)
   }
   std::fprintf(stderr,
                "prompt: %zu tokens in %.3f s (%.1f tokens/s) | generation: %zu tokens in %.3f s "
                "(%.1f tokens/s) | threads %d, seed %llu\n",
-               prompt.size(), pp_s, prompt_tps, generated.size(), tg_s, gen_tps, pool.num_threads(),
-               static_cast<unsigned long long>(sp.seed));
+               prompt.size(), g.pp_s, prompt_tps, g.tokens.size(), g.tg_s, gen_tps, threads,
+               static_cast<unsigned long long>(seed));
+}
+
+// Parse (prompt, sampling) -> build (model, tokenizer, sequence runner, adapter) -> run -> report.
+Status RunGenerate(const GenerateOptions& o) {
+  ASSIGN_OR_RETURN(replica::LoadedModel loaded,
+                   replica::LoadModel(o.model.empty() ? DefaultModelPath() : o.model));
+  const model::Model& model = *loaded.model;
+  const tokenizer::Tokenizer& tok = *loaded.tokenizer;
+  const auto& cfg = model.config();
+  ASSIGN_OR_RETURN(const Prompt prompt, MakePrompt(o, tok, cfg));
+  ASSIGN_OR_RETURN(const engine::sampler::SamplingParams sp, MakeSampling(o));
+
+  ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
+  ASSIGN_OR_RETURN(auto seq, engine::runner::SequenceRunner::Create(model, prompt.n_ctx, &pool));
+  std::shared_ptr<const lora::Adapter> adapter;
+  if (!o.lora.empty()) {
+    lora::LoadOptions lo;
+    lo.scale = o.lora_scale;
+    lo.max_rank = o.max_lora_rank;
+    ASSIGN_OR_RETURN(adapter, lora::Adapter::Load("cli", o.lora, model, lo));
+    seq->set_lora(adapter.get());
+  }
+  ASSIGN_OR_RETURN(const Generation g,
+                   Generate(o, tok, *seq, sp, static_cast<size_t>(cfg.n_vocab), prompt.ids));
+  Report(o, prompt.ids, g, pool.num_threads(), sp.seed);
   return Status::Ok();
 }
 
