@@ -1,4 +1,4 @@
-// Helpers shared by api.cc and generate.cc (the two halves of Api); not part of the module's API.
+// Helpers shared by the parts of the Api (api.h); not part of the module's API.
 // Thread contract: pure functions.
 #pragma once
 

@@ -1,6 +1,8 @@
-// Api, generation half: /v1/completions and /v1/chat/completions — submit, stream events back on
-// the response's work strand (Responder::Post, woken by RequestStream::SetNotify), build the OpenAI
-// responses.
+// GenerationJobs (generate.h): /v1/completions and /v1/chat/completions — submit, stream
+// events back on the response's work strand (Responder::Post, woken by RequestStream::SetNotify),
+// build the OpenAI responses.
+#include "server/generate.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 
 #include "http/sse.h"
 #include "protocol/wire.h"
-#include "server/api.h"
 #include "server/api_internal.h"
 #include "server/request_spans.h"
 #include "server/request_timing.h"
@@ -28,7 +29,7 @@ using http::HttpResponse;
 // maps most likely first.
 using json = nlohmann::ordered_json;
 
-struct Api::Job {
+struct GenerationJobs::Job {
   struct Choice {
     size_t sub = 0;  // its engine request (prompt) in Job::handles
     std::unique_ptr<tokenizer::IncrementalDecoder> dec;
@@ -85,6 +86,8 @@ struct Api::Job {
 
 namespace {
 
+using Job = GenerationJobs::Job;
+
 // Unicode code points of valid UTF-8 (what the decoder releases): bytes that are not
 // continuation bytes.
 size_t CodePoints(std::string_view s) {
@@ -103,7 +106,7 @@ std::string AltPiece(const tokenizer::Tokenizer& tok, int32_t id) {
 // (the decoder's output for it; empty for a byte that only starts a character, the completing
 // token carries the whole character); `logprob` null for the first prompt token (no context);
 // `top` the alternatives, most likely first (null: none reported at this position).
-void RecordLogprob(const tokenizer::Tokenizer& tok, bool chat, Api::Job::Choice& c,
+void RecordLogprob(const tokenizer::Tokenizer& tok, bool chat, Job::Choice& c,
                    const std::string& text, int32_t id, std::optional<float> logprob,
                    std::optional<std::span<const engine::sched::TopLogprob>> top) {
   if (chat) {
@@ -136,7 +139,7 @@ void RecordLogprob(const tokenizer::Tokenizer& tok, bool chat, Api::Job::Choice&
 }
 
 // Entries [from, end) of a choice's logprobs in the response's shape.
-json LogprobsFrom(const Api::Job::Choice& c, bool chat, size_t from) {
+json LogprobsFrom(const Job::Choice& c, bool chat, size_t from) {
   auto slice = [from](const json& a) {
     json out = json::array();
     for (size_t i = from; i < a.size(); ++i) out.push_back(a[i]);
@@ -149,12 +152,12 @@ json LogprobsFrom(const Api::Job::Choice& c, bool chat, size_t from) {
           {"text_offset", slice(c.lp_offsets)}};
 }
 
-size_t LogprobCount(const Api::Job::Choice& c, bool chat) {
+size_t LogprobCount(const Job::Choice& c, bool chat) {
   return chat ? c.chat_lp.size() : c.lp_tokens.size();
 }
 
 // Ends choice `c` if `ev` finished it (or a stop string matched), appending the held-back text.
-void FinishChoice(Api::Job::Choice& c, const TokenEvent& ev, std::string* delta) {
+void FinishChoice(Job::Choice& c, const TokenEvent& ev, std::string* delta) {
   if (c.stop->matched()) {
     c.done = true;
     c.finish = "stop";
@@ -196,7 +199,7 @@ const EngineErrorKind* FindEngineError(const Status& s) {
 
 // return_token_ids: the prompt's ids on the response (and, streamed, on the first chunk); a batch
 // has one list per prompt (each choice also carries its own prompt's, where vLLM has it).
-void AddPromptIds(const Api::Job& job, json* obj) {
+void AddPromptIds(const Job& job, json* obj) {
   if (!job.req.return_token_ids) return;
   if (job.req.prompts.size() > 1)
     (*obj)["prompt_token_ids"] = job.req.prompts;
@@ -204,27 +207,7 @@ void AddPromptIds(const Api::Job& job, json* obj) {
     (*obj)["prompt_token_ids"] = job.req.submit.prompt;
 }
 
-}  // namespace
-
-HttpResponse FromEngineStatus(const Status& s) {
-  return Error(http::HttpStatusOf(s.code()), s.message(), s.field());
-}
-
-Api::~Api() {
-  loader_.reset();      // runs the adapter load in progress to its end, drops the queued ones
-  embeddings_.reset();  // joins its worker; cancels embeddings in flight
-  std::vector<std::shared_ptr<Job>> jobs;
-  {
-    MutexLock lock(&mu_);
-    jobs.swap(jobs_);
-  }
-  for (auto& j : jobs) {
-    for (auto& h : j->handles) h.stream->SetNotify(nullptr);
-    j->CancelAll(engine_);
-  }
-}
-
-std::optional<HttpResponse> Api::ApplyHeaders(const http::HttpRequest& req, GenRequest& g) {
+std::optional<HttpResponse> ApplyHeaders(const http::HttpRequest& req, GenRequest& g) {
   using protocol::kHeaderDeadlineMs;
   using protocol::kHeaderTenant;
   // Tenant: owns the request's KV-tier quota and isolates its prefix cache (the tenant is bound
@@ -254,78 +237,8 @@ std::optional<HttpResponse> Api::ApplyHeaders(const http::HttpRequest& req, GenR
   return std::nullopt;
 }
 
-HttpResponse Api::Generate(Endpoint ep, Exchange& ex) {
-  SteadyTime arrival = std::chrono::steady_clock::now();
-  std::unique_ptr<RequestTrace> traced = StartTrace(ex.request, arrival);
-  ParseStamps stamps;
-  auto parsed = ParseGenRequest(ep, ex.body, model_, ex.request.Header(protocol::kHeaderTier),
-                                traced ? &stamps : nullptr);
-  if (!parsed.ok()) return http::ErrorResponse(parsed.error());
-  GenRequest g = std::move(*parsed);
-  if (auto bad = ApplyHeaders(ex.request, g)) return std::move(*bad);
-  if (auto bad = ResolveAdapter(ex.body, &g.submit.lora)) return std::move(*bad);
-  // Every prompt of a batch is its own engine request, all submitted now; if one is refused, the
-  // ones already submitted are cancelled and the client gets that error.
-  std::vector<engine::sched::RequestHandle> handles;
-  for (const std::vector<int32_t>& prompt : g.prompts) {
-    engine::sched::SubmitRequest sr = g.submit;
-    sr.prompt = prompt;
-    sr.max_tokens = g.MaxTokensFor(prompt.size(), model_.max_model_len);
-    auto handle = engine_->Submit(std::move(sr));
-    if (!handle.ok()) {
-      for (const auto& h : handles) engine_->Cancel(h.id);
-      HttpResponse r = FromEngineStatus(handle.status());
-      if (r.status == 429)
-        r.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
-      return r;
-    }
-    handles.push_back(std::move(*handle));
-  }
-  if (g.submit.lora) CountLoraRequest(*g.submit.lora);
-  std::shared_ptr<Job> job = NewJob(ep, std::move(g), std::move(handles));
-  job->out = ex.out;
-  job->arrival = arrival;
-  job->timing = ex.request.Header(protocol::kHeaderTiming) == "1";
-  if (traced) {
-    traced->stamps.prompt_start = stamps.prompt_start;
-    traced->stamps.template_end = stamps.template_end;
-    traced->stamps.tokenize_end = stamps.tokenize_end;
-    job->trace = std::move(traced);
-  }
-  metrics_.Add("strata:requests_received_total", job->labels, 1);
-  metrics_.Add("strata:prompt_tokens_total", job->labels, job->prompt_tokens);
-  if (job->req.stream) StartStream(*job);
-  Watch(job);
-  HttpResponse r;
-  r.status = http::kDeferred;
-  return r;
-}
-
-std::shared_ptr<Api::Job> Api::NewJob(Endpoint ep, GenRequest g,
-                                      std::vector<engine::sched::RequestHandle> handles) {
-  auto job = std::make_shared<Job>();
-  job->req = std::move(g);
-  job->handles = std::move(handles);
-  job->timelines.resize(job->handles.size());
-  for (const auto& p : job->req.prompts) job->prompt_tokens += static_cast<int>(p.size());
-  auto priority = std::string(protocol::PriorityName(job->req.submit.priority));
-  job->labels = http::Labels({{"model_name", model_.name}, {"tier", priority}});
-  job->model = job->req.submit.lora ? job->req.submit.lora->name() : model_.name;
-  job->id = NewResponseId(ep == Endpoint::kChat ? "chatcmpl" : "cmpl");
-  job->created = UnixSecondsNow();
-  const size_t n = static_cast<size_t>(job->req.submit.n);
-  job->choices.resize(job->handles.size() * n);
-  for (size_t i = 0; i < job->choices.size(); ++i) {
-    auto& c = job->choices[i];
-    c.sub = i / n;
-    c.dec = std::make_unique<tokenizer::IncrementalDecoder>(*model_.tok);
-    c.stop = std::make_unique<StopMatcher>(job->req.stop);
-  }
-  return job;
-}
-
 // SSE headers, and for chat the first chunk (every choice's assistant role).
-void Api::StartStream(Job& job) {
+void StartStream(Job& job) {
   http::SseWriter(job.out).Begin();
   if (!job.chat()) return;
   json choices = json::array();
@@ -344,208 +257,9 @@ void Api::StartStream(Job& job) {
   job.out->Write(http::SseEvent(Dump(chunk)));
 }
 
-// Registers the job and wires its two wake-ups: the engine's push (a drain posted to the
-// response's work strand per batch of events) and the client's disconnect (cancel, then drain).
-void Api::Watch(const std::shared_ptr<Job>& job) {
-  {
-    MutexLock lock(&mu_);
-    jobs_.push_back(job);
-  }
-  std::weak_ptr<Job> weak = job;
-  auto* engine = engine_;
-  std::vector<engine::sched::RequestId> ids;
-  for (const auto& h : job->handles) ids.push_back(h.id);
-  job->out->OnClose([weak, engine, ids, this] {  // runs on the connection's strand
-    for (auto rid : ids) engine->Cancel(rid);
-    if (auto j = weak.lock()) {
-      j->gone.store(true);
-      j->out->Post([this, j] { Drain(j); });
-    }
-  });
-  for (const auto& h : job->handles) {
-    h.stream->SetNotify([weak, this] {  // runs on the engine thread: hand over only
-      if (auto j = weak.lock()) j->out->Post([this, j] { Drain(j); });
-    });
-  }
-}
-
-void Api::Drain(const std::shared_ptr<Job>& job) {
-  if (job->finished || !Process(*job)) return;
-  job->finished = true;
-  if (job->trace) {
-    // After the response's last write, which Process() posted to the connection: building and
-    // encoding the spans would otherwise delay it. Forgotten after, so a drain waits for it.
-    job->out->Post([this, job] {
-      ExportTrace(*job);
-      Forget(*job);
-    });
-    return;
-  }
-  Forget(*job);
-}
-
-std::unique_ptr<RequestTrace> Api::StartTrace(const http::HttpRequest& req, SteadyTime arrival) {
-  if (options_.tracer == nullptr) return nullptr;
-  const std::optional<trace::TraceContext> parent =
-      trace::ParseTraceparent(req.Header("traceparent"), req.Header("tracestate"));
-  const trace::TraceId id = parent ? parent->trace_id : trace::NewTraceId();
-  if (!options_.tracer->ShouldSample(parent, id)) return nullptr;
-  auto t = std::make_unique<RequestTrace>();
-  t->trace_id = id;
-  t->span_id = trace::NewSpanId();
-  if (parent) {
-    t->parent_span_id = parent->span_id;
-    t->tracestate = parent->tracestate;
-  }
-  t->stamps.arrival = arrival;
-  return t;
-}
-
-void Api::ExportTrace(const Job& job) {
-  SpanFacts f;
-  f.chat = job.chat();
-  f.stream = job.req.stream;
-  f.model = job.model;
-  f.max_tokens = job.req.max_tokens;
-  f.response_id = job.id;
-  f.input_tokens = job.prompt_tokens;
-  f.output_tokens = job.completion_tokens;
-  for (const auto& c : job.choices)
-    if (!c.finish.empty()) f.finish_reasons.push_back(c.finish);
-  f.priority = std::string(protocol::PriorityName(job.req.submit.priority));
-  f.tenant = job.req.submit.tenant;
-  f.http_status = job.answer_status;
-  f.error = job.answer_error;
-  options_.tracer->Export(BuildRequestSpans(*job.trace, f, job.timelines,
-                                            job.have_first ? job.last_token : SteadyTime{},
-                                            std::chrono::steady_clock::now()));
-}
-
-void Api::Forget(const Job& job) {
-  for (const auto& h : job.handles) h.stream->SetNotify(nullptr);
-  MutexLock lock(&mu_);
-  std::erase_if(jobs_, [&](const std::shared_ptr<Job>& j) { return j.get() == &job; });
-}
-
-bool Api::Process(Job& job) {
-  if (job.gone.load()) {
-    CountAbort(job);
-    return true;
-  }
-  bool ended = false;  // an engine error ended every choice
-  for (size_t k = 0; k < job.handles.size() && !ended; ++k) {
-    while (auto ev = job.handles[k].stream->TryNext()) {
-      if (!OnEvent(job, k, *ev)) {
-        ended = true;
-        break;
-      }
-    }
-  }
-  for (const auto& c : job.choices)
-    if (!c.done) return false;
-  job.CancelAll(engine_);  // no-op when the engine already finished them (stop strings end early)
-  Finish(job);
-  return true;
-}
-
-// The first event of a choice: with echo, the prompt's text (decoded by the choice's own decoder,
-// so the completion continues it exactly) and, with logprobs, the prompt's tokens.
-std::string Api::StartChoice(Job& job, size_t index, const TokenEvent& ev) {
-  Job::Choice& c = job.choices[index];
-  c.started = true;
-  if (!job.req.echo) return {};
-  const std::vector<int32_t>& prompt = job.req.prompts[c.sub];
-  const engine::sched::PromptLogprobs* plp = ev.prompt_logprobs.get();
-  const bool lp = job.req.submit.logprobs && plp != nullptr && plp->logprob.size() == prompt.size();
-  std::string text;
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    std::string piece = c.dec->Push(prompt[i]);
-    if (lp) {
-      std::optional<float> value;
-      std::optional<std::span<const engine::sched::TopLogprob>> top;
-      if (i > 0) {
-        value = plp->logprob[i];
-        top = plp->TopAt(i);
-      }
-      RecordLogprob(*model_.tok, job.chat(), c, piece, prompt[i], value, top);
-    } else {
-      c.text_chars += CodePoints(piece);
-    }
-    text += piece;
-  }
-  return text;
-}
-
-bool Api::OnEvent(Job& job, size_t sub, const TokenEvent& ev) {
-  const size_t n = static_cast<size_t>(job.req.submit.n);
-  if (ev.timeline != nullptr) job.timelines[sub] = ev.timeline;
-  if (ev.index < 0 || static_cast<size_t>(ev.index) >= n) return true;
-  const size_t index = sub * n + static_cast<size_t>(ev.index);
-  auto& c = job.choices[index];
-  if (c.done) return true;
-  if (ev.finish == FinishReason::kError) {
-    job.error = true;
-    job.error_message = std::string(ev.error.message());
-    job.error_status = ev.error;
-    if (const EngineErrorKind* k = FindEngineError(ev.error))
-      metrics_.Add(k->metric, job.labels, 1);
-    for (auto& x : job.choices) x.done = true;
-    return false;
-  }
-  std::string echo = c.started ? std::string() : StartChoice(job, index, ev);
-  if (job.req.max_tokens == 0) {
-    // echo with max_tokens 0: the prompt alone; the engine's one token is dropped.
-    c.done = true;
-    c.finish = "length";
-    if (job.req.stream) {
-      StreamDelta(job, index, echo);
-    } else {
-      c.text += echo;
-    }
-    return true;
-  }
-  if (ev.token >= 0) {
-    SteadyTime now = std::chrono::steady_clock::now();
-    ++job.completion_tokens;
-    if (job.req.return_token_ids) c.token_ids.push_back(ev.token);
-    if (!job.have_first) {
-      job.have_first = true;
-      job.first_token = now;
-      metrics_.Observe("strata:time_to_first_token_seconds", job.labels, Seconds(job.arrival, now));
-    } else {
-      metrics_.Observe("strata:inter_token_latency_seconds", job.labels,
-                       Seconds(job.last_token, now));
-    }
-    job.last_token = now;
-    if (job.trace && job.completion_tokens % kTokensEvery == 0 &&
-        job.trace->stamps.token_marks.size() < trace::kMaxEvents)
-      job.trace->stamps.token_marks.emplace_back(now, job.completion_tokens);
-  }
-  const SteadyTime detok_start = job.trace ? std::chrono::steady_clock::now() : SteadyTime{};
-  std::string delta;
-  if (ev.token >= 0 && ev.finish != FinishReason::kStop) {
-    std::string piece = c.dec->Push(ev.token);
-    if (job.req.submit.logprobs)
-      RecordLogprob(*model_.tok, job.chat(), c, piece, ev.token, ev.logprob, ev.top_logprobs());
-    delta = c.stop->Push(piece);
-  }
-  FinishChoice(c, ev, &delta);
-  if (job.trace)
-    job.trace->stamps.detokenize_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                           std::chrono::steady_clock::now() - detok_start)
-                                           .count();
-  // The prompt is not subject to stop strings: it goes before the completion's text as is.
-  if (!job.req.stream) {
-    c.text += echo + delta;
-  } else if (!echo.empty() || !delta.empty() || c.done || LogprobCount(c, job.chat()) > c.lp_sent) {
-    StreamDelta(job, index, echo + delta);
-  }
-  return true;
-}
-
 // One chunk of choice `index`: `delta` (appended to the choice's text here) and the logprobs
 // entries not streamed yet.
-void Api::StreamDelta(Job& job, size_t index, const std::string& delta) {
+void StreamDelta(Job& job, size_t index, const std::string& delta) {
   auto& c = job.choices[index];
   const bool chat = job.chat();
   json lp = nullptr;
@@ -578,80 +292,7 @@ void Api::StreamDelta(Job& job, size_t index, const std::string& delta) {
   job.out->Write(http::SseEvent(Dump(chunk)));
 }
 
-void Api::CountAbort(Job& job) {
-  job.answer_status = 499;
-  job.answer_error = "the client disconnected";
-  metrics_.Add("strata:request_success_total",
-               http::Labels({{"model_name", model_.name},
-                             {"tier", protocol::PriorityName(job.req.submit.priority)},
-                             {"finished_reason", "abort"}}),
-               1);
-  metrics_.Add(
-      "strata:http_requests_total",
-      http::Labels({{"model_name", model_.name}, {"route", job.route()}, {"status", "499"}}), 1);
-}
-
-void Api::Finish(Job& job) {
-  SteadyTime now = std::chrono::steady_clock::now();
-  json usage = {{"prompt_tokens", job.prompt_tokens},
-                {"completion_tokens", job.completion_tokens},
-                {"total_tokens", job.prompt_tokens + job.completion_tokens}};
-  const EngineErrorKind* kind = job.error ? FindEngineError(job.error_status) : nullptr;
-  const int status = job.req.stream || !job.error ? 200 : kind ? kind->http_status : 500;
-  job.answer_status = status;
-  if (job.error) job.answer_error = job.error_message;
-  // Counted before the response goes out, so a client that reads /metrics after its response
-  // always sees its request.
-  std::string reason = job.error ? "error" : job.choices.empty() ? "stop" : job.choices[0].finish;
-  metrics_.Add("strata:request_success_total",
-               http::Labels({{"model_name", model_.name},
-                             {"tier", protocol::PriorityName(job.req.submit.priority)},
-                             {"finished_reason", reason}}),
-               1);
-  metrics_.Add("strata:http_requests_total",
-               http::Labels({{"model_name", model_.name},
-                             {"route", job.route()},
-                             {"status", std::to_string(status)}}),
-               1);
-  metrics_.Observe("strata:e2e_request_latency_seconds", job.labels, Seconds(job.arrival, now));
-  const RequestBreakdown breakdown = ComputeBreakdown(
-      job.timelines, job.arrival, job.have_first ? job.last_token : SteadyTime{}, now);
-  if (!job.error && breakdown.known) ObserveBreakdown(job, breakdown);
-  if (job.timing && !job.error) usage["strata_timing"] = TimingJson(breakdown);
-  metrics_.Observe("strata:request_prompt_tokens", job.labels, job.prompt_tokens);
-  metrics_.Observe("strata:request_generation_tokens", job.labels, job.completion_tokens);
-  metrics_.Add("strata:generation_tokens_total", job.labels, job.completion_tokens);
-  if (job.req.stream) return FinishStream(job, usage);
-  if (job.error && kind == nullptr)
-    return job.out->Respond(Error(500, "engine error: " + job.error_message));
-  if (job.error) {
-    HttpResponse r;
-    r.status = kind->http_status;
-    r.body = http::ErrorBody(job.error_message, kind->type, kind->param, kind->error_code);
-    if (r.status == 429)
-      r.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
-    return job.out->Respond(std::move(r));
-  }
-  json resp = {{"id", job.id},
-               {"object", job.chat() ? "chat.completion" : "text_completion"},
-               {"created", job.created},
-               {"model", job.model},
-               {"choices", FinalChoices(job)},
-               {"usage", usage}};
-  AddPromptIds(job, &resp);
-  HttpResponse r = OrderedJsonResponse(200, resp);
-  if (job.timing) r.headers.emplace_back(protocol::kHeaderTiming, TimingHeaderValue(breakdown));
-  job.out->Respond(std::move(r));
-}
-
-void Api::ObserveBreakdown(const Job& job, const RequestBreakdown& b) {
-  metrics_.Observe("strata:request_queue_time_seconds", job.labels, b.queue_s);
-  metrics_.Observe("strata:request_prefill_time_seconds", job.labels, b.prefill_s);
-  metrics_.Observe("strata:request_decode_time_seconds", job.labels, b.decode_s);
-  metrics_.Observe("strata:request_inference_time_seconds", job.labels, b.inference_s);
-}
-
-void Api::FinishStream(Job& job, const json& usage) {
+void FinishStream(Job& job, const json& usage) {
   if (const EngineErrorKind* k = job.error ? FindEngineError(job.error_status) : nullptr) {
     job.out->Write(
         http::SseEvent(http::ErrorBody(job.error_message, k->type, k->param, k->error_code)));
@@ -666,7 +307,7 @@ void Api::FinishStream(Job& job, const json& usage) {
   http::SseWriter(job.out).Done();
 }
 
-json Api::FinalChoices(const Job& job) const {
+json FinalChoices(const Job& job) {
   const bool chat = job.chat();
   json choices = json::array();
   for (size_t i = 0; i < job.choices.size(); ++i) {
@@ -687,10 +328,380 @@ json Api::FinalChoices(const Job& job) const {
   return choices;
 }
 
+}  // namespace
+
+HttpResponse FromEngineStatus(const Status& s) {
+  return Error(http::HttpStatusOf(s.code()), s.message(), s.field());
+}
+
+GenerationJobs::GenerationJobs(ApiContext* ctx, LoraRoutes* lora) : ctx_(ctx), lora_(lora) {}
+
+GenerationJobs::~GenerationJobs() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    MutexLock lock(&mu_);
+    jobs.swap(jobs_);
+  }
+  for (auto& j : jobs) {
+    for (auto& h : j->handles) h.stream->SetNotify(nullptr);
+    j->CancelAll(ctx_->engine);
+  }
+}
+
+int GenerationJobs::live() const {
+  MutexLock lock(&mu_);
+  return static_cast<int>(jobs_.size());
+}
+
+HttpResponse GenerationJobs::Handle(Endpoint ep, Exchange& ex) {
+  SteadyTime arrival = std::chrono::steady_clock::now();
+  std::unique_ptr<RequestTrace> traced = StartTrace(ex.request, arrival);
+  ParseStamps stamps;
+  auto parsed = ParseGenRequest(ep, ex.body, ctx_->model, ex.request.Header(protocol::kHeaderTier),
+                                traced ? &stamps : nullptr);
+  if (!parsed.ok()) return http::ErrorResponse(parsed.error());
+  GenRequest g = std::move(*parsed);
+  if (auto bad = ApplyHeaders(ex.request, g)) return std::move(*bad);
+  if (auto bad = lora_->ResolveAdapter(ex.body, &g.submit.lora)) return std::move(*bad);
+  std::vector<engine::sched::RequestHandle> handles;
+  if (auto bad = Submit(g, &handles)) return std::move(*bad);
+  if (g.submit.lora) lora_->CountRequest(*g.submit.lora);
+  std::shared_ptr<Job> job = NewJob(ep, std::move(g), std::move(handles));
+  job->out = ex.out;
+  job->arrival = arrival;
+  job->timing = ex.request.Header(protocol::kHeaderTiming) == "1";
+  if (traced) {
+    traced->stamps.prompt_start = stamps.prompt_start;
+    traced->stamps.template_end = stamps.template_end;
+    traced->stamps.tokenize_end = stamps.tokenize_end;
+    job->trace = std::move(traced);
+  }
+  ctx_->metrics.Add("strata:requests_received_total", job->labels, 1);
+  ctx_->metrics.Add("strata:prompt_tokens_total", job->labels, job->prompt_tokens);
+  if (job->req.stream) StartStream(*job);
+  Watch(job);
+  HttpResponse r;
+  r.status = http::kDeferred;
+  return r;
+}
+
+// Every prompt of a batch is its own engine request, all submitted now; if one is refused, the
+// ones already submitted are cancelled and the client gets that error.
+std::optional<HttpResponse> GenerationJobs::Submit(
+    const GenRequest& g, std::vector<engine::sched::RequestHandle>* handles) {
+  for (const std::vector<int32_t>& prompt : g.prompts) {
+    engine::sched::SubmitRequest sr = g.submit;
+    sr.prompt = prompt;
+    sr.max_tokens = g.MaxTokensFor(prompt.size(), ctx_->model.max_model_len);
+    auto handle = ctx_->engine->Submit(std::move(sr));
+    if (!handle.ok()) {
+      for (const auto& h : *handles) ctx_->engine->Cancel(h.id);
+      HttpResponse r = FromEngineStatus(handle.status());
+      ctx_->AddRetryAfter(r);
+      return r;
+    }
+    handles->push_back(std::move(*handle));
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<GenerationJobs::Job> GenerationJobs::NewJob(
+    Endpoint ep, GenRequest g, std::vector<engine::sched::RequestHandle> handles) {
+  auto job = std::make_shared<Job>();
+  job->req = std::move(g);
+  job->handles = std::move(handles);
+  job->timelines.resize(job->handles.size());
+  for (const auto& p : job->req.prompts) job->prompt_tokens += static_cast<int>(p.size());
+  auto priority = std::string(protocol::PriorityName(job->req.submit.priority));
+  job->labels = http::Labels({{"model_name", ctx_->model.name}, {"tier", priority}});
+  job->model = job->req.submit.lora ? job->req.submit.lora->name() : ctx_->model.name;
+  job->id = NewResponseId(ep == Endpoint::kChat ? "chatcmpl" : "cmpl");
+  job->created = UnixSecondsNow();
+  const size_t n = static_cast<size_t>(job->req.submit.n);
+  job->choices.resize(job->handles.size() * n);
+  for (size_t i = 0; i < job->choices.size(); ++i) {
+    auto& c = job->choices[i];
+    c.sub = i / n;
+    c.dec = std::make_unique<tokenizer::IncrementalDecoder>(*ctx_->model.tok);
+    c.stop = std::make_unique<StopMatcher>(job->req.stop);
+  }
+  return job;
+}
+
+// Registers the job and wires its two wake-ups: the engine's push (a drain posted to the
+// response's work strand per batch of events) and the client's disconnect (cancel, then drain).
+void GenerationJobs::Watch(const std::shared_ptr<Job>& job) {
+  {
+    MutexLock lock(&mu_);
+    jobs_.push_back(job);
+  }
+  std::weak_ptr<Job> weak = job;
+  auto* engine = ctx_->engine;
+  std::vector<engine::sched::RequestId> ids;
+  for (const auto& h : job->handles) ids.push_back(h.id);
+  job->out->OnClose([weak, engine, ids, this] {  // runs on the connection's strand
+    for (auto rid : ids) engine->Cancel(rid);
+    if (auto j = weak.lock()) {
+      j->gone.store(true);
+      j->out->Post([this, j] { Drain(j); });
+    }
+  });
+  for (const auto& h : job->handles) {
+    h.stream->SetNotify([weak, this] {  // runs on the engine thread: hand over only
+      if (auto j = weak.lock()) j->out->Post([this, j] { Drain(j); });
+    });
+  }
+}
+
+void GenerationJobs::Drain(const std::shared_ptr<Job>& job) {
+  if (job->finished || !Process(*job)) return;
+  job->finished = true;
+  if (job->trace) {
+    // After the response's last write, which Process() posted to the connection: building and
+    // encoding the spans would otherwise delay it. Forgotten after, so a drain waits for it.
+    job->out->Post([this, job] {
+      ExportTrace(*job);
+      Forget(*job);
+    });
+    return;
+  }
+  Forget(*job);
+}
+
+std::unique_ptr<RequestTrace> GenerationJobs::StartTrace(const http::HttpRequest& req,
+                                                         SteadyTime arrival) {
+  if (ctx_->options.tracer == nullptr) return nullptr;
+  const std::optional<trace::TraceContext> parent =
+      trace::ParseTraceparent(req.Header("traceparent"), req.Header("tracestate"));
+  const trace::TraceId id = parent ? parent->trace_id : trace::NewTraceId();
+  if (!ctx_->options.tracer->ShouldSample(parent, id)) return nullptr;
+  auto t = std::make_unique<RequestTrace>();
+  t->trace_id = id;
+  t->span_id = trace::NewSpanId();
+  if (parent) {
+    t->parent_span_id = parent->span_id;
+    t->tracestate = parent->tracestate;
+  }
+  t->stamps.arrival = arrival;
+  return t;
+}
+
+void GenerationJobs::ExportTrace(const Job& job) {
+  SpanFacts f;
+  f.chat = job.chat();
+  f.stream = job.req.stream;
+  f.model = job.model;
+  f.max_tokens = job.req.max_tokens;
+  f.response_id = job.id;
+  f.input_tokens = job.prompt_tokens;
+  f.output_tokens = job.completion_tokens;
+  for (const auto& c : job.choices)
+    if (!c.finish.empty()) f.finish_reasons.push_back(c.finish);
+  f.priority = std::string(protocol::PriorityName(job.req.submit.priority));
+  f.tenant = job.req.submit.tenant;
+  f.http_status = job.answer_status;
+  f.error = job.answer_error;
+  ctx_->options.tracer->Export(BuildRequestSpans(*job.trace, f, job.timelines,
+                                                 job.have_first ? job.last_token : SteadyTime{},
+                                                 std::chrono::steady_clock::now()));
+}
+
+void GenerationJobs::Forget(const Job& job) {
+  for (const auto& h : job.handles) h.stream->SetNotify(nullptr);
+  MutexLock lock(&mu_);
+  std::erase_if(jobs_, [&](const std::shared_ptr<Job>& j) { return j.get() == &job; });
+}
+
+bool GenerationJobs::Process(Job& job) {
+  if (job.gone.load()) {
+    CountAbort(job);
+    return true;
+  }
+  bool ended = false;  // an engine error ended every choice
+  for (size_t k = 0; k < job.handles.size() && !ended; ++k) {
+    while (auto ev = job.handles[k].stream->TryNext()) {
+      if (!OnEvent(job, k, *ev)) {
+        ended = true;
+        break;
+      }
+    }
+  }
+  for (const auto& c : job.choices)
+    if (!c.done) return false;
+  job.CancelAll(
+      ctx_->engine);  // no-op when the engine already finished them (stop strings end early)
+  Finish(job);
+  return true;
+}
+
+// The first event of a choice: with echo, the prompt's text (decoded by the choice's own decoder,
+// so the completion continues it exactly) and, with logprobs, the prompt's tokens.
+std::string GenerationJobs::StartChoice(Job& job, size_t index, const TokenEvent& ev) {
+  Job::Choice& c = job.choices[index];
+  c.started = true;
+  if (!job.req.echo) return {};
+  const std::vector<int32_t>& prompt = job.req.prompts[c.sub];
+  const engine::sched::PromptLogprobs* plp = ev.prompt_logprobs.get();
+  const bool lp = job.req.submit.logprobs && plp != nullptr && plp->logprob.size() == prompt.size();
+  std::string text;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    std::string piece = c.dec->Push(prompt[i]);
+    if (lp) {
+      std::optional<float> value;
+      std::optional<std::span<const engine::sched::TopLogprob>> top;
+      if (i > 0) {
+        value = plp->logprob[i];
+        top = plp->TopAt(i);
+      }
+      RecordLogprob(*ctx_->model.tok, job.chat(), c, piece, prompt[i], value, top);
+    } else {
+      c.text_chars += CodePoints(piece);
+    }
+    text += piece;
+  }
+  return text;
+}
+
+bool GenerationJobs::OnEvent(Job& job, size_t sub, const TokenEvent& ev) {
+  const size_t n = static_cast<size_t>(job.req.submit.n);
+  if (ev.timeline != nullptr) job.timelines[sub] = ev.timeline;
+  if (ev.index < 0 || static_cast<size_t>(ev.index) >= n) return true;
+  const size_t index = sub * n + static_cast<size_t>(ev.index);
+  auto& c = job.choices[index];
+  if (c.done) return true;
+  if (ev.finish == FinishReason::kError) {
+    job.error = true;
+    job.error_message = std::string(ev.error.message());
+    job.error_status = ev.error;
+    if (const EngineErrorKind* k = FindEngineError(ev.error))
+      ctx_->metrics.Add(k->metric, job.labels, 1);
+    for (auto& x : job.choices) x.done = true;
+    return false;
+  }
+  std::string echo = c.started ? std::string() : StartChoice(job, index, ev);
+  if (job.req.max_tokens == 0) {
+    // echo with max_tokens 0: the prompt alone; the engine's one token is dropped.
+    c.done = true;
+    c.finish = "length";
+    if (job.req.stream) {
+      StreamDelta(job, index, echo);
+    } else {
+      c.text += echo;
+    }
+    return true;
+  }
+  if (ev.token >= 0) {
+    SteadyTime now = std::chrono::steady_clock::now();
+    ++job.completion_tokens;
+    if (job.req.return_token_ids) c.token_ids.push_back(ev.token);
+    if (!job.have_first) {
+      job.have_first = true;
+      job.first_token = now;
+      ctx_->metrics.Observe("strata:time_to_first_token_seconds", job.labels,
+                            Seconds(job.arrival, now));
+    } else {
+      ctx_->metrics.Observe("strata:inter_token_latency_seconds", job.labels,
+                            Seconds(job.last_token, now));
+    }
+    job.last_token = now;
+    if (job.trace && job.completion_tokens % kTokensEvery == 0 &&
+        job.trace->stamps.token_marks.size() < trace::kMaxEvents)
+      job.trace->stamps.token_marks.emplace_back(now, job.completion_tokens);
+  }
+  const SteadyTime detok_start = job.trace ? std::chrono::steady_clock::now() : SteadyTime{};
+  std::string delta;
+  if (ev.token >= 0 && ev.finish != FinishReason::kStop) {
+    std::string piece = c.dec->Push(ev.token);
+    if (job.req.submit.logprobs)
+      RecordLogprob(*ctx_->model.tok, job.chat(), c, piece, ev.token, ev.logprob,
+                    ev.top_logprobs());
+    delta = c.stop->Push(piece);
+  }
+  FinishChoice(c, ev, &delta);
+  if (job.trace)
+    job.trace->stamps.detokenize_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::steady_clock::now() - detok_start)
+                                           .count();
+  // The prompt is not subject to stop strings: it goes before the completion's text as is.
+  if (!job.req.stream) {
+    c.text += echo + delta;
+  } else if (!echo.empty() || !delta.empty() || c.done || LogprobCount(c, job.chat()) > c.lp_sent) {
+    StreamDelta(job, index, echo + delta);
+  }
+  return true;
+}
+
+void GenerationJobs::CountAbort(Job& job) {
+  job.answer_status = 499;
+  job.answer_error = "the client disconnected";
+  ctx_->metrics.Add("strata:request_success_total",
+                    http::Labels({{"model_name", ctx_->model.name},
+                                  {"tier", protocol::PriorityName(job.req.submit.priority)},
+                                  {"finished_reason", "abort"}}),
+                    1);
+  ctx_->CountHttp(job.route(), 499);
+}
+
+void GenerationJobs::Finish(Job& job) {
+  SteadyTime now = std::chrono::steady_clock::now();
+  json usage = {{"prompt_tokens", job.prompt_tokens},
+                {"completion_tokens", job.completion_tokens},
+                {"total_tokens", job.prompt_tokens + job.completion_tokens}};
+  const EngineErrorKind* kind = job.error ? FindEngineError(job.error_status) : nullptr;
+  const int status = job.req.stream || !job.error ? 200 : kind ? kind->http_status : 500;
+  job.answer_status = status;
+  if (job.error) job.answer_error = job.error_message;
+  // Counted before the response goes out, so a client that reads /metrics after its response
+  // always sees its request.
+  std::string reason = job.error ? "error" : job.choices.empty() ? "stop" : job.choices[0].finish;
+  ctx_->metrics.Add("strata:request_success_total",
+                    http::Labels({{"model_name", ctx_->model.name},
+                                  {"tier", protocol::PriorityName(job.req.submit.priority)},
+                                  {"finished_reason", reason}}),
+                    1);
+  ctx_->CountHttp(job.route(), status);
+  ctx_->metrics.Observe("strata:e2e_request_latency_seconds", job.labels,
+                        Seconds(job.arrival, now));
+  const RequestBreakdown breakdown = ComputeBreakdown(
+      job.timelines, job.arrival, job.have_first ? job.last_token : SteadyTime{}, now);
+  if (!job.error && breakdown.known) ObserveBreakdown(job, breakdown);
+  if (job.timing && !job.error) usage["strata_timing"] = TimingJson(breakdown);
+  ctx_->metrics.Observe("strata:request_prompt_tokens", job.labels, job.prompt_tokens);
+  ctx_->metrics.Observe("strata:request_generation_tokens", job.labels, job.completion_tokens);
+  ctx_->metrics.Add("strata:generation_tokens_total", job.labels, job.completion_tokens);
+  if (job.req.stream) return FinishStream(job, usage);
+  if (job.error && kind == nullptr)
+    return job.out->Respond(Error(500, "engine error: " + job.error_message));
+  if (job.error) {
+    HttpResponse r;
+    r.status = kind->http_status;
+    r.body = http::ErrorBody(job.error_message, kind->type, kind->param, kind->error_code);
+    ctx_->AddRetryAfter(r);
+    return job.out->Respond(std::move(r));
+  }
+  json resp = {{"id", job.id},
+               {"object", job.chat() ? "chat.completion" : "text_completion"},
+               {"created", job.created},
+               {"model", job.model},
+               {"choices", FinalChoices(job)},
+               {"usage", usage}};
+  AddPromptIds(job, &resp);
+  HttpResponse r = OrderedJsonResponse(200, resp);
+  if (job.timing) r.headers.emplace_back(protocol::kHeaderTiming, TimingHeaderValue(breakdown));
+  job.out->Respond(std::move(r));
+}
+
+void GenerationJobs::ObserveBreakdown(const Job& job, const RequestBreakdown& b) {
+  ctx_->metrics.Observe("strata:request_queue_time_seconds", job.labels, b.queue_s);
+  ctx_->metrics.Observe("strata:request_prefill_time_seconds", job.labels, b.prefill_s);
+  ctx_->metrics.Observe("strata:request_decode_time_seconds", job.labels, b.decode_s);
+  ctx_->metrics.Observe("strata:request_inference_time_seconds", job.labels, b.inference_s);
+}
+
 // Shutdown: every generation still in flight ends now, on its work strand — a stream with an SSE
 // error event and [DONE], a non-streamed request (its response has not started) with a 503 —
 // instead of a bare close when the server stops.
-int Api::CutAtShutdown(std::chrono::milliseconds wait) {
+int GenerationJobs::CutAtShutdown(std::chrono::milliseconds wait) {
   std::vector<std::shared_ptr<Job>> jobs;
   {
     MutexLock lock(&mu_);
@@ -704,7 +715,7 @@ int Api::CutAtShutdown(std::chrono::milliseconds wait) {
       if (j->finished) return;  // finished meanwhile: its response is complete
       j->finished = true;
       CutJob(*j);
-      for (const auto& h : j->handles) engine_->Cancel(h.id);
+      for (const auto& h : j->handles) ctx_->engine->Cancel(h.id);
       if (j->trace) ExportTrace(*j);
       Forget(*j);
     });
@@ -721,17 +732,13 @@ int Api::CutAtShutdown(std::chrono::milliseconds wait) {
   return static_cast<int>(jobs.size());
 }
 
-void Api::CutJob(Job& job) {
+void GenerationJobs::CutJob(Job& job) {
   constexpr std::string_view kWhy =
       "the server is shutting down: the request was still running when --shutdown-timeout expired";
-  metrics_.Add("strata:requests_cut_at_shutdown_total", job.labels, 1);
+  ctx_->metrics.Add("strata:requests_cut_at_shutdown_total", job.labels, 1);
   job.answer_status = job.req.stream ? 200 : 503;
   job.answer_error = std::string(kWhy);
-  metrics_.Add("strata:http_requests_total",
-               http::Labels({{"model_name", model_.name},
-                             {"route", job.route()},
-                             {"status", job.req.stream ? "200" : "503"}}),
-               1);
+  ctx_->CountHttp(job.route(), job.answer_status);
   if (!job.req.stream) return job.out->Respond(Error(503, kWhy));
   job.out->Write(http::SseEvent(http::ErrorBody(kWhy, "service_unavailable", "", "shutdown")));
   http::SseWriter(job.out).Done();
