@@ -1,5 +1,7 @@
 // `strata tokenize` / `strata detokenize`: run the tokenizer of a model (or vocabulary-only)
 // GGUF file, or of a SentencePiece `tokenizer.model`, on the command line.
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -7,10 +9,8 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <sstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "app/commands.h"
 #include "gguf/gguf.h"
@@ -67,11 +67,20 @@ std::string EscapePiece(const std::string& s) {
   for (size_t i = 0; i < s.size(); ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
     switch (c) {
-      case '\n': out += "\\n"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\\': out += "\\\\"; continue;
-      default: break;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      default:
+        break;
     }
     if (c < 0x20 || c == 0x7F) {
       out += fmt::format("\\x{:02x}", c);
@@ -84,7 +93,8 @@ std::string EscapePiece(const std::string& s) {
     // Copy a complete, well-formed multi-byte sequence; escape anything else byte by byte.
     size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
     bool ok = len > 0 && c >= 0xC2 && c <= 0xF4 && i + len <= s.size();
-    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    for (size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
     if (ok) {
       out.append(s, i, len);
       i += len - 1;
@@ -145,8 +155,8 @@ Status RunDetokenize(const TokenizeOptions& o) {
   ASSIGN_OR_RETURN(auto tok, LoadTokenizer(o.model));
   for (int32_t id : ids) {
     if (static_cast<size_t>(id) >= tok->n_vocab()) {
-      return Status::InvalidArgument(
-          fmt::format("token id {} is out of range (vocabulary has {} tokens)", id, tok->n_vocab()));
+      return Status::InvalidArgument(fmt::format(
+          "token id {} is out of range (vocabulary has {} tokens)", id, tok->n_vocab()));
     }
   }
   std::cout << tok->Decode(ids, o.special) << "\n";

@@ -4,10 +4,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <thread>
-#include <vector>
 #include <cstdlib>
 #include <new>
+#include <thread>
+#include <vector>
 
 namespace strata {
 namespace {
@@ -18,10 +18,14 @@ TEST(ThreadPoolTest, CoversRangeExactlyOnce) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}}) {
       for (size_t grain : {size_t{1}, size_t{16}}) {
         std::vector<std::atomic<int>> hits(n);
-        pool.ParallelFor(n, [&](size_t b, size_t e, int) {
-          for (size_t i = b; i < e; ++i) hits[i]++;
-        }, grain);
-        for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << threads << " " << n << " " << i;
+        pool.ParallelFor(
+            n,
+            [&](size_t b, size_t e, int) {
+              for (size_t i = b; i < e; ++i) hits[i]++;
+            },
+            grain);
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(hits[i].load(), 1) << threads << " " << n << " " << i;
       }
     }
   }
@@ -46,7 +50,8 @@ TEST(ThreadPoolTest, SleepingWorkersAndOwnerAreWoken) {
     for (int r = 0; r < 60; ++r) {
       if (r % 7 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
       pool.ParallelFor(100, [&](size_t b, size_t e, int t) {
-        if (r % 5 == 0 && t == threads - 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        if (r % 5 == 0 && t == threads - 1)
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
         sum += static_cast<long>(e - b);
       });
     }
@@ -72,7 +77,9 @@ TEST(ThreadPoolTest, ParallelForDoesNotAllocate) {
   ThreadPool pool(2);
   double a = 1, b = 2, c = 3, d = 4, e = 5;  // a capture list larger than any small buffer
   std::atomic<long> sink{0};
-  auto body = [&](size_t lo, size_t hi, int) { sink += static_cast<long>((a + b + c + d + e) * static_cast<double>(hi - lo)); };
+  auto body = [&](size_t lo, size_t hi, int) {
+    sink += static_cast<long>((a + b + c + d + e) * static_cast<double>(hi - lo));
+  };
   pool.ParallelFor(100, body);
   testing::g_allocs = 0;
   testing::g_count_allocs = true;

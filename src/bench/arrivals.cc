@@ -11,7 +11,8 @@ int64_t Rng::UniformInt(int64_t lo, int64_t hi) {
   uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
   if (span == 0) return static_cast<int64_t>(gen_());  // full 64-bit range
   // Rejection sampling removes modulo bias.
-  uint64_t limit = std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % span;
+  uint64_t limit =
+      std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % span;
   uint64_t x;
   do x = gen_();
   while (x >= limit);
@@ -56,7 +57,8 @@ double Rng::Gamma(double shape, double scale) {
 Result<std::vector<double>> ArrivalTimes(int64_t n, double rate, double burstiness, uint64_t seed) {
   if (n < 0) return Status::InvalidArgument("number of requests must be >= 0");
   if (!(rate > 0)) return Status::InvalidArgument("--request-rate must be > 0 (or inf)");
-  if (!(burstiness > 0) || std::isinf(burstiness)) return Status::InvalidArgument("--burstiness must be a finite number > 0");
+  if (!(burstiness > 0) || std::isinf(burstiness))
+    return Status::InvalidArgument("--burstiness must be a finite number > 0");
   std::vector<double> t(static_cast<size_t>(n), 0.0);
   if (std::isinf(rate)) return t;
   Rng rng(seed);

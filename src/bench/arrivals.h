@@ -2,10 +2,10 @@
 //
 // Rng: mt19937_64 with our own uniform/normal/gamma transforms, so a seed gives the same numbers
 // with every standard library (std::*_distribution algorithms are implementation-defined).
-// Arrivals: inter-arrival gaps drawn from Gamma(shape = burstiness, scale = 1 / (rate * burstiness)),
-// mean 1/rate; burstiness 1 is a Poisson process, < 1 burstier, > 1 more regular (as vLLM's
-// benchmark defines it). rate = +inf sends everything at t = 0.
-// Thread-safety: Rng is not thread-safe; the functions are pure.
+// Arrivals: inter-arrival gaps drawn from Gamma(shape = burstiness, scale = 1 / (rate *
+// burstiness)), mean 1/rate; burstiness 1 is a Poisson process, < 1 burstier, > 1 more regular (as
+// vLLM's benchmark defines it). rate = +inf sends everything at t = 0. Thread-safety: Rng is not
+// thread-safe; the functions are pure.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +20,10 @@ class Rng {
  public:
   explicit Rng(uint64_t seed) : gen_(seed) {}
   uint64_t Next() { return gen_(); }
-  double Uniform();                          // [0, 1)
+  double Uniform();                            // [0, 1)
   int64_t UniformInt(int64_t lo, int64_t hi);  // [lo, hi], requires lo <= hi
-  double Normal();                           // standard normal (Box-Muller)
-  double Gamma(double shape, double scale);  // Marsaglia-Tsang; shape > 0, scale > 0
+  double Normal();                             // standard normal (Box-Muller)
+  double Gamma(double shape, double scale);    // Marsaglia-Tsang; shape > 0, scale > 0
 
  private:
   std::mt19937_64 gen_;

@@ -1,8 +1,8 @@
 #include "bench/arrivals.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 namespace strata::bench {
 namespace {

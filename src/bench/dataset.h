@@ -6,12 +6,12 @@
 // prefix of the next prompt — the shape a prefix/tiered KV cache is for).
 //
 // Prompts are token ids (sent as a completions `prompt` array) or text. Text comes from a
-// TextSource: random ids decoded with our tokenizer when a GGUF is given, else random English words.
-// Token ids without a tokenizer come from [100, 500) unless --vocab-size is given: every vocabulary
-// of at least 500 tokens (including the bundled tiny model's 569) accepts them.
+// TextSource: random ids decoded with our tokenizer when a GGUF is given, else random English
+// words. Token ids without a tokenizer come from [100, 500) unless --vocab-size is given: every
+// vocabulary of at least 500 tokens (including the bundled tiny model's 569) accepts them.
 //
-// Errors: InvalidArgument naming the option, the file and line for JSONL problems. Sizes are bounded
-// (kMaxPrompts units, kMaxTokensPerPrompt tokens per prompt, JSONL file <= 1 GiB).
+// Errors: InvalidArgument naming the option, the file and line for JSONL problems. Sizes are
+// bounded (kMaxPrompts units, kMaxTokensPerPrompt tokens per prompt, JSONL file <= 1 GiB).
 // Thread-safety: immutable values after Build().
 #pragma once
 
@@ -34,34 +34,34 @@ inline constexpr int64_t kMaxTokensPerPrompt = 1 << 20;
 
 struct Prompt {
   bool is_ids = false;
-  std::vector<int32_t> ids;  // when is_ids
-  std::string text;          // when !is_ids
-  int64_t approx_tokens = 0; // what the generator aimed for (ids: exact)
+  std::vector<int32_t> ids;   // when is_ids
+  std::string text;           // when !is_ids
+  int64_t approx_tokens = 0;  // what the generator aimed for (ids: exact)
 };
 
 struct Turn {
-  Prompt prompt;              // the full prompt, or for multi-turn only the new user text
-  int64_t output_len = 0;     // max_tokens
+  Prompt prompt;           // the full prompt, or for multi-turn only the new user text
+  int64_t output_len = 0;  // max_tokens
 };
 
 struct Unit {
-  std::vector<Turn> turns;    // size 1 except multi-turn
-  int group = -1;             // shared-prefix group id (for reporting), else -1
+  std::vector<Turn> turns;  // size 1 except multi-turn
+  int group = -1;           // shared-prefix group id (for reporting), else -1
 };
 
 struct DatasetOptions {
-  std::string name = "random";   // random | shared-prefix | multi-turn | jsonl
-  int64_t num_prompts = -1;      // -1: dataset's natural count (required for random)
+  std::string name = "random";  // random | shared-prefix | multi-turn | jsonl
+  int64_t num_prompts = -1;     // -1: dataset's natural count (required for random)
   uint64_t seed = 0;
-  bool text = false;             // --prompt-format text
-  std::string tokenizer_path;    // GGUF with a vocabulary (optional)
-  int64_t vocab_size = 0;        // 0: unknown
+  bool text = false;           // --prompt-format text
+  std::string tokenizer_path;  // GGUF with a vocabulary (optional)
+  int64_t vocab_size = 0;      // 0: unknown
   // random
   int64_t random_input_len = 128, random_output_len = 128, random_prefix_len = 0;
   double random_range_ratio = 0.0;
   // shared-prefix
-  int64_t sp_num_groups = 4, sp_prompts_per_group = 8, sp_system_prompt_len = 512, sp_question_len = 32,
-          sp_output_len = 64;
+  int64_t sp_num_groups = 4, sp_prompts_per_group = 8, sp_system_prompt_len = 512,
+          sp_question_len = 32, sp_output_len = 64;
   // multi-turn
   int64_t mt_num_conversations = 8, mt_turns = 4, mt_user_len = 32, mt_output_len = 32;
   int64_t mt_first_len = 0;  // first user message (a document, an agent's context); 0: mt_user_len
@@ -81,7 +81,8 @@ struct Dataset {
 class TextSource {
  public:
   // Loads the tokenizer from a GGUF when tokenizer_path is non-empty.
-  static Result<std::unique_ptr<TextSource>> Create(const std::string& tokenizer_path, int64_t vocab_size);
+  static Result<std::unique_ptr<TextSource>> Create(const std::string& tokenizer_path,
+                                                    int64_t vocab_size);
   ~TextSource();
   std::vector<int32_t> Ids(Rng& rng, int64_t n) const;
   std::string Text(Rng& rng, int64_t n) const;  // about n tokens

@@ -1,14 +1,13 @@
 #include "bench/dataset.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <algorithm>
 #include <map>
 #include <set>
-
-#include <gtest/gtest.h>
 
 namespace strata::bench {
 namespace {
@@ -53,7 +52,8 @@ TEST(Dataset, RandomRangeRatioPrefixAndVocab) {
   auto d = BuildDataset(o);
   ASSERT_TRUE(d.ok()) << d.status().message();
   std::set<size_t> lens;
-  std::vector<int32_t> prefix(d->units[0].turns[0].prompt.ids.begin(), d->units[0].turns[0].prompt.ids.begin() + 5);
+  std::vector<int32_t> prefix(d->units[0].turns[0].prompt.ids.begin(),
+                              d->units[0].turns[0].prompt.ids.begin() + 5);
   for (const auto& u : d->units) {
     const auto& ids = u.turns[0].prompt.ids;
     ASSERT_GE(ids.size(), 5u + 10u);
@@ -183,7 +183,8 @@ TEST(Dataset, MultiTurnFirstMessageCanBeLonger) {
 class TempFile {
  public:
   explicit TempFile(const std::string& text) {
-    path_ = ::testing::TempDir() + "bench_dataset_" + std::to_string(getpid()) + "_" + std::to_string(counter_++) + ".jsonl";
+    path_ = ::testing::TempDir() + "bench_dataset_" + std::to_string(getpid()) + "_" +
+            std::to_string(counter_++) + ".jsonl";
     std::ofstream(path_) << text;
   }
   ~TempFile() { std::remove(path_.c_str()); }
@@ -195,7 +196,9 @@ class TempFile {
 };
 
 TEST(Dataset, JsonlPromptsOutputLengthsAndCycling) {
-  TempFile f("{\"prompt\": \"hello there\", \"output_len\": 5}\n\n{\"prompt\": [1, 2, 3], \"max_tokens\": 4}\n{\"prompt\": \"x\"}\n");
+  TempFile f(
+      "{\"prompt\": \"hello there\", \"output_len\": 5}\n\n{\"prompt\": [1, 2, 3], \"max_tokens\": "
+      "4}\n{\"prompt\": \"x\"}\n");
   DatasetOptions o;
   o.name = "jsonl";
   o.dataset_path = f.path();
@@ -217,8 +220,9 @@ TEST(Dataset, JsonlPromptsOutputLengthsAndCycling) {
 }
 
 TEST(Dataset, JsonlErrorsNameTheLine) {
-  for (const char* bad : {"{\"prompt\": 5}", "not json", "{\"text\": \"x\"}", "{\"prompt\": [1, -2]}",
-                          "{\"prompt\": \"x\", \"output_len\": 0}", "[1,2]"}) {
+  for (const char* bad :
+       {"{\"prompt\": 5}", "not json", "{\"text\": \"x\"}", "{\"prompt\": [1, -2]}",
+        "{\"prompt\": \"x\", \"output_len\": 0}", "[1,2]"}) {
     TempFile f(std::string("{\"prompt\": \"ok\"}\n") + bad + "\n");
     DatasetOptions o;
     o.name = "jsonl";
@@ -236,7 +240,10 @@ TEST(Dataset, JsonlErrorsNameTheLine) {
 
 TEST(Utf8, InvalidBytesAreReplaced) {
   EXPECT_EQ(SanitizeUtf8("ok \xC3\xA9"), "ok \xC3\xA9");
-  EXPECT_EQ(SanitizeUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(SanitizeUtf8("a\xFF"
+                         "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(SanitizeUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // truncated sequence
 }
 

@@ -4,6 +4,7 @@
 #include "bench/load_gen.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,8 +13,6 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 namespace strata::bench {
 namespace {
@@ -107,8 +106,10 @@ TEST(LoadGen, GarbageResponseIsAnError) {
       if (c < 0) return;
       char buf[4096];
       (void)read(c, buf, sizeof buf);
-      const char* resp = i == 0 ? "HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot-json!"
-                                : "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 41\r\nConnection: close\r\n\r\n{\"error\":{\"message\":\"overloaded, retry\"}}";
+      const char* resp =
+          i == 0 ? "HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot-json!"
+                 : "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 41\r\nConnection: "
+                   "close\r\n\r\n{\"error\":{\"message\":\"overloaded, retry\"}}";
       (void)write(c, resp, strlen(resp));
       close(c);
     }

@@ -5,9 +5,9 @@
 // Each level gets its own prompts (seed + level index), shared by every endpoint at that level: a
 // server's prefix cache must not turn the next level's prompts into cache hits, and the endpoints
 // must see identical work. Writes into out_dir (created if missing):
-//   sweep.json  {"schema": "strata.bench.sweep/1", "mode", "levels", "runs": [report + label + level]}
-//   sweep.md    a Markdown table of the runs
-//   pareto.svg  output tokens/s against p99 TTFT and against p99 TPOT, one series per endpoint
+//   sweep.json  {"schema": "strata.bench.sweep/1", "mode", "levels", "runs": [report + label +
+//   level]} sweep.md    a Markdown table of the runs pareto.svg  output tokens/s against p99 TTFT
+//   and against p99 TPOT, one series per endpoint
 // Errors: InvalidArgument for bad options; IoError when out_dir cannot be written. Failed requests
 // inside a run are part of its report, not an error.
 // Thread-safety: runs on the calling thread.
@@ -39,7 +39,8 @@ struct SweepRun {
   Report report;
 };
 
-Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const DatasetOptions& data, std::ostream& log);
+Result<std::vector<SweepRun>> RunSweep(const SweepOptions& o, const DatasetOptions& data,
+                                       std::ostream& log);
 
 // Rendering (exposed for tests).
 std::string SweepTable(const std::vector<SweepRun>& runs, bool rate_mode);

@@ -15,8 +15,8 @@ constexpr uint32_t kF32 = 0, kQ4_0 = 2, kQ4_K = 12;
 constexpr uint32_t kTypeU32 = 4, kTypeString = 8, kTypeArray = 9, kTypeBool = 7;
 
 // A file with one tensor described by the caller; data is zero-filled to `data_bytes`.
-std::vector<uint8_t> OneTensor(const std::string& name, std::initializer_list<uint64_t> dims, uint32_t type,
-                               uint64_t offset, uint64_t data_bytes) {
+std::vector<uint8_t> OneTensor(const std::string& name, std::initializer_list<uint64_t> dims,
+                               uint32_t type, uint64_t offset, uint64_t data_bytes) {
   ByteBuilder b;
   b.Header(3, 1, 0).Tensor(name, dims, type, offset).PadTo(32).Zeros(data_bytes);
   return b.bytes();
@@ -30,7 +30,9 @@ TEST(GgufCorruptTest, BadMagic) {
   EXPECT_TRUE(ParseFailsWith(bytes, {"header.magic"}));
 }
 
-TEST(GgufCorruptTest, ShortMagic) { EXPECT_TRUE(ParseFailsWith({'G', 'G', 'U'}, {"header.magic"})); }
+TEST(GgufCorruptTest, ShortMagic) {
+  EXPECT_TRUE(ParseFailsWith({'G', 'G', 'U'}, {"header.magic"}));
+}
 
 TEST(GgufCorruptTest, Version1Rejected) {
   ByteBuilder b;
@@ -120,20 +122,38 @@ TEST(GgufCorruptTest, UnknownArrayElementType) {
 
 TEST(GgufCorruptTest, NestedArrayRejected) {
   ByteBuilder b;
-  b.Header(3, 0, 1).Str("k.nested").U32(kTypeArray).U32(kTypeArray).U64(1).U32(kTypeU32).U64(1).U32(5);
+  b.Header(3, 0, 1)
+      .Str("k.nested")
+      .U32(kTypeArray)
+      .U32(kTypeArray)
+      .U64(1)
+      .U32(kTypeU32)
+      .U64(1)
+      .U32(5);
   EXPECT_TRUE(ParseFailsWith(b.bytes(), {"metadata 'k.nested'", "nested arrays"}));
 }
 
 TEST(GgufCorruptTest, HugeArrayCount) {
   ByteBuilder b;
-  b.Header(3, 0, 1).Str("tokenizer.ggml.scores").U32(kTypeArray).U32(6).U64(uint64_t{1} << 60).Zeros(64);
+  b.Header(3, 0, 1)
+      .Str("tokenizer.ggml.scores")
+      .U32(kTypeArray)
+      .U32(6)
+      .U64(uint64_t{1} << 60)
+      .Zeros(64);
   EXPECT_TRUE(ParseFailsWith(b.bytes(), {"metadata 'tokenizer.ggml.scores'", "array count"}));
 }
 
 TEST(GgufCorruptTest, ArrayCountPastEndOfFile) {
   // 1000 strings need at least 8000 bytes; only a few are present.
   ByteBuilder b;
-  b.Header(3, 0, 1).Str("tokenizer.ggml.tokens").U32(kTypeArray).U32(kTypeString).U64(1000).Str("a").Str("b");
+  b.Header(3, 0, 1)
+      .Str("tokenizer.ggml.tokens")
+      .U32(kTypeArray)
+      .U32(kTypeString)
+      .U64(1000)
+      .Str("a")
+      .Str("b");
   EXPECT_TRUE(ParseFailsWith(b.bytes(), {"metadata 'tokenizer.ggml.tokens'", "array count 1000"}));
 }
 
@@ -147,9 +167,16 @@ TEST(GgufCorruptTest, ArrayCountAboveOptionLimit) {
 
 TEST(GgufCorruptTest, StringInArrayPastEnd) {
   ByteBuilder b;
-  b.Header(3, 0, 1).Str("tokenizer.ggml.merges").U32(kTypeArray).U32(kTypeString).U64(2).Str("a b").U64(500)
+  b.Header(3, 0, 1)
+      .Str("tokenizer.ggml.merges")
+      .U32(kTypeArray)
+      .U32(kTypeString)
+      .U64(2)
+      .Str("a b")
+      .U64(500)
       .Zeros(8);
-  EXPECT_TRUE(ParseFailsWith(b.bytes(), {"metadata 'tokenizer.ggml.merges'[1]", "string length 500"}));
+  EXPECT_TRUE(
+      ParseFailsWith(b.bytes(), {"metadata 'tokenizer.ggml.merges'[1]", "string length 500"}));
 }
 
 TEST(GgufCorruptTest, BoolNotZeroOrOne) {
@@ -187,11 +214,13 @@ TEST(GgufCorruptTest, NDimsZero) {
 }
 
 TEST(GgufCorruptTest, NDimsFive) {
-  EXPECT_TRUE(ParseFailsWith(OneTensor("t5", {1, 1, 1, 1, 1}, kF32, 0, 32), {"tensor 't5'", "n_dims 5"}));
+  EXPECT_TRUE(
+      ParseFailsWith(OneTensor("t5", {1, 1, 1, 1, 1}, kF32, 0, 32), {"tensor 't5'", "n_dims 5"}));
 }
 
 TEST(GgufCorruptTest, ZeroDim) {
-  EXPECT_TRUE(ParseFailsWith(OneTensor("z", {4, 0}, kF32, 0, 32), {"tensor 'z'", "dim[1]", "zero"}));
+  EXPECT_TRUE(
+      ParseFailsWith(OneTensor("z", {4, 0}, kF32, 0, 32), {"tensor 'z'", "dim[1]", "zero"}));
 }
 
 TEST(GgufCorruptTest, DimProductOverflow) {
@@ -200,7 +229,8 @@ TEST(GgufCorruptTest, DimProductOverflow) {
 }
 
 TEST(GgufCorruptTest, DimAboveInt64Max) {
-  EXPECT_TRUE(ParseFailsWith(OneTensor("neg", {~uint64_t{0}}, kF32, 0, 32), {"tensor 'neg'", "dim[0]"}));
+  EXPECT_TRUE(
+      ParseFailsWith(OneTensor("neg", {~uint64_t{0}}, kF32, 0, 32), {"tensor 'neg'", "dim[0]"}));
 }
 
 TEST(GgufCorruptTest, ByteSizeOverflow) {
@@ -210,27 +240,34 @@ TEST(GgufCorruptTest, ByteSizeOverflow) {
 }
 
 TEST(GgufCorruptTest, Ne0NotMultipleOfBlockSize) {
-  EXPECT_TRUE(ParseFailsWith(OneTensor("q", {48, 2}, kQ4_0, 0, 128), {"tensor 'q'", "block size 32"}));
-  EXPECT_TRUE(ParseFailsWith(OneTensor("k", {128}, kQ4_K, 0, 256), {"tensor 'k'", "block size 256"}));
+  EXPECT_TRUE(
+      ParseFailsWith(OneTensor("q", {48, 2}, kQ4_0, 0, 128), {"tensor 'q'", "block size 32"}));
+  EXPECT_TRUE(
+      ParseFailsWith(OneTensor("k", {128}, kQ4_K, 0, 256), {"tensor 'k'", "block size 256"}));
 }
 
 TEST(GgufCorruptTest, UnknownTensorType) {
-  EXPECT_TRUE(ParseFailsWith(OneTensor("u", {4}, 4, 0, 32), {"tensor 'u'", "unknown tensor type 4"}));
-  EXPECT_TRUE(ParseFailsWith(OneTensor("u", {4}, 1000, 0, 32), {"tensor 'u'", "unknown tensor type 1000"}));
+  EXPECT_TRUE(
+      ParseFailsWith(OneTensor("u", {4}, 4, 0, 32), {"tensor 'u'", "unknown tensor type 4"}));
+  EXPECT_TRUE(
+      ParseFailsWith(OneTensor("u", {4}, 1000, 0, 32), {"tensor 'u'", "unknown tensor type 1000"}));
 }
 
 TEST(GgufCorruptTest, OffsetNotAligned) {
-  EXPECT_TRUE(ParseFailsWith(OneTensor("o", {4}, kF32, 4, 64), {"tensor 'o'", "offset 4", "alignment 32"}));
+  EXPECT_TRUE(
+      ParseFailsWith(OneTensor("o", {4}, kF32, 4, 64), {"tensor 'o'", "offset 4", "alignment 32"}));
 }
 
 TEST(GgufCorruptTest, TensorPastEndOfFile) {
   EXPECT_TRUE(ParseFailsWith(OneTensor("blk.0.attn_q.weight", {16}, kF32, 0, 60),
                              {"tensor 'blk.0.attn_q.weight'", "past end of file"}));
-  EXPECT_TRUE(ParseFailsWith(OneTensor("far", {4}, kF32, 1 << 20, 64), {"tensor 'far'", "past end of file"}));
+  EXPECT_TRUE(ParseFailsWith(OneTensor("far", {4}, kF32, 1 << 20, 64),
+                             {"tensor 'far'", "past end of file"}));
 }
 
 TEST(GgufCorruptTest, OffsetOverflow) {
-  EXPECT_TRUE(ParseFailsWith(OneTensor("ovf", {4}, kF32, ~uint64_t{0} - 31, 64), {"tensor 'ovf'", "past end"}));
+  EXPECT_TRUE(ParseFailsWith(OneTensor("ovf", {4}, kF32, ~uint64_t{0} - 31, 64),
+                             {"tensor 'ovf'", "past end"}));
 }
 
 TEST(GgufCorruptTest, AlignmentZero) {
@@ -259,7 +296,11 @@ TEST(GgufCorruptTest, AlignmentAsU64) {
 
 TEST(GgufCorruptTest, OverlappingTensors) {
   ByteBuilder b;
-  b.Header(3, 2, 0).Tensor("first", {16}, kF32, 0).Tensor("second", {8}, kF32, 32).PadTo(32).Zeros(128);
+  b.Header(3, 2, 0)
+      .Tensor("first", {16}, kF32, 0)
+      .Tensor("second", {8}, kF32, 32)
+      .PadTo(32)
+      .Zeros(128);
   EXPECT_TRUE(ParseFailsWith(b.bytes(), {"tensor 'second'", "overlaps tensor 'first'"}));
 }
 

@@ -38,7 +38,8 @@ std::string Quoted(std::string_view s) {
 // Parses one GGUF image. Friend of GgufFile so it can fill the private members.
 class GgufParser {
  public:
-  GgufParser(std::span<const uint8_t> bytes, const ReadOptions& opts) : bytes_(bytes), opts_(opts) {}
+  GgufParser(std::span<const uint8_t> bytes, const ReadOptions& opts)
+      : bytes_(bytes), opts_(opts) {}
 
   Status Run(GgufFile* out);
 
@@ -47,8 +48,9 @@ class GgufParser {
 
   Status Need(uint64_t n, const std::string& field) const {
     if (n > remaining()) {
-      return Status::InvalidArgument(field + ": file truncated at offset " + std::to_string(pos_) + " (need " +
-                                     std::to_string(n) + " bytes, " + std::to_string(remaining()) + " left)");
+      return Status::InvalidArgument(field + ": file truncated at offset " + std::to_string(pos_) +
+                                     " (need " + std::to_string(n) + " bytes, " +
+                                     std::to_string(remaining()) + " left)");
     }
     return Status::Ok();
   }
@@ -74,13 +76,15 @@ class GgufParser {
     uint64_t len = 0;
     RETURN_IF_ERROR(ReadLe(&len, field + " (string length)"));
     if (len > opts_.max_string_bytes) {
-      return Status::InvalidArgument(field + ": string length " + std::to_string(len) + " exceeds the limit of " +
+      return Status::InvalidArgument(field + ": string length " + std::to_string(len) +
+                                     " exceeds the limit of " +
                                      std::to_string(opts_.max_string_bytes) + " bytes");
     }
     if (len > remaining()) {
-      return Status::InvalidArgument(field + ": string length " + std::to_string(len) + " at offset " +
-                                     std::to_string(pos_ - 8) + " runs past end of file (" +
-                                     std::to_string(remaining()) + " bytes left)");
+      return Status::InvalidArgument(field + ": string length " + std::to_string(len) +
+                                     " at offset " + std::to_string(pos_ - 8) +
+                                     " runs past end of file (" + std::to_string(remaining()) +
+                                     " bytes left)");
     }
     out->assign(reinterpret_cast<const char*>(bytes_.data() + pos_), static_cast<size_t>(len));
     pos_ += len;
@@ -114,20 +118,72 @@ class GgufParser {
 Status GgufParser::ReadScalar(ValueType t, Value* out, const std::string& field) {
   out->type = t;
   switch (t) {
-    case ValueType::kUint8: { uint8_t v; RETURN_IF_ERROR(ReadLe(&v, field)); out->data = uint64_t{v}; break; }
-    case ValueType::kUint16: { uint16_t v; RETURN_IF_ERROR(ReadLe(&v, field)); out->data = uint64_t{v}; break; }
-    case ValueType::kUint32: { uint32_t v; RETURN_IF_ERROR(ReadLe(&v, field)); out->data = uint64_t{v}; break; }
-    case ValueType::kUint64: { uint64_t v; RETURN_IF_ERROR(ReadLe(&v, field)); out->data = v; break; }
-    case ValueType::kInt8: { int8_t v; RETURN_IF_ERROR(ReadLe(&v, field)); out->data = int64_t{v}; break; }
-    case ValueType::kInt16: { int16_t v; RETURN_IF_ERROR(ReadLe(&v, field)); out->data = int64_t{v}; break; }
-    case ValueType::kInt32: { int32_t v; RETURN_IF_ERROR(ReadLe(&v, field)); out->data = int64_t{v}; break; }
-    case ValueType::kInt64: { int64_t v; RETURN_IF_ERROR(ReadLe(&v, field)); out->data = v; break; }
-    case ValueType::kFloat32: { float v; RETURN_IF_ERROR(ReadLe(&v, field)); out->data = double{v}; break; }
-    case ValueType::kFloat64: { double v; RETURN_IF_ERROR(ReadLe(&v, field)); out->data = v; break; }
+    case ValueType::kUint8: {
+      uint8_t v;
+      RETURN_IF_ERROR(ReadLe(&v, field));
+      out->data = uint64_t{v};
+      break;
+    }
+    case ValueType::kUint16: {
+      uint16_t v;
+      RETURN_IF_ERROR(ReadLe(&v, field));
+      out->data = uint64_t{v};
+      break;
+    }
+    case ValueType::kUint32: {
+      uint32_t v;
+      RETURN_IF_ERROR(ReadLe(&v, field));
+      out->data = uint64_t{v};
+      break;
+    }
+    case ValueType::kUint64: {
+      uint64_t v;
+      RETURN_IF_ERROR(ReadLe(&v, field));
+      out->data = v;
+      break;
+    }
+    case ValueType::kInt8: {
+      int8_t v;
+      RETURN_IF_ERROR(ReadLe(&v, field));
+      out->data = int64_t{v};
+      break;
+    }
+    case ValueType::kInt16: {
+      int16_t v;
+      RETURN_IF_ERROR(ReadLe(&v, field));
+      out->data = int64_t{v};
+      break;
+    }
+    case ValueType::kInt32: {
+      int32_t v;
+      RETURN_IF_ERROR(ReadLe(&v, field));
+      out->data = int64_t{v};
+      break;
+    }
+    case ValueType::kInt64: {
+      int64_t v;
+      RETURN_IF_ERROR(ReadLe(&v, field));
+      out->data = v;
+      break;
+    }
+    case ValueType::kFloat32: {
+      float v;
+      RETURN_IF_ERROR(ReadLe(&v, field));
+      out->data = double{v};
+      break;
+    }
+    case ValueType::kFloat64: {
+      double v;
+      RETURN_IF_ERROR(ReadLe(&v, field));
+      out->data = v;
+      break;
+    }
     case ValueType::kBool: {
       uint8_t v;
       RETURN_IF_ERROR(ReadLe(&v, field));
-      if (v > 1) return Status::InvalidArgument(field + ": bool value " + std::to_string(v) + " is not 0 or 1");
+      if (v > 1)
+        return Status::InvalidArgument(field + ": bool value " + std::to_string(v) +
+                                       " is not 0 or 1");
       out->data = v != 0;
       break;
     }
@@ -137,7 +193,8 @@ Status GgufParser::ReadScalar(ValueType t, Value* out, const std::string& field)
       out->data = std::move(s);
       break;
     }
-    case ValueType::kArray: return ReadArray(out, field);
+    case ValueType::kArray:
+      return ReadArray(out, field);
   }
   return Status::Ok();
 }
@@ -164,7 +221,8 @@ Status GgufParser::ReadArray(Value* out, const std::string& field) {
   uint64_t count = 0;
   RETURN_IF_ERROR(ReadLe(&count, field + " (array count)"));
   if (count > opts_.max_array_elems) {
-    return Status::InvalidArgument(field + ": array count " + std::to_string(count) + " exceeds the limit of " +
+    return Status::InvalidArgument(field + ": array count " + std::to_string(count) +
+                                   " exceeds the limit of " +
                                    std::to_string(opts_.max_array_elems));
   }
   uint64_t min_elem = internal::ScalarSize(et);
@@ -240,15 +298,16 @@ Status GgufParser::ReadHeader(GgufFile* f, uint64_t* n_tensors, uint64_t* n_kv) 
   uint32_t version = 0;
   RETURN_IF_ERROR(ReadLe(&version, "header.version"));
   if (version == 1) {
-    return Status::InvalidArgument("header.version: GGUF version 1 is not supported (only versions 2 and 3)");
+    return Status::InvalidArgument(
+        "header.version: GGUF version 1 is not supported (only versions 2 and 3)");
   }
   if (version != 2 && version != 3) {
     uint32_t swapped = __builtin_bswap32(version);
     if (swapped == 2 || swapped == 3) {
       return Status::InvalidArgument("header.version: big-endian GGUF files are not supported");
     }
-    return Status::InvalidArgument("header.version: unknown GGUF version " + std::to_string(version) +
-                                   " (supported: 2 and 3)");
+    return Status::InvalidArgument("header.version: unknown GGUF version " +
+                                   std::to_string(version) + " (supported: 2 and 3)");
   }
   f->version_ = version;
   RETURN_IF_ERROR(ReadLe(n_tensors, "header.tensor_count"));
@@ -256,12 +315,14 @@ Status GgufParser::ReadHeader(GgufFile* f, uint64_t* n_tensors, uint64_t* n_kv) 
   if (*n_tensors > opts_.max_tensors || *n_tensors > remaining() / kMinTensorInfoBytes) {
     return Status::InvalidArgument("header.tensor_count: " + std::to_string(*n_tensors) +
                                    " tensors cannot fit in the " + std::to_string(bytes_.size()) +
-                                   "-byte file (or exceed the limit of " + std::to_string(opts_.max_tensors) + ")");
+                                   "-byte file (or exceed the limit of " +
+                                   std::to_string(opts_.max_tensors) + ")");
   }
   if (*n_kv > opts_.max_kv || *n_kv > remaining() / kMinKvBytes) {
-    return Status::InvalidArgument("header.kv_count: " + std::to_string(*n_kv) + " key/value pairs cannot fit in the " +
-                                   std::to_string(bytes_.size()) + "-byte file (or exceed the limit of " +
-                                   std::to_string(opts_.max_kv) + ")");
+    return Status::InvalidArgument(
+        "header.kv_count: " + std::to_string(*n_kv) + " key/value pairs cannot fit in the " +
+        std::to_string(bytes_.size()) + "-byte file (or exceed the limit of " +
+        std::to_string(opts_.max_kv) + ")");
   }
   return Status::Ok();
 }
@@ -291,11 +352,13 @@ Status GgufParser::ReadMetadata(GgufFile* f, uint64_t n_kv) {
   if (const Value* a = f->Find(internal::kAlignmentKey)) {
     std::string field = std::string("metadata '") + internal::kAlignmentKey + "'";
     if (a->type != ValueType::kUint32) {
-      return Status::InvalidArgument(field + ": must be u32, found " + internal::TypeDescription(*a));
+      return Status::InvalidArgument(field + ": must be u32, found " +
+                                     internal::TypeDescription(*a));
     }
     uint64_t v = std::get<uint64_t>(a->data);
     if (v == 0 || (v & (v - 1)) != 0) {
-      return Status::InvalidArgument(field + ": alignment " + std::to_string(v) + " is not a nonzero power of two");
+      return Status::InvalidArgument(field + ": alignment " + std::to_string(v) +
+                                     " is not a nonzero power of two");
     }
     f->alignment_ = v;
   } else {
@@ -315,8 +378,9 @@ Status GgufParser::ReadTensorInfos(GgufFile* f, uint64_t n_tensors) {
     uint32_t n_dims = 0;
     RETURN_IF_ERROR(ReadLe(&n_dims, field + ": n_dims"));
     if (n_dims == 0 || n_dims > internal::kMaxDims) {
-      return Status::InvalidArgument(field + ": n_dims " + std::to_string(n_dims) + " is out of range (1.." +
-                                     std::to_string(internal::kMaxDims) + ")");
+      return Status::InvalidArgument(field + ": n_dims " + std::to_string(n_dims) +
+                                     " is out of range (1.." + std::to_string(internal::kMaxDims) +
+                                     ")");
     }
     ti.shape.resize(n_dims);
     uint64_t n_elements = 1;
@@ -325,10 +389,12 @@ Status GgufParser::ReadTensorInfos(GgufFile* f, uint64_t n_tensors) {
       RETURN_IF_ERROR(ReadLe(&ti.shape[d], dim_field));
       if (ti.shape[d] == 0) return Status::InvalidArgument(dim_field + " is zero");
       if (ti.shape[d] > static_cast<uint64_t>(INT64_MAX))
-        return Status::InvalidArgument(dim_field + ": " + std::to_string(ti.shape[d]) + " exceeds INT64_MAX");
+        return Status::InvalidArgument(dim_field + ": " + std::to_string(ti.shape[d]) +
+                                       " exceeds INT64_MAX");
       auto prod = CheckedMul(n_elements, ti.shape[d]);
       if (!prod || *prod > static_cast<uint64_t>(INT64_MAX)) {
-        return Status::InvalidArgument(field + ": element count overflows (dims multiply past INT64_MAX)");
+        return Status::InvalidArgument(field +
+                                       ": element count overflows (dims multiply past INT64_MAX)");
       }
       n_elements = *prod;
     }
@@ -336,13 +402,15 @@ Status GgufParser::ReadTensorInfos(GgufFile* f, uint64_t n_tensors) {
     uint32_t type_raw = 0;
     RETURN_IF_ERROR(ReadLe(&type_raw, field + ": type"));
     auto traits = GetDTypeTraits(type_raw);
-    if (!traits) return Status::InvalidArgument(field + ": unknown tensor type " + std::to_string(type_raw));
+    if (!traits)
+      return Status::InvalidArgument(field + ": unknown tensor type " + std::to_string(type_raw));
     ti.type = static_cast<DType>(type_raw);
     auto row = RowBytes(ti.type, ti.shape[0]);
     if (!row) {
       return Status::InvalidArgument(field + ": dim[0] " + std::to_string(ti.shape[0]) +
-                                     " is not a multiple of the block size " + std::to_string(traits->block_size) +
-                                     " of type " + std::string(traits->name));
+                                     " is not a multiple of the block size " +
+                                     std::to_string(traits->block_size) + " of type " +
+                                     std::string(traits->name));
     }
     auto n_bytes = std::optional<uint64_t>(*row);
     for (uint32_t d = 1; d < n_dims && n_bytes; ++d) n_bytes = CheckedMul(*n_bytes, ti.shape[d]);
@@ -354,7 +422,8 @@ Status GgufParser::ReadTensorInfos(GgufFile* f, uint64_t n_tensors) {
   std::unordered_set<std::string_view> seen;
   seen.reserve(f->tensors_.size());
   for (const auto& t : f->tensors_) {
-    if (!seen.insert(t.name).second) return Status::InvalidArgument("tensor " + Quoted(t.name) + ": duplicate tensor name");
+    if (!seen.insert(t.name).second)
+      return Status::InvalidArgument("tensor " + Quoted(t.name) + ": duplicate tensor name");
   }
   f->tensor_sorted_.resize(f->tensors_.size());
   for (size_t i = 0; i < f->tensors_.size(); ++i) f->tensor_sorted_[i] = i;
@@ -372,15 +441,16 @@ Status GgufParser::PlaceTensors(GgufFile* f) {
     std::string field = "tensor " + Quoted(t.name);
     if (t.offset % f->alignment_ != 0) {
       return Status::InvalidArgument(field + ": offset " + std::to_string(t.offset) +
-                                     " is not a multiple of the alignment " + std::to_string(f->alignment_));
+                                     " is not a multiple of the alignment " +
+                                     std::to_string(f->alignment_));
     }
     auto start = CheckedAdd(f->data_offset_, t.offset);
     auto end = start ? CheckedAdd(*start, t.n_bytes) : std::nullopt;
     if (!end || *end > file_size) {
-      return Status::InvalidArgument(field + ": data [offset " + std::to_string(t.offset) + ", " +
-                                     std::to_string(t.n_bytes) + " bytes] runs past end of file (data section at " +
-                                     std::to_string(f->data_offset_) + ", file size " + std::to_string(file_size) +
-                                     ")");
+      return Status::InvalidArgument(
+          field + ": data [offset " + std::to_string(t.offset) + ", " + std::to_string(t.n_bytes) +
+          " bytes] runs past end of file (data section at " + std::to_string(f->data_offset_) +
+          ", file size " + std::to_string(file_size) + ")");
     }
     t.data = bytes_.data() + *start;
   }
@@ -394,9 +464,10 @@ Status GgufParser::PlaceTensors(GgufFile* f) {
     const auto& prev = f->tensors_[by_offset[k - 1]];
     const auto& cur = f->tensors_[by_offset[k]];
     if (cur.offset < prev.offset + prev.n_bytes) {  // no overflow: both end inside the file
-      return Status::InvalidArgument("tensor " + Quoted(cur.name) + ": data [offset " + std::to_string(cur.offset) +
-                                     "] overlaps tensor " + Quoted(prev.name) + " [offset " +
-                                     std::to_string(prev.offset) + ", " + std::to_string(prev.n_bytes) + " bytes]");
+      return Status::InvalidArgument("tensor " + Quoted(cur.name) + ": data [offset " +
+                                     std::to_string(cur.offset) + "] overlaps tensor " +
+                                     Quoted(prev.name) + " [offset " + std::to_string(prev.offset) +
+                                     ", " + std::to_string(prev.n_bytes) + " bytes]");
     }
   }
   return Status::Ok();
@@ -411,7 +482,8 @@ Status GgufParser::Run(GgufFile* f) {
   return PlaceTensors(f);
 }
 
-Result<std::unique_ptr<GgufFile>> GgufFile::Parse(std::span<const uint8_t> bytes, const ReadOptions& opts) {
+Result<std::unique_ptr<GgufFile>> GgufFile::Parse(std::span<const uint8_t> bytes,
+                                                  const ReadOptions& opts) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   GgufParser parser(bytes, opts);
   RETURN_IF_ERROR(parser.Run(f.get()));

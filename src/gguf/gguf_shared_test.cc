@@ -17,7 +17,8 @@ std::unique_ptr<GgufFile> MustOpen(const std::string& path) {
   return std::move(r).value();
 }
 
-void ExpectTensor(const GgufFile& f, const std::string& name, DType type, std::vector<uint64_t> shape) {
+void ExpectTensor(const GgufFile& f, const std::string& name, DType type,
+                  std::vector<uint64_t> shape) {
   const TensorInfo* t = f.FindTensor(name);
   ASSERT_NE(t, nullptr) << name;
   EXPECT_EQ(t->type, type) << name;

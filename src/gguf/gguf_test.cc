@@ -1,4 +1,6 @@
 // Writer -> reader round trips, byte layout against a hand-built file, typed getters and display.
+#include "gguf/gguf.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <limits>
 #include <random>
 
-#include "gguf/gguf.h"
 #include "gguf/gguf_test_util.h"
 
 namespace strata::gguf {
@@ -106,15 +107,19 @@ TEST(GgufWriterTest, EveryArrayTypeRoundTrips) {
   EXPECT_EQ(*f->GetIntArray("a_u16"), (std::vector<int64_t>{65535, 7}));
   EXPECT_EQ(*f->GetIntArray("a_i16"), (std::vector<int64_t>{-32768, 32767}));
   EXPECT_EQ(*f->GetIntArray("a_u32"), (std::vector<int64_t>{4294967295LL}));
-  EXPECT_EQ(*f->GetIntArray("a_i32"), (std::vector<int64_t>{-5, 6, std::numeric_limits<int32_t>::max()}));
+  EXPECT_EQ(*f->GetIntArray("a_i32"),
+            (std::vector<int64_t>{-5, 6, std::numeric_limits<int32_t>::max()}));
   EXPECT_EQ(f->Find("a_i32")->elem_type, ValueType::kInt32);
   EXPECT_FALSE(f->GetIntArray("a_u64").ok());  // u64 max does not fit i64
-  EXPECT_EQ(std::get<std::vector<uint64_t>>(f->Find("a_u64")->data)[0], std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(std::get<std::vector<uint64_t>>(f->Find("a_u64")->data)[0],
+            std::numeric_limits<uint64_t>::max());
   EXPECT_EQ(*f->GetIntArray("a_i64"), (std::vector<int64_t>{std::numeric_limits<int64_t>::min()}));
-  EXPECT_EQ(*f->GetFloatArray("a_f32"), (std::vector<double>{1.5, -0.25, static_cast<double>(1e-7f)}));
+  EXPECT_EQ(*f->GetFloatArray("a_f32"),
+            (std::vector<double>{1.5, -0.25, static_cast<double>(1e-7f)}));
   EXPECT_EQ(f->Find("a_f32")->elem_type, ValueType::kFloat32);
   EXPECT_EQ(*f->GetFloatArray("a_f64"), (std::vector<double>{M_E, -1e300}));
-  EXPECT_EQ(std::get<std::vector<uint8_t>>(f->Find("a_bool")->data), (std::vector<uint8_t>{1, 0, 1}));
+  EXPECT_EQ(std::get<std::vector<uint8_t>>(f->Find("a_bool")->data),
+            (std::vector<uint8_t>{1, 0, 1}));
   auto strs = f->GetStringArray("a_str");
   ASSERT_TRUE(strs.ok());
   ASSERT_EQ(strs->size(), 3u);
@@ -258,7 +263,8 @@ TEST(GgufWriterTest, OpenCorruptFileNamesPath) {
 
 TEST(GgufWriterTest, RejectsBadTensors) {
   GgufWriter w;
-  EXPECT_EQ(w.AddTensor("t", DType::kF32, {4}, std::vector<uint8_t>(15)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.AddTensor("t", DType::kF32, {4}, std::vector<uint8_t>(15)).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_FALSE(w.AddTensor("", DType::kF32, {1}, std::vector<uint8_t>(4)).ok());
   EXPECT_FALSE(w.AddTensor("t", DType::kF32, {}, {}).ok());
   EXPECT_FALSE(w.AddTensor("t", DType::kF32, {1, 1, 1, 1, 1}, std::vector<uint8_t>(4)).ok());
@@ -304,7 +310,12 @@ TEST(GgufWriterTest, RejectsBadValues) {
 
 TEST(GgufReaderTest, AcceptsVersion2) {
   ByteBuilder b;
-  b.Header(2, 1, 1).KvStr("general.architecture", "x").Tensor("t", {2}, 0, 0).PadTo(32).F32(1).F32(2);
+  b.Header(2, 1, 1)
+      .KvStr("general.architecture", "x")
+      .Tensor("t", {2}, 0, 0)
+      .PadTo(32)
+      .F32(1)
+      .F32(2);
   auto f = MustParse(b.bytes());
   ASSERT_TRUE(f);
   EXPECT_EQ(f->version(), 2u);
@@ -383,7 +394,8 @@ TEST(GgufValueTest, DisplayStrings) {
   EXPECT_EQ(Value::String("a\"b\n").ToDisplayString(), "\"a\\\"b\\n\"");
   std::vector<int64_t> many(128256);
   for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int64_t>(i) + 1;
-  EXPECT_EQ(Value::IntArray(ValueType::kInt32, many).ToDisplayString(3), "[1, 2, 3, ... (128256 items)]");
+  EXPECT_EQ(Value::IntArray(ValueType::kInt32, many).ToDisplayString(3),
+            "[1, 2, 3, ... (128256 items)]");
   EXPECT_EQ(Value::StringArray({"x", "y"}).ToDisplayString(), "[\"x\", \"y\"]");
   EXPECT_EQ(Value::BoolArray({true}).ToDisplayString(), "[true]");
   EXPECT_EQ(Value::EmptyArray(ValueType::kUint8).ToDisplayString(), "[]");

@@ -30,8 +30,8 @@ ByteBuilder& ByteBuilder::Header(uint32_t version, uint64_t n_tensors, uint64_t 
   return Raw("GGUF").U32(version).U64(n_tensors).U64(n_kv);
 }
 
-ByteBuilder& ByteBuilder::Tensor(const std::string& name, std::initializer_list<uint64_t> dims, uint32_t type,
-                                 uint64_t offset) {
+ByteBuilder& ByteBuilder::Tensor(const std::string& name, std::initializer_list<uint64_t> dims,
+                                 uint32_t type, uint64_t offset) {
   Str(name).U32(static_cast<uint32_t>(dims.size()));
   for (uint64_t d : dims) U64(d);
   return U32(type).U64(offset);
@@ -48,14 +48,16 @@ ByteBuilder& ByteBuilder::Zeros(uint64_t n) {
 }
 
 ::testing::AssertionResult ParseFailsWith(const std::vector<uint8_t>& bytes,
-                                          std::initializer_list<std::string> needles, const ReadOptions& opts) {
+                                          std::initializer_list<std::string> needles,
+                                          const ReadOptions& opts) {
   auto r = GgufFile::Parse(bytes, opts);
   if (r.ok()) return ::testing::AssertionFailure() << "parse unexpectedly succeeded";
   if (r.status().code() != StatusCode::kInvalidArgument)
     return ::testing::AssertionFailure() << "wrong code: " << r.status().ToString();
   for (const auto& n : needles) {
     if (r.status().message().find(n) == std::string::npos)
-      return ::testing::AssertionFailure() << "message lacks '" << n << "': " << r.status().message();
+      return ::testing::AssertionFailure()
+             << "message lacks '" << n << "': " << r.status().message();
   }
   return ::testing::AssertionSuccess() << r.status().message();
 }

@@ -30,9 +30,12 @@ class ByteBuilder {
   ByteBuilder& Header(uint32_t version, uint64_t n_tensors, uint64_t n_kv);
   // key + type + value.
   ByteBuilder& KvU32(const std::string& key, uint32_t v) { return Str(key).U32(4).U32(v); }
-  ByteBuilder& KvStr(const std::string& key, const std::string& v) { return Str(key).U32(8).Str(v); }
+  ByteBuilder& KvStr(const std::string& key, const std::string& v) {
+    return Str(key).U32(8).Str(v);
+  }
   // name, n_dims, dims, type, offset.
-  ByteBuilder& Tensor(const std::string& name, std::initializer_list<uint64_t> dims, uint32_t type, uint64_t offset);
+  ByteBuilder& Tensor(const std::string& name, std::initializer_list<uint64_t> dims, uint32_t type,
+                      uint64_t offset);
   ByteBuilder& PadTo(uint64_t align);
   ByteBuilder& Zeros(uint64_t n);
   size_t size() const { return bytes_.size(); }

@@ -61,25 +61,54 @@ Status CheckSigned(const std::string& field, ValueType t, int64_t v) {
 }
 
 // Writes one scalar of type t taken from the widened storage.
-Status EmitScalar(ByteSink& s, const std::string& field, ValueType t, uint64_t u, int64_t i, double d) {
+Status EmitScalar(ByteSink& s, const std::string& field, ValueType t, uint64_t u, int64_t i,
+                  double d) {
   switch (t) {
-    case ValueType::kUint8: RETURN_IF_ERROR(CheckUnsigned(field, t, u)); s.Le<uint8_t>(static_cast<uint8_t>(u)); break;
-    case ValueType::kUint16: RETURN_IF_ERROR(CheckUnsigned(field, t, u)); s.Le<uint16_t>(static_cast<uint16_t>(u)); break;
-    case ValueType::kUint32: RETURN_IF_ERROR(CheckUnsigned(field, t, u)); s.Le<uint32_t>(static_cast<uint32_t>(u)); break;
-    case ValueType::kUint64: s.Le<uint64_t>(u); break;
-    case ValueType::kInt8: RETURN_IF_ERROR(CheckSigned(field, t, i)); s.Le<int8_t>(static_cast<int8_t>(i)); break;
-    case ValueType::kInt16: RETURN_IF_ERROR(CheckSigned(field, t, i)); s.Le<int16_t>(static_cast<int16_t>(i)); break;
-    case ValueType::kInt32: RETURN_IF_ERROR(CheckSigned(field, t, i)); s.Le<int32_t>(static_cast<int32_t>(i)); break;
-    case ValueType::kInt64: s.Le<int64_t>(i); break;
-    case ValueType::kFloat32: s.Le<float>(static_cast<float>(d)); break;
-    case ValueType::kFloat64: s.Le<double>(d); break;
-    default: return Status::Internal(field + ": not a numeric type");
+    case ValueType::kUint8:
+      RETURN_IF_ERROR(CheckUnsigned(field, t, u));
+      s.Le<uint8_t>(static_cast<uint8_t>(u));
+      break;
+    case ValueType::kUint16:
+      RETURN_IF_ERROR(CheckUnsigned(field, t, u));
+      s.Le<uint16_t>(static_cast<uint16_t>(u));
+      break;
+    case ValueType::kUint32:
+      RETURN_IF_ERROR(CheckUnsigned(field, t, u));
+      s.Le<uint32_t>(static_cast<uint32_t>(u));
+      break;
+    case ValueType::kUint64:
+      s.Le<uint64_t>(u);
+      break;
+    case ValueType::kInt8:
+      RETURN_IF_ERROR(CheckSigned(field, t, i));
+      s.Le<int8_t>(static_cast<int8_t>(i));
+      break;
+    case ValueType::kInt16:
+      RETURN_IF_ERROR(CheckSigned(field, t, i));
+      s.Le<int16_t>(static_cast<int16_t>(i));
+      break;
+    case ValueType::kInt32:
+      RETURN_IF_ERROR(CheckSigned(field, t, i));
+      s.Le<int32_t>(static_cast<int32_t>(i));
+      break;
+    case ValueType::kInt64:
+      s.Le<int64_t>(i);
+      break;
+    case ValueType::kFloat32:
+      s.Le<float>(static_cast<float>(d));
+      break;
+    case ValueType::kFloat64:
+      s.Le<double>(d);
+      break;
+    default:
+      return Status::Internal(field + ": not a numeric type");
   }
   return Status::Ok();
 }
 
 Status Mismatch(const std::string& field, const Value& v) {
-  return Status::InvalidArgument(field + ": storage does not match declared type " + internal::TypeDescription(v));
+  return Status::InvalidArgument(field + ": storage does not match declared type " +
+                                 internal::TypeDescription(v));
 }
 
 Status EmitValue(ByteSink& s, const std::string& field, const Value& v) {
@@ -106,12 +135,14 @@ Status EmitValue(ByteSink& s, const std::string& field, const Value& v) {
       if (!d) return Mismatch(field, v);
       RETURN_IF_ERROR(EmitScalar(s, field, v.type, 0, 0, *d));
     } else {
-      return Status::InvalidArgument(field + ": unknown value type " + std::to_string(static_cast<uint32_t>(v.type)));
+      return Status::InvalidArgument(field + ": unknown value type " +
+                                     std::to_string(static_cast<uint32_t>(v.type)));
     }
     return Status::Ok();
   }
   ValueType et = v.elem_type;
-  if (et == ValueType::kArray) return Status::InvalidArgument(field + ": nested arrays are not supported");
+  if (et == ValueType::kArray)
+    return Status::InvalidArgument(field + ": nested arrays are not supported");
   if (!internal::IsKnownValueType(static_cast<uint32_t>(et)))
     return Status::InvalidArgument(field + ": unknown array element type");
   s.Le<uint32_t>(static_cast<uint32_t>(ValueType::kArray));
@@ -157,25 +188,30 @@ void GgufWriter::Set(std::string key, Value value) {
   kv_.push_back({std::move(key), std::move(value)});
 }
 
-Status GgufWriter::AddTensor(std::string name, DType type, std::vector<uint64_t> shape, std::vector<uint8_t> data) {
+Status GgufWriter::AddTensor(std::string name, DType type, std::vector<uint64_t> shape,
+                             std::vector<uint8_t> data) {
   std::string field = "tensor '" + name + "'";
   if (name.empty()) return Status::InvalidArgument("tensor: empty name");
   for (const auto& t : tensors_) {
     if (t.name == name) return Status::InvalidArgument(field + ": duplicate tensor name");
   }
   if (shape.empty() || shape.size() > internal::kMaxDims) {
-    return Status::InvalidArgument(field + ": " + std::to_string(shape.size()) + " dims (must be 1.." +
-                                   std::to_string(internal::kMaxDims) + ")");
+    return Status::InvalidArgument(field + ": " + std::to_string(shape.size()) +
+                                   " dims (must be 1.." + std::to_string(internal::kMaxDims) + ")");
   }
   auto traits = GetDTypeTraits(type);
-  if (!traits) return Status::InvalidArgument(field + ": unknown type " + std::to_string(static_cast<uint32_t>(type)));
+  if (!traits)
+    return Status::InvalidArgument(field + ": unknown type " +
+                                   std::to_string(static_cast<uint32_t>(type)));
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 0) return Status::InvalidArgument(field + ": dim[" + std::to_string(d) + "] is zero");
+    if (shape[d] == 0)
+      return Status::InvalidArgument(field + ": dim[" + std::to_string(d) + "] is zero");
   }
   auto bytes = RowBytes(type, shape[0]);
   if (!bytes) {
     return Status::InvalidArgument(field + ": dim[0] " + std::to_string(shape[0]) +
-                                   " is not a multiple of the block size " + std::to_string(traits->block_size));
+                                   " is not a multiple of the block size " +
+                                   std::to_string(traits->block_size));
   }
   std::optional<uint64_t> n_elements = shape[0];
   for (size_t d = 1; d < shape.size() && bytes && n_elements; ++d) {
@@ -185,8 +221,8 @@ Status GgufWriter::AddTensor(std::string name, DType type, std::vector<uint64_t>
   if (!bytes || !n_elements || *n_elements > static_cast<uint64_t>(INT64_MAX))
     return Status::InvalidArgument(field + ": size overflows");
   if (*bytes != data.size()) {
-    return Status::InvalidArgument(field + ": data has " + std::to_string(data.size()) + " bytes, shape and type need " +
-                                   std::to_string(*bytes));
+    return Status::InvalidArgument(field + ": data has " + std::to_string(data.size()) +
+                                   " bytes, shape and type need " + std::to_string(*bytes));
   }
   tensors_.push_back({std::move(name), type, std::move(shape), std::move(data)});
   return Status::Ok();
@@ -197,7 +233,8 @@ Result<std::vector<uint8_t>> GgufWriter::WriteToBuffer() const {
   for (const auto& kv : kv_) {
     if (kv.key != internal::kAlignmentKey) continue;
     const auto* u = std::get_if<uint64_t>(&kv.value.data);
-    if (kv.value.type != ValueType::kUint32 || !u || *u == 0 || (*u & (*u - 1)) != 0 || *u > UINT32_MAX) {
+    if (kv.value.type != ValueType::kUint32 || !u || *u == 0 || (*u & (*u - 1)) != 0 ||
+        *u > UINT32_MAX) {
       return Status::InvalidArgument(std::string("metadata '") + internal::kAlignmentKey +
                                      "': must be a u32 nonzero power of two");
     }

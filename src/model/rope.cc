@@ -13,7 +13,8 @@ Rope::Rope(const ModelConfig& cfg)
   for (int i = 0; i < half_; ++i) {
     double inv = std::pow(static_cast<double>(cfg.rope_base), -2.0 * i / cfg.rope_dim);
     inv /= static_cast<double>(cfg.rope_linear_scale);
-    if (!cfg.rope_freq_factors.empty()) inv /= static_cast<double>(cfg.rope_freq_factors[static_cast<size_t>(i)]);
+    if (!cfg.rope_freq_factors.empty())
+      inv /= static_cast<double>(cfg.rope_freq_factors[static_cast<size_t>(i)]);
     inv_freq_[static_cast<size_t>(i)] = static_cast<float>(inv);
   }
 }

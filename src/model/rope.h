@@ -24,8 +24,8 @@ class Rope {
 
  private:
   int head_dim_ = 0;
-  int half_ = 0;      // rope_dim / 2
-  bool neox_ = false;  // RopeStyle::kNeox: pairs (i, i + half) instead of (2i, 2i + 1)
+  int half_ = 0;                 // rope_dim / 2
+  bool neox_ = false;            // RopeStyle::kNeox: pairs (i, i + half) instead of (2i, 2i + 1)
   std::vector<float> inv_freq_;  // [half], includes linear scale and freq factors
 };
 

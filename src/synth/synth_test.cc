@@ -34,7 +34,8 @@ tokenizer::Vocab TestVocab(size_t n) {
 
 std::string TempPath(const std::string& stem) {
   return (std::filesystem::temp_directory_path() /
-          (stem + "-" + std::to_string(::getpid()) + ".gguf")).string();
+          (stem + "-" + std::to_string(::getpid()) + ".gguf"))
+      .string();
 }
 
 std::vector<uint8_t> Build(const SynthConfig& c, const tokenizer::Vocab& v, ThreadPool* pool) {
@@ -105,23 +106,50 @@ TEST(SynthConfigTest, ValidateRejectsBadConfigs) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
     EXPECT_NE(s.message().find(needle), std::string::npos) << what << ": " << s.message();
   };
-  expect_bad("zero layers", [](SynthConfig& c) { c.n_layers = 0; }, "n_layers");
-  expect_bad("zero dim", [](SynthConfig& c) { c.dim = 0; }, "dim");
-  expect_bad("zero heads", [](SynthConfig& c) { c.n_heads = 0; }, "n_heads");
-  expect_bad("zero ffn", [](SynthConfig& c) { c.ffn = 0; }, "ffn");
-  expect_bad("heads not dividing dim", [](SynthConfig& c) { c.n_heads = 5; c.n_kv_heads = 5; }, "divide dim");
-  expect_bad("kv not dividing heads", [](SynthConfig& c) { c.n_kv_heads = 3; }, "n_kv_heads");
-  expect_bad("odd head dim", [](SynthConfig& c) { c.head_dim = 7; }, "head_dim");
-  expect_bad("rope dim > head dim", [](SynthConfig& c) { c.rope_dim = 32; }, "rope_dim");
-  expect_bad("zero eps", [](SynthConfig& c) { c.rms_eps = 0; }, "rms_eps");
-  expect_bad("nan rope base", [](SynthConfig& c) { c.rope_base = std::nan(""); }, "rope_base");
-  expect_bad("qwen2 without bias", [](SynthConfig& c) { c.arch = Arch::kQwen2; }, "qwen2");
-  expect_bad("bad rope scaling", [](SynthConfig& c) {
-    c.rope_scaling.enabled = true;
-    c.rope_scaling.high_freq_factor = 0.5;
-  }, "high_freq_factor");
-  expect_bad("huge", [](SynthConfig& c) { c.dim = 1 << 20; c.ffn = 1 << 20; c.n_layers = 1000; }, "parameters");
-  expect_bad("too many layers", [](SynthConfig& c) { c.n_layers = 100000; }, "n_layers");
+  expect_bad(
+      "zero layers", [](SynthConfig& c) { c.n_layers = 0; }, "n_layers");
+  expect_bad(
+      "zero dim", [](SynthConfig& c) { c.dim = 0; }, "dim");
+  expect_bad(
+      "zero heads", [](SynthConfig& c) { c.n_heads = 0; }, "n_heads");
+  expect_bad(
+      "zero ffn", [](SynthConfig& c) { c.ffn = 0; }, "ffn");
+  expect_bad(
+      "heads not dividing dim",
+      [](SynthConfig& c) {
+        c.n_heads = 5;
+        c.n_kv_heads = 5;
+      },
+      "divide dim");
+  expect_bad(
+      "kv not dividing heads", [](SynthConfig& c) { c.n_kv_heads = 3; }, "n_kv_heads");
+  expect_bad(
+      "odd head dim", [](SynthConfig& c) { c.head_dim = 7; }, "head_dim");
+  expect_bad(
+      "rope dim > head dim", [](SynthConfig& c) { c.rope_dim = 32; }, "rope_dim");
+  expect_bad(
+      "zero eps", [](SynthConfig& c) { c.rms_eps = 0; }, "rms_eps");
+  expect_bad(
+      "nan rope base", [](SynthConfig& c) { c.rope_base = std::nan(""); }, "rope_base");
+  expect_bad(
+      "qwen2 without bias", [](SynthConfig& c) { c.arch = Arch::kQwen2; }, "qwen2");
+  expect_bad(
+      "bad rope scaling",
+      [](SynthConfig& c) {
+        c.rope_scaling.enabled = true;
+        c.rope_scaling.high_freq_factor = 0.5;
+      },
+      "high_freq_factor");
+  expect_bad(
+      "huge",
+      [](SynthConfig& c) {
+        c.dim = 1 << 20;
+        c.ffn = 1 << 20;
+        c.n_layers = 1000;
+      },
+      "parameters");
+  expect_bad(
+      "too many layers", [](SynthConfig& c) { c.n_layers = 100000; }, "n_layers");
 }
 
 TEST(SynthConfigTest, ParsesFileTypes) {
@@ -275,8 +303,8 @@ void ExpectPlanMatchesFile(const SynthConfig& c, const std::string& path) {
   for (const auto& [name, v] : theirs) {
     auto it = ours.find(name);
     ASSERT_NE(it, ours.end()) << name;
-    EXPECT_EQ(it->second.first, v.first) << name << ": ours " << DTypeName(it->second.first)
-                                         << ", llama.cpp " << DTypeName(v.first);
+    EXPECT_EQ(it->second.first, v.first)
+        << name << ": ours " << DTypeName(it->second.first) << ", llama.cpp " << DTypeName(v.first);
     EXPECT_EQ(it->second.second, v.second) << name;
   }
   // Architecture metadata written the same way.
@@ -300,7 +328,8 @@ void ExpectPlanMatchesFile(const SynthConfig& c, const std::string& path) {
   }
   for (auto key : {".attention.layer_norm_rms_epsilon", ".rope.freq_base"}) {
     EXPECT_FLOAT_EQ(static_cast<float>(*(*mine)->GetFloat(a + key)),
-                    static_cast<float>(*(*g)->GetFloat(a + key))) << key;
+                    static_cast<float>(*(*g)->GetFloat(a + key)))
+        << key;
   }
   EXPECT_EQ(*(*mine)->GetUint("general.file_type"), *(*g)->GetUint("general.file_type"));
 }
@@ -382,7 +411,11 @@ TEST(SynthFileTest, TinyReadsBackWithEveryKeyAndTensor) {
   // 1 embedding + 9 per layer + output_norm + output.
   EXPECT_EQ(f.tensors().size(), 1u + 2 * 9 + 2);
   EXPECT_EQ(st->n_tensors, f.tensors().size());
-  struct Want { const char* name; std::vector<uint64_t> shape; DType type; };
+  struct Want {
+    const char* name;
+    std::vector<uint64_t> shape;
+    DType type;
+  };
   const Want want[] = {
       {"token_embd.weight", {64, 300}, DType::kQ8_0},
       {"output_norm.weight", {64}, DType::kF32},
@@ -423,7 +456,8 @@ TEST(SynthFileTest, Qwen2HasBiasesAndNoOutput) {
   EXPECT_EQ(*(*g)->GetString("general.architecture"), "qwen2");
   EXPECT_EQ((*g)->FindTensor("output.weight"), nullptr);
   for (auto [name, n] : {std::pair<const char*, uint64_t>{"blk.0.attn_q.bias", 128},
-                         {"blk.0.attn_k.bias", 64}, {"blk.0.attn_v.bias", 64}}) {
+                         {"blk.0.attn_k.bias", 64},
+                         {"blk.0.attn_v.bias", 64}}) {
     const gguf::TensorInfo* t = (*g)->FindTensor(name);
     ASSERT_NE(t, nullptr) << name;
     EXPECT_EQ(t->type, DType::kF32);
@@ -494,7 +528,8 @@ void CheckStats(FileType ft, double tol) {
   EXPECT_NEAR(std_of("blk.0.ffn_gate.weight"), 1.0 / 16, 1.0 / 16 * tol);
   EXPECT_NEAR(std_of("blk.0.ffn_up.weight"), 1.0 / 16, 1.0 / 16 * tol);
   EXPECT_NEAR(std_of("blk.0.attn_output.weight"), 1.0 / 16, 1.0 / 16 * tol);
-  EXPECT_NEAR(std_of("blk.0.ffn_down.weight"), 1.0 / std::sqrt(512.0), 1.0 / std::sqrt(512.0) * tol);
+  EXPECT_NEAR(std_of("blk.0.ffn_down.weight"), 1.0 / std::sqrt(512.0),
+              1.0 / std::sqrt(512.0) * tol);
   EXPECT_NEAR(std_of("blk.0.attn_q.bias"), 0.3, 0.3 * 0.2);  // only 256 samples
   EXPECT_NEAR(Mean(Dequantize(*(*g)->FindTensor("blk.0.attn_q.weight"))), 0.0, 0.01);
   for (auto name : {"blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"}) {
@@ -531,8 +566,10 @@ TEST(SynthStatsTest, F32WeightsAreGaussian) {
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   std::vector<double> z;
   for (auto [name, std] : {std::pair<const char*, double>{"blk.0.attn_q.weight", 2.0 / 16},
-                           {"blk.0.attn_k.weight", 2.0 / 16}, {"blk.0.attn_v.weight", 1.0 / 16},
-                           {"blk.0.attn_output.weight", 1.0 / 16}, {"blk.0.ffn_gate.weight", 1.0 / 16},
+                           {"blk.0.attn_k.weight", 2.0 / 16},
+                           {"blk.0.attn_v.weight", 1.0 / 16},
+                           {"blk.0.attn_output.weight", 1.0 / 16},
+                           {"blk.0.ffn_gate.weight", 1.0 / 16},
                            {"blk.0.ffn_up.weight", 1.0 / 16},
                            {"blk.0.ffn_down.weight", 1.0 / std::sqrt(512.0)}}) {
     for (float v : Dequantize(*(*g)->FindTensor(name))) z.push_back(v / std);
@@ -555,7 +592,7 @@ TEST(SynthStatsTest, F32WeightsAreGaussian) {
   m2 /= n;
   EXPECT_NEAR(mean, 0.0, 0.006);
   EXPECT_NEAR(m2, 1.0, 0.01);
-  EXPECT_NEAR(m3 / n, 0.0, 0.03);             // skewness 0
+  EXPECT_NEAR(m3 / n, 0.0, 0.03);              // skewness 0
   EXPECT_NEAR(m4 / n / (m2 * m2), 3.0, 0.05);  // kurtosis 3
   EXPECT_NEAR(static_cast<double>(positive) / n, 0.5, 0.003);
   // P(|Z| > 2) = 0.045500, P(|Z| > 3) = 0.0026998, P(|Z| > 4) = 6.334e-5 (about 37 here).

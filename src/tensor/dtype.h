@@ -56,7 +56,9 @@ struct DTypeTraits {
 
 // Traits of a known type id; nullopt for an id this build does not know (an "unknown type").
 std::optional<DTypeTraits> GetDTypeTraits(uint32_t type_id);
-inline std::optional<DTypeTraits> GetDTypeTraits(DType t) { return GetDTypeTraits(static_cast<uint32_t>(t)); }
+inline std::optional<DTypeTraits> GetDTypeTraits(DType t) {
+  return GetDTypeTraits(static_cast<uint32_t>(t));
+}
 std::string_view DTypeName(DType t);
 // Parses "f32", "F16", "q4_k", "Q8_0", "bf16", ... (case-insensitive); nullopt if unknown.
 std::optional<DType> ParseDType(std::string_view name);
@@ -72,13 +74,14 @@ constexpr int kQK_K = 256;
 constexpr int kKScaleSize = 12;
 
 struct BlockQ4_0 {
-  uint16_t d;              // fp16 scale
-  uint8_t qs[kQK4_0 / 2];  // element j (<16) in low nibble of qs[j], element j+16 in the high nibble
+  uint16_t d;  // fp16 scale
+  uint8_t
+      qs[kQK4_0 / 2];  // element j (<16) in low nibble of qs[j], element j+16 in the high nibble
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
 struct BlockQ8_0 {
-  uint16_t d;          // fp16 scale
+  uint16_t d;  // fp16 scale
   int8_t qs[kQK8_0];
 };
 static_assert(sizeof(BlockQ8_0) == 34);
@@ -101,10 +104,10 @@ struct BlockQ5_K {
 static_assert(sizeof(BlockQ5_K) == 176);
 
 struct BlockQ6_K {
-  uint8_t ql[kQK_K / 2];       // low 4 bits
-  uint8_t qh[kQK_K / 4];       // high 2 bits
-  int8_t scales[kQK_K / 16];   // 8-bit scales of 16-element groups
-  uint16_t d;                  // fp16 super-block scale
+  uint8_t ql[kQK_K / 2];      // low 4 bits
+  uint8_t qh[kQK_K / 4];      // high 2 bits
+  int8_t scales[kQK_K / 16];  // 8-bit scales of 16-element groups
+  uint16_t d;                 // fp16 super-block scale
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 

@@ -47,7 +47,7 @@ TEST(Fp16Test, RoundsToNearestEven) {
   // Between 1.0 (0x3c00) and next half 1+2^-10: midpoint rounds to even (1.0).
   EXPECT_EQ(F32ToF16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
   EXPECT_EQ(F32ToF16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
-  EXPECT_EQ(F32ToF16(1e6f), 0x7c00);          // overflow to inf
+  EXPECT_EQ(F32ToF16(1e6f), 0x7c00);                   // overflow to inf
   EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -26)), 0x0000);  // below half of min subnormal... ties to 0
   EXPECT_EQ(F32ToF16(std::ldexp(1.5f, -25)), 0x0001);
   // Brute-force check against double arithmetic on a sweep of floats.
@@ -56,7 +56,8 @@ TEST(Fp16Test, RoundsToNearestEven) {
     std::memcpy(&f, &bits, 4);
     uint16_t h = F32ToF16(f);
     double v = HalfValue(h);
-    double lo = HalfValue(static_cast<uint16_t>(h - 1)), hi = HalfValue(static_cast<uint16_t>(h + 1));
+    double lo = HalfValue(static_cast<uint16_t>(h - 1)),
+           hi = HalfValue(static_cast<uint16_t>(h + 1));
     if (h != 0) {
       ASSERT_LE(std::fabs(v - f), std::fabs(lo - f)) << bits;
     }

@@ -26,8 +26,8 @@ namespace {
 
 // Token texts that end generation in chat models (llama.cpp's list, matched exactly).
 constexpr std::string_view kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-    "<|eom_id|>", "<EOT>",      "</s>",
+    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<end_of_turn>",
+    "<|endoftext|>", "<|eom_id|>", "<EOT>",   "</s>",
 };
 
 bool IsSpecialType(TokenType t) {
@@ -66,7 +66,8 @@ Status TokenizerImpl::InitCommon() {
     if (IsSpecialType(type(id)) && !vocab_.tokens[i].empty()) specials_.push_back(id);
   }
   std::stable_sort(specials_.begin(), specials_.end(), [this](int32_t a, int32_t b) {
-    return vocab_.tokens[static_cast<size_t>(a)].size() > vocab_.tokens[static_cast<size_t>(b)].size();
+    return vocab_.tokens[static_cast<size_t>(a)].size() >
+           vocab_.tokens[static_cast<size_t>(b)].size();
   });
 
   pieces_.resize(n);

@@ -22,23 +22,29 @@ class GgufFile;
 namespace strata::tokenizer {
 
 enum class TokenType : int32_t {
-  kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
 };
 
 // Everything a tokenizer needs, independent of where it came from.
 struct Vocab {
   enum class Kind { kSpm, kBpe };
   Kind kind = Kind::kSpm;
-  std::string model;                 // tokenizer.ggml.model ("llama", "gpt2")
-  std::string pre = "default";       // tokenizer.ggml.pre
+  std::string model;            // tokenizer.ggml.model ("llama", "gpt2")
+  std::string pre = "default";  // tokenizer.ggml.pre
   std::vector<std::string> tokens;
-  std::vector<float> scores;         // may be empty (BPE)
-  std::vector<TokenType> types;      // may be empty -> all normal
-  std::vector<std::string> merges;   // BPE only, "left right" in GPT-2 byte-to-unicode spelling
+  std::vector<float> scores;        // may be empty (BPE)
+  std::vector<TokenType> types;     // may be empty -> all normal
+  std::vector<std::string> merges;  // BPE only, "left right" in GPT-2 byte-to-unicode spelling
   int32_t bos = -1, eos = -1, unk = -1, pad = -1, eot = -1, eom = -1;
   bool add_bos = false, add_eos = false;
-  bool add_space_prefix = true;      // SPM: prepend "▁"-space (tokenizer.ggml.add_space_prefix)
-  std::string chat_template;         // tokenizer.chat_template, empty if none
+  bool add_space_prefix = true;  // SPM: prepend "▁"-space (tokenizer.ggml.add_space_prefix)
+  std::string chat_template;     // tokenizer.chat_template, empty if none
 };
 
 // Reads tokenizer.ggml.* keys. Works on vocabulary-only GGUF files.
@@ -59,7 +65,8 @@ class Tokenizer {
 
   // add_special: prepend BOS if vocab.add_bos (append EOS if add_eos).
   // parse_special: recognise control/user-defined token text ("<|eot_id|>") in the input.
-  virtual std::vector<int32_t> Encode(std::string_view text, bool add_special, bool parse_special) const = 0;
+  virtual std::vector<int32_t> Encode(std::string_view text, bool add_special,
+                                      bool parse_special) const = 0;
   // Raw bytes of one token (byte tokens -> the byte, "▁" -> ' ', GPT-2 unicode -> bytes).
   // Control tokens render as their text only when `special` is true.
   virtual std::string TokenToPiece(int32_t id, bool special = false) const = 0;

@@ -22,7 +22,8 @@ using StringIndex = std::unordered_map<std::string, int32_t, StringHash, std::eq
 
 class TokenizerImpl : public Tokenizer {
  public:
-  std::vector<int32_t> Encode(std::string_view text, bool add_special, bool parse_special) const final;
+  std::vector<int32_t> Encode(std::string_view text, bool add_special,
+                              bool parse_special) const final;
   std::string TokenToPiece(int32_t id, bool special = false) const final;
   std::string Decode(std::span<const int32_t> ids, bool special = false) const final;
 
@@ -39,14 +40,15 @@ class TokenizerImpl : public Tokenizer {
   // Builds the indexes; subclasses call it at the end of their own initialisation.
   Status InitCommon();
   // Encodes text without special tokens. `after_special`: at the start or after a special token.
-  virtual void EncodeText(std::string_view text, bool after_special, std::vector<int32_t>* out) const = 0;
+  virtual void EncodeText(std::string_view text, bool after_special,
+                          std::vector<int32_t>* out) const = 0;
   // Bytes of a normal (or byte) token.
   virtual std::string NormalPiece(int32_t id) const = 0;
 
   StringIndex token_to_id_;
 
  private:
-  std::vector<int32_t> specials_;  // control / user-defined / unknown, longest text first
+  std::vector<int32_t> specials_;    // control / user-defined / unknown, longest text first
   std::vector<std::string> pieces_;  // rendering of every token (control tokens: their text)
 };
 

@@ -1,16 +1,17 @@
 // Unit tests: special tokens, BOS/EOS, EOG ids, decoding, incremental decoding, the SentencePiece
 // model parser, hostile metadata, and the built-in byte vocabulary.
+#include "tokenizer/tokenizer.h"
+
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "gguf/gguf.h"
 #include "testing/shared_dir.h"
-#include "tokenizer/tokenizer.h"
 
 namespace strata::tokenizer {
 namespace {
@@ -271,25 +272,44 @@ TEST(HostileMetadata, Errors) {
     const char* expect;
   };
   const std::vector<Case> cases = {
-      {"scores length", [](auto& w) { w.Set("tokenizer.ggml.scores", gguf::Value::Float32Array({0, 0})); },
+      {"scores length",
+       [](auto& w) {
+         w.Set("tokenizer.ggml.scores", gguf::Value::Float32Array({0, 0}));
+       },
        "tokenizer.ggml.scores"},
-      {"types length", [](auto& w) { w.Set("tokenizer.ggml.token_type", gguf::Value::Int32Array({1})); },
+      {"types length",
+       [](auto& w) { w.Set("tokenizer.ggml.token_type", gguf::Value::Int32Array({1})); },
        "tokenizer.ggml.token_type"},
-      {"type value", [](auto& w) { w.Set("tokenizer.ggml.token_type", gguf::Value::Int32Array({1, 1, 1, 42})); },
+      {"type value",
+       [](auto& w) {
+         w.Set("tokenizer.ggml.token_type", gguf::Value::Int32Array({1, 1, 1, 42}));
+       },
        "tokenizer.ggml.token_type"},
-      {"bos range", [](auto& w) { w.Set("tokenizer.ggml.bos_token_id", gguf::Value::Uint(gguf::ValueType::kUint32, 4)); },
+      {"bos range",
+       [](auto& w) {
+         w.Set("tokenizer.ggml.bos_token_id", gguf::Value::Uint(gguf::ValueType::kUint32, 4));
+       },
        "tokenizer.ggml.bos_token_id"},
-      {"eos range", [](auto& w) { w.Set("tokenizer.ggml.eos_token_id", gguf::Value::Uint(gguf::ValueType::kUint32, 1u << 31)); },
+      {"eos range",
+       [](auto& w) {
+         w.Set("tokenizer.ggml.eos_token_id",
+               gguf::Value::Uint(gguf::ValueType::kUint32, 1u << 31));
+       },
        "tokenizer.ggml.eos_token_id"},
-      {"bad merge", [](auto& w) { w.Set("tokenizer.ggml.merges", gguf::Value::StringArray({"ab"})); },
+      {"bad merge",
+       [](auto& w) { w.Set("tokenizer.ggml.merges", gguf::Value::StringArray({"ab"})); },
        "tokenizer.ggml.merges[0]"},
       {"model", [](auto& w) { w.Set("tokenizer.ggml.model", gguf::Value::String("bert")); },
        "'llama'"},
-      {"pre", [](auto& w) { w.Set("tokenizer.ggml.pre", gguf::Value::String("klingon")); }, "klingon"},
-      {"tokens type", [](auto& w) { w.Set("tokenizer.ggml.tokens", gguf::Value::Int32Array({1, 2})); },
+      {"pre", [](auto& w) { w.Set("tokenizer.ggml.pre", gguf::Value::String("klingon")); },
+       "klingon"},
+      {"tokens type",
+       [](auto& w) {
+         w.Set("tokenizer.ggml.tokens", gguf::Value::Int32Array({1, 2}));
+       },
        "tokenizer.ggml.tokens"},
-      {"add_bos without bos", [](auto& w) { w.Set("tokenizer.ggml.add_bos_token", gguf::Value::Bool(true)); },
-       "add_bos"},
+      {"add_bos without bos",
+       [](auto& w) { w.Set("tokenizer.ggml.add_bos_token", gguf::Value::Bool(true)); }, "add_bos"},
   };
   for (const auto& c : cases) {
     gguf::GgufWriter w = MinimalBpeWriter();

@@ -46,7 +46,8 @@ Status ValidateVocab(const Vocab& v) {
                                    " entries but tokenizer.ggml.tokens has " + std::to_string(n));
   }
   if (!v.types.empty() && v.types.size() != n) {
-    return Status::InvalidArgument("tokenizer.ggml.token_type has " + std::to_string(v.types.size()) +
+    return Status::InvalidArgument("tokenizer.ggml.token_type has " +
+                                   std::to_string(v.types.size()) +
                                    " entries but tokenizer.ggml.tokens has " + std::to_string(n));
   }
   for (size_t i = 0; i < v.scores.size(); ++i) {
@@ -57,8 +58,8 @@ Status ValidateVocab(const Vocab& v) {
   for (size_t i = 0; i < v.types.size(); ++i) {
     const auto t = static_cast<int32_t>(v.types[i]);
     if (t < 0 || t > 6) {
-      return Status::InvalidArgument("tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
-                                     std::to_string(t) + " is not a token type (0..6)");
+      return Status::InvalidArgument("tokenizer.ggml.token_type[" + std::to_string(i) +
+                                     "] = " + std::to_string(t) + " is not a token type (0..6)");
     }
   }
   const std::pair<const char*, int32_t> ids[] = {
@@ -72,10 +73,12 @@ Status ValidateVocab(const Vocab& v) {
     }
   }
   if (v.add_bos && v.bos < 0) {
-    return Status::InvalidArgument("tokenizer.ggml.add_bos_token is true but there is no BOS token");
+    return Status::InvalidArgument(
+        "tokenizer.ggml.add_bos_token is true but there is no BOS token");
   }
   if (v.add_eos && v.eos < 0) {
-    return Status::InvalidArgument("tokenizer.ggml.add_eos_token is true but there is no EOS token");
+    return Status::InvalidArgument(
+        "tokenizer.ggml.add_eos_token is true but there is no EOS token");
   }
   if (v.kind == Vocab::Kind::kBpe) {
     for (size_t i = 0; i < v.merges.size(); ++i) {
@@ -131,7 +134,8 @@ Result<Vocab> VocabFromGguf(const gguf::GgufFile& f) {
   if (f.Has("tokenizer.ggml.token_type")) {
     ASSIGN_OR_RETURN(auto types, f.GetIntArray("tokenizer.ggml.token_type"));
     if (types.size() != n) {
-      return Status::InvalidArgument("tokenizer.ggml.token_type has " + std::to_string(types.size()) +
+      return Status::InvalidArgument("tokenizer.ggml.token_type has " +
+                                     std::to_string(types.size()) +
                                      " entries but tokenizer.ggml.tokens has " + std::to_string(n));
     }
     v.types.reserve(n);
@@ -159,8 +163,8 @@ Result<Vocab> VocabFromGguf(const gguf::GgufFile& f) {
     v.add_bos = true;
     v.add_space_prefix = true;
   } else {
-    v.add_bos = v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3" ||
-                v.pre == "falcon3";
+    v.add_bos =
+        v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3" || v.pre == "falcon3";
     v.add_space_prefix = false;
   }
   RETURN_IF_ERROR(ReadTokenId(f, "tokenizer.ggml.bos_token_id", n, &v.bos));
@@ -382,28 +386,217 @@ namespace {
 
 constexpr const char* kBuiltinWords[] = {
     // frequent letter pairs first, so that words reuse them
-    "th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ti", "es", "or", "te", "of", "ed",
-    "is", "it", "al", "ar", "st", "to", "nt", "ng", "se", "ha", "as", "ou", "io", "le", "ve", "co",
-    "me", "de", "hi", "ri", "ro", "ic", "ne", "ea", "ra", "ce", "li", "ch", "ll", "be", "ma", "si",
-    "om", "ur",
+    "th",
+    "he",
+    "in",
+    "er",
+    "an",
+    "re",
+    "on",
+    "at",
+    "en",
+    "nd",
+    "ti",
+    "es",
+    "or",
+    "te",
+    "of",
+    "ed",
+    "is",
+    "it",
+    "al",
+    "ar",
+    "st",
+    "to",
+    "nt",
+    "ng",
+    "se",
+    "ha",
+    "as",
+    "ou",
+    "io",
+    "le",
+    "ve",
+    "co",
+    "me",
+    "de",
+    "hi",
+    "ri",
+    "ro",
+    "ic",
+    "ne",
+    "ea",
+    "ra",
+    "ce",
+    "li",
+    "ch",
+    "ll",
+    "be",
+    "ma",
+    "si",
+    "om",
+    "ur",
     // words with their leading space (GPT-2 style)
-    " the", " of", " and", " to", " a", " in", " is", " that", " for", " it", " as", " was",
-    " with", " be", " by", " on", " not", " he", " I", " this", " are", " or", " his", " from",
-    " at", " which", " but", " have", " an", " had", " they", " you", " were", " their", " one",
-    " all", " we", " can", " her", " has", " there", " been", " if", " more", " when", " will",
-    " would", " who", " so", " no", " she", " other", " its", " may", " these", " what", " them",
-    " than", " some", " him", " time", " into", " only", " do", " could", " new", " about",
-    " two", " first", " also", " after", " any", " like", " our", " over", " such", " then",
-    " my", " me", " your", " how", " model", " token", " text", " hello", " world", " The",
-    " This", " It", " In", " A", " We", " Hello", " quick", " brown", " fox", " jumps", " lazy",
-    " dog", " once", " upon", " story", " said", " good", " day", " little", " very", " make",
-    " just", " know", " people", " year", " well", " way", " because", " each", " just",
+    " the",
+    " of",
+    " and",
+    " to",
+    " a",
+    " in",
+    " is",
+    " that",
+    " for",
+    " it",
+    " as",
+    " was",
+    " with",
+    " be",
+    " by",
+    " on",
+    " not",
+    " he",
+    " I",
+    " this",
+    " are",
+    " or",
+    " his",
+    " from",
+    " at",
+    " which",
+    " but",
+    " have",
+    " an",
+    " had",
+    " they",
+    " you",
+    " were",
+    " their",
+    " one",
+    " all",
+    " we",
+    " can",
+    " her",
+    " has",
+    " there",
+    " been",
+    " if",
+    " more",
+    " when",
+    " will",
+    " would",
+    " who",
+    " so",
+    " no",
+    " she",
+    " other",
+    " its",
+    " may",
+    " these",
+    " what",
+    " them",
+    " than",
+    " some",
+    " him",
+    " time",
+    " into",
+    " only",
+    " do",
+    " could",
+    " new",
+    " about",
+    " two",
+    " first",
+    " also",
+    " after",
+    " any",
+    " like",
+    " our",
+    " over",
+    " such",
+    " then",
+    " my",
+    " me",
+    " your",
+    " how",
+    " model",
+    " token",
+    " text",
+    " hello",
+    " world",
+    " The",
+    " This",
+    " It",
+    " In",
+    " A",
+    " We",
+    " Hello",
+    " quick",
+    " brown",
+    " fox",
+    " jumps",
+    " lazy",
+    " dog",
+    " once",
+    " upon",
+    " story",
+    " said",
+    " good",
+    " day",
+    " little",
+    " very",
+    " make",
+    " just",
+    " know",
+    " people",
+    " year",
+    " well",
+    " way",
+    " because",
+    " each",
+    " just",
     // suffixes and pieces
-    "ing", "ion", "tion", "ed", "er", "ly", "es", "ent", "ment", "ness", "able", "ous", "ive",
-    "al", "ic", "ity", "ers", "est", "ful", "less",
+    "ing",
+    "ion",
+    "tion",
+    "ed",
+    "er",
+    "ly",
+    "es",
+    "ent",
+    "ment",
+    "ness",
+    "able",
+    "ous",
+    "ive",
+    "al",
+    "ic",
+    "ity",
+    "ers",
+    "est",
+    "ful",
+    "less",
     // whitespace and punctuation runs
-    "  ", "    ", "\n\n", " (", ".\n", ",\"", " \"", "'s", "'t", "...", " -", " =", " {", " }",
-    "()", "0", "00", "000", " 1", " 2", " 10",
+    "  ",
+    "    ",
+    "\n\n",
+    " (",
+    ".\n",
+    ",\"",
+    " \"",
+    "'s",
+    "'t",
+    "...",
+    " -",
+    " =",
+    " {",
+    " }",
+    "()",
+    "0",
+    "00",
+    "000",
+    " 1",
+    " 2",
+    " 10",
 };
 
 std::string BuiltinMergeKey(const std::string& a, const std::string& b) { return a + " " + b; }
@@ -428,7 +621,8 @@ Vocab BuiltinByteVocab() {
     const std::string enc = bu.EncodeString(word);
     std::vector<std::string> parts;
     for (size_t i = 0; i < enc.size();) {
-      const size_t len = std::min(internal::Utf8SeqLen(static_cast<uint8_t>(enc[i])), enc.size() - i);
+      const size_t len =
+          std::min(internal::Utf8SeqLen(static_cast<uint8_t>(enc[i])), enc.size() - i);
       parts.push_back(enc.substr(i, len));
       i += len;
     }

@@ -18,7 +18,8 @@ bool RunFile(const std::filesystem::path& p) {
     std::fprintf(stderr, "cannot read %s\n", p.c_str());
     return false;
   }
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   // An exact-size heap copy so sanitizers catch reads past the end.
   LLVMFuzzerTestOneInput(bytes.data(), bytes.size());
   return true;

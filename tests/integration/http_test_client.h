@@ -58,7 +58,8 @@ class HttpConn {
     std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
     for (const auto& h : extra_headers) req += h + "\r\n";
     if (!body.empty() || method == "POST") {
-      req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+      req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+             "\r\n";
     }
     req += "\r\n" + body;
     return SendRaw(req);
@@ -69,7 +70,8 @@ class HttpConn {
   bool ReadUntil(Pred pred, double timeout_s = 30) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     while (!pred(buf_)) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
@@ -89,7 +91,9 @@ class HttpConn {
   // Reads one full response (Content-Length or chunked).
   HttpReply ReadResponse(double timeout_s = 60) {
     HttpReply r;
-    if (!ReadUntil([](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; }, timeout_s)) return r;
+    if (!ReadUntil([](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; },
+                   timeout_s))
+      return r;
     size_t he = buf_.find("\r\n\r\n");
     std::string head = buf_.substr(0, he);
     buf_.erase(0, he + 4);
@@ -98,7 +102,8 @@ class HttpConn {
     size_t pos = head.find("\r\n");
     while (pos != std::string::npos) {
       size_t next = head.find("\r\n", pos + 2);
-      std::string line = head.substr(pos + 2, next == std::string::npos ? std::string::npos : next - pos - 2);
+      std::string line =
+          head.substr(pos + 2, next == std::string::npos ? std::string::npos : next - pos - 2);
       size_t c = line.find(':');
       if (c != std::string::npos) {
         std::string k = line.substr(0, c);
@@ -118,10 +123,14 @@ class HttpConn {
     }
     if (r.headers["transfer-encoding"] == "chunked") {
       while (true) {
-        if (!ReadUntil([](const std::string& b) { return b.find("\r\n") != std::string::npos; }, timeout_s)) return r;
+        if (!ReadUntil([](const std::string& b) { return b.find("\r\n") != std::string::npos; },
+                       timeout_s))
+          return r;
         size_t le = buf_.find("\r\n");
         size_t len = std::stoul(buf_.substr(0, le), nullptr, 16);
-        if (!ReadUntil([&](const std::string& b) { return b.size() >= le + 2 + len + 2; }, timeout_s)) return r;
+        if (!ReadUntil([&](const std::string& b) { return b.size() >= le + 2 + len + 2; },
+                       timeout_s))
+          return r;
         r.body += buf_.substr(le + 2, len);
         buf_.erase(0, le + 2 + len + 2);
         if (len == 0) break;
@@ -137,7 +146,8 @@ class HttpConn {
   bool eof_ = false;
 };
 
-inline HttpReply HttpCall(int port, const std::string& method, const std::string& path, const std::string& body = "",
+inline HttpReply HttpCall(int port, const std::string& method, const std::string& path,
+                          const std::string& body = "",
                           const std::vector<std::string>& headers = {}) {
   HttpConn c(port);
   if (!c.connected() || !c.Send(method, path, body, headers)) return {};

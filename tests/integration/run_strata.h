@@ -5,6 +5,7 @@
 // or did not exit normally.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,8 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace strata::testing {
 
@@ -26,8 +25,8 @@ struct RunResult {
 
 inline RunResult RunStrata(const std::string& args) {
   static int call = 0;
-  const std::string err_file = ::testing::TempDir() + "/strata_run_stderr." + std::to_string(::getpid()) + "." +
-                               std::to_string(call++) + ".txt";
+  const std::string err_file = ::testing::TempDir() + "/strata_run_stderr." +
+                               std::to_string(::getpid()) + "." + std::to_string(call++) + ".txt";
   const std::string cmd = std::string(STRATA_BIN) + " " + args + " 2>" + err_file;
   RunResult r;
   FILE* p = ::popen(cmd.c_str(), "r");

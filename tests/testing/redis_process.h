@@ -60,7 +60,7 @@ class RedisProcess {
     return reply;
   }
 
- // A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
+  // A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
   static int FreePort() {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -98,8 +98,8 @@ class RedisProcess {
     pid_ = ::fork();
     if (pid_ == 0) {
       std::string p = std::to_string(port_);
-      ::execl(kBinary, kBinary, "--port", p.c_str(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-              "--loglevel", "warning", static_cast<char*>(nullptr));
+      ::execl(kBinary, kBinary, "--port", p.c_str(), "--bind", "127.0.0.1", "--save", "",
+              "--appendonly", "no", "--loglevel", "warning", static_cast<char*>(nullptr));
       ::_exit(127);
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

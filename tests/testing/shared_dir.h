@@ -18,7 +18,8 @@ std::string SharedPath(const std::string& rel);
 }  // namespace strata::testing
 
 // Skips the current test (visibly) if `rel` is not present under the shared directory.
-#define STRATA_REQUIRE_SHARED(var, rel)                                                     \
-  std::string var = ::strata::testing::SharedPath(rel);                                     \
-  if (var.empty()) GTEST_SKIP() << "shared test data not found: " << (rel)                  \
-                                << " (set STRATA_SHARED_DIR to the shared/ directory)"
+#define STRATA_REQUIRE_SHARED(var, rel)                   \
+  std::string var = ::strata::testing::SharedPath(rel);   \
+  if (var.empty())                                        \
+  GTEST_SKIP() << "shared test data not found: " << (rel) \
+               << " (set STRATA_SHARED_DIR to the shared/ directory)"

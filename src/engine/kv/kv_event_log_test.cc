@@ -198,7 +198,7 @@ TEST(KvEventLog, HeldSetIsBoundedPerTier) {
   EXPECT_EQ(log.dropped_adds(), 6u);
   EXPECT_EQ(log.head(), c0 + 4);  // dropped adds are not published...
   log.Remove(protocol::KvTier::kPool, H(7));
-  EXPECT_EQ(log.head(), c0 + 4);     // ...nor their removes
+  EXPECT_EQ(log.head(), c0 + 4);          // ...nor their removes
   log.Add(protocol::KvTier::kRam, H(7));  // other tiers have their own bound
   EXPECT_EQ(log.held(protocol::KvTier::kRam), 1u);
   log.Remove(protocol::KvTier::kPool, H(0));
@@ -271,7 +271,8 @@ TEST(KvEventLog, ConcurrentProducersAndReaders) {
   for (auto& t : readers) t.join();
   const std::set<Pair> truth = SnapshotOf(log);
   size_t total = 0;
-  for (int t = 0; t < protocol::kNumKvTiers; ++t) total += log.held(static_cast<protocol::KvTier>(t));
+  for (int t = 0; t < protocol::kNumKvTiers; ++t)
+    total += log.held(static_cast<protocol::KvTier>(t));
   EXPECT_EQ(truth.size(), total);
   for (Follower& f : followers) {
     while (f.Poll(log, 100) > 0) {

@@ -56,8 +56,9 @@ bool TryCompress(Compression c, std::span<const uint8_t> in, std::vector<uint8_t
   if (c == Compression::kLz4) {
     if (in.size() > static_cast<size_t>(LZ4_MAX_INPUT_SIZE)) return false;
     out->resize(static_cast<size_t>(LZ4_compressBound(static_cast<int>(in.size()))));
-    int n = LZ4_compress_default(reinterpret_cast<const char*>(in.data()), reinterpret_cast<char*>(out->data()),
-                                 static_cast<int>(in.size()), static_cast<int>(out->size()));
+    int n = LZ4_compress_default(reinterpret_cast<const char*>(in.data()),
+                                 reinterpret_cast<char*>(out->data()), static_cast<int>(in.size()),
+                                 static_cast<int>(out->size()));
     if (n <= 0 || static_cast<size_t>(n) > limit) return false;
     out->resize(static_cast<size_t>(n));
     return true;
@@ -74,7 +75,9 @@ bool TryCompress(Compression c, std::span<const uint8_t> in, std::vector<uint8_t
 
 }  // namespace
 
-uint64_t FormatHash(std::string_view format_id) { return XXH3_64bits(format_id.data(), format_id.size()); }
+uint64_t FormatHash(std::string_view format_id) {
+  return XXH3_64bits(format_id.data(), format_id.size());
+}
 
 std::string KeyHex(const BlockKey& key) {
   static constexpr char kHex[] = "0123456789abcdef";
@@ -90,14 +93,17 @@ Result<std::vector<uint8_t>> EncodeEntry(const BlockKey& key, uint64_t format_ha
                                          std::string_view tenant, std::span<const uint8_t> payload,
                                          Compression compression) {
   if (tenant.size() > kMaxTenantBytes) {
-    return Status::InvalidArgument("kv entry: tenant name longer than " + std::to_string(kMaxTenantBytes) +
-                                   " bytes");
+    return Status::InvalidArgument("kv entry: tenant name longer than " +
+                                   std::to_string(kMaxTenantBytes) + " bytes");
   }
-  if (payload.size() > kMaxPayloadBytes) return Status::InvalidArgument("kv entry: payload too large");
+  if (payload.size() > kMaxPayloadBytes)
+    return Status::InvalidArgument("kv entry: payload too large");
   std::vector<uint8_t> packed;
   Compression used = Compression::kNone;
-  if (compression != Compression::kNone && TryCompress(compression, payload, &packed)) used = compression;
-  std::span<const uint8_t> stored = used == Compression::kNone ? payload : std::span<const uint8_t>(packed);
+  if (compression != Compression::kNone && TryCompress(compression, payload, &packed))
+    used = compression;
+  std::span<const uint8_t> stored =
+      used == Compression::kNone ? payload : std::span<const uint8_t>(packed);
 
   std::vector<uint8_t> out(kEntryHeaderBytes + tenant.size() + stored.size());
   uint8_t* h = out.data();
@@ -113,16 +119,17 @@ Result<std::vector<uint8_t>> EncodeEntry(const BlockKey& key, uint64_t format_ha
   Put32(h + 68, 0);
   Put64(h + 72, 0);
   if (!tenant.empty()) std::memcpy(h + kEntryHeaderBytes, tenant.data(), tenant.size());
-  if (!stored.empty()) std::memcpy(h + kEntryHeaderBytes + tenant.size(), stored.data(), stored.size());
-  Put64(h + kChecksumOffset,
-        Checksum(h, std::span<const uint8_t>(out).subspan(kEntryHeaderBytes)));
+  if (!stored.empty())
+    std::memcpy(h + kEntryHeaderBytes + tenant.size(), stored.data(), stored.size());
+  Put64(h + kChecksumOffset, Checksum(h, std::span<const uint8_t>(out).subspan(kEntryHeaderBytes)));
   return out;
 }
 
 Result<EntryMeta> ParseEntryHeader(std::span<const uint8_t> prefix, uint64_t total_size) {
   if (prefix.size() < kEntryHeaderBytes || total_size < kEntryHeaderBytes) {
-    return Status::InvalidArgument("kv entry: shorter than the " + std::to_string(kEntryHeaderBytes) +
-                                   "-byte header (" + std::to_string(total_size) + " bytes)");
+    return Status::InvalidArgument("kv entry: shorter than the " +
+                                   std::to_string(kEntryHeaderBytes) + "-byte header (" +
+                                   std::to_string(total_size) + " bytes)");
   }
   const uint8_t* h = prefix.data();
   if (std::memcmp(h, kMagic, 4) != 0) return Status::InvalidArgument("kv entry: bad magic");
@@ -132,7 +139,8 @@ Result<EntryMeta> ParseEntryHeader(std::span<const uint8_t> prefix, uint64_t tot
   }
   uint16_t flags = Get16(h + 6);
   if (flags > 2) return Status::InvalidArgument("kv entry: bad flags " + std::to_string(flags));
-  if (Get16(h + 66) != 0 || Get32(h + 68) != 0) return Status::InvalidArgument("kv entry: reserved bytes set");
+  if (Get16(h + 66) != 0 || Get32(h + 68) != 0)
+    return Status::InvalidArgument("kv entry: reserved bytes set");
   EntryMeta meta;
   meta.compression = static_cast<Compression>(flags);
   std::memcpy(meta.key.data(), h + 8, 32);
@@ -140,8 +148,10 @@ Result<EntryMeta> ParseEntryHeader(std::span<const uint8_t> prefix, uint64_t tot
   meta.payload_len = Get64(h + 48);
   meta.stored_len = Get64(h + 56);
   uint64_t tenant_len = Get16(h + 64);
-  if (tenant_len > kMaxTenantBytes) return Status::InvalidArgument("kv entry: tenant length too large");
-  if (meta.payload_len > kMaxPayloadBytes) return Status::InvalidArgument("kv entry: payload length too large");
+  if (tenant_len > kMaxTenantBytes)
+    return Status::InvalidArgument("kv entry: tenant length too large");
+  if (meta.payload_len > kMaxPayloadBytes)
+    return Status::InvalidArgument("kv entry: payload length too large");
   // Compare without overflow: total_size >= header + tenant is known to be reachable first.
   if (total_size < kEntryHeaderBytes + tenant_len ||
       meta.stored_len != total_size - kEntryHeaderBytes - tenant_len) {
@@ -151,7 +161,8 @@ Result<EntryMeta> ParseEntryHeader(std::span<const uint8_t> prefix, uint64_t tot
   if (meta.compression == Compression::kNone ? meta.stored_len != meta.payload_len
                                              : meta.stored_len >= meta.payload_len) {
     return Status::InvalidArgument("kv entry: stored length " + std::to_string(meta.stored_len) +
-                                   " inconsistent with payload length " + std::to_string(meta.payload_len));
+                                   " inconsistent with payload length " +
+                                   std::to_string(meta.payload_len));
   }
   if (prefix.size() >= kEntryHeaderBytes + tenant_len) {
     meta.tenant.assign(reinterpret_cast<const char*>(h + kEntryHeaderBytes), tenant_len);
@@ -159,15 +170,18 @@ Result<EntryMeta> ParseEntryHeader(std::span<const uint8_t> prefix, uint64_t tot
   return meta;
 }
 
-Result<std::vector<uint8_t>> DecodeEntry(std::span<const uint8_t> entry, const BlockKey& expected_key,
-                                         uint64_t expected_format_hash, uint64_t expected_payload_len,
-                                         EntryMeta* meta_out) {
+Result<std::vector<uint8_t>> DecodeEntry(std::span<const uint8_t> entry,
+                                         const BlockKey& expected_key,
+                                         uint64_t expected_format_hash,
+                                         uint64_t expected_payload_len, EntryMeta* meta_out) {
   ASSIGN_OR_RETURN(EntryMeta meta, ParseEntryHeader(entry, entry.size()));
-  if (Get64(entry.data() + kChecksumOffset) != Checksum(entry.data(), entry.subspan(kEntryHeaderBytes))) {
+  if (Get64(entry.data() + kChecksumOffset) !=
+      Checksum(entry.data(), entry.subspan(kEntryHeaderBytes))) {
     return Status::InvalidArgument("kv entry: checksum mismatch");
   }
   if (meta.key != expected_key) return Status::InvalidArgument("kv entry: key mismatch");
-  if (meta.format_hash != expected_format_hash) return Status::InvalidArgument("kv entry: format_id mismatch");
+  if (meta.format_hash != expected_format_hash)
+    return Status::InvalidArgument("kv entry: format_id mismatch");
   if (meta.payload_len != expected_payload_len) {
     return Status::InvalidArgument("kv entry: payload length " + std::to_string(meta.payload_len) +
                                    " != block size " + std::to_string(expected_payload_len));
@@ -179,11 +193,13 @@ Result<std::vector<uint8_t>> DecodeEntry(std::span<const uint8_t> entry, const B
       out.assign(stored.begin(), stored.end());
       break;
     case Compression::kLz4: {
-      if (meta.payload_len > static_cast<uint64_t>(LZ4_MAX_INPUT_SIZE) || stored.size() > static_cast<size_t>(INT32_MAX)) {
+      if (meta.payload_len > static_cast<uint64_t>(LZ4_MAX_INPUT_SIZE) ||
+          stored.size() > static_cast<size_t>(INT32_MAX)) {
         return Status::InvalidArgument("kv entry: lz4 block too large");
       }
       out.resize(meta.payload_len);
-      int n = LZ4_decompress_safe(reinterpret_cast<const char*>(stored.data()), reinterpret_cast<char*>(out.data()),
+      int n = LZ4_decompress_safe(reinterpret_cast<const char*>(stored.data()),
+                                  reinterpret_cast<char*>(out.data()),
                                   static_cast<int>(stored.size()), static_cast<int>(out.size()));
       if (n < 0 || static_cast<uint64_t>(n) != meta.payload_len) {
         return Status::InvalidArgument("kv entry: lz4 decompression failed");

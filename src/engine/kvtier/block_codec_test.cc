@@ -71,7 +71,8 @@ TEST(BlockCodecTest, LayoutMatchesTheDocumentedFormat) {
 TEST(BlockCodecTest, RoundTripAllCompressions) {
   BlockKey key = MakeKey(2);
   for (Compression c : {Compression::kNone, Compression::kLz4, Compression::kZstd}) {
-    for (const auto& payload : {Compressible(64 * 1024), Random(64 * 1024, 2), std::vector<uint8_t>(1, 7)}) {
+    for (const auto& payload :
+         {Compressible(64 * 1024), Random(64 * 1024, 2), std::vector<uint8_t>(1, 7)}) {
       auto e = EncodeEntry(key, kFmt, "", payload, c);
       ASSERT_TRUE(e.ok());
       EntryMeta meta;
@@ -107,7 +108,8 @@ TEST(BlockCodecTest, EveryBitFlipIsRejected) {
       for (int bit = 0; bit < 8; ++bit) {
         std::vector<uint8_t> bad = *e;
         bad[i] ^= static_cast<uint8_t>(1u << bit);
-        EXPECT_FALSE(DecodeEntry(bad, key, kFmt, payload.size()).ok()) << "byte " << i << " bit " << bit;
+        EXPECT_FALSE(DecodeEntry(bad, key, kFmt, payload.size()).ok())
+            << "byte " << i << " bit " << bit;
       }
     }
   }
@@ -153,7 +155,8 @@ TEST(BlockCodecTest, ForgedHeadersWithValidChecksumAreRejected) {
     Reseal(&b);
     auto d = DecodeEntry(b, key, kFmt, payload.size());
     ASSERT_FALSE(d.ok()) << what;
-    EXPECT_NE(d.status().message().find(needle), std::string::npos) << what << ": " << d.status().ToString();
+    EXPECT_NE(d.status().message().find(needle), std::string::npos)
+        << what << ": " << d.status().ToString();
   };
   auto b = *good;
   b[4] = 2;
@@ -191,7 +194,8 @@ TEST(BlockCodecTest, ForgedHeadersWithValidChecksumAreRejected) {
 }
 
 TEST(BlockCodecTest, TenantTooLongIsRefused) {
-  EXPECT_FALSE(EncodeEntry(MakeKey(9), kFmt, std::string(300, 't'), Random(8, 9), Compression::kNone).ok());
+  EXPECT_FALSE(
+      EncodeEntry(MakeKey(9), kFmt, std::string(300, 't'), Random(8, 9), Compression::kNone).ok());
 }
 
 TEST(BlockCodecTest, ParseHeaderFromPrefix) {

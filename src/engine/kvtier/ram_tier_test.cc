@@ -56,7 +56,8 @@ TEST(RamTierTest, ReplacingAKeyDoesNotDoubleCount) {
   TierLimits limits;
   limits.capacity_bytes = 300;
   RamTier ram(limits, clock.fn());
-  for (int i = 0; i < 10; ++i) EXPECT_TRUE(ram.Put(K(1), "", Bytes(100, static_cast<uint8_t>(i))).empty());
+  for (int i = 0; i < 10; ++i)
+    EXPECT_TRUE(ram.Put(K(1), "", Bytes(100, static_cast<uint8_t>(i))).empty());
   EXPECT_EQ(ram.Stats().bytes_used, 100);
   EXPECT_EQ(*ram.Get(K(1)), Bytes(100, 9));
 }

@@ -56,8 +56,8 @@ void SoftmaxRef(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-void AttendRef(const float* q, const float* k, const float* v, size_t kv_stride, size_t len, size_t hd, float scale,
-               float* scores, float* out) {
+void AttendRef(const float* q, const float* k, const float* v, size_t kv_stride, size_t len,
+               size_t hd, float scale, float* scores, float* out) {
   for (size_t j = 0; j < len; ++j) scores[j] = DotF32Ref(q, k + j * kv_stride, hd) * scale;
   SoftmaxRef(scores, len);
   for (size_t i = 0; i < hd; ++i) out[i] = 0.0f;
@@ -65,9 +65,10 @@ void AttendRef(const float* q, const float* k, const float* v, size_t kv_stride,
 }
 
 // The reference widens each row first (exact), then runs AttendRef on the f32 copies.
-void AttendF16Ref(const float* q, const uint16_t* k, const uint16_t* v, size_t kv_stride, size_t len, size_t hd,
-                  float scale, float* scores, float* out) {
-  thread_local std::vector<float> kf, vf;  // grow once per thread (no allocation per call after that)
+void AttendF16Ref(const float* q, const uint16_t* k, const uint16_t* v, size_t kv_stride,
+                  size_t len, size_t hd, float scale, float* scores, float* out) {
+  thread_local std::vector<float> kf,
+      vf;  // grow once per thread (no allocation per call after that)
   kf.resize(len * hd);
   vf.resize(len * hd);
   for (size_t j = 0; j < len; ++j)
@@ -78,28 +79,31 @@ void AttendF16Ref(const float* q, const uint16_t* k, const uint16_t* v, size_t k
   AttendRef(q, kf.data(), vf.data(), hd, len, hd, scale, scores, out);
 }
 
-void AttendF16GroupRef(const float* q, size_t group, const uint16_t* k, const uint16_t* v, size_t kv_stride,
-                       size_t len, size_t hd, float scale, float* scores, float* out) {
+void AttendF16GroupRef(const float* q, size_t group, const uint16_t* k, const uint16_t* v,
+                       size_t kv_stride, size_t len, size_t hd, float scale, float* scores,
+                       float* out) {
   for (size_t h = 0; h < group; ++h)
     AttendF16Ref(q + h * hd, k, v, kv_stride, len, hd, scale, scores + h * len, out + h * hd);
 }
 
 // The reference copies the rows out of their blocks, then runs AttendF16Ref head by head.
 void AttendF16PagedRef(const float* q, size_t group, const uint16_t* const* k_blocks,
-                       const uint16_t* const* v_blocks, unsigned block_shift, size_t row_stride, size_t len,
-                       size_t hd, float scale, float* scores, float* out) {
+                       const uint16_t* const* v_blocks, unsigned block_shift, size_t row_stride,
+                       size_t len, size_t hd, float scale, float* scores, float* out) {
   thread_local std::vector<uint16_t> kc, vc;
   kc.resize(len * hd);
   vc.resize(len * hd);
   const size_t mask = (size_t{1} << block_shift) - 1;
   for (size_t j = 0; j < len; ++j) {
-    std::memcpy(&kc[j * hd], k_blocks[j >> block_shift] + (j & mask) * row_stride, hd * sizeof(uint16_t));
-    std::memcpy(&vc[j * hd], v_blocks[j >> block_shift] + (j & mask) * row_stride, hd * sizeof(uint16_t));
+    std::memcpy(&kc[j * hd], k_blocks[j >> block_shift] + (j & mask) * row_stride,
+                hd * sizeof(uint16_t));
+    std::memcpy(&vc[j * hd], v_blocks[j >> block_shift] + (j & mask) * row_stride,
+                hd * sizeof(uint16_t));
   }
   for (size_t h = 0; h < group; ++h)
-    AttendF16Ref(q + h * hd, kc.data(), vc.data(), hd, len, hd, scale, scores + h * len, out + h * hd);
+    AttendF16Ref(q + h * hd, kc.data(), vc.data(), hd, len, hd, scale, scores + h * len,
+                 out + h * hd);
 }
-
 
 }  // namespace
 
@@ -162,7 +166,9 @@ DotTileFn RefDotTile(DType t) {
 }
 
 const VecOps& RefVecOps() {
-  static const VecOps ops{RmsNormRef, SiluMulRef, AddRef, DotF32Ref, AxpyRef, SoftmaxRef, AttendRef, AttendF16GroupRef, AttendF16PagedRef};
+  static const VecOps ops{RmsNormRef, SiluMulRef,        AddRef,
+                          DotF32Ref,  AxpyRef,           SoftmaxRef,
+                          AttendRef,  AttendF16GroupRef, AttendF16PagedRef};
   return ops;
 }
 

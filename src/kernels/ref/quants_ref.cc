@@ -28,8 +28,8 @@ inline void SignedMax(const float* x, int n, float* max_signed, float* amax) {
 
 // Shared by Q4_K (nmax = 15) and Q5_K (nmax = 31): per sub-block of 32 a scale and a min, both
 // quantized to 6 bits. Writes d, dmin, scales and the integer levels L (0..nmax).
-void QuantizeKMinMax(const float* x, int nmax, uint16_t* d_out, uint16_t* dmin_out,
-                     uint8_t* scales, uint8_t* levels) {
+void QuantizeKMinMax(const float* x, int nmax, uint16_t* d_out, uint16_t* dmin_out, uint8_t* scales,
+                     uint8_t* levels) {
   float sub_scale[8], sub_min[8];
   float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < 8; ++j) {
@@ -125,7 +125,8 @@ void DequantizeQ5_K(const BlockQ5_K* x, float* y, size_t n) {
     const uint8_t* ql = x[b].qs;
     const uint8_t* qh = x[b].qh;
     for (int j = 0; j < 4; ++j, ql += 32) {
-      const uint8_t u1 = static_cast<uint8_t>(1u << (2 * j)), u2 = static_cast<uint8_t>(2u << (2 * j));
+      const uint8_t u1 = static_cast<uint8_t>(1u << (2 * j)),
+                    u2 = static_cast<uint8_t>(2u << (2 * j));
       uint8_t sc, mn;
       UnpackScaleMinK4(2 * j, x[b].scales, &sc, &mn);
       const float d1 = d * sc, m1 = dmin * mn;
@@ -208,7 +209,8 @@ void QuantizeQ4_K(const float* x, BlockQ4_K* y, size_t n) {
     QuantizeKMinMax(x, 15, &y[b].d, &y[b].dmin, y[b].scales, levels);
     for (int j = 0; j < 4; ++j)
       for (int l = 0; l < 32; ++l)
-        y[b].qs[32 * j + l] = static_cast<uint8_t>(levels[64 * j + l] | (levels[64 * j + 32 + l] << 4));
+        y[b].qs[32 * j + l] =
+            static_cast<uint8_t>(levels[64 * j + l] | (levels[64 * j + 32 + l] << 4));
   }
 }
 
@@ -267,7 +269,8 @@ void QuantizeQ6_K(const float* x, BlockQ6_K* y, size_t n) {
         const int q1 = lv[l], q2 = lv[l + 32], q3 = lv[l + 64], q4 = lv[l + 96];
         ql[l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
         ql[l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
-        qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+        qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) |
+                                     ((q4 >> 4) << 6));
       }
     }
   }

@@ -26,8 +26,8 @@ TEST(RefKnownAnswer, Q4_0Block) {
   float y[32];
   DequantizeRow(DType::kQ4_0, &b, y, 32);
   for (int j = 0; j < 16; ++j) {
-    EXPECT_EQ(y[j], (j - 8) * 0.5f) << j;            // low nibbles: elements 0..15
-    EXPECT_EQ(y[j + 16], (7 - j) * 0.5f) << j;       // high nibbles: elements 16..31
+    EXPECT_EQ(y[j], (j - 8) * 0.5f) << j;       // low nibbles: elements 0..15
+    EXPECT_EQ(y[j + 16], (7 - j) * 0.5f) << j;  // high nibbles: elements 16..31
   }
 }
 
@@ -58,7 +58,8 @@ TEST(RefKnownAnswer, KScalePacking) {
   uint8_t hand[12], packed[12];
   HandPackScales(kSc, kMn, hand);
   uint8_t sc[8], mn[8];
-  for (int j = 0; j < 8; ++j) sc[j] = static_cast<uint8_t>(kSc[j]), mn[j] = static_cast<uint8_t>(kMn[j]);
+  for (int j = 0; j < 8; ++j)
+    sc[j] = static_cast<uint8_t>(kSc[j]), mn[j] = static_cast<uint8_t>(kMn[j]);
   ref::PackScaleMinK4(sc, mn, packed);
   EXPECT_EQ(0, std::memcmp(hand, packed, 12));
   for (int j = 0; j < 8; ++j) {
@@ -105,8 +106,8 @@ TEST(RefKnownAnswer, Q6_KBlock) {
   BlockQ6_K b;
   b.d = kHalf;
   for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<int8_t>(g - 8);
-  std::memset(b.ql, 0x21, sizeof(b.ql));     // low nibble 1, high nibble 2
-  std::memset(b.qh, 0xE4, sizeof(b.qh));     // 2-bit fields 0,1,2,3 (from the low bits up)
+  std::memset(b.ql, 0x21, sizeof(b.ql));  // low nibble 1, high nibble 2
+  std::memset(b.qh, 0xE4, sizeof(b.qh));  // 2-bit fields 0,1,2,3 (from the low bits up)
   // Per 128-value half: values 0-31 = ql low | qh bits 0-1, 32-63 = ql[+32] low | bits 2-3,
   // 64-95 = ql high | bits 4-5, 96-127 = ql[+32] high | bits 6-7; stored level minus 32.
   const int level[4] = {1 - 32, (1 | 16) - 32, (2 | 32) - 32, (2 | 48) - 32};
@@ -114,17 +115,18 @@ TEST(RefKnownAnswer, Q6_KBlock) {
   DequantizeRow(DType::kQ6_K, &b, y, 256);
   for (int i = 0; i < 256; ++i) {
     const int quarter = (i % 128) / 32;
-    EXPECT_EQ(y[i], 0.5f * static_cast<float>(i / 16 - 8) * static_cast<float>(level[quarter])) << i;
+    EXPECT_EQ(y[i], 0.5f * static_cast<float>(i / 16 - 8) * static_cast<float>(level[quarter]))
+        << i;
   }
 }
 
 TEST(RefKnownAnswer, Q8_KQuantization) {
   std::vector<float> x(256, 0.0f);
-  x[0] = -2.0f;  // largest magnitude: iscale = -127 / -2 = 63.5
-  x[1] = 1.0f;   // 63.5 -> tie, rounds to even 64
-  x[2] = 0.5f;   // 31.75 -> 32
-  x[3] = -1.5f;  // -95.25 -> -95
-  x[17] = 0.01f; // 0.635 -> 1
+  x[0] = -2.0f;   // largest magnitude: iscale = -127 / -2 = 63.5
+  x[1] = 1.0f;    // 63.5 -> tie, rounds to even 64
+  x[2] = 0.5f;    // 31.75 -> 32
+  x[3] = -1.5f;   // -95.25 -> -95
+  x[17] = 0.01f;  // 0.635 -> 1
   BlockQ8_K b;
   QuantizeRow(DType::kQ8_K, x.data(), &b, 256);
   EXPECT_EQ(b.qs[0], -127);
@@ -174,12 +176,13 @@ TEST(RefKnownAnswer, FloatWeightActivationsAreRoundedToWeightType) {
   EXPECT_EQ(f16[0], 1.0f);
   EXPECT_EQ(f16[1], 1.0f + 0x1p-9f);  // representable in f16 (10 mantissa bits)
   EXPECT_EQ(bf16[0], 1.0f);
-  EXPECT_EQ(bf16[1], 1.0f);            // bf16 has 7 mantissa bits
+  EXPECT_EQ(bf16[1], 1.0f);  // bf16 has 7 mantissa bits
   EXPECT_EQ(f32[0], x[0]);
 }
 
 TEST(RefKnownAnswer, ZeroRowsQuantizeToZero) {
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
+  for (DType t :
+       {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
     std::vector<float> x(256, 0.0f), y(256, 1.0f);
     std::vector<uint8_t> q(*RowBytes(t, 256));
     QuantizeRow(t, x.data(), q.data(), 256);
@@ -216,12 +219,13 @@ TEST_P(RoundTripTest, ErrorWithinBound) {
 
 // Bounds: a b-bit uniform quantizer over a Gaussian block range gives RMS error ~ step/sqrt(12);
 // the bounds leave ~1.5x headroom over what these quantizers reach.
-INSTANTIATE_TEST_SUITE_P(AllTypes, RoundTripTest,
-                         ::testing::Values(RoundTripCase{DType::kF16, 5e-4}, RoundTripCase{DType::kBF16, 4e-3},
-                                           RoundTripCase{DType::kQ8_0, 0.01}, RoundTripCase{DType::kQ4_0, 0.15},
-                                           RoundTripCase{DType::kQ4_K, 0.12}, RoundTripCase{DType::kQ5_K, 0.06},
-                                           RoundTripCase{DType::kQ6_K, 0.03}, RoundTripCase{DType::kQ8_K, 0.01}),
-                         [](const auto& info) { return std::string(DTypeName(info.param.type)); });
+INSTANTIATE_TEST_SUITE_P(
+    AllTypes, RoundTripTest,
+    ::testing::Values(RoundTripCase{DType::kF16, 5e-4}, RoundTripCase{DType::kBF16, 4e-3},
+                      RoundTripCase{DType::kQ8_0, 0.01}, RoundTripCase{DType::kQ4_0, 0.15},
+                      RoundTripCase{DType::kQ4_K, 0.12}, RoundTripCase{DType::kQ5_K, 0.06},
+                      RoundTripCase{DType::kQ6_K, 0.03}, RoundTripCase{DType::kQ8_K, 0.01}),
+    [](const auto& info) { return std::string(DTypeName(info.param.type)); });
 
 // Q8_0: every element within half a step (plus the f16 rounding of d) of its input.
 TEST(RefRoundTrip, Q8_0ElementBound) {
@@ -244,7 +248,8 @@ TEST_P(RefDotTest, MatchesFp64OfDequantized) {
   const DType act = internal::ActivationType(t);
   for (size_t cols : {size_t{256}, size_t{4352}}) {
     for (int mode = 0; mode < 2; ++mode) {
-      auto w = mode == 0 ? testing::QuantizedWeights(t, 1, cols, 11) : testing::RandomBitsWeights(t, 1, cols, 12);
+      auto w = mode == 0 ? testing::QuantizedWeights(t, 1, cols, 11)
+                         : testing::RandomBitsWeights(t, 1, cols, 12);
       std::vector<float> x = testing::RandomFloats(cols, 13);
       std::vector<uint8_t> xq(*RowBytes(act, cols));
       internal::ConvertActivations(t, x.data(), xq.data(), cols);
@@ -259,14 +264,15 @@ TEST_P(RefDotTest, MatchesFp64OfDequantized) {
       float got;
       internal::RefDotTile(t)(w.m.data, xq.data(), 0, 1, cols, &got);
       // f32 products/accumulation (and K-quants' f32 per-block scale products) vs fp64.
-      EXPECT_NEAR(got, exact, 2e-5 * mag + 1e-30) << DTypeName(t) << " cols " << cols << " mode " << mode;
+      EXPECT_NEAR(got, exact, 2e-5 * mag + 1e-30)
+          << DTypeName(t) << " cols " << cols << " mode " << mode;
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, RefDotTest,
-                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                           DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 }  // namespace
