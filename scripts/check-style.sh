@@ -21,7 +21,8 @@
 # enforcement started. CI runs on a full clone of main, where that commit is part of the history,
 # so "changed since the base" needs no merge-base guesswork and no remote. Every file touched after
 # that commit must be tidy-clean, so the checked part of the tree only grows. Moving the base
-# forward is an ordinary reviewed change of that file. STRATA_STYLE_BASE in the environment
+# forward is an ordinary reviewed change of that file. Files that only the tree-wide clang-format
+# commit named in .ci/format-commit touched are not clang-tidy changes (layout only). STRATA_STYLE_BASE in the environment
 # overrides the file, --base overrides both. A base that is not in the history (a shallow clone)
 # is an error, not a silent pass.
 #
@@ -63,8 +64,20 @@ fi
 cxx_files() { grep -E '\.(h|cc|inc|cpp|hpp)$' | sort -u | while read -r f; do [ -f "$f" ] && echo "$f"; done; }
 mapfile -t all_files < <(
   { git ls-files -- src tests; git ls-files --others --exclude-standard -- src tests; } | cxx_files)
+# The tree-wide format commit (.ci/format-commit) changed only layout: a file that only it touched
+# since the base is not a clang-tidy change (tidy findings there predate enforcement).
+fmt_commit="$(grep -v '^\s*#' .ci/format-commit 2> /dev/null | grep -m1 -oE '[0-9a-f]{7,40}' || true)"
+changed_since_base() {
+  if [ -n "$fmt_commit" ] && git rev-parse -q --verify "$fmt_commit^{commit}" > /dev/null &&
+      git merge-base --is-ancestor "$base" "$fmt_commit"; then
+    git diff --name-only --diff-filter=d "$base" "$fmt_commit^" -- src tests
+    git diff --name-only --diff-filter=d "$fmt_commit" -- src tests
+  else
+    git diff --name-only --diff-filter=d "$base" -- src tests
+  fi
+}
 mapfile -t files < <(
-  { git diff --name-only --diff-filter=d "$base" -- src tests
+  { changed_since_base
     git ls-files --others --exclude-standard -- src tests; } | cxx_files)
 echo "check-style: ${#all_files[@]} C++ file(s) in the tree, ${#files[@]} changed since" \
      "$(git rev-parse --short "$base")"
