@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "control/gateway_yaml.h"
@@ -20,9 +19,10 @@ namespace {
 
 using namespace yamlcfg;  // NOLINT(google-build-using-namespace): the decoder toolkit
 
-// A document may have at most this many nodes (every alias use counted) and this depth.
-constexpr size_t kMaxNodes = 200'000;
-constexpr int kMaxDepth = 64;
+// The spec's bounds. The node budget (every alias use counted) and depth guard the free-form maps
+// (`serve:`, `gateway:`) that are re-emitted whole.
+constexpr DocumentKind kDocument{
+    .name = "deployment spec", .max_bytes = kMaxSpecBytes, .max_nodes = 200'000, .max_depth = 64};
 constexpr double kMaxMs = 3'600'000;  // an hour, in ms: the largest latency objective
 
 constexpr std::pair<std::string_view, Workload> kWorkloads[] = {
@@ -30,6 +30,8 @@ constexpr std::pair<std::string_view, Workload> kWorkloads[] = {
     {"decode_heavy", Workload::kDecodeHeavy},
     {"prefill_heavy", Workload::kPrefillHeavy}};
 constexpr std::string_view kPrecisions[] = {"fp32", "fp16", "bf16", "int8", "fp8"};
+constexpr std::pair<std::string_view, RolloutStrategy> kStrategies[] = {
+    {"surge", RolloutStrategy::kSurge}, {"canary", RolloutStrategy::kCanary}};
 
 // The top level's own fields, decoded into this before the spec is assembled.
 struct Document {
@@ -55,27 +57,16 @@ std::string EmitMap(const YAML::Node& n, const std::set<std::string>& skip) {
 }
 
 Status DecodePrecisions(const YAML::Node& n, const std::string& path, DeviceNeeds* out) {
-  ASSIGN_OR_RETURN(out->precisions, DecodeStringList(n, path));
-  std::set<std::string> seen;
-  for (size_t i = 0; i < out->precisions.size(); ++i) {
-    const std::string& p = out->precisions[i];
-    if (std::find(std::begin(kPrecisions), std::end(kPrecisions), p) == std::end(kPrecisions))
-      return Bad(At(path, i),
-                 fmt::format("expected one of fp32, fp16, bf16, int8, fp8 (got \"{}\")", p));
-    if (!seen.insert(p).second) return Bad(At(path, i), "duplicate precision '" + p + "'");
+  if (n.IsNull()) return Status::Ok();
+  if (!n.IsSequence()) return Bad(path, "expected a list of strings");
+  out->precisions.clear();
+  std::set<std::string_view> seen;
+  for (size_t i = 0; i < n.size(); ++i) {
+    ASSIGN_OR_RETURN(std::string_view p, DecodeEnum(n[i], At(path, i), kPrecisions));
+    if (!seen.insert(p).second) return Bad(At(path, i), fmt::format("duplicate precision '{}'", p));
+    out->precisions.emplace_back(p);
   }
   return Status::Ok();
-}
-
-Status DecodeWorkload(const YAML::Node& n, const std::string& path, PoolSpec* out) {
-  ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
-  for (const auto& [name, w] : kWorkloads) {
-    if (s == name) {
-      out->workload = w;
-      return Status::Ok();
-    }
-  }
-  return Bad(path, fmt::format("expected balanced, decode_heavy or prefill_heavy (got \"{}\")", s));
 }
 
 // `serve:` the replica's own config (a map), kept as YAML text. Its model path and served name
@@ -127,18 +118,16 @@ Status DecodeLabels(const YAML::Node& n, const std::string& path, PoolSpec* out)
 Status DecodeGateway(const YAML::Node& n, const std::string& path, DeploymentSpec* out) {
   if (n.IsNull()) return Status::Ok();
   if (!n.IsMap()) return Bad(path, "expected a mapping");
-  std::set<std::string> seen;
-  for (const auto& kv : n) {
-    if (!kv.first.IsScalar()) return Bad(path, "keys must be strings");
-    const std::string key = kv.first.Scalar();
-    if (!seen.insert(key).second) return Bad(Join(path, key), "duplicate key");
-    if (key == "port") {
-      ASSIGN_OR_RETURN(int64_t port, DecodeInt(kv.second, Join(path, key), 0, 65535));
-      out->gateway.port = static_cast<int>(port);
-    } else if (key == "pools") {
-      return Bad(Join(path, key), "the gateway's pools are the spec's pools (remove this key)");
-    }
-  }
+  RETURN_IF_ERROR(ForEachKey(
+      n, path, "a mapping",
+      [&](const std::string& key, const YAML::Node& value, const std::string& key_path) -> Status {
+        if (key == "pools")
+          return Bad(key_path, "the gateway's pools are the spec's pools (remove this key)");
+        if (key != "port") return Status::Ok();  // the gateway's parser's
+        ASSIGN_OR_RETURN(int64_t port, DecodeInt(value, key_path, 0, 65535));
+        out->gateway.port = static_cast<int>(port);
+        return Status::Ok();
+      }));
   out->gateway.extra_yaml = EmitMap(n, {"port"});
   return Status::Ok();
 }
@@ -155,8 +144,7 @@ const Fields<ModelSpec>& ModelFields() {
   using M = ModelSpec;
   static const Fields<M> kFields = {
       Str<M>("name", &M::name),
-      {"versions", [](const YAML::Node& n, const std::string& path,
-                      M* out) { return DecodeList(VersionFields(), n, path, &out->versions); }},
+      SubList("versions", &M::versions, VersionFields),
   };
   return kFields;
 }
@@ -190,20 +178,6 @@ const Fields<SloSpec>& SloFields() {
   return kFields;
 }
 
-constexpr std::pair<std::string_view, RolloutStrategy> kStrategies[] = {
-    {"surge", RolloutStrategy::kSurge}, {"canary", RolloutStrategy::kCanary}};
-
-Status DecodeStrategy(const YAML::Node& n, const std::string& path, RolloutSpec* out) {
-  ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
-  for (const auto& [name, v] : kStrategies) {
-    if (s == name) {
-      out->strategy = v;
-      return Status::Ok();
-    }
-  }
-  return Bad(path, fmt::format("expected surge or canary (got \"{}\")", s.substr(0, 80)));
-}
-
 // steps: [10, 50, 100] — canary weights in %, each in (0, 100] and above the one before.
 Status DecodeRolloutSteps(const YAML::Node& n, const std::string& path, RolloutSpec* out) {
   if (n.IsSequence() && n.size() == 0) return Bad(path, "at least one step is required");
@@ -228,22 +202,14 @@ const Fields<RolloutSpec>& RolloutFields() {
   using R = RolloutSpec;
   using std::chrono::seconds;
   static const Fields<R> kFields = {
-      {"strategy", DecodeStrategy},
+      Enum<R>("strategy", &R::strategy, kStrategies, Choices::kEither),
       {"steps", DecodeRolloutSteps},
       Int<R>("min_requests", &R::min_requests, 1, 1'000'000),
       Duration<seconds, R>("min_duration_s", &R::min_duration, 0, 86400),
       Duration<seconds, R>("interval_s", &R::interval, 1, 3600),
-      {"guards", [](const YAML::Node& n, const std::string& path,
-                    R* out) { return DecodeSection(RolloutGuardFields(), n, path, &out->guards); }},
+      Sub("guards", &R::guards, RolloutGuardFields),
   };
   return kFields;
-}
-
-template <typename T>
-Field<PoolSpec> PoolSection(std::string_view name, T PoolSpec::*m, const Fields<T>& (*fields)()) {
-  return {name, [m, fields](const YAML::Node& n, const std::string& path, PoolSpec* out) {
-            return DecodeSection(fields(), n, path, &(out->*m));
-          }};
 }
 
 const Fields<PoolSpec>& PoolFields() {
@@ -252,14 +218,14 @@ const Fields<PoolSpec>& PoolFields() {
       Str<P>("name", &P::name),
       Str<P>("model", &P::model),
       Str<P>("version", &P::version),
-      PoolSection("replicas", &P::replicas, BoundsFields),
-      PoolSection("devices", &P::devices, NeedsFields),
-      PoolSection("slo", &P::slo, SloFields),
-      {"workload", DecodeWorkload},
+      Sub("replicas", &P::replicas, BoundsFields),
+      Sub("devices", &P::devices, NeedsFields),
+      Sub("slo", &P::slo, SloFields),
+      Enum<P>("workload", &P::workload, kWorkloads, Choices::kEither),
       {"serve", DecodeServe},
       {"serve_args", DecodeServeArgs},
       {"labels", DecodeLabels},
-      PoolSection("rollout", &P::rollout, RolloutFields),  // checked here, merged in Validate
+      Sub("rollout", &P::rollout, RolloutFields),  // checked here, merged in Validate
   };
   return kFields;
 }
@@ -297,35 +263,22 @@ const Fields<DeploymentSpec>& MetadataFields() {
   return kFields;
 }
 
-template <typename T>
-Field<Document> SpecSection(std::string_view name, T DeploymentSpec::*m,
-                            const Fields<T>& (*fields)()) {
-  return {name, [m, fields](const YAML::Node& n, const std::string& path, Document* out) {
-            return DecodeSection(fields(), n, path, &(out->spec.*m));
-          }};
-}
-template <typename T>
-Field<Document> SpecList(std::string_view name, std::vector<T> DeploymentSpec::*m,
-                         const Fields<T>& (*fields)()) {
-  return {name, [m, fields](const YAML::Node& n, const std::string& path, Document* out) {
-            return DecodeList(fields(), n, path, &(out->spec.*m));
-          }};
-}
-
 const Fields<Document>& TopFields() {
   using D = Document;
+  using S = DeploymentSpec;
   static const Fields<D> kFields = {
       Str<D>("apiVersion", &D::api_version),
       Str<D>("kind", &D::kind),
-      {"metadata", [](const YAML::Node& n, const std::string& path,
-                      D* out) { return DecodeSection(MetadataFields(), n, path, &out->spec); }},
-      SpecList("models", &DeploymentSpec::models, ModelFields),
-      SpecList("pools", &DeploymentSpec::pools, PoolFields),
-      {"gateway", [](const YAML::Node& n, const std::string& path,
-                     D* out) { return DecodeGateway(n, path, &out->spec); }},
-      SpecSection("autoscaling", &DeploymentSpec::autoscaling, AutoscalingFields),
-      SpecSection("prometheus", &DeploymentSpec::prometheus, PrometheusFields),
-      SpecSection("rollout", &DeploymentSpec::rollout, RolloutFields),
+      Within(&D::spec, Field<S>{"metadata",
+                                [](const YAML::Node& n, const std::string& path, S* out) {
+                                  return DecodeSection(MetadataFields(), n, path, out);
+                                }}),
+      Within(&D::spec, SubList("models", &S::models, ModelFields)),
+      Within(&D::spec, SubList("pools", &S::pools, PoolFields)),
+      Within(&D::spec, Field<S>{"gateway", DecodeGateway}),
+      Within(&D::spec, Sub("autoscaling", &S::autoscaling, AutoscalingFields)),
+      Within(&D::spec, Sub("prometheus", &S::prometheus, PrometheusFields)),
+      Within(&D::spec, Sub("rollout", &S::rollout, RolloutFields)),
   };
   return kFields;
 }
@@ -467,39 +420,20 @@ Status Validate(Document* d) {
 
 }  // namespace
 
-std::string_view WorkloadName(Workload w) {
-  for (const auto& [name, v] : kWorkloads) {
-    if (v == w) return name;
-  }
-  return "?";
-}
+std::string_view WorkloadName(Workload w) { return EnumName(w, kWorkloads); }
 
-std::string_view RolloutStrategyName(RolloutStrategy s) {
-  for (const auto& [name, v] : kStrategies) {
-    if (v == s) return name;
-  }
-  return "auto";
-}
+std::string_view RolloutStrategyName(RolloutStrategy s) { return EnumName(s, kStrategies, "auto"); }
 
 const ModelVersion* ModelSpec::Find(std::string_view v) const {
-  for (const ModelVersion& mv : versions) {
-    if (mv.version == v) return &mv;
-  }
-  return nullptr;
+  return FindBy(versions, &ModelVersion::version, v);
 }
 
 const ModelSpec* DeploymentSpec::FindModel(std::string_view n) const {
-  for (const ModelSpec& m : models) {
-    if (m.name == n) return &m;
-  }
-  return nullptr;
+  return FindBy(models, &ModelSpec::name, n);
 }
 
 const PoolSpec* DeploymentSpec::FindPool(std::string_view n) const {
-  for (const PoolSpec& p : pools) {
-    if (p.name == n) return &p;
-  }
-  return nullptr;
+  return FindBy(pools, &PoolSpec::name, n);
 }
 
 std::string DeploymentSpec::ModelPath(const PoolSpec& pool) const {
@@ -512,35 +446,19 @@ std::string DeploymentSpec::ModelPath(const PoolSpec& pool) const {
 }
 
 Result<DeploymentSpec> ParseDeploymentSpec(std::string_view yaml_text, std::string base_dir) {
-  if (yaml_text.size() > kMaxSpecBytes)
-    return Status::InvalidArgument(
-        fmt::format("deployment spec: larger than {} bytes", kMaxSpecBytes));
   Document d;
-  try {
-    const YAML::Node root = YAML::Load(std::string(yaml_text));
+  RETURN_IF_ERROR(DecodeDocument(yaml_text, kDocument, [&](const YAML::Node& root) -> Status {
     if (!root.IsMap()) return Bad("", "expected a mapping (apiVersion, kind, metadata, ...)");
-    RETURN_IF_ERROR(CheckNodeBudget(root, kMaxNodes, kMaxDepth));
     RETURN_IF_ERROR(DecodeSection(TopFields(), root, "", &d));
     RETURN_IF_ERROR(MergeRollouts(root, &d.spec));
-    RETURN_IF_ERROR(Validate(&d));
-  } catch (const std::exception& e) {  // YAML::Exception (syntax, DeepRecursion), bad_alloc
-    return Status::InvalidArgument(std::string("YAML error: ") + e.what());
-  }
+    return Validate(&d);
+  }));
   d.spec.base_dir = std::move(base_dir);
   return std::move(d.spec);
 }
 
 Result<DeploymentSpec> LoadDeploymentSpec(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot open deployment spec " + path);
-  std::string text;
-  char buf[64 << 10];
-  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxSpecBytes)
-      return Status::InvalidArgument(fmt::format("{}: larger than {} bytes", path, kMaxSpecBytes));
-  }
-  if (in.bad()) return Status::IoError("cannot read " + path);
+  ASSIGN_OR_RETURN(std::string text, ReadDocumentFile(path, kDocument));
   // The folder absolute, so model paths stay right in children started in another folder.
   std::error_code ec;
   std::filesystem::path dir = std::filesystem::absolute(path, ec).parent_path();

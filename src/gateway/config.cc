@@ -8,10 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cmath>
-#include <fstream>
-#include <functional>
-#include <limits>
+#include <cctype>
 #include <set>
 
 #include "base/ascii.h"
@@ -26,6 +23,10 @@ namespace {
 using std::chrono::milliseconds;
 using namespace yamlcfg;  // NOLINT(google-build-using-namespace): the decoder toolkit
 
+// No node budget: the decoder follows the tables (an alias is walked only where a key expects a
+// section), so the text's size bounds its work.
+constexpr DocumentKind kDocument{.name = "gateway config", .max_bytes = kMaxGatewayConfigBytes};
+
 Result<Priority> DecodePriority(const YAML::Node& n, const std::string& path) {
   ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
   auto p = ParsePriorityName(s);
@@ -38,15 +39,6 @@ constexpr std::pair<std::string_view, BalancePolicy> kPolicies[] = {
     {"round_robin", BalancePolicy::kRoundRobin},
     {"random", BalancePolicy::kRandom},
     {"least_loaded", BalancePolicy::kLeastLoaded}};
-
-Result<BalancePolicy> DecodePolicy(const YAML::Node& n, const std::string& path) {
-  ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
-  for (const auto& [name, p] : kPolicies) {
-    if (s == name) return p;
-  }
-  return Bad(path,
-             fmt::format("expected cost, round_robin, random or least_loaded (got \"{}\")", s));
-}
 
 // Field makers only the gateway's config needs (the toolkit: yamlcfg/yaml_decode.h).
 template <typename T>
@@ -66,24 +58,6 @@ Field<T> OptInt(std::string_view name, std::optional<int64_t> T::*m, int64_t lo,
             return Status::Ok();
           }};
 }
-// A duration given as an integer count of milliseconds.
-template <typename T, typename D>
-Field<T> Millis(std::string_view name, D T::*m, int64_t lo_ms, int64_t hi_ms) {
-  return {name, [m, lo_ms, hi_ms](const YAML::Node& n, const std::string& path, T* out) {
-            ASSIGN_OR_RETURN(int64_t v, DecodeInt(n, path, lo_ms, hi_ms));
-            out->*m = std::chrono::duration_cast<D>(milliseconds(v));
-            return Status::Ok();
-          }};
-}
-// A duration given in seconds (a number; fractions allowed), stored as D.
-template <typename T, typename D>
-Field<T> Seconds(std::string_view name, D T::*m, double lo_s, double hi_s) {
-  return {name, [m, lo_s, hi_s](const YAML::Node& n, const std::string& path, T* out) {
-            ASSIGN_OR_RETURN(double v, DecodeNumber(n, path, lo_s, hi_s, /*lo_open=*/true));
-            out->*m = std::chrono::duration_cast<D>(std::chrono::duration<double>(v));
-            return Status::Ok();
-          }};
-}
 
 constexpr int64_t kDayMs = 86'400'000;
 constexpr int64_t kMaxCount = 1'000'000'000;
@@ -91,8 +65,9 @@ constexpr double kMaxRate = 1e15;
 
 const Fields<DnsConfig>& DnsFields() {
   using D = DnsConfig;
-  static const Fields<D> kFields = {Str<D>("name", &D::name), Int<D>("port", &D::port, 1, 65535),
-                                    Millis<D>("interval_ms", &D::interval, 100, kDayMs)};
+  static const Fields<D> kFields = {
+      Str<D>("name", &D::name), Int<D>("port", &D::port, 1, 65535),
+      Duration<milliseconds, D>("interval_ms", &D::interval, 100, kDayMs)};
   return kFields;
 }
 
@@ -106,11 +81,7 @@ const Fields<PoolConfig>& PoolFields() {
          out->replicas_listed = true;
          return Status::Ok();
        }},
-      {"dns",
-       [](const YAML::Node& n, const std::string& path, P* out) {
-         out->dns.emplace();
-         return DecodeSection(DnsFields(), n, path, &*out->dns);
-       }},
+      OptSub("dns", &P::dns, DnsFields),
       Str<P>("tokenizer", &P::tokenizer),
       Str<P>("chat_template", &P::chat_template),
       {"labels",
@@ -121,7 +92,7 @@ const Fields<PoolConfig>& PoolFields() {
        }},
       Str<P>("api_key", &P::api_key),
       Int<P>("max_in_flight", &P::max_in_flight, 0, kMaxCount),
-      Millis<P>("cold_start_hold_ms", &P::cold_start_hold, 0, kDayMs),
+      Duration<milliseconds, P>("cold_start_hold_ms", &P::cold_start_hold, 0, kDayMs),
       Int<P>("cold_start_max_held", &P::cold_start_max_held, 1, 100000),
   };
   return kFields;
@@ -170,19 +141,6 @@ constexpr std::pair<std::string_view, CascadeSignal> kSignals[] = {
     {"min_logprob", CascadeSignal::kMinLogprob},
     {"margin", CascadeSignal::kMargin}};
 
-// A string that must be one of `names` (the error lists them).
-template <typename E, size_t kN>
-Result<E> DecodeEnum(const YAML::Node& n, const std::string& path,
-                     const std::pair<std::string_view, E> (&names)[kN]) {
-  ASSIGN_OR_RETURN(std::string s, DecodeString(n, path));
-  std::string all;
-  for (const auto& [name, v] : names) {
-    if (s == name) return v;
-    all += (all.empty() ? "" : ", ") + std::string(name);
-  }
-  return Bad(path, fmt::format("expected one of {} (got \"{}\")", all, s));
-}
-
 const Fields<ArmConfig>& ArmFields() {
   using A = ArmConfig;
   static const Fields<A> kFields = {Str<A>("pool", &A::pool),
@@ -193,11 +151,7 @@ const Fields<ArmConfig>& ArmFields() {
 const Fields<StickyConfig>& StickyFields() {
   using S = StickyConfig;
   static const Fields<S> kFields = {
-      {"key",
-       [](const YAML::Node& n, const std::string& path, S* out) {
-         ASSIGN_OR_RETURN(out->key, DecodeEnum(n, path, kStickyKeys));
-         return Status::Ok();
-       }},
+      Enum<S>("key", &S::key, kStickyKeys),
       {"header",
        [](const YAML::Node& n, const std::string& path, S* out) {
          ASSIGN_OR_RETURN(std::string h, DecodeString(n, path));
@@ -242,8 +196,7 @@ const Fields<CanaryConfig>& CanaryFields() {
       Int<C>("min_requests", &C::min_requests, 1, kMaxCount),
       Int<C>("min_duration_s", &C::min_duration, 0, 30 * 86400),
       Int<C>("interval_s", &C::interval, 1, 86400),
-      {"guards", [](const YAML::Node& n, const std::string& path,
-                    C* out) { return DecodeSection(GuardFields(), n, path, &out->guards); }},
+      Sub("guards", &C::guards, GuardFields),
   };
   return kFields;
 }
@@ -260,11 +213,7 @@ const Fields<CascadeConfig>& CascadeFields() {
   static const Fields<C> kFields = {
       Str<C>("first", &C::first),
       Str<C>("then", &C::then),
-      {"signal",
-       [](const YAML::Node& n, const std::string& path, C* out) {
-         ASSIGN_OR_RETURN(out->signal, DecodeEnum(n, path, kSignals));
-         return Status::Ok();
-       }},
+      Enum<C>("signal", &C::signal, kSignals),
       Num<C>("threshold", &C::threshold, -1e6, 1e6),
   };
   return kFields;
@@ -308,18 +257,9 @@ const Fields<RouteConfig>& RouteFields() {
          return DecodeSection(MatchFields(), n, path, &*out->match);
        }},
       {"to", DecodeRouteTarget},
-      {"sticky", [](const YAML::Node& n, const std::string& path,
-                    R* out) { return DecodeSection(StickyFields(), n, path, &out->sticky); }},
-      {"canary",
-       [](const YAML::Node& n, const std::string& path, R* out) {
-         out->canary.emplace();
-         return DecodeSection(CanaryFields(), n, path, &*out->canary);
-       }},
-      {"shadow",
-       [](const YAML::Node& n, const std::string& path, R* out) {
-         out->shadow.emplace();
-         return DecodeSection(ShadowFields(), n, path, &*out->shadow);
-       }},
+      Sub("sticky", &R::sticky, StickyFields),
+      OptSub("canary", &R::canary, CanaryFields),
+      OptSub("shadow", &R::shadow, ShadowFields),
   };
   return kFields;
 }
@@ -363,11 +303,11 @@ const Fields<AdmissionConfig>& AdmissionFields() {
 const Fields<HealthConfig>& HealthFields() {
   using H = HealthConfig;
   static const Fields<H> kFields = {
-      Millis<H>("interval_ms", &H::interval, 10, kDayMs),
-      Millis<H>("timeout_ms", &H::timeout, 1, kDayMs),
+      Duration<milliseconds, H>("interval_ms", &H::interval, 10, kDayMs),
+      Duration<milliseconds, H>("timeout_ms", &H::timeout, 1, kDayMs),
       Int<H>("eject_after_failures", &H::eject_after_failures, 1, 1000),
-      Millis<H>("ejection_base_ms", &H::ejection_base, 1, kDayMs),
-      Millis<H>("ejection_max_ms", &H::ejection_max, 1, kDayMs),
+      Duration<milliseconds, H>("ejection_base_ms", &H::ejection_base, 1, kDayMs),
+      Duration<milliseconds, H>("ejection_max_ms", &H::ejection_max, 1, kDayMs),
   };
   return kFields;
 }
@@ -390,13 +330,9 @@ const Fields<BalancerConfig>& TierFields() {
 const Fields<BalancerConfig>& BalancerFields() {
   using B = BalancerConfig;
   static const Fields<B> kFields = {
-      {"policy",
-       [](const YAML::Node& n, const std::string& path, B* out) {
-         ASSIGN_OR_RETURN(out->policy, DecodePolicy(n, path));
-         return Status::Ok();
-       }},
-      Millis<B>("metrics_interval_ms", &B::metrics_interval, 10, kDayMs),
-      Millis<B>("kv_events_interval_ms", &B::kv_events_interval, 10, kDayMs),
+      Enum<B>("policy", &B::policy, kPolicies, Choices::kEither),
+      Duration<milliseconds, B>("metrics_interval_ms", &B::metrics_interval, 10, kDayMs),
+      Duration<milliseconds, B>("kv_events_interval_ms", &B::kv_events_interval, 10, kDayMs),
       Int<B>("history_ttl_s", &B::history_ttl, 1, 7 * 86400),
       Num<B>("default_prefill_tokens_per_s", &B::default_prefill_tokens_per_s, 0, 1e12, true),
       Num<B>("default_decode_step_s", &B::default_decode_step_s, 0, 1000),
@@ -433,34 +369,19 @@ const Fields<TracingConfig>& TracingFields() {
   return kFields;
 }
 
-template <typename T>
-Field<GatewayConfig> Section(std::string_view name, T GatewayConfig::*m,
-                             const Fields<T>& (*fields)()) {
-  return {name, [m, fields](const YAML::Node& n, const std::string& path, GatewayConfig* out) {
-            return DecodeSection(fields(), n, path, &(out->*m));
-          }};
-}
-template <typename T>
-Field<GatewayConfig> List(std::string_view name, std::vector<T> GatewayConfig::*m,
-                          const Fields<T>& (*fields)()) {
-  return {name, [m, fields](const YAML::Node& n, const std::string& path, GatewayConfig* out) {
-            return DecodeList(fields(), n, path, &(out->*m));
-          }};
-}
-
 const Fields<GatewayConfig>& TopFields() {
   using G = GatewayConfig;
   static const Fields<G> kFields = {
-      List("pools", &G::pools, PoolFields),
-      List("routes", &G::routes, RouteFields),
-      List("tenants", &G::tenants, TenantFields),
-      Section("admission", &G::admission, AdmissionFields),
-      Section("health", &G::health, HealthFields),
-      Section("balancer", &G::balancer, BalancerFields),
-      Section("upstream", &G::upstream, UpstreamFields),
-      Section("admin", &G::admin, AdminFields),
-      Section("ui", &G::ui, UiFields),
-      Section("tracing", &G::tracing, TracingFields),
+      SubList("pools", &G::pools, PoolFields),
+      SubList("routes", &G::routes, RouteFields),
+      SubList("tenants", &G::tenants, TenantFields),
+      Sub("admission", &G::admission, AdmissionFields),
+      Sub("health", &G::health, HealthFields),
+      Sub("balancer", &G::balancer, BalancerFields),
+      Sub("upstream", &G::upstream, UpstreamFields),
+      Sub("admin", &G::admin, AdminFields),
+      Sub("ui", &G::ui, UiFields),
+      Sub("tracing", &G::tracing, TracingFields),
       Str<G>("access_log", &G::access_log),
   };
   return kFields;
@@ -642,26 +563,11 @@ Status Validate(const GatewayConfig& c) {
 
 }  // namespace
 
-std::string_view BalancePolicyName(BalancePolicy p) {
-  for (const auto& [name, v] : kPolicies) {
-    if (v == p) return name;
-  }
-  return "?";
-}
+std::string_view BalancePolicyName(BalancePolicy p) { return EnumName(p, kPolicies); }
 
-std::string_view StickyKeyName(StickyKey k) {
-  for (const auto& [name, v] : kStickyKeys) {
-    if (v == k) return name;
-  }
-  return "?";
-}
+std::string_view StickyKeyName(StickyKey k) { return EnumName(k, kStickyKeys); }
 
-std::string_view CascadeSignalName(CascadeSignal s) {
-  for (const auto& [name, v] : kSignals) {
-    if (v == s) return name;
-  }
-  return "?";
-}
+std::string_view CascadeSignalName(CascadeSignal s) { return EnumName(s, kSignals); }
 
 const std::string& RouteConfig::primary_pool() const {
   if (!to.empty()) return to;
@@ -680,17 +586,11 @@ std::vector<std::string_view> RouteConfig::ReferencedPools() const {
 }
 
 const PoolConfig* GatewayConfig::FindPool(std::string_view name) const {
-  for (const PoolConfig& p : pools) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
+  return FindBy(pools, &PoolConfig::name, name);
 }
 
 const TenantConfig* GatewayConfig::FindTenant(std::string_view name) const {
-  for (const TenantConfig& t : tenants) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
+  return FindBy(tenants, &TenantConfig::name, name);
 }
 
 const TenantConfig* GatewayConfig::TenantForKey(std::string_view key) const {
@@ -709,33 +609,16 @@ bool GatewayConfig::keys_required() const {
 }
 
 Result<std::shared_ptr<const GatewayConfig>> ParseGatewayConfig(std::string_view yaml_text) {
-  if (yaml_text.size() > kMaxGatewayConfigBytes)
-    return Status::InvalidArgument(
-        fmt::format("gateway config: larger than {} bytes", kMaxGatewayConfigBytes));
   auto c = std::make_shared<GatewayConfig>();
-  try {
-    const YAML::Node root = YAML::Load(std::string(yaml_text));
-    if (!root.IsMap() && !root.IsNull()) return Bad("", "expected a mapping");
-    RETURN_IF_ERROR(DecodeSection(TopFields(), root, "", c.get()));
-  } catch (const std::exception& e) {  // YAML::Exception (syntax, DeepRecursion), bad_alloc
-    return Status::InvalidArgument(std::string("YAML error: ") + e.what());
-  }
+  RETURN_IF_ERROR(DecodeDocument(yaml_text, kDocument, [&](const YAML::Node& root) {
+    return DecodeSection(TopFields(), root, "", c.get());
+  }));
   RETURN_IF_ERROR(Validate(*c));
   return std::shared_ptr<const GatewayConfig>(std::move(c));
 }
 
 Result<std::shared_ptr<const GatewayConfig>> LoadGatewayConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot open gateway config " + path);
-  std::string text;
-  char buf[64 << 10];
-  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxGatewayConfigBytes)
-      return Status::InvalidArgument(
-          fmt::format("{}: larger than {} bytes", path, kMaxGatewayConfigBytes));
-  }
-  if (in.bad()) return Status::IoError("cannot read " + path);
+  ASSIGN_OR_RETURN(std::string text, ReadDocumentFile(path, kDocument));
   auto c = ParseGatewayConfig(text);
   if (!c.ok()) return c.status().WithContext(path);
   return c;

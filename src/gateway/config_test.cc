@@ -3,13 +3,16 @@
 #include "gateway/config.h"
 
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "gateway/routes.h"
+#include "yamlcfg/wrong_kind_sweep.h"
 
 namespace strata::gateway {
 namespace {
@@ -53,8 +56,8 @@ TEST(GatewayConfig, MinimalHasTheDefaults) {
   EXPECT_EQ(g.FindPool("q"), nullptr);
 }
 
-TEST(GatewayConfig, EveryKeyParses) {
-  auto c = ParseGatewayConfig(R"(
+// Every key of the config's sections (the traffic keys are in TrafficKeysParse).
+constexpr const char* kEveryKey = R"(
 pools:
   - name: a
     replicas: [http://10.0.0.1:8080, "http://10.0.0.2:8081/prefix"]
@@ -100,7 +103,10 @@ balancer:
   tier_seconds_per_block: {pool: 0.1, ram: 0.2, disk: 0.3, redis: 0.4}
 upstream: {timeout_s: 1.5, retries: 0}
 access_log: "off"
-)");
+)";
+
+TEST(GatewayConfig, EveryKeyParses) {
+  auto c = ParseGatewayConfig(kEveryKey);
   ASSERT_TRUE(c.ok()) << c.status().message();
   const GatewayConfig& g = **c;
   const PoolConfig& p = g.pools[0];
@@ -562,6 +568,51 @@ TEST(GatewayConfig, ManyPoolsRoutesAndLabelsStayFast) {
   labels += kRouteR;
   ASSERT_LT(labels.size(), kMaxGatewayConfigBytes);
   EXPECT_NE(ErrorOf(labels).find("pools[0].labels.l7: duplicate key"), std::string::npos);
+}
+
+// Every key of kEveryKey with the rest added (the pool hold, a split with stickiness, a canary
+// with every guard, a shadow, a cascade, admin, ui, tracing) gets a value of every wrong YAML
+// kind: refused naming its path where the kind is wrong, never a crash
+// (yamlcfg/wrong_kind_sweep.h has the contract).
+TEST(GatewayConfig, EveryKeyWithEveryWrongKindIsAnErrorNamingIt) {
+  YAML::Node root = YAML::Load(kEveryKey);
+  root["pools"][0]["cold_start_hold_ms"] = 100;
+  root["pools"][0]["cold_start_max_held"] = 5;
+  root["pools"].push_back(YAML::Load("{name: b, replicas: ['http://10.0.0.3:8080']}"));
+  root["routes"][0]["match"]["headers"] = YAML::Load("{X-Other: x}");
+  root["routes"].push_back(
+      YAML::Load(R"({name: split, to: [{pool: a, weight: 9}, {pool: b, weight: 1}],
+      sticky: {key: header, header: x-user},
+      canary: {baseline: a, canary: b, steps: [5, 50, 100], min_requests: 10, min_duration_s: 60,
+               interval_s: 5, guards: {ttft_p95_max_ratio: 1.5, tpot_p95_max_ratio: 1.2,
+               latency_min_delta_s: 0.05, error_rate_max_delta: 0.01,
+               mean_logprob_min_delta: -0.5}},
+      shadow: {pool: b, fraction: 0.1}})"));
+  root["routes"].push_back(YAML::Load(
+      "{name: cascade, to: {cascade: {first: a, then: b, signal: margin, threshold: -1.5}}}"));
+  root["admin"] = YAML::Load("{api_key: admin-secret}");
+  root["ui"] = YAML::Load("{control_url: 'http://127.0.0.1:7000'}");
+  root["tracing"] = YAML::Load(
+      "{otlp_endpoint: 'http://127.0.0.1:4318', sample_ratio: 0.5, service_name: gw, "
+      "queue_capacity: 64}");
+  root["access_log"] = "/var/log/gateway.log";  // not `off`: re-emitted plain, it reads as a bool
+  YAML::Emitter doc;
+  doc << root;
+  const yamlcfg::SweepResult r = yamlcfg::SweepWrongKinds(
+      doc.c_str(), [](const std::string& y) { return ParseGatewayConfig(y).status(); });
+  for (const std::string& f : r.failures) ADD_FAILURE() << f;
+  const std::set<std::string> swept(r.paths.begin(), r.paths.end());
+  for (const char* path :
+       {"pools[0].dns.interval_ms", "pools[0].cold_start_max_held", "routes[0].match.headers",
+        "routes[2].sticky.key", "routes[2].canary.guards.mean_logprob_min_delta",
+        "routes[2].shadow.fraction", "routes[3].to.cascade.threshold",
+        "tenants[0].default_priority", "admission.bronze_max_wait_ms", "health.ejection_max_ms",
+        "balancer.tier_seconds_per_block.redis", "upstream.retries", "admin.api_key",
+        "ui.control_url", "tracing.otlp_endpoint", "tracing.sample_ratio", "tracing.service_name",
+        "tracing.queue_capacity", "access_log"})
+    EXPECT_TRUE(swept.contains(path)) << path;
+  EXPECT_EQ(r.cases, static_cast<int>(r.paths.size() * std::size(yamlcfg::kWrongKinds)));
+  EXPECT_GT(r.errors, r.cases / 2);
 }
 
 TEST(GatewayConfig, NullValuesAreEmptyOrAbsent) {

@@ -5,6 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <fstream>
+
+#include "base/memory_size.h"
 
 namespace strata::yamlcfg {
 
@@ -65,18 +69,29 @@ Result<std::vector<std::string>> DecodeStringList(const YAML::Node& n, const std
 
 Result<std::vector<std::pair<std::string, std::string>>> DecodeStringPairs(
     const YAML::Node& n, const std::string& path) {
-  std::vector<std::pair<std::string, std::string>> v;
-  if (n.IsNull()) return v;
-  if (!n.IsMap()) return Bad(path, "expected a mapping of name: value");
-  std::set<std::string> seen;
-  for (const auto& kv : n) {
-    if (!kv.first.IsScalar()) return Bad(path, "keys must be strings");
-    const std::string key = kv.first.Scalar();
-    ASSIGN_OR_RETURN(std::string value, DecodeString(kv.second, Join(path, key)));
-    if (!seen.insert(key).second) return Bad(Join(path, key), "duplicate key");
-    v.emplace_back(key, std::move(value));
+  return DecodePairs<std::string>(n, path, "name: value", DecodeString);
+}
+
+Result<uint64_t> DecodeSize(const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) return Bad(path, "expected a size such as 2GiB");
+  if (n.Scalar() == "0") return uint64_t{0};
+  auto v = ParseMemorySize(n.Scalar());
+  if (!v.ok()) return Bad(path, v.status().message());
+  return *v;
+}
+
+Status NotAChoice(const YAML::Node& n, const std::string& path,
+                  const std::vector<std::string_view>& names, Choices style) {
+  std::string list = style == Choices::kOneOf ? "one of " : "";
+  for (size_t i = 0; i < names.size(); ++i) {
+    const bool last = i + 1 == names.size();
+    if (i > 0) list += style == Choices::kEither && last ? " or " : ", ";
+    list += names[i];
   }
-  return v;
+  if (!n.IsScalar()) return Bad(path, "expected " + list);
+  const std::string& got = n.Scalar();
+  return Bad(path, fmt::format("expected {} (got \"{}{}\")", list, got.substr(0, 80),
+                               got.size() > 80 ? "..." : ""));
 }
 
 Result<std::vector<double>> DecodeIncreasingNumbers(const YAML::Node& n, const std::string& path,
@@ -116,6 +131,12 @@ bool CountNodes(const YAML::Node& n, int depth, int max_depth, size_t* left) {
   return true;
 }
 
+// How a size error names the bound.
+std::string BoundText(const DocumentKind& kind) {
+  return kind.max_bytes_text.empty() ? fmt::format("{} bytes", kind.max_bytes)
+                                     : std::string(kind.max_bytes_text);
+}
+
 }  // namespace
 
 Status CheckNodeBudget(const YAML::Node& n, size_t max_nodes, int max_depth) {
@@ -124,6 +145,38 @@ Status CheckNodeBudget(const YAML::Node& n, size_t max_nodes, int max_depth) {
   return Bad("", fmt::format("the document is too large or too deep (more than {} nodes, counting "
                              "every alias use, or more than {} levels)",
                              max_nodes, max_depth));
+}
+
+Status DecodeDocument(std::string_view text, const DocumentKind& kind,
+                      const std::function<Status(const YAML::Node& root)>& decode) {
+  if (text.size() > kind.max_bytes) {
+    const std::string what = "larger than " + BoundText(kind);
+    return Status::InvalidArgument(kind.name.empty() ? what : std::string(kind.name) + ": " + what);
+  }
+  try {
+    const YAML::Node root = YAML::Load(std::string(text));
+    if (kind.max_nodes > 0) RETURN_IF_ERROR(CheckNodeBudget(root, kind.max_nodes, kind.max_depth));
+    return decode(root);
+  } catch (const std::exception& e) {  // YAML::Exception (syntax, DeepRecursion), bad_alloc
+    return Status::InvalidArgument(std::string("YAML error: ") + e.what());
+  }
+}
+
+Result<std::string> ReadDocumentFile(const std::string& path, const DocumentKind& kind) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Status::NotFound(kind.name.empty() ? "cannot open " + path
+                                              : fmt::format("cannot open {} {}", kind.name, path));
+  }
+  std::string text;
+  char buf[64 << 10];
+  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > kind.max_bytes)
+      return Status::InvalidArgument(path + ": larger than " + BoundText(kind));
+  }
+  if (in.bad()) return Status::IoError("cannot read " + path);
+  return text;
 }
 
 std::string Suggest(std::string_view name, const std::vector<std::string_view>& known) {

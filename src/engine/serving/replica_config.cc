@@ -1,18 +1,17 @@
 // The ReplicaConfig YAML codec and validation: one table per section, one row per key, each row a
 // few small functions (decode a node, encode the value, check its range) built from member
 // pointers. Decoding, printing, validating and the list of key paths all walk the same tables, so
-// a key added to a table is parsed, printed, validated and documented-checked at once.
-// yaml-cpp throws; every exception is caught at the two entry points below.
+// a key added to a table is parsed, printed, validated and documented-checked at once. Decoding is
+// yamlcfg's (yamlcfg/yaml_decode.h: the scalar decoders, the section walk that refuses unknown and
+// duplicate keys, the document's bounds and yaml-cpp's exceptions); this file adds the printing,
+// the checks with their flags and the key paths.
 #include "engine/serving/replica_config.h"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cmath>
-#include <fstream>
 #include <functional>
-#include <limits>
 #include <optional>
 #include <type_traits>
 
@@ -23,164 +22,14 @@
 namespace strata::engine::serving {
 namespace {
 
+using yamlcfg::Bad;
+using yamlcfg::DecodeSection;
+using yamlcfg::Join;
+
 // A replica config is a few KiB; the bound keeps yaml-cpp's node tree of hostile input small (a
-// 1 MiB list of one-character items costs it ~250 MiB; 64 KiB, ~16 MiB).
-constexpr size_t kMaxYamlBytes = 64 << 10;
-
-Status Bad(const std::string& path, std::string_view what) {
-  return Status::InvalidArgument((path.empty() ? std::string("(top level)") : path) + ": " +
-                                 std::string(what));
-}
-
-std::string Join(const std::string& prefix, std::string_view name) {
-  return prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
-}
-
-// ---- value codecs: YAML node <-> one C++ value ----
-
-template <typename V>
-struct Codec {
-  Result<V> (*decode)(const YAML::Node& n, const std::string& path);
-  void (*encode)(const V& v, YAML::Emitter& out);
-};
-
-template <typename V>
-Result<V> DecodeInt(const YAML::Node& n, const std::string& path) {
-  long long v = 0;
-  if (!n.IsScalar() || !YAML::convert<long long>::decode(n, v))
-    return Bad(path, "expected an integer");
-  bool fits = false;
-  if constexpr (std::is_signed_v<V>) {
-    fits = v >= static_cast<long long>(std::numeric_limits<V>::min()) &&
-           v <= static_cast<long long>(std::numeric_limits<V>::max());
-  } else {
-    fits = v >= 0 && static_cast<unsigned long long>(v) <= std::numeric_limits<V>::max();
-  }
-  if (!fits) return Bad(path, "integer out of range");
-  return static_cast<V>(v);
-}
-template <typename V>
-void EncodeInt(const V& v, YAML::Emitter& out) {
-  out << static_cast<long long>(v);
-}
-template <typename V>
-constexpr Codec<V> kInt{DecodeInt<V>, EncodeInt<V>};
-
-Result<double> DecodeDouble(const YAML::Node& n, const std::string& path) {
-  double v = 0;
-  if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v)) {
-    return Bad(path, "expected a number");
-  }
-  return v;
-}
-void EncodeDouble(const double& v, YAML::Emitter& out) { out << fmt::format("{}", v); }
-constexpr Codec<double> kDouble{DecodeDouble, EncodeDouble};
-
-Result<bool> DecodeBool(const YAML::Node& n, const std::string& path) {
-  bool v = false;
-  if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v))
-    return Bad(path, "expected true or false");
-  return v;
-}
-void EncodeBool(const bool& v, YAML::Emitter& out) { out << (v ? "true" : "false"); }
-constexpr Codec<bool> kBool{DecodeBool, EncodeBool};
-
-// A missing value (`key:`) is the empty string.
-Result<std::string> DecodeString(const YAML::Node& n, const std::string& path) {
-  if (n.IsNull()) return std::string();
-  if (!n.IsScalar()) return Bad(path, "expected a string");
-  return n.Scalar();
-}
-void EncodeString(const std::string& v, YAML::Emitter& out) { out << YAML::DoubleQuoted << v; }
-constexpr Codec<std::string> kString{DecodeString, EncodeString};
-
-Result<std::vector<std::string>> DecodeStringList(const YAML::Node& n, const std::string& path) {
-  std::vector<std::string> v;
-  if (n.IsNull()) return v;
-  if (!n.IsSequence()) return Bad(path, "expected a list of strings");
-  for (size_t i = 0; i < n.size(); ++i) {
-    if (!n[i].IsScalar()) return Bad(fmt::format("{}[{}]", path, i), "expected a string");
-    v.push_back(n[i].Scalar());
-  }
-  return v;
-}
-void EncodeStringList(const std::vector<std::string>& v, YAML::Emitter& out) {
-  out << YAML::Flow << YAML::BeginSeq;
-  for (const auto& s : v) out << YAML::DoubleQuoted << s;
-  out << YAML::EndSeq;
-}
-constexpr Codec<std::vector<std::string>> kStringList{DecodeStringList, EncodeStringList};
-
-// A byte size in ParseMemorySize syntax ("2GiB", "500MB", "0.25" of RAM); 0 is written `0`.
-Result<uint64_t> DecodeSize(const YAML::Node& n, const std::string& path) {
-  if (!n.IsScalar()) return Bad(path, "expected a size such as 2GiB");
-  if (n.Scalar() == "0") return uint64_t{0};
-  auto v = ParseMemorySize(n.Scalar());
-  if (!v.ok()) return Bad(path, v.status().message());
-  return *v;
-}
-void EncodeSize(const uint64_t& v, YAML::Emitter& out) {
-  out << (v == 0 ? std::string("0") : FormatMemorySize(v));
-}
-constexpr Codec<uint64_t> kSize{DecodeSize, EncodeSize};
-
-Result<std::vector<std::pair<std::string, uint64_t>>> DecodeQuotas(const YAML::Node& n,
-                                                                   const std::string& path) {
-  std::vector<std::pair<std::string, uint64_t>> v;
-  if (n.IsNull()) return v;
-  if (!n.IsMap()) return Bad(path, "expected a mapping tenant: size");
-  for (const auto& kv : n) {
-    if (!kv.first.IsScalar()) return Bad(path, "tenant names must be strings");
-    const std::string tenant = kv.first.Scalar();
-    ASSIGN_OR_RETURN(uint64_t q, DecodeSize(kv.second, Join(path, tenant)));
-    v.emplace_back(tenant, q);
-  }
-  return v;
-}
-void EncodeQuotas(const std::vector<std::pair<std::string, uint64_t>>& v, YAML::Emitter& out) {
-  out << YAML::Flow << YAML::BeginMap;
-  for (const auto& [tenant, q] : v) {
-    out << YAML::Key << YAML::DoubleQuoted << tenant << YAML::Value;
-    EncodeSize(q, out);
-  }
-  out << YAML::EndMap;
-}
-constexpr Codec<std::vector<std::pair<std::string, uint64_t>>> kQuotas{DecodeQuotas, EncodeQuotas};
-
-// Enumerations by name.
-template <typename E>
-struct EnumName {
-  std::string_view name;
-  E value;
-};
-constexpr EnumName<kv::KvDType> kKvDTypes[] = {
-    {"f16", kv::KvDType::kF16}, {"f32", kv::KvDType::kF32}, {"q8_0", kv::KvDType::kQ8_0}};
-constexpr EnumName<kvtier::Compression> kCompressions[] = {{"none", kvtier::Compression::kNone},
-                                                           {"lz4", kvtier::Compression::kLz4},
-                                                           {"zstd", kvtier::Compression::kZstd}};
-
-template <typename E, const auto& kNames>
-Result<E> DecodeEnum(const YAML::Node& n, const std::string& path) {
-  std::string expected;
-  for (const auto& e : kNames) expected += (expected.empty() ? "" : ", ") + std::string(e.name);
-  if (n.IsScalar()) {
-    for (const auto& e : kNames) {
-      if (n.Scalar() == e.name) return e.value;
-    }
-    return Bad(path, "expected one of " + expected + " (got \"" + n.Scalar() + "\")");
-  }
-  return Bad(path, "expected one of " + expected);
-}
-template <typename E, const auto& kNames>
-void EncodeEnum(const E& v, YAML::Emitter& out) {
-  for (const auto& e : kNames) {
-    if (e.value == v) out << std::string(e.name);
-  }
-}
-constexpr Codec<kv::KvDType> kKvDType{DecodeEnum<kv::KvDType, kKvDTypes>,
-                                      EncodeEnum<kv::KvDType, kKvDTypes>};
-constexpr Codec<kvtier::Compression> kCompression{DecodeEnum<kvtier::Compression, kCompressions>,
-                                                  EncodeEnum<kvtier::Compression, kCompressions>};
+// 1 MiB list of one-character items costs it ~250 MiB; 64 KiB, ~16 MiB). No node budget: the
+// decoder follows the tables, so an alias is walked only where a key expects a section.
+constexpr yamlcfg::DocumentKind kDocument{.max_bytes = 64 << 10, .max_bytes_text = "64 KiB"};
 
 // ---- range checks: "" when the value is fine, else what is wrong ----
 
@@ -194,6 +43,93 @@ Check<V> InRange(V lo, V hi) {
                               : fmt::format("must be in [{}, {}], got {}", lo, hi, v);
   };
 }
+
+// ---- value codecs: YAML node <-> one C++ value (decoding is yamlcfg's) ----
+
+template <typename V>
+struct Codec {
+  std::function<Result<V>(const YAML::Node& n, const std::string& path)> decode;
+  void (*encode)(const V& v, YAML::Emitter& out);
+  Check<V> check;  // none: any value of the type
+};
+
+template <typename V>
+void EncodeInt(const V& v, YAML::Emitter& out) {
+  out << static_cast<long long>(v);
+}
+// An integer in [lo, hi].
+template <typename V>
+Codec<V> IntIn(V lo, V hi) {
+  return {[lo, hi](const YAML::Node& n, const std::string& path) -> Result<V> {
+            ASSIGN_OR_RETURN(int64_t v, yamlcfg::DecodeInt(n, path, static_cast<int64_t>(lo),
+                                                           static_cast<int64_t>(hi)));
+            return static_cast<V>(v);
+          },
+          EncodeInt<V>, InRange(lo, hi)};
+}
+
+void EncodeDouble(const double& v, YAML::Emitter& out) { out << fmt::format("{}", v); }
+// A finite number in [lo, hi].
+Codec<double> NumIn(double lo, double hi) {
+  return {[lo, hi](const YAML::Node& n, const std::string& path) {
+            return yamlcfg::DecodeNumber(n, path, lo, hi);
+          },
+          EncodeDouble, InRange(lo, hi)};
+}
+
+void EncodeBool(const bool& v, YAML::Emitter& out) { out << (v ? "true" : "false"); }
+const Codec<bool> kBool{yamlcfg::DecodeBool, EncodeBool, {}};
+
+void EncodeString(const std::string& v, YAML::Emitter& out) { out << YAML::DoubleQuoted << v; }
+const Codec<std::string> kString{yamlcfg::DecodeString, EncodeString, {}};
+
+void EncodeStringList(const std::vector<std::string>& v, YAML::Emitter& out) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (const auto& s : v) out << YAML::DoubleQuoted << s;
+  out << YAML::EndSeq;
+}
+const Codec<std::vector<std::string>> kStringList{yamlcfg::DecodeStringList, EncodeStringList, {}};
+
+// A byte size (yamlcfg::DecodeSize); 0 is written `0`.
+void EncodeSize(const uint64_t& v, YAML::Emitter& out) {
+  out << (v == 0 ? std::string("0") : FormatMemorySize(v));
+}
+const Codec<uint64_t> kSize{yamlcfg::DecodeSize, EncodeSize, {}};
+
+using Quotas = std::vector<std::pair<std::string, uint64_t>>;
+Result<Quotas> DecodeQuotas(const YAML::Node& n, const std::string& path) {
+  return yamlcfg::DecodePairs<uint64_t>(n, path, "tenant: size", yamlcfg::DecodeSize);
+}
+void EncodeQuotas(const Quotas& v, YAML::Emitter& out) {
+  out << YAML::Flow << YAML::BeginMap;
+  for (const auto& [tenant, q] : v) {
+    out << YAML::Key << YAML::DoubleQuoted << tenant << YAML::Value;
+    EncodeSize(q, out);
+  }
+  out << YAML::EndMap;
+}
+const Codec<Quotas> kQuotas{DecodeQuotas, EncodeQuotas, {}};
+
+// Enumerations by name.
+constexpr yamlcfg::EnumEntry<kv::KvDType> kKvDTypes[] = {
+    {"f16", kv::KvDType::kF16}, {"f32", kv::KvDType::kF32}, {"q8_0", kv::KvDType::kQ8_0}};
+constexpr yamlcfg::EnumEntry<kvtier::Compression> kCompressions[] = {
+    {"none", kvtier::Compression::kNone},
+    {"lz4", kvtier::Compression::kLz4},
+    {"zstd", kvtier::Compression::kZstd}};
+
+template <const auto& kNames>
+auto EnumOf() {
+  using E = std::remove_cvref_t<decltype(kNames[0].second)>;
+  return Codec<E>{
+      [](const YAML::Node& n, const std::string& path) {
+        return yamlcfg::DecodeEnum(n, path, kNames);
+      },
+      [](const E& v, YAML::Emitter& out) { out << std::string(yamlcfg::EnumName(v, kNames)); },
+      {}};
+}
+
+// ---- checks of string values ----
 
 // "" or the name of a built-in chat template (tokenizer/chat/builtin_templates.h).
 Check<std::string> BuiltinTemplateName() {
@@ -242,26 +178,6 @@ template <typename S>
 using Section = std::vector<Key<S>>;
 
 template <typename S>
-Status DecodeSection(const Section<S>& keys, const YAML::Node& node, const std::string& path,
-                     S* s) {
-  if (node.IsNull()) return Status::Ok();
-  if (!node.IsMap()) return Bad(path, "expected a mapping");
-  for (const auto& kv : node) {
-    if (!kv.first.IsScalar()) return Bad(path, "keys must be strings");
-    const std::string name = kv.first.Scalar();
-    auto it =
-        std::find_if(keys.begin(), keys.end(), [&](const Key<S>& k) { return k.name == name; });
-    if (it == keys.end()) {
-      std::vector<std::string_view> known;
-      for (const auto& k : keys) known.push_back(k.name);
-      return Bad(Join(path, name), "unknown key" + yamlcfg::Suggest(name, known));
-    }
-    RETURN_IF_ERROR(it->decode(kv.second, Join(path, name), s));
-  }
-  return Status::Ok();
-}
-
-template <typename S>
 void EncodeSection(const Section<S>& keys, const S& s, YAML::Emitter& out) {
   out << YAML::BeginMap;
   for (const auto& k : keys) {
@@ -285,12 +201,13 @@ void SectionPaths(const Section<S>& keys, const std::string& path, std::vector<s
   for (const auto& k : keys) k.paths(Join(path, k.name), out);
 }
 
-// A leaf: S::*m decoded with `codec`, checked with `check` (none: any value of the type).
+// A leaf: S::*m decoded with `codec`, checked with `check` (none: the codec's own check).
 template <typename S, typename V>
 Key<S> Leaf(std::string_view name, std::string_view flag, V S::*m, Codec<V> codec,
             Check<V> check = {}) {
   Key<S> k;
   k.name = name;
+  if (!check) check = codec.check;
   auto checked = [check, flag](const V& v, const std::string& path, bool with_flags) {
     const std::string what = check ? check(v) : std::string();
     if (what.empty()) return Status::Ok();
@@ -396,24 +313,21 @@ const Section<ServerConfig>& ServerKeys() {
   using S = ServerConfig;
   static const Section<S> kKeys = {
       Leaf<S>("host", "--host", &S::host, kString),
-      Leaf<S>("port", "--port", &S::port, kInt<int>, InRange(0, 65535)),
+      Leaf<S>("port", "--port", &S::port, IntIn<int>(0, 65535)),
       Leaf<S>("api_keys", "--api-key", &S::api_keys, kStringList),
       Leaf<S>("api_key_file", "--api-key-file", &S::api_key_file, kString),
-      Leaf<S>("io_threads", "--io-threads", &S::io_threads, kInt<int>, InRange(1, 256)),
-      Leaf<S>("max_body_bytes", "--max-body-bytes", &S::max_body_bytes, kInt<uint64_t>,
-              InRange<uint64_t>(1, uint64_t{1} << 30)),
-      Leaf<S>("max_header_bytes", "", &S::max_header_bytes, kInt<uint32_t>,
-              InRange<uint32_t>(1024, 1u << 20)),
-      Leaf<S>("max_connections", "", &S::max_connections, kInt<int>, InRange(1, 1 << 20)),
-      Leaf<S>("idle_timeout_s", "--idle-timeout", &S::idle_timeout_s, kDouble,
-              InRange(0.0, kMaxSeconds)),
-      Leaf<S>("request_timeout_s", "--request-timeout", &S::request_timeout_s, kDouble,
-              InRange(0.0, kMaxSeconds)),
-      Leaf<S>("shutdown_timeout_s", "--shutdown-timeout", &S::shutdown_timeout_s, kDouble,
-              InRange(0.0, kMaxSeconds)),
-      Leaf<S>("max_tokens_cap", "--max-tokens-cap", &S::max_tokens_cap, kInt<int>,
-              InRange(1, 1 << 24)),
-      Leaf<S>("retry_after_s", "", &S::retry_after_s, kInt<int>, InRange(0, 3600)),
+      Leaf<S>("io_threads", "--io-threads", &S::io_threads, IntIn<int>(1, 256)),
+      Leaf<S>("max_body_bytes", "--max-body-bytes", &S::max_body_bytes,
+              IntIn<uint64_t>(1, uint64_t{1} << 30)),
+      Leaf<S>("max_header_bytes", "", &S::max_header_bytes, IntIn<uint32_t>(1024, 1u << 20)),
+      Leaf<S>("max_connections", "", &S::max_connections, IntIn<int>(1, 1 << 20)),
+      Leaf<S>("idle_timeout_s", "--idle-timeout", &S::idle_timeout_s, NumIn(0.0, kMaxSeconds)),
+      Leaf<S>("request_timeout_s", "--request-timeout", &S::request_timeout_s,
+              NumIn(0.0, kMaxSeconds)),
+      Leaf<S>("shutdown_timeout_s", "--shutdown-timeout", &S::shutdown_timeout_s,
+              NumIn(0.0, kMaxSeconds)),
+      Leaf<S>("max_tokens_cap", "--max-tokens-cap", &S::max_tokens_cap, IntIn<int>(1, 1 << 24)),
+      Leaf<S>("retry_after_s", "", &S::retry_after_s, IntIn<int>(0, 3600)),
       Leaf<S>("metrics_compat", "--metrics-compat", &S::metrics_compat, kString,
               OneOf({"", "vllm"})),
   };
@@ -424,7 +338,7 @@ const Section<TracingConfig>& TracingKeys() {
   using T = TracingConfig;
   static const Section<T> kKeys = {
       Leaf<T>("otlp_endpoint", "--otlp-endpoint", &T::otlp_endpoint, kString),
-      Leaf<T>("sample_ratio", "--otlp-sample-ratio", &T::sample_ratio, kDouble, InRange(0.0, 1.0)),
+      Leaf<T>("sample_ratio", "--otlp-sample-ratio", &T::sample_ratio, NumIn(0.0, 1.0)),
       Leaf<T>("service_name", "--otlp-service-name", &T::service_name, kString),
   };
   return kKeys;
@@ -434,8 +348,8 @@ const Section<KvCacheConfig>& KvCacheKeys() {
   using K = KvCacheConfig;
   static const Section<K> kKeys = {
       Leaf<K>("memory", "--kv-cache-memory", &K::memory, kString, MemorySize()),
-      Leaf<K>("dtype", "--kv-dtype", &K::dtype, kKvDType),
-      Leaf<K>("block_size", "--block-size", &K::block_size, kInt<int>, InRange(1, 1024)),
+      Leaf<K>("dtype", "--kv-dtype", &K::dtype, EnumOf<kKvDTypes>()),
+      Leaf<K>("block_size", "--block-size", &K::block_size, IntIn<int>(1, 1024)),
       Leaf<K>("prefix_cache", "--no-prefix-cache", &K::prefix_cache, kBool),
   };
   return kKeys;
@@ -444,16 +358,16 @@ const Section<KvCacheConfig>& KvCacheKeys() {
 const Section<sched::SchedulerConfig>& SchedulerKeys() {
   using C = sched::SchedulerConfig;
   static const Section<C> kKeys = {
-      Leaf<C>("max_num_seqs", "--max-num-seqs", &C::max_num_seqs, kInt<int>, InRange(1, 1024)),
-      Leaf<C>("max_batched_tokens", "--max-batched-tokens", &C::max_batched_tokens, kInt<int>,
-              InRange(1, 1 << 20)),
+      Leaf<C>("max_num_seqs", "--max-num-seqs", &C::max_num_seqs, IntIn<int>(1, 1024)),
+      Leaf<C>("max_batched_tokens", "--max-batched-tokens", &C::max_batched_tokens,
+              IntIn<int>(1, 1 << 20)),
       Leaf<C>("max_prefill_tokens_with_decodes", "--max-prefill-tokens-with-decodes",
-              &C::max_prefill_tokens_with_decodes, kInt<int>, InRange(0, 1 << 20)),
-      Leaf<C>("max_queued_requests", "--max-queued-requests", &C::max_queued_requests, kInt<int>,
-              InRange(1, 1 << 20)),
-      Leaf<C>("max_queued_prompt_tokens", "", &C::max_queued_prompt_tokens, kInt<int64_t>,
-              InRange<int64_t>(1, int64_t{1} << 40)),
-      Leaf<C>("aging_s", "", &C::aging_s, kDouble, InRange(0.0, kMaxSeconds)),
+              &C::max_prefill_tokens_with_decodes, IntIn<int>(0, 1 << 20)),
+      Leaf<C>("max_queued_requests", "--max-queued-requests", &C::max_queued_requests,
+              IntIn<int>(1, 1 << 20)),
+      Leaf<C>("max_queued_prompt_tokens", "", &C::max_queued_prompt_tokens,
+              IntIn<int64_t>(1, int64_t{1} << 40)),
+      Leaf<C>("aging_s", "", &C::aging_s, NumIn(0.0, kMaxSeconds)),
   };
   return kKeys;
 }
@@ -461,12 +375,10 @@ const Section<sched::SchedulerConfig>& SchedulerKeys() {
 const Section<LoraConfig>& LoraKeys() {
   using L = LoraConfig;
   static const Section<L> kKeys = {
-      Leaf<L>("max_loras", "--max-loras", &L::max_loras, kInt<int>,
-              InRange(1, sched::SchedulerConfig::kMaxLoras)),
-      Leaf<L>("max_lora_rank", "--max-lora-rank", &L::max_lora_rank, kInt<int>,
-              InRange(1, kMaxLoraRank)),
-      Leaf<L>("max_cpu_loras", "--max-cpu-loras", &L::max_cpu_loras, kInt<int>,
-              InRange(0, kMaxCpuLoras)),
+      Leaf<L>("max_loras", "--max-loras", &L::max_loras,
+              IntIn<int>(1, sched::SchedulerConfig::kMaxLoras)),
+      Leaf<L>("max_lora_rank", "--max-lora-rank", &L::max_lora_rank, IntIn<int>(1, kMaxLoraRank)),
+      Leaf<L>("max_cpu_loras", "--max-cpu-loras", &L::max_cpu_loras, IntIn<int>(0, kMaxCpuLoras)),
   };
   return kKeys;
 }
@@ -475,7 +387,7 @@ const Section<kvtier::TierLimits>& LimitKeys() {
   using L = kvtier::TierLimits;
   static const Section<L> kKeys = {
       Leaf<L>("capacity", "", &L::capacity_bytes, kSize),
-      Leaf<L>("ttl_s", "", &L::ttl_s, kDouble, InRange(0.0, 1e9)),
+      Leaf<L>("ttl_s", "", &L::ttl_s, NumIn(0.0, 1e9)),
       Leaf<L>("tenant_quota", "", &L::tenant_quota_bytes, kQuotas),
       Leaf<L>("default_tenant_quota", "", &L::default_tenant_quota_bytes, kSize),
   };
@@ -513,7 +425,7 @@ const Section<kvtier::RedisTierConfig>& RedisKeys() {
                  Leaf<R>("key_prefix", "", &R::key_prefix, kString)},
                 kLimits),
       {Leaf<R>("write_through", "--kv-tier-redis-write-through", &R::write_through, kBool),
-       Leaf<R>("timeout_s", "", &R::timeout_s, kDouble, InRange(0.0, 60.0))});
+       Leaf<R>("timeout_s", "", &R::timeout_s, NumIn(0.0, 60.0))});
   return kKeys;
 }
 
@@ -523,10 +435,9 @@ const Section<kvtier::TieredKvConfig>& TierKeys() {
       OptionalSub<T>("ram", &T::ram, RamKeys()),
       OptionalSub<T>("disk", &T::disk, DiskKeys()),
       OptionalSub<T>("redis", &T::redis, RedisKeys()),
-      Leaf<T>("compression", "--kv-tier-compression", &T::compression, kCompression),
-      Leaf<T>("max_queued_writes", "", &T::max_queued_writes, kInt<size_t>,
-              InRange<size_t>(1, size_t{1} << 20)),
-      Leaf<T>("io_threads", "", &T::io_threads, kInt<int>, InRange(1, 64)),
+      Leaf<T>("compression", "--kv-tier-compression", &T::compression, EnumOf<kCompressions>()),
+      Leaf<T>("max_queued_writes", "", &T::max_queued_writes, IntIn<size_t>(1, size_t{1} << 20)),
+      Leaf<T>("io_threads", "", &T::io_threads, IntIn<int>(1, 64)),
   };
   return kKeys;
 }
@@ -534,11 +445,10 @@ const Section<kvtier::TieredKvConfig>& TierKeys() {
 const Section<ServingConfig>& EngineKeys() {
   using E = ServingConfig;
   static const Section<E> kKeys = {
-      Leaf<E>("threads", "--threads", &E::threads, kInt<int>, InRange(0, 1024)),
-      Leaf<E>("max_model_len", "--max-model-len", &E::max_model_len, kInt<int>,
-              InRange(0, 1 << 24)),
+      Leaf<E>("threads", "--threads", &E::threads, IntIn<int>(0, 1024)),
+      Leaf<E>("max_model_len", "--max-model-len", &E::max_model_len, IntIn<int>(0, 1 << 24)),
       Leaf<E>("kv_tier_prefetch_timeout_s", "--kv-tier-prefetch-timeout",
-              &E::kv_tier_prefetch_timeout_s, kDouble, InRange(0.0, 3600.0)),
+              &E::kv_tier_prefetch_timeout_s, NumIn(0.0, 3600.0)),
       Sub<E>("kv_cache", &E::kv_cache, KvCacheKeys()),
       Sub<E>("scheduler", &E::scheduler, SchedulerKeys()),
       Sub<E>("lora", &E::lora, LoraKeys()),
@@ -565,31 +475,11 @@ Status ValidateTiers(const kvtier::TieredKvConfig& t, const std::string& path) {
   return path.empty() ? s : s.WithContext(path);
 }
 
-// Parses `text` into *out with yaml-cpp, turning its exceptions into errors.
+// Parses `text` into *out (the document's bounds and yaml-cpp's exceptions are yamlcfg's).
 template <typename S>
-Status DecodeText(std::string_view text, const Section<S>& keys, const std::string& path, S* out) {
-  if (text.size() > kMaxYamlBytes) return Status::InvalidArgument("larger than 64 KiB");
-  try {
-    const YAML::Node root = YAML::Load(std::string(text));
-    return DecodeSection(keys, root, path, out);
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(std::string("YAML error: ") + e.what());
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument(std::string("YAML error: ") + e.what());
-  }
-}
-
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot open " + path);
-  std::string text;
-  char buf[64 << 10];
-  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxYamlBytes) return Status::InvalidArgument(path + ": larger than 64 KiB");
-  }
-  if (in.bad()) return Status::IoError("cannot read " + path);
-  return text;
+Status DecodeText(std::string_view text, const Section<S>& keys, S* out) {
+  return yamlcfg::DecodeDocument(
+      text, kDocument, [&](const YAML::Node& root) { return DecodeSection(keys, root, "", out); });
 }
 
 }  // namespace
@@ -623,13 +513,13 @@ Status ReplicaConfig::Validate() const {
 
 Result<ReplicaConfig> ParseReplicaConfigYaml(std::string_view yaml_text) {
   ReplicaConfig c;
-  RETURN_IF_ERROR(DecodeText(yaml_text, ReplicaKeys(), "", &c));
+  RETURN_IF_ERROR(DecodeText(yaml_text, ReplicaKeys(), &c));
   RETURN_IF_ERROR(c.Validate());
   return c;
 }
 
 Result<ReplicaConfig> LoadReplicaConfigFile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string text, yamlcfg::ReadDocumentFile(path, kDocument));
   auto c = ParseReplicaConfigYaml(text);
   if (!c.ok()) return c.status().WithContext(path);
   return c;
@@ -644,14 +534,14 @@ std::string ReplicaConfigToYaml(const ReplicaConfig& config) {
 
 Result<kvtier::TieredKvConfig> ParseKvTiersYaml(std::string_view yaml_text) {
   kvtier::TieredKvConfig c;
-  Status s = DecodeText(yaml_text, TierKeys(), "", &c);
+  Status s = DecodeText(yaml_text, TierKeys(), &c);
   if (s.ok()) s = ValidateTiers(c, "");
   if (!s.ok()) return s.WithContext("kv tiers config");
   return c;
 }
 
 Result<kvtier::TieredKvConfig> LoadKvTiersFile(const std::string& path) {
-  auto text = ReadFile(path);
+  auto text = yamlcfg::ReadDocumentFile(path, kDocument);
   if (!text.ok()) return text.status().WithContext("kv tiers config");
   auto c = ParseKvTiersYaml(*text);
   if (!c.ok()) return c.status().WithContext(path);

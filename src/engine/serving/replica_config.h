@@ -14,11 +14,11 @@
 // The YAML keys are the C++ member names (examples/replica.yaml documents every key and its
 // default). `strata serve` fills the tree from defaults, then `--config FILE`, then the flags the
 // user passed; `strata bench offline` fills the engine part the same way. The control plane writes
-// these files, so decoding is strict: an unknown key, a wrong type or a value out of range is an
-// InvalidArgument naming the key's full path ("engine.scheduler.max_num_seq: unknown key (did you
-// mean max_num_seqs?)"). Input is bounded (64 KiB, nesting depth as yaml-cpp's guard); nothing is
-// allocated in proportion to a value read. ReplicaConfigToYaml prints every key; parsing its
-// output gives the same config back.
+// these files, so decoding is strict (yamlcfg/yaml_decode.h): an unknown or duplicate key, a wrong
+// type or a value out of range is an InvalidArgument naming the key's full path
+// ("engine.scheduler.max_num_seq: unknown key (did you mean max_num_seqs?)"). Input is bounded
+// (64 KiB, nesting depth as yaml-cpp's guard); nothing is allocated in proportion to a value read.
+// ReplicaConfigToYaml prints every key; parsing its output gives the same config back.
 //
 // Thread contract: plain values; the functions are pure and thread-safe.
 // Errors: Status values only (yaml-cpp's exceptions are caught inside).

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "yamlcfg/wrong_kind_sweep.h"
+
 namespace strata::engine::serving {
 namespace {
 
@@ -179,6 +181,7 @@ ReplicaConfig EverythingSet() {
   c.server.shutdown_timeout_s = 12.5;
   c.server.max_tokens_cap = 99;
   c.server.retry_after_s = 7;
+  c.tracing = {"http://127.0.0.1:4318", 0.25, "replica-7"};
   c.engine.threads = 5;
   c.engine.max_model_len = 333;
   c.engine.kv_tier_prefetch_timeout_s = 0.3;
@@ -251,6 +254,40 @@ TEST(ReplicaConfigTest, PrintLoadsBackToTheSameConfig) {
     const std::string leaf = path.substr(path.rfind('.') + 1);
     EXPECT_NE(yaml.find(leaf + ":"), std::string::npos) << path;
   }
+}
+
+// A key given twice is an error at any level (the first one does not silently lose).
+TEST(ReplicaConfigTest, DuplicateKeysAreErrors) {
+  EXPECT_EQ(Error("server: {port: 1, port: 2}"), "server.port: duplicate key");
+  EXPECT_EQ(Error("engine: {threads: 1}\nengine: {threads: 2}\n"), "engine: duplicate key");
+  EXPECT_EQ(Error("tracing:\n  sample_ratio: 0.5\n  sample_ratio: 1\n"),
+            "tracing.sample_ratio: duplicate key");
+  EXPECT_EQ(Error("engine: {kv_tiers: {ram: {capacity: 1GiB, capacity: 2GiB}}}"),
+            "engine.kv_tiers.ram.capacity: duplicate key");
+  EXPECT_EQ(Error("engine: {kv_tiers: {ram: {capacity: 1GiB, tenant_quota: {a: 1GiB, a: 2GiB}}}}"),
+            "engine.kv_tiers.ram.tenant_quota.a: duplicate key");
+  auto tiers = ParseKvTiersYaml("ram: {capacity: 1GiB}\nram: {capacity: 2GiB}\n");
+  ASSERT_FALSE(tiers.ok());
+  EXPECT_EQ(tiers.status().message(), "kv tiers config: ram: duplicate key");
+}
+
+// Every key of a config that sets everything (sections too, tracing and the KV tiers included)
+// gets a value of every wrong YAML kind: refused naming its path where the kind is wrong, never a
+// crash (yamlcfg/wrong_kind_sweep.h has the contract).
+TEST(ReplicaConfigTest, EveryKeyWithEveryWrongKindIsAnErrorNamingIt) {
+  const yamlcfg::SweepResult r = yamlcfg::SweepWrongKinds(
+      ReplicaConfigToYaml(EverythingSet()),
+      [](const std::string& y) { return ParseReplicaConfigYaml(y).status(); });
+  for (const std::string& f : r.failures) ADD_FAILURE() << f;
+  const std::set<std::string> swept(r.paths.begin(), r.paths.end());
+  for (const std::string& leaf : ReplicaConfigKeyPaths()) EXPECT_TRUE(swept.contains(leaf)) << leaf;
+  for (const char* section :
+       {"model", "server", "engine", "tracing", "engine.kv_cache", "engine.scheduler",
+        "engine.lora", "engine.kv_tiers", "engine.kv_tiers.ram", "engine.kv_tiers.disk",
+        "engine.kv_tiers.redis"})
+    EXPECT_TRUE(swept.contains(section)) << section;
+  EXPECT_EQ(r.cases, static_cast<int>(r.paths.size() * std::size(yamlcfg::kWrongKinds)));
+  EXPECT_GT(r.errors, r.cases / 2);
 }
 
 TEST(ReplicaConfigTest, ValidateNamesTheKeyAndItsFlag) {
