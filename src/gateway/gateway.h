@@ -13,8 +13,18 @@
 // ends; ReplicaSets of pools that remain are updated in place, so their health and load state
 // carry over.
 //
+// The parts (each file's header says more):
+//   gateway_services.h  Snapshot and its holder Snapshots; RequestServices, what requests share
+//   gateway_flow.h      RequestFlow: one proxied request's state machine (route → admit → pick →
+//                       forward → retry / cascade / shadow → finish)
+//   gateway_admin.h     AdminApi (/admin/) and the canary's feed
+//   gateway_ui.h        StatusPage (/ui, /ui/data)
+//   gateway_models.h    ModelsList (/v1/models)
+//   gateway_metrics.h   the metric families, the access log
+// Gateway itself wires them: the route chain, /health, /ready, /metrics, the ticker, Reload.
+//
 // Ownership: Gateway owns the upstream I/O thread (Upstreams), the pools' polling, the admission
-// state and the metrics registry.
+// state and the metrics registry (in RequestServices), and the parts above.
 // Thread contract: Handle() is called concurrently from the front HttpServer's I/O threads;
 // Reload/Start/Stop/StartDraining from one controlling thread. Completion callbacks run on the
 // upstream thread.
@@ -28,29 +38,15 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdio>
-#include <functional>
-#include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
-#include <optional>
-#include <string>
-#include <vector>
+#include <string_view>
 
-#include "base/mutex.h"
 #include "base/status.h"
-#include "gateway/admission.h"
-#include "gateway/canary.h"
-#include "gateway/cascade.h"
 #include "gateway/config.h"
-#include "gateway/gateway_metrics.h"
+#include "gateway/gateway_admin.h"
+#include "gateway/gateway_models.h"
+#include "gateway/gateway_services.h"
 #include "gateway/gateway_ui.h"
-#include "gateway/pool_hold.h"
-#include "gateway/prompt.h"
-#include "gateway/proxy.h"
-#include "gateway/replica_set.h"
-#include "gateway/shadow.h"
-#include "gateway/split.h"
 #include "http/chain.h"
 #include "http/prometheus.h"
 #include "http/server.h"
@@ -58,26 +54,12 @@
 
 namespace strata::gateway {
 
-// One configuration generation: immutable once built.
-struct Snapshot {
-  std::shared_ptr<const GatewayConfig> cfg;
-  std::map<std::string, std::shared_ptr<ReplicaSet>, std::less<>> pools;
-  // Pool name → its tokenizer (absent: prompt lengths are estimated from bytes).
-  std::map<std::string, std::shared_ptr<const PoolTokenizer>, std::less<>> tokenizers;
-  uint64_t generation = 0;
-};
-
-// Shadow calls in flight at most (over it a mirrored request is dropped and counted).
-inline constexpr int kMaxShadowInFlight = 64;
-// The primary's answer kept for the shadow comparison, at most (bytes).
-inline constexpr size_t kMaxShadowCopy = 1u << 20;
-// Stop() gives the tracer this long to send the last spans.
-inline constexpr std::chrono::milliseconds kTracerFlushTimeout{1000};
-
 class Gateway {
  public:
   static Result<std::unique_ptr<Gateway>> Create(std::shared_ptr<const GatewayConfig> cfg);
   ~Gateway();  // Stop()
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
 
   // Starts the upstream thread, the pools' health checks and polls, and the admission ticker.
   void Start();
@@ -92,91 +74,34 @@ class Gateway {
   // Told by the HTTP server's last-resort guard.
   void OnInternalError(std::string_view method, std::string_view path);
 
-  int64_t in_flight() const { return in_flight_.load(); }
+  int64_t in_flight() const { return sv_.in_flight.load(); }
   uint64_t generation() const;
-  std::shared_ptr<const Snapshot> snapshot() const;
-  http::MetricsRegistry& metrics() { return metrics_; }
+  std::shared_ptr<const Snapshot> snapshot() const { return snaps_.current(); }
+  http::MetricsRegistry& metrics() { return sv_.metrics; }
   // The span exporter (config `tracing` / --otlp-endpoint), or null when the gateway exports none.
-  const trace::Tracer* tracer() const { return tracer_.get(); }
-
-  struct Job;  // one proxied request (gateway.cc)
+  const trace::Tracer* tracer() const { return sv_.tracer.get(); }
 
  private:
   Gateway() = default;
-  Result<std::shared_ptr<const Snapshot>> Build(std::shared_ptr<const GatewayConfig> cfg,
-                                                const Snapshot* previous);
   http::Chain MakeChain();
   http::HttpResponse Health(http::Exchange& ex);
   http::HttpResponse Ready(http::Exchange& ex);
   http::HttpResponse Metrics(http::Exchange& ex);
-  http::HttpResponse Models(http::Exchange& ex);
   http::HttpResponse Proxy(http::Exchange& ex);
-  const std::string& PoolOf(const RouteConfig& route, const http::Exchange& ex, Job* job);
-  static void AddArmHeader(const Job& job, std::vector<std::pair<std::string, std::string>>* h);
-  void Admitted(const std::shared_ptr<Job>& job);
-  void Dispatch(const std::shared_ptr<Job>& job);
-  void OnUpstreamDone(const std::shared_ptr<Job>& job, const UpstreamResult& r);
-  void Finish(const std::shared_ptr<Job>& job, int status, const UpstreamResult* r);
-  void RespondError(const std::shared_ptr<Job>& job, http::HttpResponse resp);
-  void AccessLog(const RequestRecord& rec);
-  // Traffic management (issue 17, part split): the canary's feed and decisions, the admin API
-  // (gateway_admin.cc).
-  void ObserveCanary(const RequestRecord& rec);
-  void NoteCanary(const std::vector<CanaryDecision>& decisions);
-  void RefreshCanaryGauges();
-  std::optional<http::HttpResponse> AdminAuth(const http::Exchange& ex) const;
-  http::HttpResponse AdminRoutes(http::Exchange& ex);
-  http::HttpResponse AdminSetWeights(http::Exchange& ex);
-  http::HttpResponse AdminCanary(http::Exchange& ex);
-  http::HttpResponse AdminCanaryAction(http::Exchange& ex);
-  // Shadow and cascade (README.md "Shadow", "Cascade"): set up at routing, run from Dispatch /
-  // the upstream callbacks, on the upstream thread.
-  http::ApiError PrepareTraffic(const std::shared_ptr<Job>& job, const RouteConfig& route,
-                                const nlohmann::json& body,
-                                const std::function<const PromptInfo&(const PoolConfig&)>& measure);
-  void OnFirstStageDone(const std::shared_ptr<Job>& job, const UpstreamResult& r);
-  void AcceptFirstStage(const std::shared_ptr<Job>& job, const UpstreamResult& r,
-                        nlohmann::json answer);
-  void Escalate(const std::shared_ptr<Job>& job, std::string_view result);
-  void NoteUpstream(const std::shared_ptr<Job>& job, const UpstreamResult& r);
-  std::vector<std::pair<std::string, std::string>> ClientHeaders(const Job& job) const;
-  void StartShadow(const std::shared_ptr<Job>& job, int status);
-  void RefreshModels();
   void StartTicker();
-  // The status page (gateway_ui.cc): /ui, /ui/data and the fetch of ui.control_url.
-  http::HttpResponse UiPage(http::Exchange& ex);
-  http::HttpResponse UiData(http::Exchange& ex);
-  void RefreshControlStatus();
-  // The cold-start hold (pool_hold.h).
-  bool HoldForReplica(const std::shared_ptr<Job>& job);
+  // The cold-start hold (pool_hold.h): held requests dispatched once their pool has a replica,
+  // and the held-requests gauge.
   void TickHolds();
   void RefreshHoldGauges();
 
-  mutable Mutex mu_;
-  std::shared_ptr<const Snapshot> snap_ GUARDED_BY(mu_);
-  std::unique_ptr<Upstreams> upstreams_;
-  std::unique_ptr<Admission> admission_;
-  SplitWeights splits_;  // the split routes' current weights (config, admin API, canary)
-  std::unique_ptr<CanaryController> canary_;  // uses splits_
-  std::unique_ptr<http::Chain> chain_;
+  RequestServices sv_;
+  Snapshots snaps_{&sv_.upstreams->io()};  // its pools live on the upstream io_context
+  AdminApi admin_{&snaps_, &sv_};
   http::Readiness readiness_;
-  http::MetricsRegistry metrics_;
-  std::unique_ptr<trace::Tracer> tracer_;  // null: tracing off (set in Create, then read-only)
-  std::atomic<int64_t> in_flight_{0};
-  std::atomic<bool> stopped_{false};
-  ShadowSlots shadow_slots_{kMaxShadowInFlight};
-  PoolHolds holds_;  // requests waiting for a pool's first eligible replica
+  StatusPage status_page_{&snaps_, &readiness_, &sv_};
+  ModelsList models_{&sv_};
+  std::unique_ptr<http::Chain> chain_;
   bool started_ = false;
-  // /v1/models: the union of the replicas' models, refreshed on the upstream thread.
-  mutable Mutex models_mu_;
-  std::string models_body_ GUARDED_BY(models_mu_);
-  // The access log (stderr, a file, or none).
-  Mutex log_mu_;
-  std::FILE* log_ GUARDED_BY(log_mu_) = nullptr;
-  bool log_owned_ GUARDED_BY(log_mu_) = false;
-  // The control plane's last status (ui.control_url), written on the upstream thread.
-  mutable Mutex ui_mu_;
-  ControlStatus control_status_ GUARDED_BY(ui_mu_);
 };
 
 }  // namespace strata::gateway

@@ -1,16 +1,10 @@
-// The gateway's admin API (/admin/, its own Bearer key) and the canary's feed and decision
-// reporting: Gateway members kept apart from the request path in gateway.cc.
-//
-//   GET  /admin/routes                    every route, with a split's current and config weights
-//   PUT  /admin/routes/<name>/weights     {"<pool>": weight, ...} for every arm (409 on a canary)
-//   GET  /admin/canary                    every canary: state, step, weights, windows, decisions
-//   POST /admin/canary/<route>/<action>   pause | resume | rollback | promote
+#include "gateway/gateway_admin.h"
+
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "gateway/gateway.h"
 #include "http/auth.h"
 #include "http/json_fields.h"
 #include "http/openai_error.h"
@@ -90,8 +84,8 @@ std::string NameBefore(std::string_view rest, std::string_view suffix) {
 }  // namespace
 
 // The admin key: none configured → 403 naming the config key; a wrong or missing one → 401.
-std::optional<HttpResponse> Gateway::AdminAuth(const Exchange& ex) const {
-  const std::string key = snapshot()->cfg->admin.api_key;
+std::optional<HttpResponse> AdminApi::Auth(const Exchange& ex) const {
+  const std::string key = snaps_->current()->cfg->admin.api_key;
   if (key.empty())
     return http::ErrorResponse(403,
                                "the admin API is off: set admin.api_key in the gateway config");
@@ -104,28 +98,28 @@ std::optional<HttpResponse> Gateway::AdminAuth(const Exchange& ex) const {
   return r;
 }
 
-HttpResponse Gateway::AdminRoutes(Exchange& ex) {
-  if (auto denied = AdminAuth(ex)) return std::move(*denied);
-  auto snap = snapshot();
-  const std::vector<RouteWeights> weights = splits_.List();
+HttpResponse AdminApi::Routes(Exchange& ex) {
+  if (auto denied = Auth(ex)) return std::move(*denied);
+  auto snap = snaps_->current();
+  const std::vector<RouteWeights> weights = sv_->splits.List();
   json routes = json::array();
   for (const RouteConfig& r : snap->cfg->routes) routes.push_back(RouteJson(r, weights));
   return Json(200, {{"routes", std::move(routes)}, {"generation", snap->generation}});
 }
 
-HttpResponse Gateway::AdminSetWeights(Exchange& ex) {
-  if (auto denied = AdminAuth(ex)) return std::move(*denied);
+HttpResponse AdminApi::SetWeights(Exchange& ex) {
+  if (auto denied = Auth(ex)) return std::move(*denied);
   const std::string name =
       NameBefore(std::string_view(ex.request.path).substr(ex.route->path.size()), "weights");
   if (name.empty()) return http::ErrorResponse(404, "use PUT /admin/routes/<name>/weights");
-  auto snap = snapshot();
+  auto snap = snaps_->current();
   const RouteConfig* route = nullptr;
   for (const RouteConfig& r : snap->cfg->routes)
     if (r.name == name) route = &r;
   if (!route) return http::ErrorResponse(404, "no route named '" + name + "'");
   if (route->arms.empty())
     return http::ErrorResponse(400, "route '" + name + "' is not a split (to: is not a list)");
-  if (canary_->Has(name))
+  if (sv_->canary->Has(name))
     return http::ErrorResponse(409, "route '" + name + "' has a canary: use POST /admin/canary/" +
                                         name + "/{pause|resume|rollback|promote}");
   std::map<std::string, double, std::less<>> by_pool;
@@ -137,17 +131,17 @@ HttpResponse Gateway::AdminSetWeights(Exchange& ex) {
       return http::ErrorResponse(e);
     by_pool[item.key()] = w;
   }
-  if (Status s = splits_.Set(name, by_pool); !s.ok())
+  if (Status s = sv_->splits.Set(name, by_pool); !s.ok())
     return http::ErrorResponse(s.code() == StatusCode::kNotFound ? 404 : 400, s.message());
   std::fprintf(stderr, "strata gateway: admin: route %s weights set to %s\n", name.c_str(),
                ex.body.dump().c_str());
-  return Json(200, RouteJson(*route, splits_.List()));
+  return Json(200, RouteJson(*route, sv_->splits.List()));
 }
 
-HttpResponse Gateway::AdminCanary(Exchange& ex) {
-  if (auto denied = AdminAuth(ex)) return std::move(*denied);
+HttpResponse AdminApi::Canary(Exchange& ex) {
+  if (auto denied = Auth(ex)) return std::move(*denied);
   json list = json::array();
-  for (const CanaryView& v : canary_->List(Clock::now())) {
+  for (const CanaryView& v : sv_->canary->List(Clock::now())) {
     json decisions = json::array();
     for (const CanaryDecision& d : v.decisions) decisions.push_back(DecisionJson(d));
     list.push_back(
@@ -166,8 +160,8 @@ HttpResponse Gateway::AdminCanary(Exchange& ex) {
   return Json(200, {{"canaries", std::move(list)}});
 }
 
-HttpResponse Gateway::AdminCanaryAction(Exchange& ex) {
-  if (auto denied = AdminAuth(ex)) return std::move(*denied);
+HttpResponse AdminApi::CanaryAction(Exchange& ex) {
+  if (auto denied = Auth(ex)) return std::move(*denied);
   using A = CanaryController::Action;
   static constexpr std::pair<std::string_view, A> kActions[] = {{"pause", A::kPause},
                                                                 {"resume", A::kResume},
@@ -177,18 +171,17 @@ HttpResponse Gateway::AdminCanaryAction(Exchange& ex) {
   for (const auto& [verb, action] : kActions) {
     const std::string name = NameBefore(rest, verb);
     if (name.empty()) continue;
-    auto d = canary_->Act(name, action, Clock::now());
+    auto d = sv_->canary->Act(name, action, Clock::now());
     if (!d.ok())
       return http::ErrorResponse(d.status().code() == StatusCode::kNotFound ? 404 : 409,
                                  d.status().message());
-    NoteCanary({*d});
+    NoteCanary({*d}, &sv_->metrics);
     return Json(200, DecisionJson(*d));
   }
   return http::ErrorResponse(404, "use POST /admin/canary/<route>/{pause|resume|rollback|promote}");
 }
 
-// A finished request on a split route: an outcome for its route's canary, if any.
-void Gateway::ObserveCanary(const RequestRecord& rec) {
+void ObserveCanary(const RequestRecord& rec, CanaryController* canary) {
   CanaryOutcome o;
   o.status = rec.status;
   o.ttft_s = rec.ttft_s;
@@ -197,11 +190,10 @@ void Gateway::ObserveCanary(const RequestRecord& rec) {
     const double decode_s = rec.total_s - rec.ttft_s;
     if (tokens > 1 && decode_s >= 0) o.tpot_s = decode_s / static_cast<double>(tokens - 1);
   }
-  canary_->Observe(rec.route, rec.pool, o);
+  canary->Observe(rec.route, rec.pool, o);
 }
 
-// Every canary decision: a stderr line and canary_decisions_total.
-void Gateway::NoteCanary(const std::vector<CanaryDecision>& decisions) {
+void NoteCanary(const std::vector<CanaryDecision>& decisions, http::MetricsRegistry* metrics) {
   for (const CanaryDecision& d : decisions) {
     std::fprintf(stderr,
                  "strata gateway: canary %s: %s (%s) step=%zu weight=%g baseline{n=%lld err=%g} "
@@ -209,17 +201,16 @@ void Gateway::NoteCanary(const std::vector<CanaryDecision>& decisions) {
                  d.route.c_str(), d.decision.c_str(), d.reason.c_str(), d.step + 1, d.weight,
                  static_cast<long long>(d.baseline.requests), d.baseline.error_rate,
                  static_cast<long long>(d.canary.requests), d.canary.error_rate);
-    metrics_.Add(std::string(kCanaryDecisionsTotal),
+    metrics->Add(std::string(kCanaryDecisionsTotal),
                  http::Labels({{"route", d.route}, {"decision", d.decision}}), 1);
   }
 }
 
-// At scrape time: canary_weight of both arms of every canary.
-void Gateway::RefreshCanaryGauges() {
-  for (const CanaryView& v : canary_->List(Clock::now())) {
-    metrics_.Set(std::string(kCanaryWeight), http::Labels({{"route", v.route}, {"pool", v.canary}}),
+void RefreshCanaryGauges(const CanaryController& canary, http::MetricsRegistry* metrics) {
+  for (const CanaryView& v : canary.List(Clock::now())) {
+    metrics->Set(std::string(kCanaryWeight), http::Labels({{"route", v.route}, {"pool", v.canary}}),
                  v.weight);
-    metrics_.Set(std::string(kCanaryWeight),
+    metrics->Set(std::string(kCanaryWeight),
                  http::Labels({{"route", v.route}, {"pool", v.baseline}}), 100 - v.weight);
   }
 }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gateway/admission.h"
-#include "gateway/gateway.h"
+#include "gateway/gateway_services.h"
 #include "gateway/proxy.h"
 
 namespace strata::gateway {
@@ -181,6 +181,30 @@ std::string AccessLogLine(const RequestRecord& rec, std::chrono::system_clock::t
       rec.prompt_estimated ? "~" : "", rec.cached_tokens,
       u && u->completion_tokens >= 0 ? u->completion_tokens : (u ? u->stream_chunks : 0),
       rec.attempts, dash(rec.reason), rec.cost_s);
+}
+
+AccessLog::~AccessLog() {
+  MutexLock lock(&mu_);
+  if (owned_ && file_) std::fclose(file_);
+}
+
+Status AccessLog::Open(const std::string& where) {
+  MutexLock lock(&mu_);
+  if (where == "stderr") {
+    file_ = stderr;
+  } else if (where != "off" && !where.empty()) {
+    file_ = std::fopen(where.c_str(), "a");
+    if (!file_) return Status::IoError("access_log: cannot open " + where);
+    owned_ = true;
+  }
+  return Status::Ok();
+}
+
+void AccessLog::Write(const RequestRecord& rec) {
+  MutexLock lock(&mu_);
+  if (!file_) return;
+  std::fputs(AccessLogLine(rec, std::chrono::system_clock::now()).c_str(), file_);
+  std::fflush(file_);
 }
 
 }  // namespace strata::gateway

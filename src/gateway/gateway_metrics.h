@@ -8,9 +8,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
+#include "base/mutex.h"
+#include "base/status.h"
 #include "gateway/types.h"
 #include "http/prometheus.h"
 #include "trace/tracer.h"
@@ -97,5 +100,25 @@ void RefreshPoolGauges(const Snapshot& snap, const Admission& admission, http::M
 // One line (ending in '\n'): time, tenant, method path, route, pool, replica, status, latencies,
 // tokens, attempts, reason — `key=value` pairs, values without spaces.
 std::string AccessLogLine(const RequestRecord& rec, std::chrono::system_clock::time_point now);
+
+// The access log: config `access_log` — "stderr", "off" / "" (none), or a file appended to.
+// Thread-safe: Write is called from any thread (one mutex).
+class AccessLog {
+ public:
+  AccessLog() = default;
+  ~AccessLog();  // closes a file it opened
+  AccessLog(const AccessLog&) = delete;
+  AccessLog& operator=(const AccessLog&) = delete;
+
+  // IoError naming the path when the file cannot be opened.
+  Status Open(const std::string& where);
+  // One AccessLogLine, flushed.
+  void Write(const RequestRecord& rec);
+
+ private:
+  Mutex mu_;
+  std::FILE* file_ GUARDED_BY(mu_) = nullptr;
+  bool owned_ GUARDED_BY(mu_) = false;
+};
 
 }  // namespace strata::gateway

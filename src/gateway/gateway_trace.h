@@ -14,7 +14,7 @@
 // `tracestate`. Without a tracer the gateway does not touch them: the client's headers are passed
 // through unchanged (ForwardedHeaders).
 // Thread contract: a RequestTrace belongs to one request and is touched by one callback at a time
-// (the Job's rule). Errors: none.
+// (the RequestFlow's rule, gateway_flow.h). Errors: none.
 #pragma once
 
 #include <memory>

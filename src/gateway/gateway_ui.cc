@@ -1,11 +1,11 @@
-// The status page's data (/ui/data), its HTML (/ui) and the Gateway members that serve them and
-// fetch the control plane's status (ui.control_url).
+// The status page's data (/ui/data), its HTML (/ui) and the StatusPage that serves them and
+// fetches the control plane's status (ui.control_url).
 #include "gateway/gateway_ui.h"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 
-#include "gateway/gateway.h"
+#include "gateway/gateway_services.h"
 #include "http/client.h"
 
 namespace strata::gateway {
@@ -371,28 +371,28 @@ json UiControlJson(const ControlStatus& status, std::string_view url,
           {"control_age_s", std::move(age)}};
 }
 
-// ---- Gateway members ----
+// ---- StatusPage ----
 
-http::HttpResponse Gateway::UiPage(http::Exchange&) {
+http::HttpResponse StatusPage::Page(http::Exchange&) {
   http::HttpResponse r;
   r.content_type = "text/html; charset=utf-8";
   r.body = std::string(UiHtml());
   return r;
 }
 
-http::HttpResponse Gateway::UiData(http::Exchange&) {
-  auto snap = snapshot();
+http::HttpResponse StatusPage::Data(http::Exchange&) {
+  auto snap = snaps_->current();
   json d = {
       {"generation", snap->generation},
-      {"draining", readiness_.draining()},
+      {"draining", readiness_->draining()},
       {"time_s",
        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
-      {"pools", UiPoolsJson(*snap, *admission_)},
+      {"pools", UiPoolsJson(*snap, *sv_->admission)},
       {"routes", UiRoutesJson(*snap->cfg)},
-      {"canaries", UiCanariesJson(canary_->List(Clock::now()))}};
+      {"canaries", UiCanariesJson(sv_->canary->List(Clock::now()))}};
   json control;
   {
-    MutexLock lock(&ui_mu_);
+    MutexLock lock(&mu_);
     control = UiControlJson(control_status_, snap->cfg->ui.control_url, Clock::now());
   }
   for (auto& [k, v] : control.items()) d[k] = std::move(v);
@@ -401,16 +401,15 @@ http::HttpResponse Gateway::UiData(http::Exchange&) {
   return r;
 }
 
-// GET ui.control_url on the upstream thread; the answer (or the failure) replaces the last one.
-void Gateway::RefreshControlStatus() {
-  const std::string url_text = snapshot()->cfg->ui.control_url;
+void StatusPage::RefreshControl() {
+  const std::string url_text = snaps_->current()->cfg->ui.control_url;
   if (url_text.empty()) return;
   auto url = http::ParseUrl(url_text);
   if (!url.ok()) return;  // validated by the config parser
   boost::asio::co_spawn(
-      upstreams_->io(),
+      sv_->upstreams->io(),
       [this, url = *url]() -> boost::asio::awaitable<void> {
-        http::HttpClient client(upstreams_->io(), url, "");
+        http::HttpClient client(sv_->upstreams->io(), url, "");
         std::string body;
         auto res = co_await client.Request(
             "GET", url.path_prefix.empty() ? "/" : "", "", Clock::now() + std::chrono::seconds(2),
@@ -420,7 +419,7 @@ void Gateway::RefreshControlStatus() {
               body.append(piece);
               return Status::Ok();
             });
-        MutexLock lock(&ui_mu_);
+        MutexLock lock(&mu_);
         if (!res.status.ok()) {
           control_status_.error = "control plane: " + res.status.message();
         } else if (res.http_status != 200) {

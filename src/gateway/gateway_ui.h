@@ -19,7 +19,9 @@
 // The page is read-only and needs no key: it shows pool names, replica URLs and load, never API
 // keys or tenants.
 //
-// Thread contract: pure functions; ControlStatus is guarded by its owner (Gateway::ui_mu_).
+// Thread contract: pure functions; StatusPage's handlers run concurrently on the front's I/O
+// threads, RefreshControl on the ticker (the fetch on the upstream thread); its ControlStatus is
+// guarded by its mutex.
 #pragma once
 
 #include <chrono>
@@ -29,12 +31,16 @@
 #include <string_view>
 #include <vector>
 
+#include "base/mutex.h"
 #include "gateway/canary.h"
 #include "gateway/config.h"
+#include "http/chain.h"
 
 namespace strata::gateway {
 
 struct Snapshot;
+class Snapshots;
+struct RequestServices;
 class Admission;
 
 inline constexpr size_t kMaxControlStatusBytes = 1 << 20;
@@ -57,5 +63,25 @@ nlohmann::json UiCanariesJson(const std::vector<CanaryView>& canaries);
 // "control_error", "control_age_s" (null before the first answer).
 nlohmann::json UiControlJson(const ControlStatus& status, std::string_view url,
                              std::chrono::steady_clock::time_point now);
+
+// The routes /ui and /ui/data, and the control plane's status they show. Points at the Gateway's
+// snapshots, readiness and services, which outlive it.
+class StatusPage {
+ public:
+  StatusPage(const Snapshots* snaps, const http::Readiness* readiness, RequestServices* sv)
+      : snaps_(snaps), readiness_(readiness), sv_(sv) {}
+
+  http::HttpResponse Page(http::Exchange& ex);
+  http::HttpResponse Data(http::Exchange& ex);
+  // GETs ui.control_url (when set) on the upstream thread; the answer replaces the last one.
+  void RefreshControl();
+
+ private:
+  const Snapshots* snaps_;
+  const http::Readiness* readiness_;
+  RequestServices* sv_;
+  Mutex mu_;
+  ControlStatus control_status_ GUARDED_BY(mu_);
+};
 
 }  // namespace strata::gateway
