@@ -63,15 +63,15 @@ MODULES = {
     "engine/kvtier": (["engine/kvtier/"], ["engine/kv"]),
     "engine/runner": (["engine/runner/"], ["engine/kv", "lora"]),
     "engine/sched": (["engine/sched/"], ["engine/sampler", "engine/kv", "engine/runner"]),
-    "engine/serving": (["engine/serving/"],
-                       ["engine/sched", "engine/kvtier", "yamlcfg", "tokenizer/chat"]),
+    "engine/serving": (["engine/serving/"], ["engine/sched", "engine/kvtier", "yamlcfg"]),
     "synth": (["synth/"], ["gguf", "kernels", "tokenizer", "lora"]),  # a tool module
     # The server uses the engine's API (sched) and the tiers' stats (kvtier); replica builds the
     # serving engine and hands it over.
     "server": (["server/"], ["engine/sched", "engine/kvtier", "http", "tokenizer", "tokenizer/chat",
                              "trace", "protocol/openai"]),
-    # One replica assembled from one ReplicaConfig: the server over the serving engine, the
-    # model, tokenizer, LoRA registry and tracer (app/ runs it for serve and bench offline).
+    # One replica assembled from one ReplicaConfig (its config tree and codec live here too): the
+    # server over the serving engine, the model, tokenizer, LoRA registry and tracer (app/ runs it
+    # for serve and bench offline).
     "replica": (["replica/"], ["engine/serving", "server"]),
     "bench": (["bench/"], ["http", "tokenizer", "gguf"]),
     # The gateway's config library (strata_gateway_config): the YAML, the route list and the

@@ -366,14 +366,14 @@ Result<OfflineRun> RunOffline(engine::serving::ServingEngine& se, const BenchOff
 
 // The replica config of the run: defaults, --config, the flags passed, then what the workload
 // decides where the config leaves it open. The options are checked before anything loads.
-Result<engine::serving::ReplicaConfig> OfflineConfig(const BenchOfflineOptions& o) {
+Result<replica::ReplicaConfig> OfflineConfig(const BenchOfflineOptions& o) {
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1 || o.shared_prefix < 0 ||
       o.reps < 1 || o.warmup < 0)
     return Status::InvalidArgument(
         "--num-prompts, --input-len, --output-len and --reps must be >= 1; --shared-prefix and "
         "--warmup >= 0");
   RETURN_IF_ERROR(BenchLoraTargets(o).status());
-  ASSIGN_OR_RETURN(engine::serving::ReplicaConfig replica, o.replica.Resolve());
+  ASSIGN_OR_RETURN(replica::ReplicaConfig replica, o.replica.Resolve());
   if (replica.model.path.empty()) replica.model.path = DefaultModelPath();
   engine::serving::ServingConfig& serving = replica.engine;
   // The context its prompts need, and a queue bound that admits every prompt (they are all
@@ -419,7 +419,7 @@ Result<std::vector<OfflineRun>> RunOfflineReps(engine::serving::ServingEngine& s
 
 // What the report prints besides the runs: the config and the adapters.
 struct OfflineSetup {
-  const engine::serving::ReplicaConfig& replica;
+  const replica::ReplicaConfig& replica;
   int kv_blocks = 0;
   const AdapterList& adapters;
 };
@@ -518,7 +518,7 @@ void PrintOfflineText(const BenchOfflineOptions& o, const OfflineSetup& setup,
 
 // Parse (OfflineConfig) -> build (the replica's engine half) -> run -> report.
 Status RunBenchOffline(const BenchOfflineOptions& o) {
-  ASSIGN_OR_RETURN(const engine::serving::ReplicaConfig config, OfflineConfig(o));
+  ASSIGN_OR_RETURN(const replica::ReplicaConfig config, OfflineConfig(o));
   ASSIGN_OR_RETURN(auto replica, replica::Replica::EngineOnly(config));
   ASSIGN_OR_RETURN(AdapterList adapters, BenchAdapters(replica->model(), o));
   ASSIGN_OR_RETURN(std::vector<OfflineRun> runs, RunOfflineReps(replica->serving(), o, adapters));

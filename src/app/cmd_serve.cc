@@ -41,7 +41,7 @@ std::string DescribeTiers(const engine::kvtier::TieredKvConfig& c) {
 
 // `config` is validated (ReplicaFlags::Resolve): a bad key or flag is refused before the port is
 // bound, without ever printing "listening".
-Status RunServe(engine::serving::ReplicaConfig config) {
+Status RunServe(replica::ReplicaConfig config) {
   // Block the shutdown signals in every thread (the replica's inherit the mask); the main thread
   // waits for them with sigwait.
   sigset_t sigs;
@@ -51,7 +51,7 @@ Status RunServe(engine::serving::ReplicaConfig config) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   if (config.model.path.empty()) config.model.path = DefaultModelPath();
-  const engine::serving::ServerConfig& o = config.server;
+  const replica::ServerConfig& o = config.server;
   ASSIGN_OR_RETURN(auto replica, replica::Replica::Serve(config, [&o](uint16_t port) {
                      std::printf("listening on http://%s:%u\n", o.host.c_str(),
                                  static_cast<unsigned>(port));
@@ -94,7 +94,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
     auto config = flags->Resolve();
     Status s = config.status();
     if (s.ok() && *print_config) {
-      std::fputs(engine::serving::ReplicaConfigToYaml(*config).c_str(), stdout);
+      std::fputs(replica::ReplicaConfigToYaml(*config).c_str(), stdout);
       return;
     }
     if (s.ok()) s = RunServe(*config);

@@ -7,7 +7,7 @@ namespace strata::app {
 namespace {
 
 using engine::kvtier::Compression;
-using engine::serving::ReplicaConfig;
+using replica::ReplicaConfig;
 
 Status FlagError(std::string_view flag, std::string_view what) {
   return Status::InvalidArgument(std::string(flag) + ": " + std::string(what));
@@ -289,7 +289,7 @@ void ReplicaFlags::AddTiers(CLI::App* cmd) {
 Result<ReplicaConfig> ReplicaFlags::Resolve() const {
   ReplicaConfig c;
   if (!config_file_.empty()) {
-    auto loaded = engine::serving::LoadReplicaConfigFile(config_file_);
+    auto loaded = replica::LoadReplicaConfigFile(config_file_);
     if (!loaded.ok()) return loaded.status().WithContext("--config");
     c = std::move(loaded).value();
   }

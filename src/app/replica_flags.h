@@ -1,4 +1,4 @@
-// ReplicaFlags: the command-line face of engine::serving::ReplicaConfig, shared by `strata serve`
+// ReplicaFlags: the command-line face of replica::ReplicaConfig, shared by `strata serve`
 // and `strata bench offline`. Each flag is one row: a CLI11 option bound to a staging copy of the
 // config, and a small function that copies the value onto the real config.
 //
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "engine/serving/replica_config.h"
+#include "replica/replica_config.h"
 
 namespace strata::app {
 
@@ -35,32 +35,32 @@ class ReplicaFlags {
   // Adds --config and the flags of `scopes` to `cmd`.
   void Register(CLI::App* cmd, unsigned scopes);
   // The effective config (see the header comment).
-  Result<engine::serving::ReplicaConfig> Resolve() const;
+  Result<replica::ReplicaConfig> Resolve() const;
   // Whether the user passed the flag (any of its names, e.g. "--max-queued-requests").
   bool Passed(std::string_view flag) const;
 
  private:
   struct Row {
     CLI::Option* option = nullptr;
-    std::function<Status(engine::serving::ReplicaConfig*)> apply;
+    std::function<Status(replica::ReplicaConfig*)> apply;
   };
   // A flag bound to the staged value `get(staged_)`; passed, it is copied to `get(config)`.
   template <typename V, typename Get>
   void Bind(CLI::App* cmd, const std::string& names, const std::string& help, Get get);
   // A flag whose text `parse` applies to the config (sizes, enums, tier shortcuts).
   void Text(CLI::App* cmd, const std::string& names, const std::string& help,
-            std::function<Status(const std::string&, engine::serving::ReplicaConfig*)> parse);
+            std::function<Status(const std::string&, replica::ReplicaConfig*)> parse);
   // A TTL flag of one KV tier: seconds, applied when that tier exists (as the tier flags always
   // did).
   void Ttl(CLI::App* cmd, const std::string& names, const std::string& help,
-           engine::kvtier::TierLimits* (*limits)(engine::serving::ReplicaConfig*));
+           engine::kvtier::TierLimits* (*limits)(replica::ReplicaConfig*));
   void AddModel(CLI::App* cmd, unsigned scopes);
   void AddServer(CLI::App* cmd);
   void AddEngine(CLI::App* cmd);
   void AddTiers(CLI::App* cmd);
   void AddLora(CLI::App* cmd, bool server);
 
-  engine::serving::ReplicaConfig staged_;
+  replica::ReplicaConfig staged_;
   std::deque<std::string> texts_;  // values of Text flags (a deque: options point into it)
   std::deque<double> seconds_;     // values of Ttl flags
   std::string config_file_;

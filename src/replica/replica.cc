@@ -14,9 +14,6 @@
 namespace strata::replica {
 namespace {
 
-using engine::serving::ReplicaConfig;
-using engine::serving::ServerConfig;
-
 // The configured keys plus those of server.api_key_file.
 Result<std::vector<std::string>> LoadKeys(const ServerConfig& o) {
   std::vector<std::string> keys = o.api_keys;
@@ -127,7 +124,7 @@ Status Replica::StartHttp() {
 // now (a bad one fails start-up with the loader's message), more at runtime through
 // /v1/load_lora_adapter.
 Status Replica::AdoptModel(LoadedModel loaded) {
-  const engine::serving::ModelFileConfig& mc = config_.model;
+  const ModelFileConfig& mc = config_.model;
   std::string template_source = std::move(loaded.chat_template);
   if (const auto* builtin = tokenizer::chat::FindBuiltinTemplate(mc.chat_template))
     template_source.assign(builtin->source);  // the name was checked by ReplicaConfig::Validate

@@ -27,11 +27,11 @@
 #include <vector>
 
 #include "base/status.h"
-#include "engine/serving/replica_config.h"
 #include "engine/serving/serving_engine.h"
 #include "http/server.h"
 #include "lora/registry.h"
 #include "model/model.h"
+#include "replica/replica_config.h"
 #include "server/api.h"
 #include "server/lora_adapters.h"
 #include "tokenizer/chat/chat_template.h"
@@ -55,10 +55,10 @@ class Replica {
   using OnListening = std::function<void(uint16_t port)>;
 
   // The whole replica, ready when it returns. `config` is validated and config.model.path set.
-  static Result<std::unique_ptr<Replica>> Serve(const engine::serving::ReplicaConfig& config,
+  static Result<std::unique_ptr<Replica>> Serve(const ReplicaConfig& config,
                                                 const OnListening& on_listening);
   // The model and the started serving engine only (config.model.path and config.engine read).
-  static Result<std::unique_ptr<Replica>> EngineOnly(const engine::serving::ReplicaConfig& config);
+  static Result<std::unique_ptr<Replica>> EngineOnly(const ReplicaConfig& config);
 
   ~Replica();  // Stop()
   Replica(const Replica&) = delete;
@@ -73,20 +73,20 @@ class Replica {
 
   engine::serving::ServingEngine& serving() { return *serving_; }
   const model::Model& model() const { return *model_; }
-  const engine::serving::ReplicaConfig& config() const { return config_; }
+  const ReplicaConfig& config() const { return config_; }
   uint16_t port() const;  // the bound HTTP port (Serve only)
   const std::string& served_model_name() const { return served_model_name_; }
   bool has_chat_template() const { return chat_template_ != nullptr; }
 
  private:
-  explicit Replica(const engine::serving::ReplicaConfig& config) : config_(config) {}
+  explicit Replica(const ReplicaConfig& config) : config_(config) {}
   Status StartTracer();
   Status StartHttp();
   Status AdoptModel(LoadedModel loaded);
   Status StartEngine();
   void StartApi(std::vector<std::string> keys);
 
-  const engine::serving::ReplicaConfig config_;
+  const ReplicaConfig config_;
   std::unique_ptr<trace::Tracer> tracer_;
   std::unique_ptr<http::HttpServer> http_;
   std::atomic<server::Api*> api_ptr_{nullptr};  // what the HTTP handler calls once ready

@@ -7,6 +7,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <climits>
 #include <cmath>
@@ -15,6 +16,7 @@
 
 #include "base/ascii.h"
 #include "base/checked.h"
+#include "base/enum_names.h"
 #include "base/memory_size.h"
 #include "kernels/kernels.h"
 #include "tensor/dtype.h"
@@ -58,17 +60,9 @@ constexpr uint64_t kMaxArrayBytes = static_cast<uint64_t>(PTRDIFF_MAX) / 2;
 
 }  // namespace
 
-std::string_view KvDTypeName(KvDType t) {
-  switch (t) {
-    case KvDType::kF16:
-      return "f16";
-    case KvDType::kF32:
-      return "f32";
-    case KvDType::kQ8_0:
-      return "q8_0";
-  }
-  return "unknown";
-}
+constexpr auto kDTypeNames = EnumNames<KvDType::kQ8_0>("f16", "f32", "q8_0");
+
+std::string_view KvDTypeName(KvDType t) { return EnumName(kDTypeNames, t, "unknown"); }
 
 Result<KvDType> ParseKvDType(std::string_view name) {
   for (KvDType t : {KvDType::kF16, KvDType::kF32, KvDType::kQ8_0}) {

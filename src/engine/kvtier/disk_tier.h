@@ -36,9 +36,8 @@ class DiskTier {
   // Stores one encoded entry (atomically replacing an existing one).
   Status Put(const BlockKey& key, const std::string& tenant, const std::vector<uint8_t>& entry);
   // The file's bytes, or nullopt (miss, expired, unreadable; counted). Hits are counted by the
-  // caller once the bytes decode.
+  // caller once the bytes decode (counters().CountHit).
   std::optional<std::vector<uint8_t>> Get(const BlockKey& key);
-  void CountHit(size_t bytes);
   void EraseCorrupt(const BlockKey& key);
   void SweepExpired();
   bool Contains(const BlockKey& key) const;

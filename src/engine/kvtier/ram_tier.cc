@@ -45,14 +45,8 @@ std::optional<std::vector<uint8_t>> RamTier::Get(const BlockKey& key) {
   return e->value;
 }
 
-void RamTier::CountHit(size_t bytes) {
-  counters_.hits.fetch_add(1, std::memory_order_relaxed);
-  counters_.bytes_out.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
-}
-
 void RamTier::EraseCorrupt(const BlockKey& key) {
-  counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
-  counters_.misses.fetch_add(1, std::memory_order_relaxed);
+  counters_.CountCorrupt();
   MutexLock lock(&mu_);
   index_.Erase(key);
 }

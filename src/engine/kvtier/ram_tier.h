@@ -28,9 +28,8 @@ class RamTier {
 
   std::vector<StoredEntry> Put(const BlockKey& key, std::string tenant, std::vector<uint8_t> entry);
   // The stored bytes, or nullopt (miss or expired, counted). Hits are counted by the caller once
-  // the bytes decode (see CountHit / EraseCorrupt).
+  // the bytes decode (counters().CountHit; EraseCorrupt when they do not).
   std::optional<std::vector<uint8_t>> Get(const BlockKey& key);
-  void CountHit(size_t bytes);
   void EraseCorrupt(const BlockKey& key);
   void SweepExpired();
   // Removes and returns every entry, least recently used first.

@@ -203,14 +203,8 @@ std::optional<std::vector<uint8_t>> RedisTier::Get(const BlockKey& key) {
   return std::vector<uint8_t>(r->str, r->str + r->len);
 }
 
-void RedisTier::CountHit(size_t bytes) {
-  counters_.hits.fetch_add(1, std::memory_order_relaxed);
-  counters_.bytes_out.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
-}
-
 void RedisTier::EraseCorrupt(const BlockKey& key) {
-  counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
-  counters_.misses.fetch_add(1, std::memory_order_relaxed);
+  counters_.CountCorrupt();
   Delete(key);
 }
 

@@ -40,9 +40,8 @@ class RedisTier {
 
   bool Set(const BlockKey& key, const std::vector<uint8_t>& entry);
   // The value, or nullopt (miss, error, oversized value; counted). Hits are counted by the
-  // caller once the bytes decode.
+  // caller once the bytes decode (counters().CountHit).
   std::optional<std::vector<uint8_t>> Get(const BlockKey& key);
-  void CountHit(size_t bytes);
   // Deletes a value that failed verification (counted corrupt).
   void EraseCorrupt(const BlockKey& key);
   bool Delete(const BlockKey& key);

@@ -40,6 +40,16 @@ struct BlockKeyHash {
 struct TierCounters {
   std::atomic<int64_t> hits{0}, misses{0}, bytes_in{0}, bytes_out{0}, evictions{0}, expirations{0},
       corrupt{0}, errors{0}, read_ops{0}, read_ns{0}, write_ops{0}, write_ns{0};
+  // A read whose `bytes` decoded (a tier's Get counts only its misses: the caller decodes).
+  void CountHit(size_t bytes) {
+    hits.fetch_add(1, std::memory_order_relaxed);
+    bytes_out.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+  }
+  // A read whose bytes failed verification: corrupt, and a miss.
+  void CountCorrupt() {
+    corrupt.fetch_add(1, std::memory_order_relaxed);
+    misses.fetch_add(1, std::memory_order_relaxed);
+  }
   // Fills everything but name/enabled/entries/bytes_used.
   void Fill(TierStats* s) const;
   // An enabled tier's stats: the counters plus name, entries and bytes held.

@@ -341,6 +341,24 @@ class TieredKvCacheImpl final : public TieredKvCache {
     return std::move(d).value();
   }
 
+  // Looks `key` up in one tier: the verified payload of a hit (counted; `*stored` gets the bytes
+  // as stored, for a promotion), or nullopt on a miss or on bytes that fail verification (the tier
+  // erases those).
+  template <typename Tier>
+  std::optional<std::vector<uint8_t>> Lookup(Tier& tier, const BlockKey& key, EntryMeta* meta,
+                                             std::vector<uint8_t>* stored) {
+    std::optional<std::vector<uint8_t>> e = tier.Get(key);
+    if (!e) return std::nullopt;
+    std::optional<std::vector<uint8_t>> payload = Decode(*e, key, meta);
+    if (!payload) {
+      tier.EraseCorrupt(key);
+      return std::nullopt;
+    }
+    tier.counters().CountHit(e->size());
+    *stored = std::move(*e);
+    return payload;
+  }
+
   void RunPrefetch(PrefetchHandleImpl& h) {
     std::vector<std::vector<uint8_t>> blocks;
     // Promotions run after the result is delivered: they stay off the engine's critical path, and
@@ -355,41 +373,19 @@ class TieredKvCacheImpl final : public TieredKvCache {
       if (h.cancelled()) break;
       std::optional<std::vector<uint8_t>> payload;
       EntryMeta meta;
-      if (ram_) {
-        if (auto e = ram_->Get(key)) {
-          payload = Decode(*e, key, &meta);
-          if (payload)
-            ram_->CountHit(e->size());
-          else
-            ram_->EraseCorrupt(key);
-        }
-      }
+      std::vector<uint8_t> stored;
+      if (ram_) payload = Lookup(*ram_, key, &meta, &stored);
       if (!payload && disk_) {
-        if (auto e = disk_->Get(key)) {
-          payload = Decode(*e, key, &meta);
-          if (payload) {
-            disk_->CountHit(e->size());
-            if (ram_ || disk_to_redis)
-              promotions.push_back({{key, meta.tenant, std::move(*e)}, true});
-          } else {
-            disk_->EraseCorrupt(key);
-          }
-        }
+        payload = Lookup(*disk_, key, &meta, &stored);
+        if (payload && (ram_ || disk_to_redis))
+          promotions.push_back({{key, meta.tenant, std::move(stored)}, true});
       }
       if (!payload && redis_) {
-        if (auto e = redis_->Get(key)) {
-          payload = Decode(*e, key, &meta);
-          if (payload) {
-            redis_->CountHit(e->size());
-            NoteRedis(key, RedisNote::kFound);
-            if (ram_ || disk_) promotions.push_back({{key, meta.tenant, std::move(*e)}, false});
-          } else {
-            redis_->EraseCorrupt(key);
-            NoteRedis(key, RedisNote::kGone);
-          }
-        } else {
-          NoteRedis(key, RedisNote::kGone);  // a miss (or an error): no longer vouched for
-        }
+        payload = Lookup(*redis_, key, &meta, &stored);
+        // A miss, an error or corrupt bytes: no longer vouched for.
+        NoteRedis(key, payload ? RedisNote::kFound : RedisNote::kGone);
+        if (payload && (ram_ || disk_))
+          promotions.push_back({{key, meta.tenant, std::move(stored)}, false});
       }
       if (!payload) break;
       blocks.push_back(std::move(*payload));

@@ -130,7 +130,7 @@ struct TieredKvConfig {
 };
 
 // The YAML form of this config is the `engine.kv_tiers` section of the replica config
-// (engine/serving/replica_config.h, which also reads it as a file of its own).
+// (engine/serving/serving_config.h, which also reads it as a file of its own).
 
 struct TierStats {
   std::string name;  // "ram", "disk", "redis"

@@ -1,24 +1,16 @@
 #include "engine/sched/request.h"
 
+#include <array>
 #include <string>
+
+#include "base/enum_names.h"
 
 namespace strata::engine::sched {
 
-std::string_view FinishReasonName(FinishReason r) {
-  switch (r) {
-    case FinishReason::kNone:
-      return "";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kCancelled:
-      return "cancelled";
-    case FinishReason::kError:
-      return "error";
-  }
-  return "?";
-}
+constexpr auto kFinishReasonNames =
+    EnumNames<FinishReason::kError>("", "stop", "length", "cancelled", "error");
+
+std::string_view FinishReasonName(FinishReason r) { return EnumName(kFinishReasonNames, r); }
 
 namespace {
 // `client`: the ids are a client's field (the error is about it), not the model's.
@@ -43,6 +35,20 @@ Status CheckLora(const lora::Adapter* lora) {
     return Status::InvalidArgument("lora: adapter '" + lora->name() +
                                    "' has a digest longer than " +
                                    std::to_string(kMaxAdapterBytes) + " bytes");
+  return Status::Ok();
+}
+// The fields every kind of request carries: who it is for and what applies to it.
+Status CheckTenantAdapterPriority(const SubmitRequest& r) {
+  if (r.tenant.size() > kMaxTenantBytes)
+    return Status::InvalidField("tenant",
+                                "longer than " + std::to_string(kMaxTenantBytes) + " bytes");
+  if (r.adapter.size() > kMaxAdapterBytes)
+    return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) +
+                                   " bytes");
+  RETURN_IF_ERROR(CheckLora(r.lora.get()));
+  if (static_cast<uint8_t>(r.priority) > static_cast<uint8_t>(Priority::kBronze))
+    return Status::InvalidField("priority",
+                                "invalid value " + std::to_string(static_cast<int>(r.priority)));
   return Status::Ok();
 }
 }  // namespace
@@ -71,16 +77,10 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
     return Status::InvalidField("stop_token_ids",
                                 "more than " + std::to_string(kMaxStopTokenIds) + " ids");
   RETURN_IF_ERROR(CheckIds("stop_token_ids", stop_token_ids, n_vocab, true));
-  if (tenant.size() > kMaxTenantBytes)
-    return Status::InvalidField("tenant",
-                                "longer than " + std::to_string(kMaxTenantBytes) + " bytes");
   if (eog_ids.size() > kMaxStopTokenIds)
     return Status::InvalidArgument("eog_ids: more than " + std::to_string(kMaxStopTokenIds) +
                                    " ids");
   RETURN_IF_ERROR(CheckIds("eog_ids", eog_ids, n_vocab, false));
-  if (static_cast<uint8_t>(priority) > static_cast<uint8_t>(Priority::kBronze))
-    return Status::InvalidField("priority",
-                                "invalid value " + std::to_string(static_cast<int>(priority)));
   if (n < 1 || n > kMaxN)
     return Status::InvalidField(
         "n", "must be in [1, " + std::to_string(kMaxN) + "], got " + std::to_string(n));
@@ -94,11 +94,7 @@ Status SubmitRequest::Validate(int n_vocab, int max_model_len) const {
     return Status::InvalidField("prompt_logprobs", "must be in [-1, " +
                                                        std::to_string(kMaxTopLogprobs) + "], got " +
                                                        std::to_string(prompt_logprobs));
-  if (adapter.size() > kMaxAdapterBytes)
-    return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) +
-                                   " bytes");
-  RETURN_IF_ERROR(CheckLora(lora.get()));
-  return Status::Ok();
+  return CheckTenantAdapterPriority(*this);
 }
 
 Status SubmitRequest::ValidateEmbed(int n_vocab, int max_model_len) const {
@@ -116,17 +112,7 @@ Status SubmitRequest::ValidateEmbed(int n_vocab, int max_model_len) const {
     return Status::InvalidArgument("logprobs: not available for an embedding request");
   if (prompt_logprobs != -1)
     return Status::InvalidField("prompt_logprobs", "not available for an embedding request");
-  if (tenant.size() > kMaxTenantBytes)
-    return Status::InvalidField("tenant",
-                                "longer than " + std::to_string(kMaxTenantBytes) + " bytes");
-  if (adapter.size() > kMaxAdapterBytes)
-    return Status::InvalidArgument("adapter: longer than " + std::to_string(kMaxAdapterBytes) +
-                                   " bytes");
-  RETURN_IF_ERROR(CheckLora(lora.get()));
-  if (static_cast<uint8_t>(priority) > static_cast<uint8_t>(Priority::kBronze))
-    return Status::InvalidField("priority",
-                                "invalid value " + std::to_string(static_cast<int>(priority)));
-  return Status::Ok();
+  return CheckTenantAdapterPriority(*this);
 }
 
 int64_t SubmitRequest::MaxPositions() const {

@@ -125,7 +125,7 @@ struct SchedulerConfig {
   // max_batched_tokens prefill (it is chunked over several steps instead). 0: no cap.
   int max_prefill_tokens_with_decodes = 0;
   int max_num_seqs = 64;          // sequences admitted (and so per step)
-  int max_queued_requests = 256;  // the replica default (engine.scheduler in replica_config.h)
+  int max_queued_requests = 256;  // the replica default (engine.scheduler, serving_config.h)
   int64_t max_queued_prompt_tokens = 1 << 20;
   int max_model_len = 4096;  // positions per sequence
   double aging_s = 10.0;     // waiting this long promotes a request by one priority level

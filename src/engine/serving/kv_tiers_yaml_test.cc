@@ -2,7 +2,7 @@
 // document of its own (moved here from engine/kvtier with its loader).
 #include <gtest/gtest.h>
 
-#include "engine/serving/replica_config.h"
+#include "engine/serving/serving_config.h"
 
 namespace strata::engine::serving {
 namespace {

@@ -1,6 +1,6 @@
 // ServingEngine: a model served by the batching engine — the assembly of Model, paged KvStorage,
 // CpuModelRunner, thread pool and sched::Engine, sized from one config (ServingConfig, the
-// `engine:` part of the ReplicaConfig tree, replica_config.h). Used by `strata bench offline` and
+// `engine:` part of the ReplicaConfig tree, serving_config.h). Used by `strata bench offline` and
 // `strata serve`.
 //
 // Block events: the tier cache reports which blocks RAM/disk/Redis hold into the engine's
@@ -26,7 +26,7 @@
 #include "engine/runner/cpu_runner.h"
 #include "engine/sched/clock.h"
 #include "engine/sched/engine.h"
-#include "engine/serving/replica_config.h"
+#include "engine/serving/serving_config.h"
 #include "engine/serving/tiered_cache_port.h"
 #include "model/model.h"
 

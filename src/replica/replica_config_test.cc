@@ -1,4 +1,4 @@
-#include "engine/serving/replica_config.h"
+#include "replica/replica_config.h"
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
@@ -10,8 +10,14 @@
 
 #include "yamlcfg/wrong_kind_sweep.h"
 
-namespace strata::engine::serving {
+namespace strata::replica {
 namespace {
+
+namespace kv = engine::kv;
+namespace kvtier = engine::kvtier;
+namespace sched = engine::sched;
+using engine::serving::ParseKvTiersYaml;
+using engine::serving::ServingConfig;
 
 std::string Error(std::string_view yaml) {
   auto c = ParseReplicaConfigYaml(yaml);
@@ -408,4 +414,4 @@ TEST(ReplicaConfigTest, TheExampleFileDocumentsEveryKey) {
 }
 
 }  // namespace
-}  // namespace strata::engine::serving
+}  // namespace strata::replica
