@@ -1,8 +1,9 @@
-// /v1/embeddings through the engine, in process: a real HttpServer on 127.0.0.1:0, the real Engine
-// driven by FakeModelRunner (whose hidden rows are a known function of the token history), the
-// builtin byte-level tokenizer and a raw-socket client. Checks that the I/O threads return at once
-// (17 requests are accepted while the engine is stopped), that the engine batches them, that every
-// vector equals the one computed straight from the fake model, and that a disconnect cancels.
+// /v1/embeddings through the engine, in process (FakeStack): a real HttpServer on 127.0.0.1:0, the
+// real Engine driven by FakeModelRunner (whose hidden rows are a known function of the token
+// history), the builtin byte-level tokenizer and a raw-socket client. Checks that the I/O threads
+// return at once (17 requests are accepted while the engine is stopped), that the engine batches
+// them, that every vector equals the one computed straight from the fake model, and that a
+// disconnect cancels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,11 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/sched/engine.h"
 #include "engine/sched/fake_runner.h"
 #include "http/server.h"
 #include "integration/http_test_client.h"
 #include "server/api.h"
+#include "server/fake_stack_test_util.h"
 
 namespace strata::server {
 namespace {
@@ -41,53 +42,31 @@ class SlowRunner final : public engine::runner::ModelRunner {
   engine::sched::FakeModelRunner* inner_;
 };
 
-class EmbeddingsServerTest : public ::testing::Test {
+class EmbeddingsServerTest : public ::testing::Test, protected test::FakeStack {
  protected:
   void SetUp() override { Boot(2048, false); }
   void Boot(int max_batched_tokens, bool slow) {
-    auto tok = tokenizer::Tokenizer::Create(tokenizer::BuiltinByteVocab());
-    ASSERT_TRUE(tok.ok());
-    tok_ = std::move(*tok);
-    rc_.n_vocab = static_cast<int>(tok_->n_vocab());
-    rc_.num_blocks = kBlocks;
-    rc_.block_size = kBlockSize;
-    runner_ = std::make_unique<engine::sched::FakeModelRunner>(rc_);
-    slow_ = std::make_unique<SlowRunner>(runner_.get());
-    engine::kv::KvManagerConfig kc;
-    kc.num_blocks = kBlocks;
-    kc.block_size = kBlockSize;
-    engine::sched::SchedulerConfig sc;
-    sc.max_model_len = kMaxLen;
-    sc.max_batched_tokens = max_batched_tokens;
-    engine::runner::ModelRunner* runner =
-        slow ? static_cast<engine::runner::ModelRunner*>(slow_.get()) : runner_.get();
-    auto e = engine::sched::Engine::Create(runner, kc, sc, &clock_);
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(*e);
-    ModelInfo info;
-    info.name = "fake";
-    info.tok = tok_.get();
-    info.max_model_len = kMaxLen;
-    api_ = std::make_unique<Api>(info, engine_.get(), ApiOptions{});
-    api_->SetReady(true);
+    test::FakeStackConfig c;
+    c.num_blocks = kBlocks;
+    c.block_size = kBlockSize;
+    c.max_model_len = kMaxLen;
+    c.scheduler.max_batched_tokens = max_batched_tokens;
+    c.copy_blocks = false;
+    if (slow) {
+      c.runner = [this](engine::sched::FakeModelRunner* fake) -> engine::runner::ModelRunner* {
+        slow_ = std::make_unique<SlowRunner>(fake);
+        return slow_.get();
+      };
+    }
+    const Status booted = FakeStack::Boot(c);
+    ASSERT_TRUE(booted.ok()) << booted.ToString();
     http::HttpServerOptions so;
     so.port = 0;
     so.io_threads = 2;
-    auto s = http::HttpServer::Start(
-        so, [a = api_.get()](http::HttpRequest rq, std::shared_ptr<http::Responder> out) {
-          a->Handle(std::move(rq), std::move(out));
-        });
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    server_ = std::move(*s);
-    port_ = server_->port();
+    const Status started = StartHttp(so);
+    ASSERT_TRUE(started.ok()) << started.ToString();
   }
-  void TearDown() override { Shutdown(); }
-  void Shutdown() {
-    if (server_) server_->Stop();
-    api_.reset();
-    if (engine_) engine_->Stop();
-    server_.reset();
-  }  // (keeps engine_ and runner_ for inspection)
+  void TearDown() override { Shutdown(); }  // (keeps engine_ and runner_ for inspection)
   bool WaitFor(const std::function<bool()>& cond) {
     for (int i = 0; i < 5000; ++i) {
       if (cond()) return true;
@@ -121,15 +100,7 @@ class EmbeddingsServerTest : public ::testing::Test {
     return t;
   }
 
-  engine::sched::SteadyClock clock_;
-  engine::sched::FakeRunnerConfig rc_;
-  std::unique_ptr<tokenizer::Tokenizer> tok_;
-  std::unique_ptr<engine::sched::FakeModelRunner> runner_;
   std::unique_ptr<SlowRunner> slow_;
-  std::unique_ptr<engine::sched::Engine> engine_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<http::HttpServer> server_;
-  int port_ = 0;
 };
 
 TEST_F(EmbeddingsServerTest, ConcurrentRequestsAreAcceptedAtOnceAndBatched) {

@@ -1,5 +1,6 @@
-// The in-process server fixture of the server tests: a real HttpServer on 127.0.0.1:0, the real
-// Engine driven by FakeModelRunner, the builtin byte-level tokenizer and a tiny chat template; a
+// The in-process server fixture of the server tests (over FakeStack, fake_stack_test_util.h): a
+// real HttpServer on 127.0.0.1:0, the real Engine driven by FakeModelRunner, the builtin
+// byte-level tokenizer and a tiny chat template; a
 // request header `x-test-throw: respond|write` makes the Api's first Respond()/Write() throw, so
 // the tests can fire the HttpServer's last-resort guard through the real route code.
 // Thread contract: a fixture per test, used from the test's thread; the server's I/O threads call
@@ -15,11 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/sched/engine.h"
-#include "engine/sched/fake_runner.h"
 #include "http/server.h"
 #include "integration/http_test_client.h"
 #include "server/api.h"
+#include "server/fake_stack_test_util.h"
 #include "server/openai_request.h"
 
 namespace strata::server::test {
@@ -64,71 +64,46 @@ class ThrowingResponder final : public Responder {
 
 constexpr int kBlocks = 64, kBlockSize = 16, kMaxLen = 256;
 
-class ServerTest : public ::testing::Test {
+class ServerTest : public ::testing::Test, protected FakeStack {
  protected:
   void SetUp() override { Boot(1024, {}); }
   void TearDown() override { Shutdown(); }
 
   void Boot(int max_queued, std::vector<std::string> keys) {
-    auto tok = tokenizer::Tokenizer::Create(tokenizer::BuiltinByteVocab());
-    ASSERT_TRUE(tok.ok());
-    tok_ = std::move(*tok);
-    engine::sched::FakeRunnerConfig rc;
-    rc.n_vocab = static_cast<int>(tok_->n_vocab());
-    rc.num_blocks = kBlocks;
-    rc.block_size = kBlockSize;
-    runner_ = std::make_unique<engine::sched::FakeModelRunner>(rc);
-    engine::kv::KvManagerConfig kc;
-    kc.num_blocks = kBlocks;
-    kc.block_size = kBlockSize;
-    engine::sched::SchedulerConfig sc;
-    sc.max_model_len = kMaxLen;
-    sc.max_queued_requests = max_queued;
-    auto e = engine::sched::Engine::Create(
-        runner_.get(), kc, sc, &clock_,
-        [r = runner_.get()](std::span<const engine::sched::BlockCopy> c) { r->CopyBlocks(c); });
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(*e);
-    ModelInfo info;
-    info.name = "fake";
-    info.tok = tok_.get();
-    info.max_model_len = kMaxLen;
-    auto tmpl = tokenizer::chat::ChatTemplate::Parse(
+    FakeStackConfig c;
+    c.num_blocks = kBlocks;
+    c.block_size = kBlockSize;
+    c.max_model_len = kMaxLen;
+    c.scheduler.max_queued_requests = max_queued;
+    c.chat_template =
         "{% for m in messages %}{% if m.role == 'bad' %}{{ raise_exception('role bad is not "
         "allowed') }}{% endif %}"
         "<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% "
-        "endif %}");
-    ASSERT_TRUE(tmpl.ok());
-    tmpl_ = std::move(*tmpl);
-    info.chat_template = tmpl_.get();
-    ApiOptions ao;
-    ao.api_keys = std::move(keys);
-    ao.adapters = adapters_;
-    ao.tracer = tracer_;
-    api_ = std::make_unique<Api>(info, engine_.get(), ao);
-    api_->SetReady(true);
+        "endif %}";
+    c.api.api_keys = std::move(keys);
+    c.api.adapters = adapters_;
+    c.api.tracer = tracer_;
+    const Status booted = FakeStack::Boot(c);
+    ASSERT_TRUE(booted.ok()) << booted.ToString();
     HttpServerOptions so;
     so.port = 0;
     so.max_body_bytes = 1 << 16;
     so.read_timeout = std::chrono::milliseconds(500);
     so.on_internal_error = [a = api_.get()](std::string_view m, std::string_view p,
                                             std::string_view) { a->OnInternalError(m, p); };
-    auto s =
-        HttpServer::Start(so, [a = api_.get()](HttpRequest rq, std::shared_ptr<Responder> out) {
-          if (std::string mode(rq.Header("x-test-throw")); !mode.empty())
-            out = std::make_shared<ThrowingResponder>(std::move(out), std::move(mode));
-          a->Handle(std::move(rq), std::move(out));
-        });
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    server_ = std::move(*s);
-    port_ = server_->port();
+    // `x-test-throw: respond|write` wraps the responder in one that throws (ThrowingResponder).
+    auto s = StartHttp(so, [](Handler api) -> Handler {
+      return [api](HttpRequest rq, std::shared_ptr<Responder> out) {
+        if (std::string mode(rq.Header("x-test-throw")); !mode.empty())
+          out = std::make_shared<ThrowingResponder>(std::move(out), std::move(mode));
+        api(std::move(rq), std::move(out));
+      };
+    });
+    ASSERT_TRUE(s.ok()) << s.ToString();
   }
   void StartEngine() { engine_->Start(); }
   void Shutdown() {
-    if (server_) server_->Stop();  // no I/O callback (and so no Api call) after this
-    api_.reset();
-    if (engine_) engine_->Stop();
-    server_.reset();
+    FakeStack::Shutdown();
     engine_.reset();
   }
 
@@ -140,14 +115,6 @@ class ServerTest : public ::testing::Test {
 
   AdapterStore* adapters_ = nullptr;  // set before Boot(): the Api's LoRA adapters
   trace::Tracer* tracer_ = nullptr;   // set before Boot(): the Api's span exporter
-  engine::sched::SteadyClock clock_;
-  std::unique_ptr<tokenizer::Tokenizer> tok_;
-  std::unique_ptr<tokenizer::chat::ChatTemplate> tmpl_;
-  std::unique_ptr<engine::sched::FakeModelRunner> runner_;
-  std::unique_ptr<engine::sched::Engine> engine_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<HttpServer> server_;
-  int port_ = 0;
 };
 
 }  // namespace strata::server::test

@@ -1,5 +1,6 @@
 // RouteHarness: the real `strata serve` route handler (server::Api over the real Engine driven by
-// FakeModelRunner, the builtin byte-level tokenizer and a small chat template) called in process,
+// FakeModelRunner, the builtin byte-level tokenizer and a small chat template: server::test::
+// FakeStack, src/server/fake_stack_test_util.h) called in process,
 // without sockets: Send() hands one request to Api::Handle and waits for its whole response
 // (complete or streamed). For the route fuzz target and the structure-aware mutant enumeration,
 // which both require every answer to be 2xx or 4xx.
@@ -11,6 +12,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -20,10 +22,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/sched/engine.h"
-#include "engine/sched/fake_runner.h"
 #include "http/server.h"
 #include "server/api.h"
+#include "server/fake_stack_test_util.h"
 
 namespace strata::fuzz {
 
@@ -82,38 +83,20 @@ class RouteHarness {
   static constexpr int kBlocks = 256, kBlockSize = 16, kMaxLen = 256;
 
   RouteHarness() {
-    auto tok = tokenizer::Tokenizer::Create(tokenizer::BuiltinByteVocab());
-    tok_ = std::move(*tok);
-    engine::sched::FakeRunnerConfig rc;
-    rc.n_vocab = static_cast<int>(tok_->n_vocab());
-    rc.num_blocks = kBlocks;
-    rc.block_size = kBlockSize;
-    runner_ = std::make_unique<engine::sched::FakeModelRunner>(rc);
-    engine::kv::KvManagerConfig kc;
-    kc.num_blocks = kBlocks;
-    kc.block_size = kBlockSize;
-    engine::sched::SchedulerConfig sc;
-    sc.max_model_len = kMaxLen;
-    auto e = engine::sched::Engine::Create(
-        runner_.get(), kc, sc, &clock_,
-        [r = runner_.get()](std::span<const engine::sched::BlockCopy> c) { r->CopyBlocks(c); });
-    engine_ = std::move(*e);
-    auto tmpl = tokenizer::chat::ChatTemplate::Parse(
+    server::test::FakeStackConfig c;
+    c.num_blocks = kBlocks;
+    c.block_size = kBlockSize;
+    c.max_model_len = kMaxLen;
+    c.model_name = "fuzz";
+    c.chat_template =
         "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}{% if "
-        "add_generation_prompt %}<|assistant|>{% endif %}");
-    tmpl_ = std::move(*tmpl);
-    server::ModelInfo info;
-    info.name = "fuzz";
-    info.tok = tok_.get();
-    info.chat_template = tmpl_.get();
-    info.max_model_len = kMaxLen;
-    api_ = std::make_unique<server::Api>(info, engine_.get(), server::ApiOptions{});
-    api_->SetReady(true);
-    engine_->Start();
+        "add_generation_prompt %}<|assistant|>{% endif %}";
+    if (!stack_.Boot(c).ok()) std::abort();  // a fixed config: cannot fail but by a bug
+    stack_.engine_->Start();
     worker_ = std::thread([this] { WorkerLoop(); });
   }
   ~RouteHarness() {
-    for (int i = 0; i < 1000 && api_->live_jobs() > 0; ++i)
+    for (int i = 0; i < 1000 && stack_.api_->live_jobs() > 0; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     {
       std::lock_guard lk(mu_);
@@ -121,8 +104,7 @@ class RouteHarness {
     }
     cv_.notify_all();
     worker_.join();
-    api_.reset();
-    engine_->Stop();
+    stack_.Shutdown();
   }
   RouteHarness(const RouteHarness&) = delete;
   RouteHarness& operator=(const RouteHarness&) = delete;
@@ -138,11 +120,11 @@ class RouteHarness {
     req.headers.emplace_back("content-type", "application/json");
     auto out = std::make_shared<CapturingResponder>(
         [this](std::function<void()> fn) { Enqueue(std::move(fn)); });
-    api_->Handle(std::move(req), out);
+    stack_.api_->Handle(std::move(req), out);
     return out->Wait(timeout, response);
   }
-  server::Api& api() { return *api_; }
-  engine::sched::Engine& engine() { return *engine_; }
+  server::Api& api() { return *stack_.api_; }
+  engine::sched::Engine& engine() { return *stack_.engine_; }
 
  private:
   void Enqueue(std::function<void()> fn) {
@@ -166,12 +148,7 @@ class RouteHarness {
     }
   }
 
-  engine::sched::SteadyClock clock_;
-  std::unique_ptr<tokenizer::Tokenizer> tok_;
-  std::unique_ptr<tokenizer::chat::ChatTemplate> tmpl_;
-  std::unique_ptr<engine::sched::FakeModelRunner> runner_;
-  std::unique_ptr<engine::sched::Engine> engine_;
-  std::unique_ptr<server::Api> api_;
+  server::test::FakeStack stack_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
