@@ -569,75 +569,15 @@ Status Engine::Step() {
         status = Status::Internal("copy-on-write needed but the engine has no block copier");
       }
     }
-    batch_.clear();
-    int rows = 0;
-    int64_t hidden_rows = 0;
-    bool decode_only = true;
     const TimePoint step_start = clock_->Now();
-    for (const ScheduledSeq& e : out.seqs) {
-      decode_only =
-          decode_only && e.num_tokens == 1 && e.sample && e.start_pos >= e.req->prompt_len;
-      StampScheduled(e, step_start);
-      const SequenceState& s = e.req->seqs[static_cast<size_t>(e.seq_index)];
-      BatchSeq b;
-      b.seq_id = e.kv_id;
-      b.tokens = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(e.start_pos),
-                                                            static_cast<size_t>(e.num_tokens));
-      b.start_pos = e.start_pos;
-      b.block_table = std::span<const int32_t>(kv_.BlockTable(e.kv_id));
-      b.want_logits = e.sample && !e.req->is_embed();
-      b.want_hidden = e.req->is_embed();
-      b.want_all_logits = e.req->wants_prompt_logits() && e.start_pos < e.req->prompt_len;
-      b.lora = e.req->req.lora.get();  // kept alive by the request until it ends
-      batch_.push_back(b);
-      rows += static_cast<int>(b.logit_rows());
-      hidden_rows += b.want_hidden ? e.num_tokens : 0;
-      tokens_computed_ += e.num_tokens;
-    }
+    const BatchShape shape = BuildBatch(out, step_start);
     if (status.ok()) status = runner_->Run(batch_, &logits_, &hidden_);
     run_end_ = clock_->Now();
-    const size_t v = static_cast<size_t>(n_vocab_);
-    if (status.ok() && logits_.size() < static_cast<size_t>(rows) * v) {
-      status =
-          Status::Internal("runner returned " + std::to_string(logits_.size()) +
-                           " logits, expected " + std::to_string(static_cast<size_t>(rows) * v));
-    }
-    const size_t hidden_floats =
-        static_cast<size_t>(hidden_rows) * static_cast<size_t>(hidden_dim_);
-    if (status.ok() && hidden_.size() < hidden_floats) {
-      status = Status::Internal("runner returned " + std::to_string(hidden_.size()) +
-                                " hidden floats, expected " + std::to_string(hidden_floats));
-    }
+    if (status.ok()) status = CheckRunnerOutput(shape);
     if (!status.ok()) {
-      id_list_.clear();
-      for (const ScheduledSeq& e : out.seqs) id_list_.push_back(e.req->id);
-      std::vector<RequestId> ids(id_list_.begin(),
-                                 id_list_.end());  // error path: allocation is fine
-      std::sort(ids.begin(), ids.end());
-      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-      for (RequestId id : ids) EndRequest(id, FinishReason::kError, status);
+      FailStep(out, status);
     } else {
-      size_t row = 0, hidden_row = 0;
-      for (size_t i = 0; i < out.seqs.size(); ++i) {
-        const ScheduledSeq& e = out.seqs[i];
-        sched_.CommitComputed(e);
-        StampComputed(e, step_start);
-        if (e.req->is_embed()) {
-          AccumulateEmbedding(e, hidden_.data() + hidden_row * static_cast<size_t>(hidden_dim_));
-          hidden_row += static_cast<size_t>(e.num_tokens);
-          continue;
-        }
-        const size_t n_rows = batch_[i].logit_rows();
-        if (batch_[i].want_all_logits) RecordPromptLogprobs(e, logits_.data() + row * v);
-        row += n_rows;
-        // The sampled row is the chunk's last one.
-        if (e.sample) SampleAndCommit(e, std::span<const float>(logits_).subspan((row - 1) * v, v));
-      }
-      if (decode_only) {
-        decode_steps_ += 1;
-        decode_tokens_ += rows;
-        decode_seconds_ += std::chrono::duration<double>(clock_->Now() - step_start).count();
-      }
+      CommitStep(out, shape, step_start);
     }
   }
   sched_.TakeFinished(&finished_);
@@ -646,6 +586,82 @@ Status Engine::Step() {
   has_work_.store(sched_.has_work());
   PublishStats();
   return status;
+}
+
+Engine::BatchShape Engine::BuildBatch(const SchedulerOutput& out, TimePoint step_start) {
+  batch_.clear();
+  BatchShape shape;
+  for (const ScheduledSeq& e : out.seqs) {
+    shape.decode_only =
+        shape.decode_only && e.num_tokens == 1 && e.sample && e.start_pos >= e.req->prompt_len;
+    StampScheduled(e, step_start);
+    const SequenceState& s = e.req->seqs[static_cast<size_t>(e.seq_index)];
+    BatchSeq b;
+    b.seq_id = e.kv_id;
+    b.tokens = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(e.start_pos),
+                                                          static_cast<size_t>(e.num_tokens));
+    b.start_pos = e.start_pos;
+    b.block_table = std::span<const int32_t>(kv_.BlockTable(e.kv_id));
+    b.want_logits = e.sample && !e.req->is_embed();
+    b.want_hidden = e.req->is_embed();
+    b.want_all_logits = e.req->wants_prompt_logits() && e.start_pos < e.req->prompt_len;
+    b.lora = e.req->req.lora.get();  // kept alive by the request until it ends
+    batch_.push_back(b);
+    shape.rows += static_cast<int>(b.logit_rows());
+    shape.hidden_rows += b.want_hidden ? e.num_tokens : 0;
+    tokens_computed_ += e.num_tokens;
+  }
+  return shape;
+}
+
+Status Engine::CheckRunnerOutput(const BatchShape& shape) const {
+  const size_t want_logits = static_cast<size_t>(shape.rows) * static_cast<size_t>(n_vocab_);
+  if (logits_.size() < want_logits) {
+    return Status::Internal("runner returned " + std::to_string(logits_.size()) +
+                            " logits, expected " + std::to_string(want_logits));
+  }
+  const size_t hidden_floats =
+      static_cast<size_t>(shape.hidden_rows) * static_cast<size_t>(hidden_dim_);
+  if (hidden_.size() < hidden_floats) {
+    return Status::Internal("runner returned " + std::to_string(hidden_.size()) +
+                            " hidden floats, expected " + std::to_string(hidden_floats));
+  }
+  return Status::Ok();
+}
+
+// Every request with an entry in the step ends with `status` (each once).
+void Engine::FailStep(const SchedulerOutput& out, const Status& status) {
+  id_list_.clear();
+  for (const ScheduledSeq& e : out.seqs) id_list_.push_back(e.req->id);
+  std::vector<RequestId> ids(id_list_.begin(), id_list_.end());  // error path: allocation is fine
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (RequestId id : ids) EndRequest(id, FinishReason::kError, status);
+}
+
+void Engine::CommitStep(const SchedulerOutput& out, const BatchShape& shape, TimePoint step_start) {
+  const size_t v = static_cast<size_t>(n_vocab_);
+  size_t row = 0, hidden_row = 0;
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    const ScheduledSeq& e = out.seqs[i];
+    sched_.CommitComputed(e);
+    StampComputed(e, step_start);
+    if (e.req->is_embed()) {
+      AccumulateEmbedding(e, hidden_.data() + hidden_row * static_cast<size_t>(hidden_dim_));
+      hidden_row += static_cast<size_t>(e.num_tokens);
+      continue;
+    }
+    const size_t n_rows = batch_[i].logit_rows();
+    if (batch_[i].want_all_logits) RecordPromptLogprobs(e, logits_.data() + row * v);
+    row += n_rows;
+    // The sampled row is the chunk's last one.
+    if (e.sample) SampleAndCommit(e, std::span<const float>(logits_).subspan((row - 1) * v, v));
+  }
+  if (shape.decode_only) {
+    decode_steps_ += 1;
+    decode_tokens_ += shape.rows;
+    decode_seconds_ += std::chrono::duration<double>(clock_->Now() - step_start).count();
+  }
 }
 
 void Engine::StampScheduled(const ScheduledSeq& e, TimePoint step_start) {

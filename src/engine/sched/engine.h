@@ -195,6 +195,17 @@ class Engine : private kv::KvManager::Listener {
          const SchedulerConfig& sched_config, const Clock* clock, BlockCopyFn copy_blocks);
   void Loop();
   void Drain();
+  // One step's phases (Step): the batch of a schedule (batch_), the runner's output checked
+  // against it, then committed (samples, embeddings, stamps) or failed (every request in it).
+  struct BatchShape {
+    int rows = 0;             // logit rows the batch asks for
+    int64_t hidden_rows = 0;  // hidden rows (embedding requests)
+    bool decode_only = true;  // every entry one sampled decode token
+  };
+  BatchShape BuildBatch(const SchedulerOutput& out, TimePoint step_start);
+  Status CheckRunnerOutput(const BatchShape& shape) const;
+  void CommitStep(const SchedulerOutput& out, const BatchShape& shape, TimePoint step_start);
+  void FailStep(const SchedulerOutput& out, const Status& status);
   void SampleAndCommit(const ScheduledSeq& e, std::span<const float> logits);
   // Embedding requests: adds a chunk's hidden rows to the running sum; after the last chunk,
   // pushes the pooled vector and finishes the request.
