@@ -34,6 +34,9 @@
 // State dir layout: logs/NAME.log, gateway.yaml, serve/POOL.yaml, prometheus/{prometheus.yml,
 // targets.json, rules.yml, data-TIME/}, up.json (the status URL, for `strata status`).
 // Ownership: Up owns its children (through the Supervisor), its status server and its threads.
+// Its parts (control/up_state.h lists them): ReplicaSet (reconcile), ConfigFiles (gateway.yaml,
+// targets.json), ChildLauncher (the children's command lines), rollouts, Poller (the 250 ms
+// thread), StatusReport (/status, /metrics, and FormatStatus's text).
 // Thread contract: public methods are thread-safe.
 // Errors: Start fails (InvalidArgument/NotFound/IoError) when the state dir, the gateway config
 // or a binary is unusable; failures of children are reported in the status, never fatal.
