@@ -84,64 +84,56 @@ __attribute__((target("avx2"))) uint64_t ReadAvx2(const uint64_t* p, size_t n) {
   return static_cast<uint64_t>(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 3));
 }
 
-// 12 chains of a = a * m + c.
-#define STRATA_FMA_LOOP(VEC, SET1, FMA, ADD, LANES)          \
-  VEC m = SET1(0.9999999F), c = SET1(1e-7F), acc[12];        \
-  for (int k = 0; k < 12; ++k) acc[k] = SET1(1.0F);          \
-  for (int64_t i = 0; i < iters; ++i) {                      \
-    for (int k = 0; k < 12; ++k) acc[k] = FMA(acc[k], m, c); \
-  }                                                          \
-  VEC s = acc[0];                                            \
-  for (int k = 1; k < 12; ++k) s = ADD(s, acc[k]);           \
-  float out[LANES];                                          \
-  std::memcpy(out, &s, sizeof(out));                         \
-  return static_cast<uint64_t>(out[0])
+// `N` independent chains `x = STEP` from `x = INIT`, `iters` steps each (enough chains to cover
+// the instruction's latency at its issue rate), then summed with ADD into `SUM`. A macro, not a
+// template: the intrinsics need the target attribute of the function they are written in.
+#define STRATA_CHAINS(VEC, N, INIT, STEP, ADD, SUM)           \
+  VEC acc[N];                                                 \
+  for (auto& x : acc) x = (INIT);                             \
+  for (int64_t i = 0; i < iters; ++i) {                       \
+    for (auto& x : acc) x = (STEP);                           \
+  }                                                           \
+  for (int k = 1; k < (N); ++k) acc[0] = ADD(acc[0], acc[k]); \
+  const VEC SUM = acc[0]
 
+// 12 chains of a = a * m + c.
 __attribute__((target("avx512f"))) uint64_t FmaAvx512(int64_t iters) {
-  STRATA_FMA_LOOP(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, 16);
+  const __m512 m = _mm512_set1_ps(0.9999999F), c = _mm512_set1_ps(1e-7F);
+  STRATA_CHAINS(__m512, 12, _mm512_set1_ps(1.0F), _mm512_fmadd_ps(x, m, c), _mm512_add_ps, s);
+  float out[16];
+  std::memcpy(out, &s, sizeof(out));
+  return static_cast<uint64_t>(out[0]);
 }
 __attribute__((target("avx2,fma"))) uint64_t FmaAvx2(int64_t iters) {
-  STRATA_FMA_LOOP(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, 8);
+  const __m256 m = _mm256_set1_ps(0.9999999F), c = _mm256_set1_ps(1e-7F);
+  STRATA_CHAINS(__m256, 12, _mm256_set1_ps(1.0F), _mm256_fmadd_ps(x, m, c), _mm256_add_ps, s);
+  float out[8];
+  std::memcpy(out, &s, sizeof(out));
+  return static_cast<uint64_t>(out[0]);
 }
-#undef STRATA_FMA_LOOP
 
 // int8 dot products into int32: 16 chains, as the bf16 loop below (two issued a cycle at a latency
 // of several cycles need more than 8 chains to reach the peak).
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) uint64_t Int8Vnni512(int64_t iters) {
   const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
-  __m512i acc[16];
-  for (__m512i& x : acc) x = _mm512_setzero_si512();
-  for (int64_t i = 0; i < iters; ++i) {
-    for (__m512i& x : acc) x = _mm512_dpbusd_epi32(x, a, b);
-  }
-  __m512i s = acc[0];
-  for (int k = 1; k < 16; ++k) s = _mm512_add_epi32(s, acc[k]);
+  STRATA_CHAINS(__m512i, 16, _mm512_setzero_si512(), _mm512_dpbusd_epi32(x, a, b), _mm512_add_epi32,
+                s);
   int32_t out[16];
   std::memcpy(out, &s, sizeof(out));
   return static_cast<uint64_t>(out[0]);
 }
 __attribute__((target("avx2,avxvnni"))) uint64_t Int8AvxVnni(int64_t iters) {
   const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
-  __m256i acc[8];
-  for (__m256i& x : acc) x = _mm256_setzero_si256();
-  for (int64_t i = 0; i < iters; ++i) {
-    for (__m256i& x : acc) x = _mm256_dpbusd_avx_epi32(x, a, b);
-  }
-  __m256i s = acc[0];
-  for (int k = 1; k < 8; ++k) s = _mm256_add_epi32(s, acc[k]);
+  STRATA_CHAINS(__m256i, 8, _mm256_setzero_si256(), _mm256_dpbusd_avx_epi32(x, a, b),
+                _mm256_add_epi32, s);
   return static_cast<uint64_t>(_mm256_extract_epi32(s, 0));
 }
 // maddubs (u8 x s8 -> pairs summed in int16), madd with ones (-> int32), add: 32 MACs per step.
 __attribute__((target("avx2"))) uint64_t Int8Avx2(int64_t iters) {
   const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
-  __m256i acc[8];
-  for (__m256i& x : acc) x = _mm256_setzero_si256();
-  for (int64_t i = 0; i < iters; ++i) {
-    for (__m256i& x : acc)
-      x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
-  }
-  __m256i s = acc[0];
-  for (int k = 1; k < 8; ++k) s = _mm256_add_epi32(s, acc[k]);
+  STRATA_CHAINS(__m256i, 8, _mm256_setzero_si256(),
+                _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones)),
+                _mm256_add_epi32, s);
   return static_cast<uint64_t>(_mm256_extract_epi32(s, 0));
 }
 
@@ -150,17 +142,12 @@ __attribute__((target("avx2"))) uint64_t Int8Avx2(int64_t iters) {
 __attribute__((target("avx512f,avx512bf16"))) uint64_t Bf16Native512(int64_t iters) {
   const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // (1.0, 1.0)
   const __m512bh b = (__m512bh)_mm512_set1_epi32(0x33d633d6);  // (~1e-7, ~1e-7)
-  __m512 acc[16];
-  for (__m512& x : acc) x = _mm512_setzero_ps();
-  for (int64_t i = 0; i < iters; ++i) {
-    for (__m512& x : acc) x = _mm512_dpbf16_ps(x, a, b);
-  }
-  __m512 s = acc[0];
-  for (int k = 1; k < 16; ++k) s = _mm512_add_ps(s, acc[k]);
+  STRATA_CHAINS(__m512, 16, _mm512_setzero_ps(), _mm512_dpbf16_ps(x, a, b), _mm512_add_ps, s);
   float out[16];
   std::memcpy(out, &s, sizeof(out));
   return static_cast<uint64_t>(out[0] * 1e6F);
 }
+#undef STRATA_CHAINS
 // bf16 through conversion: both halves of each 32-bit lane widened to fp32 (shift / mask),
 // then two FMAs; the lane toggles each step so the conversion stays in the loop.
 __attribute__((target("avx2,fma"))) uint64_t Bf16Converted(int64_t iters) {

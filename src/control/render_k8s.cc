@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <utility>
 
 #include "control/gateway_yaml.h"
 #include "control/manifest_yaml.h"
@@ -235,17 +236,15 @@ J PoolDeployment(const Names& n, const DeploymentSpec& spec, const PoolSpec& p,
   return o;
 }
 
-J HeadlessService(const std::string& name, const J& labels, const J& selector, int port) {
-  J o = Object("v1", "Service", name, labels);
-  o["spec"] = {{"clusterIP", "None"},
-               {"selector", selector},
-               {"ports", J::array({{{"name", "http"}, {"port", port}, {"targetPort", "http"}}})}};
-  return o;
-}
+// The first field of a Service's spec: headless (the DNS name lists every pod) or a ClusterIP.
+using ServiceKind = std::pair<const char*, const char*>;
+constexpr ServiceKind kHeadless{"clusterIP", "None"};
+constexpr ServiceKind kClusterIp{"type", "ClusterIP"};
 
-J ClusterService(const std::string& name, const J& labels, const J& selector, int port) {
+// A Service of one port, named http, over the pods `selector` picks.
+J Service(ServiceKind kind, const std::string& name, const J& labels, const J& selector, int port) {
   J o = Object("v1", "Service", name, labels);
-  o["spec"] = {{"type", "ClusterIP"},
+  o["spec"] = {{kind.first, kind.second},
                {"selector", selector},
                {"ports", J::array({{{"name", "http"}, {"port", port}, {"targetPort", "http"}}})}};
   return o;
@@ -456,7 +455,7 @@ Result<std::vector<ManifestFile>> RenderK8s(const DeploymentSpec& spec, const Re
           ConfigMap(n.Pool(p.name) + "-serve", PoolLabels(n, p), "serve.yaml", p.serve_yaml));
     objects.push_back(PoolDeployment(n, spec, p, opt));
     objects.push_back(
-        HeadlessService(n.Pool(p.name), PoolLabels(n, p), PoolSelector(n, p), kReplicaPort));
+        Service(kHeadless, n.Pool(p.name), PoolLabels(n, p), PoolSelector(n, p), kReplicaPort));
     objects.push_back(ScaledObject(n, spec, p, opt));
     dns[p.name] = opt.namespace_name.empty()
                       ? n.Pool(p.name)
@@ -472,13 +471,13 @@ Result<std::vector<ManifestFile>> RenderK8s(const DeploymentSpec& spec, const Re
   const int gateway_port = spec.gateway.port > 0 ? spec.gateway.port : kGatewayPort;
   objects.push_back(ConfigMap(n.Gateway(), Selector(n, "gateway"), "gateway.yaml", gateway_yaml));
   objects.push_back(GatewayDeployment(n, gateway_yaml, gateway_port, opt));
-  objects.push_back(
-      ClusterService(n.Gateway(), Selector(n, "gateway"), Selector(n, "gateway"), gateway_port));
+  objects.push_back(Service(kClusterIp, n.Gateway(), Selector(n, "gateway"), Selector(n, "gateway"),
+                            gateway_port));
   objects.push_back(
       ConfigMap(n.Autoscaler(), Selector(n, "autoscaler"), "deploy.yaml", opt.spec_yaml));
   objects.push_back(AutoscalerDeployment(n, opt));
-  objects.push_back(ClusterService(n.Autoscaler(), Selector(n, "autoscaler"),
-                                   Selector(n, "autoscaler"), kAutoscalerPort));
+  objects.push_back(Service(kClusterIp, n.Autoscaler(), Selector(n, "autoscaler"),
+                            Selector(n, "autoscaler"), kAutoscalerPort));
   objects.push_back(ServiceMonitor(n, "replica", "replica", true, spec));
   objects.push_back(ServiceMonitor(n, "gateway", "gateway", false, spec));
   objects.push_back(ServiceMonitor(n, "autoscaler", "control", false, spec));
