@@ -140,8 +140,8 @@ ScaleDecision Autoscaler::Decide(const PoolSpec& pool, const PoolObservation& ob
   return d;
 }
 
-ScaleDecision Autoscaler::DecideSlo(const PoolSpec& pool, const PoolObservation& obs, PoolState& s,
-                                    Clock::time_point now) const {
+void Autoscaler::MaybeCalibrate(const PoolObservation& obs, PoolState& s,
+                                Clock::time_point now) const {
   const int cur = obs.current_replicas;
   // Calibrate on a quiet, settled pool only: the mean e2e then is service time, not waiting (a
   // window that saw a backlog, or straddles a change, would teach the model a wrong speed).
@@ -164,6 +164,11 @@ ScaleDecision Autoscaler::DecideSlo(const PoolSpec& pool, const PoolObservation&
       obs.mean_e2e_s < 3 * expected && obs.mean_e2e_s > expected / 3 &&
       obs.mean_running >= kMinCalibrationBatch && fits)
     Calibrate(&s.profile, obs.mean_running, obs.mean_e2e_s, kCalibrationWeight);
+}
+
+Autoscaler::Recommendation Autoscaler::Recommend(const PoolSpec& pool, const PoolObservation& obs,
+                                                 PoolState& s, Clock::time_point now) const {
+  const int cur = obs.current_replicas;
   // A growing backlog proves demand above what the replicas serve: served + growth.
   const double dt = s.last_decide ? Seconds(now - *s.last_decide) : 0;
   const double growth = dt > 0 ? (obs.waiting - s.last_waiting) / dt : 0;
@@ -206,6 +211,15 @@ ScaleDecision Autoscaler::DecideSlo(const PoolSpec& pool, const PoolObservation&
   // Saturated (a full batch waiting per replica) and the backlog growing: the measured rate
   // understates the demand, so grow by at least one whatever the model says.
   if (saturated && growth > 0 && rec <= cur) rec = std::min(hi, cur + 1);
+  return {rec, saturated, growth, state};
+}
+
+ScaleDecision Autoscaler::Settle(const PoolSpec& pool, const PoolObservation& obs, PoolState& s,
+                                 Clock::time_point now, const Recommendation& recommended) const {
+  const int cur = obs.current_replicas, rec = recommended.count;
+  const bool saturated = recommended.saturated;
+  const double growth = recommended.growth;
+  const std::string& state = recommended.state;
   // The stabilisation window keeps every recommendation; scale-down takes the highest of them.
   const auto window = policy_.scale_down_stabilization;
   while (!s.recommendations.empty() && now - s.recommendations.front().first >= window)
@@ -252,6 +266,12 @@ ScaleDecision Autoscaler::DecideSlo(const PoolSpec& pool, const PoolObservation&
     if (now - r.first < policy_.interval * kScaleDownLookbackIntervals)
       target = std::max(target, r.second);
   return Keep(target, "slo", fmt::format("slo: {} -> {}", state, target));
+}
+
+ScaleDecision Autoscaler::DecideSlo(const PoolSpec& pool, const PoolObservation& obs, PoolState& s,
+                                    Clock::time_point now) const {
+  MaybeCalibrate(obs, s, now);
+  return Settle(pool, obs, s, now, Recommend(pool, obs, s, now));
 }
 
 }  // namespace strata::control

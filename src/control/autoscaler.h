@@ -129,9 +129,23 @@ class Autoscaler {
     std::optional<Clock::time_point> last_backlog;  // last time anything waited
   };
   PoolState& State(const std::string& pool, Clock::time_point now);
-  // Rule 6 on a pool that reports.
+  // Rule 6 on a pool that reports: calibrate, recommend, then settle the recommendation.
   ScaleDecision DecideSlo(const PoolSpec& pool, const PoolObservation& obs, PoolState& s,
                           Clock::time_point now) const;
+  // Refits the profile's speed on a quiet, settled pool (its mean e2e is then service time).
+  void MaybeCalibrate(const PoolObservation& obs, PoolState& s, Clock::time_point now) const;
+  // What rule 6 would run now, before the stabilisation windows.
+  struct Recommendation {
+    int count = 0;
+    bool saturated = false;  // a full batch waits per replica
+    double growth = 0;       // of the backlog, requests/s
+    std::string state;       // "R req/s, predicted e2e p95 .. at N, measured .."
+  };
+  Recommendation Recommend(const PoolSpec& pool, const PoolObservation& obs, PoolState& s,
+                           Clock::time_point now) const;
+  // The recommendation through the up- and down-stabilisation windows and the step cap.
+  ScaleDecision Settle(const PoolSpec& pool, const PoolObservation& obs, PoolState& s,
+                       Clock::time_point now, const Recommendation& recommended) const;
   // The smallest count in [lo, hi] with zero penalty at `slo_scale`; hi when none.
   int Smallest(const PoolSpec& pool, const ReplicaProfile& prof, double rate, int lo, int hi,
                double slo_scale) const;
