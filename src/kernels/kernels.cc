@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/enum_names.h"
 #include "kernels/cpu/quantize_avx2.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/ref/quants_ref.h"
@@ -179,16 +180,8 @@ size_t BlockSize(DType t) {
 }  // namespace
 
 std::string_view IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kAmx:
-      return "amx";
-    case Isa::kAvx512:
-      return "avx512";
-    case Isa::kAvx2:
-      return "avx2";
-    default:
-      return "scalar";
-  }
+  static constexpr auto kIsaNames = EnumNames<Isa::kAmx>("scalar", "avx2", "avx512", "amx");
+  return EnumName(kIsaNames, isa, "scalar");
 }
 
 Isa DetectIsa() {
@@ -230,41 +223,6 @@ bool IsSupported(DType t) {
   }
 }
 
-void DequantizeRow(DType t, const void* src, float* dst, size_t n) {
-  if (n % BlockSize(t) != 0) Fatal("DequantizeRow: n is not a multiple of the block size", t);
-  switch (t) {
-    case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      break;
-    case DType::kF16:
-      ref::DequantizeF16(static_cast<const uint16_t*>(src), dst, n);
-      break;
-    case DType::kBF16:
-      ref::DequantizeBF16(static_cast<const uint16_t*>(src), dst, n);
-      break;
-    case DType::kQ8_0:
-      ref::DequantizeQ8_0(static_cast<const BlockQ8_0*>(src), dst, n);
-      break;
-    case DType::kQ4_0:
-      ref::DequantizeQ4_0(static_cast<const BlockQ4_0*>(src), dst, n);
-      break;
-    case DType::kQ4_K:
-      ref::DequantizeQ4_K(static_cast<const BlockQ4_K*>(src), dst, n);
-      break;
-    case DType::kQ5_K:
-      ref::DequantizeQ5_K(static_cast<const BlockQ5_K*>(src), dst, n);
-      break;
-    case DType::kQ6_K:
-      ref::DequantizeQ6_K(static_cast<const BlockQ6_K*>(src), dst, n);
-      break;
-    case DType::kQ8_K:
-      ref::DequantizeQ8_K(static_cast<const BlockQ8_K*>(src), dst, n);
-      break;
-    default:
-      Fatal("DequantizeRow: unsupported type", t);
-  }
-}
-
 namespace {
 
 // Q8_0 rows (KV rows, the tile kernels' activations): the AVX2 quantizer where `isa` has it (the
@@ -277,41 +235,67 @@ void QuantizeQ8_0Row(Isa isa, const float* src, void* dst, size_t n) {
   }
 }
 
+void QuantizeQ8_0Active(const float* src, BlockQ8_0* dst, size_t n) {
+  QuantizeQ8_0Row(ActiveIsa(), src, dst, n);
+}
+
+void CopyF32(const float* src, float* dst, size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+
+// One row format: how its rows are read into f32 and written from f32.
+struct RowCodec {
+  DType type;
+  void (*dequantize)(const void* src, float* dst, size_t n);
+  void (*quantize)(const float* src, void* dst, size_t n);
+};
+
+template <typename Block, void (*kFn)(const Block*, float*, size_t)>
+void DequantizeAs(const void* src, float* dst, size_t n) {
+  kFn(static_cast<const Block*>(src), dst, n);
+}
+
+template <typename Block, void (*kFn)(const float*, Block*, size_t)>
+void QuantizeAs(const float* src, void* dst, size_t n) {
+  kFn(src, static_cast<Block*>(dst), n);
+}
+
+template <typename Block, void (*kDequantize)(const Block*, float*, size_t),
+          void (*kQuantize)(const float*, Block*, size_t)>
+constexpr RowCodec Codec(DType t) {
+  return {t, DequantizeAs<Block, kDequantize>, QuantizeAs<Block, kQuantize>};
+}
+
+constexpr RowCodec kRowCodecs[] = {
+    Codec<float, CopyF32, CopyF32>(DType::kF32),
+    Codec<uint16_t, ref::DequantizeF16, ref::QuantizeF16>(DType::kF16),
+    Codec<uint16_t, ref::DequantizeBF16, ref::QuantizeBF16>(DType::kBF16),
+    Codec<BlockQ8_0, ref::DequantizeQ8_0, QuantizeQ8_0Active>(DType::kQ8_0),
+    Codec<BlockQ4_0, ref::DequantizeQ4_0, ref::QuantizeQ4_0>(DType::kQ4_0),
+    Codec<BlockQ4_K, ref::DequantizeQ4_K, ref::QuantizeQ4_K>(DType::kQ4_K),
+    Codec<BlockQ5_K, ref::DequantizeQ5_K, ref::QuantizeQ5_K>(DType::kQ5_K),
+    Codec<BlockQ6_K, ref::DequantizeQ6_K, ref::QuantizeQ6_K>(DType::kQ6_K),
+    Codec<BlockQ8_K, ref::DequantizeQ8_K, ref::QuantizeQ8_K>(DType::kQ8_K),
+};
+
+const RowCodec* FindRowCodec(DType t) {
+  for (const RowCodec& c : kRowCodecs)
+    if (c.type == t) return &c;
+  return nullptr;
+}
+
 }  // namespace
+
+void DequantizeRow(DType t, const void* src, float* dst, size_t n) {
+  if (n % BlockSize(t) != 0) Fatal("DequantizeRow: n is not a multiple of the block size", t);
+  const RowCodec* c = FindRowCodec(t);
+  if (c == nullptr) Fatal("DequantizeRow: unsupported type", t);
+  c->dequantize(src, dst, n);
+}
 
 void QuantizeRow(DType t, const float* src, void* dst, size_t n) {
   if (n % BlockSize(t) != 0) Fatal("QuantizeRow: n is not a multiple of the block size", t);
-  switch (t) {
-    case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      break;
-    case DType::kF16:
-      ref::QuantizeF16(src, static_cast<uint16_t*>(dst), n);
-      break;
-    case DType::kBF16:
-      ref::QuantizeBF16(src, static_cast<uint16_t*>(dst), n);
-      break;
-    case DType::kQ8_0:
-      QuantizeQ8_0Row(ActiveIsa(), src, dst, n);
-      break;
-    case DType::kQ4_0:
-      ref::QuantizeQ4_0(src, static_cast<BlockQ4_0*>(dst), n);
-      break;
-    case DType::kQ4_K:
-      ref::QuantizeQ4_K(src, static_cast<BlockQ4_K*>(dst), n);
-      break;
-    case DType::kQ5_K:
-      ref::QuantizeQ5_K(src, static_cast<BlockQ5_K*>(dst), n);
-      break;
-    case DType::kQ6_K:
-      ref::QuantizeQ6_K(src, static_cast<BlockQ6_K*>(dst), n);
-      break;
-    case DType::kQ8_K:
-      ref::QuantizeQ8_K(src, static_cast<BlockQ8_K*>(dst), n);
-      break;
-    default:
-      Fatal("QuantizeRow: unsupported type", t);
-  }
+  const RowCodec* c = FindRowCodec(t);
+  if (c == nullptr) Fatal("QuantizeRow: unsupported type", t);
+  c->quantize(src, dst, n);
 }
 
 namespace internal {
