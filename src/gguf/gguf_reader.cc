@@ -33,6 +33,11 @@ std::string Quoted(std::string_view s) {
   return out;
 }
 
+// How Value stores a scalar read as T: integers widened to 64 bits, floats as double.
+template <typename T>
+using Widened = std::conditional_t<std::is_floating_point_v<T>, double,
+                                   std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>;
+
 }  // namespace
 
 // Parses one GGUF image. Friend of GgufFile so it can fill the private members.
@@ -100,10 +105,23 @@ class GgufParser {
     return Status::Ok();
   }
 
+  // Reads one little-endian T into the widened storage of `out` (uint64, int64 or double).
+  template <typename T>
+  Status ReadWidened(Value* out, const std::string& field) {
+    T v;
+    RETURN_IF_ERROR(ReadLe(&v, field));
+    out->data = static_cast<Widened<T>>(v);
+    return Status::Ok();
+  }
+
   Status ReadScalar(ValueType t, Value* out, const std::string& field);
   Status ReadArray(Value* out, const std::string& field);
   template <typename Elem, typename Read>
   Status ReadElems(uint64_t count, std::vector<Elem>* vec, Read read);
+  // Reads `count` scalars of type `et` into a std::vector<Stored> in `out`; each is read as the
+  // Value alternative `Held`, under the field name `field_of(index)`.
+  template <typename Stored, typename Held = Stored, typename FieldOf>
+  Status ReadScalars(ValueType et, uint64_t count, FieldOf field_of, Value* out);
 
   Status ReadHeader(GgufFile* f, uint64_t* n_tensors, uint64_t* n_kv);
   Status ReadMetadata(GgufFile* f, uint64_t n_kv);
@@ -117,86 +135,25 @@ class GgufParser {
 
 Status GgufParser::ReadScalar(ValueType t, Value* out, const std::string& field) {
   out->type = t;
-  switch (t) {
-    case ValueType::kUint8: {
-      uint8_t v;
-      RETURN_IF_ERROR(ReadLe(&v, field));
-      out->data = uint64_t{v};
-      break;
-    }
-    case ValueType::kUint16: {
-      uint16_t v;
-      RETURN_IF_ERROR(ReadLe(&v, field));
-      out->data = uint64_t{v};
-      break;
-    }
-    case ValueType::kUint32: {
-      uint32_t v;
-      RETURN_IF_ERROR(ReadLe(&v, field));
-      out->data = uint64_t{v};
-      break;
-    }
-    case ValueType::kUint64: {
-      uint64_t v;
-      RETURN_IF_ERROR(ReadLe(&v, field));
-      out->data = v;
-      break;
-    }
-    case ValueType::kInt8: {
-      int8_t v;
-      RETURN_IF_ERROR(ReadLe(&v, field));
-      out->data = int64_t{v};
-      break;
-    }
-    case ValueType::kInt16: {
-      int16_t v;
-      RETURN_IF_ERROR(ReadLe(&v, field));
-      out->data = int64_t{v};
-      break;
-    }
-    case ValueType::kInt32: {
-      int32_t v;
-      RETURN_IF_ERROR(ReadLe(&v, field));
-      out->data = int64_t{v};
-      break;
-    }
-    case ValueType::kInt64: {
-      int64_t v;
-      RETURN_IF_ERROR(ReadLe(&v, field));
-      out->data = v;
-      break;
-    }
-    case ValueType::kFloat32: {
-      float v;
-      RETURN_IF_ERROR(ReadLe(&v, field));
-      out->data = double{v};
-      break;
-    }
-    case ValueType::kFloat64: {
-      double v;
-      RETURN_IF_ERROR(ReadLe(&v, field));
-      out->data = v;
-      break;
-    }
-    case ValueType::kBool: {
-      uint8_t v;
-      RETURN_IF_ERROR(ReadLe(&v, field));
-      if (v > 1)
-        return Status::InvalidArgument(field + ": bool value " + std::to_string(v) +
-                                       " is not 0 or 1");
-      out->data = v != 0;
-      break;
-    }
-    case ValueType::kString: {
-      std::string s;
-      RETURN_IF_ERROR(ReadString(&s, field));
-      out->data = std::move(s);
-      break;
-    }
-    case ValueType::kArray:
-      return ReadArray(out, field);
+  if (t == ValueType::kArray) return ReadArray(out, field);
+  if (t == ValueType::kString) {
+    std::string s;
+    RETURN_IF_ERROR(ReadString(&s, field));
+    out->data = std::move(s);
+    return Status::Ok();
   }
-  return Status::Ok();
+  if (t == ValueType::kBool) {
+    uint8_t v;
+    RETURN_IF_ERROR(ReadLe(&v, field));
+    if (v > 1)
+      return Status::InvalidArgument(field + ": bool value " + std::to_string(v) +
+                                     " is not 0 or 1");
+    out->data = v != 0;
+    return Status::Ok();
+  }
+  return internal::VisitNumeric(
+      t, [&](auto c_type) { return ReadWidened<typename decltype(c_type)::type>(out, field); },
+      [] { return Status::Ok(); });
 }
 
 template <typename Elem, typename Read>
@@ -209,6 +166,19 @@ Status GgufParser::ReadElems(uint64_t count, std::vector<Elem>* vec, Read read) 
     RETURN_IF_ERROR(read(i, &e));
     vec->push_back(std::move(e));
   }
+  return Status::Ok();
+}
+
+template <typename Stored, typename Held, typename FieldOf>
+Status GgufParser::ReadScalars(ValueType et, uint64_t count, FieldOf field_of, Value* out) {
+  std::vector<Stored> v;
+  RETURN_IF_ERROR(ReadElems(count, &v, [&](uint64_t i, Stored* e) {
+    Value tmp;
+    RETURN_IF_ERROR(ReadScalar(et, &tmp, field_of(i)));
+    *e = static_cast<Stored>(std::get<Held>(tmp.data));
+    return Status::Ok();
+  }));
+  out->data = std::move(v);
   return Status::Ok();
 }
 
@@ -235,42 +205,16 @@ Status GgufParser::ReadArray(Value* out, const std::string& field) {
   out->type = ValueType::kArray;
   out->elem_type = et;
   auto elem_field = [&](uint64_t i) { return field + "[" + std::to_string(i) + "]"; };
+  // Numbers are read with the array's own field name; a bad bool names its element.
+  auto same_field = [&](uint64_t) -> const std::string& { return field; };
   if (internal::IsUnsignedType(et)) {
-    std::vector<uint64_t> v;
-    RETURN_IF_ERROR(ReadElems(count, &v, [&](uint64_t, uint64_t* e) {
-      Value tmp;
-      RETURN_IF_ERROR(ReadScalar(et, &tmp, field));
-      *e = std::get<uint64_t>(tmp.data);
-      return Status::Ok();
-    }));
-    out->data = std::move(v);
+    RETURN_IF_ERROR(ReadScalars<uint64_t>(et, count, same_field, out));
   } else if (internal::IsSignedType(et)) {
-    std::vector<int64_t> v;
-    RETURN_IF_ERROR(ReadElems(count, &v, [&](uint64_t, int64_t* e) {
-      Value tmp;
-      RETURN_IF_ERROR(ReadScalar(et, &tmp, field));
-      *e = std::get<int64_t>(tmp.data);
-      return Status::Ok();
-    }));
-    out->data = std::move(v);
+    RETURN_IF_ERROR(ReadScalars<int64_t>(et, count, same_field, out));
   } else if (internal::IsFloatType(et)) {
-    std::vector<double> v;
-    RETURN_IF_ERROR(ReadElems(count, &v, [&](uint64_t, double* e) {
-      Value tmp;
-      RETURN_IF_ERROR(ReadScalar(et, &tmp, field));
-      *e = std::get<double>(tmp.data);
-      return Status::Ok();
-    }));
-    out->data = std::move(v);
+    RETURN_IF_ERROR(ReadScalars<double>(et, count, same_field, out));
   } else if (et == ValueType::kBool) {
-    std::vector<uint8_t> v;
-    RETURN_IF_ERROR(ReadElems(count, &v, [&](uint64_t i, uint8_t* e) {
-      Value tmp;
-      RETURN_IF_ERROR(ReadScalar(et, &tmp, elem_field(i)));
-      *e = std::get<bool>(tmp.data) ? 1 : 0;
-      return Status::Ok();
-    }));
-    out->data = std::move(v);
+    RETURN_IF_ERROR((ReadScalars<uint8_t, bool>(et, count, elem_field, out)));
   } else {  // strings
     std::vector<std::string> v;
     RETURN_IF_ERROR(ReadElems(count, &v, [&](uint64_t i, std::string* e) {

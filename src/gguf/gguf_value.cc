@@ -3,8 +3,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <string>
+#include <utility>
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_internal.h"
@@ -60,61 +60,11 @@ bool IsSignedType(ValueType t) {
 bool IsFloatType(ValueType t) { return t == ValueType::kFloat32 || t == ValueType::kFloat64; }
 
 uint64_t ScalarSize(ValueType t) {
-  switch (t) {
-    case ValueType::kUint8:
-    case ValueType::kInt8:
-    case ValueType::kBool:
-      return 1;
-    case ValueType::kUint16:
-    case ValueType::kInt16:
-      return 2;
-    case ValueType::kUint32:
-    case ValueType::kInt32:
-    case ValueType::kFloat32:
-      return 4;
-    case ValueType::kUint64:
-    case ValueType::kInt64:
-    case ValueType::kFloat64:
-    case ValueType::kString:  // a string: the length prefix alone
-      return 8;
-    case ValueType::kArray:
-      return 12;  // element type + count
-  }
-  return 1;
-}
-
-uint64_t MaxUnsigned(ValueType t) {
-  switch (t) {
-    case ValueType::kUint8:
-      return std::numeric_limits<uint8_t>::max();
-    case ValueType::kUint16:
-      return std::numeric_limits<uint16_t>::max();
-    case ValueType::kUint32:
-      return std::numeric_limits<uint32_t>::max();
-    default:
-      return std::numeric_limits<uint64_t>::max();
-  }
-}
-
-void SignedRange(ValueType t, int64_t* lo, int64_t* hi) {
-  switch (t) {
-    case ValueType::kInt8:
-      *lo = INT8_MIN;
-      *hi = INT8_MAX;
-      return;
-    case ValueType::kInt16:
-      *lo = INT16_MIN;
-      *hi = INT16_MAX;
-      return;
-    case ValueType::kInt32:
-      *lo = INT32_MIN;
-      *hi = INT32_MAX;
-      return;
-    default:
-      *lo = INT64_MIN;
-      *hi = INT64_MAX;
-      return;
-  }
+  if (t == ValueType::kString) return 8;  // a string: the length prefix alone
+  if (t == ValueType::kArray) return 12;  // element type + count
+  return VisitNumeric(
+      t, [](auto c_type) -> uint64_t { return sizeof(typename decltype(c_type)::type); },
+      []() -> uint64_t { return 1; });  // bool
 }
 
 std::string TypeDescription(const Value& v) {
@@ -126,116 +76,68 @@ std::string TypeDescription(const Value& v) {
 
 // ---- Factories ----
 
-Value Value::Uint(ValueType t, uint64_t v) {
+namespace {
+
+// A scalar of `type` holding `data`; an array of `elem` holding `data`.
+Value Scalar(ValueType type, decltype(Value::data) data) {
   Value out;
-  out.type = t;
-  out.data = v;
+  out.type = type;
+  out.data = std::move(data);
   return out;
 }
 
-Value Value::Int(ValueType t, int64_t v) {
-  Value out;
-  out.type = t;
-  out.data = v;
+Value Array(ValueType elem, decltype(Value::data) data) {
+  Value out = Scalar(ValueType::kArray, std::move(data));
+  out.elem_type = elem;
   return out;
 }
 
-Value Value::Float32(float v) {
-  Value out;
-  out.type = ValueType::kFloat32;
-  out.data = static_cast<double>(v);
-  return out;
-}
+}  // namespace
 
-Value Value::Float64(double v) {
-  Value out;
-  out.type = ValueType::kFloat64;
-  out.data = v;
-  return out;
-}
+Value Value::Uint(ValueType t, uint64_t v) { return Scalar(t, v); }
 
-Value Value::Bool(bool v) {
-  Value out;
-  out.type = ValueType::kBool;
-  out.data = v;
-  return out;
-}
+Value Value::Int(ValueType t, int64_t v) { return Scalar(t, v); }
 
-Value Value::String(std::string v) {
-  Value out;
-  out.type = ValueType::kString;
-  out.data = std::move(v);
-  return out;
-}
+Value Value::Float32(float v) { return Scalar(ValueType::kFloat32, static_cast<double>(v)); }
+
+Value Value::Float64(double v) { return Scalar(ValueType::kFloat64, v); }
+
+Value Value::Bool(bool v) { return Scalar(ValueType::kBool, v); }
+
+Value Value::String(std::string v) { return Scalar(ValueType::kString, std::move(v)); }
 
 Value Value::StringArray(std::vector<std::string> v) {
-  Value out;
-  out.type = ValueType::kArray;
-  out.elem_type = ValueType::kString;
-  out.data = std::move(v);
-  return out;
+  return Array(ValueType::kString, std::move(v));
 }
 
 Value Value::Float32Array(std::vector<float> v) {
-  Value out;
-  out.type = ValueType::kArray;
-  out.elem_type = ValueType::kFloat32;
-  out.data = std::vector<double>(v.begin(), v.end());
-  return out;
+  return Array(ValueType::kFloat32, std::vector<double>(v.begin(), v.end()));
 }
 
 Value Value::Int32Array(std::vector<int32_t> v) {
-  Value out;
-  out.type = ValueType::kArray;
-  out.elem_type = ValueType::kInt32;
-  out.data = std::vector<int64_t>(v.begin(), v.end());
-  return out;
+  return Array(ValueType::kInt32, std::vector<int64_t>(v.begin(), v.end()));
 }
 
 Value Value::UintArray(ValueType elem, std::vector<uint64_t> v) {
-  Value out;
-  out.type = ValueType::kArray;
-  out.elem_type = elem;
-  out.data = std::move(v);
-  return out;
+  return Array(elem, std::move(v));
 }
 
-Value Value::IntArray(ValueType elem, std::vector<int64_t> v) {
-  Value out;
-  out.type = ValueType::kArray;
-  out.elem_type = elem;
-  out.data = std::move(v);
-  return out;
-}
+Value Value::IntArray(ValueType elem, std::vector<int64_t> v) { return Array(elem, std::move(v)); }
 
 Value Value::BoolArray(const std::vector<bool>& v) {
-  Value out;
-  out.type = ValueType::kArray;
-  out.elem_type = ValueType::kBool;
   std::vector<uint8_t> bytes;
   bytes.reserve(v.size());
   for (bool b : v) bytes.push_back(b ? 1 : 0);
-  out.data = std::move(bytes);
-  return out;
+  return Array(ValueType::kBool, std::move(bytes));
 }
 
 Value Value::EmptyArray(ValueType elem) {
-  Value out;
-  out.type = ValueType::kArray;
-  out.elem_type = elem;
-  if (internal::IsUnsignedType(elem)) {
-    out.data = std::vector<uint64_t>{};
-  } else if (internal::IsSignedType(elem)) {
-    out.data = std::vector<int64_t>{};
-  } else if (internal::IsFloatType(elem)) {
-    out.data = std::vector<double>{};
-  } else if (elem == ValueType::kBool) {
-    out.data = std::vector<uint8_t>{};
-  } else {
-    // Strings; an array of arrays is not representable and the writer refuses it.
-    out.data = std::vector<std::string>{};
-  }
-  return out;
+  if (internal::IsUnsignedType(elem)) return Array(elem, std::vector<uint64_t>{});
+  if (internal::IsSignedType(elem)) return Array(elem, std::vector<int64_t>{});
+  if (internal::IsFloatType(elem)) return Array(elem, std::vector<double>{});
+  if (elem == ValueType::kBool) return Array(elem, std::vector<uint8_t>{});
+  // Strings; an array of arrays is not representable and the writer refuses it.
+  return Array(elem, std::vector<std::string>{});
 }
 
 size_t Value::array_size() const {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <unordered_set>
+#include <utility>
 
 #include "base/checked.h"
 #include "gguf/gguf.h"
@@ -42,68 +43,25 @@ class ByteSink {
   std::vector<uint8_t>* out_;
 };
 
-Status CheckUnsigned(const std::string& field, ValueType t, uint64_t v) {
-  if (v > internal::MaxUnsigned(t)) {
-    return Status::InvalidArgument(field + ": value " + std::to_string(v) + " does not fit in " +
-                                   std::string(ValueTypeName(t)));
+// Writes v as a little-endian Wire; an integer outside Wire's range is refused.
+template <typename Wire, typename Stored>
+Status EmitAs(ByteSink& s, const std::string& field, ValueType t, Stored v) {
+  if constexpr (std::is_integral_v<Wire> && std::is_integral_v<Stored>) {
+    if (!std::in_range<Wire>(v)) {
+      return Status::InvalidArgument(field + ": value " + std::to_string(v) + " does not fit in " +
+                                     std::string(ValueTypeName(t)));
+    }
   }
+  s.Le<Wire>(static_cast<Wire>(v));
   return Status::Ok();
 }
 
-Status CheckSigned(const std::string& field, ValueType t, int64_t v) {
-  int64_t lo, hi;
-  internal::SignedRange(t, &lo, &hi);
-  if (v < lo || v > hi) {
-    return Status::InvalidArgument(field + ": value " + std::to_string(v) + " does not fit in " +
-                                   std::string(ValueTypeName(t)));
-  }
-  return Status::Ok();
-}
-
-// Writes one scalar of type t taken from the widened storage.
-Status EmitScalar(ByteSink& s, const std::string& field, ValueType t, uint64_t u, int64_t i,
-                  double d) {
-  switch (t) {
-    case ValueType::kUint8:
-      RETURN_IF_ERROR(CheckUnsigned(field, t, u));
-      s.Le<uint8_t>(static_cast<uint8_t>(u));
-      break;
-    case ValueType::kUint16:
-      RETURN_IF_ERROR(CheckUnsigned(field, t, u));
-      s.Le<uint16_t>(static_cast<uint16_t>(u));
-      break;
-    case ValueType::kUint32:
-      RETURN_IF_ERROR(CheckUnsigned(field, t, u));
-      s.Le<uint32_t>(static_cast<uint32_t>(u));
-      break;
-    case ValueType::kUint64:
-      s.Le<uint64_t>(u);
-      break;
-    case ValueType::kInt8:
-      RETURN_IF_ERROR(CheckSigned(field, t, i));
-      s.Le<int8_t>(static_cast<int8_t>(i));
-      break;
-    case ValueType::kInt16:
-      RETURN_IF_ERROR(CheckSigned(field, t, i));
-      s.Le<int16_t>(static_cast<int16_t>(i));
-      break;
-    case ValueType::kInt32:
-      RETURN_IF_ERROR(CheckSigned(field, t, i));
-      s.Le<int32_t>(static_cast<int32_t>(i));
-      break;
-    case ValueType::kInt64:
-      s.Le<int64_t>(i);
-      break;
-    case ValueType::kFloat32:
-      s.Le<float>(static_cast<float>(d));
-      break;
-    case ValueType::kFloat64:
-      s.Le<double>(d);
-      break;
-    default:
-      return Status::Internal(field + ": not a numeric type");
-  }
-  return Status::Ok();
+// Writes one number of type t taken from its widened storage (uint64, int64 or double).
+template <typename Stored>
+Status EmitNumber(ByteSink& s, const std::string& field, ValueType t, Stored v) {
+  return internal::VisitNumeric(
+      t, [&](auto c_type) { return EmitAs<typename decltype(c_type)::type>(s, field, t, v); },
+      [&] { return Status::Internal(field + ": not a numeric type"); });
 }
 
 Status Mismatch(const std::string& field, const Value& v) {
@@ -111,69 +69,51 @@ Status Mismatch(const std::string& field, const Value& v) {
                                  internal::TypeDescription(v));
 }
 
-Status EmitValue(ByteSink& s, const std::string& field, const Value& v) {
+// Writes the storage of v through emit_one(x): a scalar held as ScalarT, or an array held as
+// std::vector<ElemT> (its count first). Fails if v holds another alternative.
+template <typename ScalarT, typename ElemT = ScalarT, typename EmitOne>
+Status EmitStorage(ByteSink& s, const std::string& field, const Value& v, EmitOne emit_one) {
   if (!v.is_array()) {
-    s.Le<uint32_t>(static_cast<uint32_t>(v.type));
-    if (v.type == ValueType::kString) {
-      const auto* str = std::get_if<std::string>(&v.data);
-      if (!str) return Mismatch(field, v);
-      s.Str(*str);
-    } else if (v.type == ValueType::kBool) {
-      const auto* b = std::get_if<bool>(&v.data);
-      if (!b) return Mismatch(field, v);
-      s.Le<uint8_t>(*b ? 1 : 0);
-    } else if (internal::IsUnsignedType(v.type)) {
-      const auto* u = std::get_if<uint64_t>(&v.data);
-      if (!u) return Mismatch(field, v);
-      RETURN_IF_ERROR(EmitScalar(s, field, v.type, *u, 0, 0));
-    } else if (internal::IsSignedType(v.type)) {
-      const auto* i = std::get_if<int64_t>(&v.data);
-      if (!i) return Mismatch(field, v);
-      RETURN_IF_ERROR(EmitScalar(s, field, v.type, 0, *i, 0));
-    } else if (internal::IsFloatType(v.type)) {
-      const auto* d = std::get_if<double>(&v.data);
-      if (!d) return Mismatch(field, v);
-      RETURN_IF_ERROR(EmitScalar(s, field, v.type, 0, 0, *d));
-    } else {
-      return Status::InvalidArgument(field + ": unknown value type " +
-                                     std::to_string(static_cast<uint32_t>(v.type)));
-    }
-    return Status::Ok();
+    const auto* x = std::get_if<ScalarT>(&v.data);
+    if (!x) return Mismatch(field, v);
+    return emit_one(*x);
   }
-  ValueType et = v.elem_type;
-  if (et == ValueType::kArray)
-    return Status::InvalidArgument(field + ": nested arrays are not supported");
-  if (!internal::IsKnownValueType(static_cast<uint32_t>(et)))
-    return Status::InvalidArgument(field + ": unknown array element type");
-  s.Le<uint32_t>(static_cast<uint32_t>(ValueType::kArray));
-  s.Le<uint32_t>(static_cast<uint32_t>(et));
-  if (et == ValueType::kString) {
-    const auto* vec = std::get_if<std::vector<std::string>>(&v.data);
-    if (!vec) return Mismatch(field, v);
-    s.Le<uint64_t>(vec->size());
-    for (const auto& x : *vec) s.Str(x);
-  } else if (et == ValueType::kBool) {
-    const auto* vec = std::get_if<std::vector<uint8_t>>(&v.data);
-    if (!vec) return Mismatch(field, v);
-    s.Le<uint64_t>(vec->size());
-    for (uint8_t x : *vec) s.Le<uint8_t>(x ? 1 : 0);
-  } else if (internal::IsUnsignedType(et)) {
-    const auto* vec = std::get_if<std::vector<uint64_t>>(&v.data);
-    if (!vec) return Mismatch(field, v);
-    s.Le<uint64_t>(vec->size());
-    for (uint64_t x : *vec) RETURN_IF_ERROR(EmitScalar(s, field, et, x, 0, 0));
-  } else if (internal::IsSignedType(et)) {
-    const auto* vec = std::get_if<std::vector<int64_t>>(&v.data);
-    if (!vec) return Mismatch(field, v);
-    s.Le<uint64_t>(vec->size());
-    for (int64_t x : *vec) RETURN_IF_ERROR(EmitScalar(s, field, et, 0, x, 0));
-  } else {
-    const auto* vec = std::get_if<std::vector<double>>(&v.data);
-    if (!vec) return Mismatch(field, v);
-    s.Le<uint64_t>(vec->size());
-    for (double x : *vec) RETURN_IF_ERROR(EmitScalar(s, field, et, 0, 0, x));
-  }
+  const auto* vec = std::get_if<std::vector<ElemT>>(&v.data);
+  if (!vec) return Mismatch(field, v);
+  s.Le<uint64_t>(vec->size());
+  for (const ElemT& x : *vec) RETURN_IF_ERROR(emit_one(x));
   return Status::Ok();
+}
+
+Status EmitValue(ByteSink& s, const std::string& field, const Value& v) {
+  ValueType t = v.type;  // for an array: its element type
+  if (v.is_array()) {
+    t = v.elem_type;
+    if (t == ValueType::kArray)
+      return Status::InvalidArgument(field + ": nested arrays are not supported");
+    if (!internal::IsKnownValueType(static_cast<uint32_t>(t)))
+      return Status::InvalidArgument(field + ": unknown array element type");
+    s.Le<uint32_t>(static_cast<uint32_t>(ValueType::kArray));
+  }
+  s.Le<uint32_t>(static_cast<uint32_t>(t));
+  auto number = [&](auto x) { return EmitNumber(s, field, t, x); };
+  if (t == ValueType::kString) {
+    return EmitStorage<std::string>(s, field, v, [&](const std::string& x) {
+      s.Str(x);
+      return Status::Ok();
+    });
+  }
+  if (t == ValueType::kBool) {
+    return EmitStorage<bool, uint8_t>(s, field, v, [&](auto b) {
+      s.Le<uint8_t>(b ? 1 : 0);
+      return Status::Ok();
+    });
+  }
+  if (internal::IsUnsignedType(t)) return EmitStorage<uint64_t>(s, field, v, number);
+  if (internal::IsSignedType(t)) return EmitStorage<int64_t>(s, field, v, number);
+  if (internal::IsFloatType(t)) return EmitStorage<double>(s, field, v, number);
+  return Status::InvalidArgument(field + ": unknown value type " +
+                                 std::to_string(static_cast<uint32_t>(t)));
 }
 
 }  // namespace
