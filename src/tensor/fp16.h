@@ -1,8 +1,9 @@
 // IEEE half and bfloat16 <-> float conversions, bit-exact (round to nearest even), header-only.
 #pragma once
 
+#include <bit>
 #include <cstdint>
-#include <cstring>
+#include <cstring>  // some includers of dtype.h get memcpy from here
 
 namespace strata {
 
@@ -28,14 +29,11 @@ inline float F16ToF32(uint16_t h) {
   } else {
     bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
   }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return std::bit_cast<float>(bits);
 }
 
 inline uint16_t F32ToF16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
+  uint32_t x = std::bit_cast<uint32_t>(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t absx = x & 0x7fffffffu;
   if (absx >= 0x7f800000u) {  // inf or nan
@@ -63,14 +61,11 @@ inline uint16_t F32ToF16(float f) {
 
 inline float BF16ToF32(uint16_t h) {
   uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return std::bit_cast<float>(bits);
 }
 
 inline uint16_t F32ToBF16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
+  uint32_t x = std::bit_cast<uint32_t>(f);
   if ((x & 0x7fffffffu) > 0x7f800000u)
     return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet nan
   x += 0x7fffu + ((x >> 16) & 1u);
