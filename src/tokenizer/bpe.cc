@@ -224,9 +224,7 @@ class BpeTokenizer final : public TokenizerImpl {
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> CreateBpe(Vocab vocab) {
-  auto tok = std::make_unique<BpeTokenizer>(std::move(vocab));
-  RETURN_IF_ERROR(tok->Init());
-  return std::unique_ptr<Tokenizer>(std::move(tok));
+  return CreateInitialized<BpeTokenizer>(std::move(vocab));
 }
 
 }  // namespace strata::tokenizer::internal

@@ -104,9 +104,7 @@ class SpmTokenizer final : public TokenizerImpl {
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> CreateSpm(Vocab vocab) {
-  auto tok = std::make_unique<SpmTokenizer>(std::move(vocab));
-  RETURN_IF_ERROR(tok->Init());
-  return std::unique_ptr<Tokenizer>(std::move(tok));
+  return CreateInitialized<SpmTokenizer>(std::move(vocab));
 }
 
 }  // namespace strata::tokenizer::internal

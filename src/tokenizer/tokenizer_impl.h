@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
@@ -51,6 +52,14 @@ class TokenizerImpl : public Tokenizer {
   std::vector<int32_t> specials_;    // control / user-defined / unknown, longest text first
   std::vector<std::string> pieces_;  // rendering of every token (control tokens: their text)
 };
+
+// Builds a T (a TokenizerImpl with `Status Init()`) over `vocab` and initialises it.
+template <typename T>
+Result<std::unique_ptr<Tokenizer>> CreateInitialized(Vocab vocab) {
+  auto tok = std::make_unique<T>(std::move(vocab));
+  RETURN_IF_ERROR(tok->Init());
+  return std::unique_ptr<Tokenizer>(std::move(tok));
+}
 
 Result<std::unique_ptr<Tokenizer>> CreateSpm(Vocab vocab);
 Result<std::unique_ptr<Tokenizer>> CreateBpe(Vocab vocab);
