@@ -15,9 +15,38 @@ namespace {
 
 constexpr int64_t kMaxTokens = int64_t{1} << 24;  // far above any real vocabulary
 
+// The special token ids a vocabulary names, with their GGUF keys, in the order they are read.
+struct TokenIdKey {
+  const char* key;
+  int32_t Vocab::*id;
+};
+constexpr TokenIdKey kTokenIdKeys[] = {
+    {"tokenizer.ggml.bos_token_id", &Vocab::bos},
+    {"tokenizer.ggml.eos_token_id", &Vocab::eos},
+    {"tokenizer.ggml.unknown_token_id", &Vocab::unk},
+    {"tokenizer.ggml.padding_token_id", &Vocab::pad},
+    {"tokenizer.ggml.eot_token_id", &Vocab::eot},
+    {"tokenizer.ggml.eom_token_id", &Vocab::eom},
+};
+
 std::string IdKeyError(std::string_view key, int64_t id, size_t n) {
   return std::string(key) + " = " + std::to_string(id) + " is out of range (vocabulary has " +
          std::to_string(n) + " tokens)";
+}
+
+// A per-token array (`key`) whose length is not the number of tokens.
+Status CountMismatch(std::string_view key, size_t count, size_t n) {
+  return Status::InvalidArgument(std::string(key) + " has " + std::to_string(count) +
+                                 " entries but tokenizer.ggml.tokens has " + std::to_string(n));
+}
+
+// Element `i` of tokenizer.ggml.token_type must be a TokenType (0..6).
+Status CheckTokenType(size_t i, int64_t t) {
+  if (t < 0 || t > 6) {
+    return Status::InvalidArgument("tokenizer.ggml.token_type[" + std::to_string(i) +
+                                   "] = " + std::to_string(t) + " is not a token type (0..6)");
+  }
+  return Status::Ok();
 }
 
 // Reads an optional token id key into `*id`; absent keys leave the default.
@@ -42,13 +71,10 @@ Status ValidateVocab(const Vocab& v) {
                                    " tokens is more than the supported maximum");
   }
   if (!v.scores.empty() && v.scores.size() != n) {
-    return Status::InvalidArgument("tokenizer.ggml.scores has " + std::to_string(v.scores.size()) +
-                                   " entries but tokenizer.ggml.tokens has " + std::to_string(n));
+    return CountMismatch("tokenizer.ggml.scores", v.scores.size(), n);
   }
   if (!v.types.empty() && v.types.size() != n) {
-    return Status::InvalidArgument("tokenizer.ggml.token_type has " +
-                                   std::to_string(v.types.size()) +
-                                   " entries but tokenizer.ggml.tokens has " + std::to_string(n));
+    return CountMismatch("tokenizer.ggml.token_type", v.types.size(), n);
   }
   for (size_t i = 0; i < v.scores.size(); ++i) {
     if (v.scores[i] != v.scores[i]) {
@@ -56,18 +82,10 @@ Status ValidateVocab(const Vocab& v) {
     }
   }
   for (size_t i = 0; i < v.types.size(); ++i) {
-    const auto t = static_cast<int32_t>(v.types[i]);
-    if (t < 0 || t > 6) {
-      return Status::InvalidArgument("tokenizer.ggml.token_type[" + std::to_string(i) +
-                                     "] = " + std::to_string(t) + " is not a token type (0..6)");
-    }
+    RETURN_IF_ERROR(CheckTokenType(i, static_cast<int32_t>(v.types[i])));
   }
-  const std::pair<const char*, int32_t> ids[] = {
-      {"tokenizer.ggml.bos_token_id", v.bos},     {"tokenizer.ggml.eos_token_id", v.eos},
-      {"tokenizer.ggml.unknown_token_id", v.unk}, {"tokenizer.ggml.padding_token_id", v.pad},
-      {"tokenizer.ggml.eot_token_id", v.eot},     {"tokenizer.ggml.eom_token_id", v.eom},
-  };
-  for (const auto& [key, id] : ids) {
+  for (const auto& [key, member] : kTokenIdKeys) {
+    const int32_t id = v.*member;
     if (id != -1 && (id < 0 || static_cast<size_t>(id) >= n)) {
       return Status::InvalidArgument(IdKeyError(key, id, n));
     }
@@ -95,89 +113,97 @@ Status ValidateVocab(const Vocab& v) {
   return Status::Ok();
 }
 
-Result<Vocab> VocabFromGguf(const gguf::GgufFile& f) {
-  Vocab v;
+// VocabFromGguf, step by step. The keys are read in a fixed order, so a file with several bad
+// keys always reports the same (first) one.
+namespace {
+
+// tokenizer.ggml.model (which tokenizer) and tokenizer.ggml.pre.
+Status ReadModel(const gguf::GgufFile& f, Vocab* v) {
   Result<std::string> model = f.GetString("tokenizer.ggml.model");
   if (!model.ok()) {
     return Status::InvalidArgument("tokenizer.ggml.model: " + model.status().message());
   }
-  v.model = *model;
-  if (v.model == "llama") {
-    v.kind = Vocab::Kind::kSpm;
-  } else if (v.model == "gpt2") {
-    v.kind = Vocab::Kind::kBpe;
+  v->model = *model;
+  if (v->model == "llama") {
+    v->kind = Vocab::Kind::kSpm;
+  } else if (v->model == "gpt2") {
+    v->kind = Vocab::Kind::kBpe;
   } else {
-    return Status::Unimplemented("tokenizer.ggml.model = '" + v.model +
+    return Status::Unimplemented("tokenizer.ggml.model = '" + v->model +
                                  "' is not supported (supported: 'llama' (SentencePiece), "
                                  "'gpt2' (byte-level BPE))");
   }
-  ASSIGN_OR_RETURN(v.pre, f.GetStringOr("tokenizer.ggml.pre", "default"));
-  if (v.pre.empty()) v.pre = "default";
+  ASSIGN_OR_RETURN(v->pre, f.GetStringOr("tokenizer.ggml.pre", "default"));
+  if (v->pre.empty()) v->pre = "default";
+  return Status::Ok();
+}
 
+// The per-token arrays: tokens, then the optional scores and types, then (BPE) the merges.
+Status ReadTokenArrays(const gguf::GgufFile& f, Vocab* v) {
   ASSIGN_OR_RETURN(auto tokens, f.GetStringArray("tokenizer.ggml.tokens"));
   if (static_cast<int64_t>(tokens.size()) > kMaxTokens) {
     return Status::InvalidArgument("tokenizer.ggml.tokens: too many tokens (" +
                                    std::to_string(tokens.size()) + ")");
   }
-  v.tokens.assign(tokens.begin(), tokens.end());
-  const size_t n = v.tokens.size();
-
+  v->tokens.assign(tokens.begin(), tokens.end());
+  const size_t n = v->tokens.size();
   if (f.Has("tokenizer.ggml.scores")) {
     ASSIGN_OR_RETURN(auto scores, f.GetFloatArray("tokenizer.ggml.scores"));
-    if (scores.size() != n) {
-      return Status::InvalidArgument("tokenizer.ggml.scores has " + std::to_string(scores.size()) +
-                                     " entries but tokenizer.ggml.tokens has " + std::to_string(n));
-    }
-    v.scores.reserve(n);
-    for (double s : scores) v.scores.push_back(static_cast<float>(s));
+    if (scores.size() != n) return CountMismatch("tokenizer.ggml.scores", scores.size(), n);
+    v->scores.reserve(n);
+    for (double s : scores) v->scores.push_back(static_cast<float>(s));
   }
   if (f.Has("tokenizer.ggml.token_type")) {
     ASSIGN_OR_RETURN(auto types, f.GetIntArray("tokenizer.ggml.token_type"));
-    if (types.size() != n) {
-      return Status::InvalidArgument("tokenizer.ggml.token_type has " +
-                                     std::to_string(types.size()) +
-                                     " entries but tokenizer.ggml.tokens has " + std::to_string(n));
-    }
-    v.types.reserve(n);
+    if (types.size() != n) return CountMismatch("tokenizer.ggml.token_type", types.size(), n);
+    v->types.reserve(n);
     for (size_t i = 0; i < n; ++i) {
-      if (types[i] < 0 || types[i] > 6) {
-        return Status::InvalidArgument("tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
-                                       std::to_string(types[i]) + " is not a token type (0..6)");
-      }
-      v.types.push_back(static_cast<TokenType>(types[i]));
+      RETURN_IF_ERROR(CheckTokenType(i, types[i]));
+      v->types.push_back(static_cast<TokenType>(types[i]));
     }
   }
-  if (v.kind == Vocab::Kind::kBpe) {
+  if (v->kind == Vocab::Kind::kBpe) {
     if (!f.Has("tokenizer.ggml.merges")) {
       return Status::InvalidArgument("tokenizer.ggml.merges: missing (required for model 'gpt2')");
     }
     ASSIGN_OR_RETURN(auto merges, f.GetStringArray("tokenizer.ggml.merges"));
-    v.merges.assign(merges.begin(), merges.end());
+    v->merges.assign(merges.begin(), merges.end());
   }
+  return Status::Ok();
+}
 
-  // Defaults as llama.cpp applies them, then explicit keys override.
-  if (v.kind == Vocab::Kind::kSpm) {
-    v.bos = n > 1 ? 1 : -1;
-    v.eos = n > 2 ? 2 : -1;
-    v.unk = 0;
-    v.add_bos = true;
-    v.add_space_prefix = true;
+// Special tokens and flags: the defaults llama.cpp applies, then the explicit keys over them.
+Status ReadSpecials(const gguf::GgufFile& f, Vocab* v) {
+  const size_t n = v->tokens.size();
+  if (v->kind == Vocab::Kind::kSpm) {
+    v->bos = n > 1 ? 1 : -1;
+    v->eos = n > 2 ? 2 : -1;
+    v->unk = 0;
+    v->add_bos = true;
+    v->add_space_prefix = true;
   } else {
-    v.add_bos =
-        v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3" || v.pre == "falcon3";
-    v.add_space_prefix = false;
+    v->add_bos =
+        v->pre == "llama-bpe" || v->pre == "llama3" || v->pre == "llama-v3" || v->pre == "falcon3";
+    v->add_space_prefix = false;
   }
-  RETURN_IF_ERROR(ReadTokenId(f, "tokenizer.ggml.bos_token_id", n, &v.bos));
-  RETURN_IF_ERROR(ReadTokenId(f, "tokenizer.ggml.eos_token_id", n, &v.eos));
-  RETURN_IF_ERROR(ReadTokenId(f, "tokenizer.ggml.unknown_token_id", n, &v.unk));
-  RETURN_IF_ERROR(ReadTokenId(f, "tokenizer.ggml.padding_token_id", n, &v.pad));
-  RETURN_IF_ERROR(ReadTokenId(f, "tokenizer.ggml.eot_token_id", n, &v.eot));
-  RETURN_IF_ERROR(ReadTokenId(f, "tokenizer.ggml.eom_token_id", n, &v.eom));
-  ASSIGN_OR_RETURN(v.add_bos, f.GetBoolOr("tokenizer.ggml.add_bos_token", v.add_bos));
-  ASSIGN_OR_RETURN(v.add_eos, f.GetBoolOr("tokenizer.ggml.add_eos_token", v.add_eos));
-  ASSIGN_OR_RETURN(v.add_space_prefix,
-                   f.GetBoolOr("tokenizer.ggml.add_space_prefix", v.add_space_prefix));
-  ASSIGN_OR_RETURN(v.chat_template, f.GetStringOr("tokenizer.chat_template", ""));
+  for (const auto& [key, member] : kTokenIdKeys) {
+    RETURN_IF_ERROR(ReadTokenId(f, key, n, &(v->*member)));
+  }
+  ASSIGN_OR_RETURN(v->add_bos, f.GetBoolOr("tokenizer.ggml.add_bos_token", v->add_bos));
+  ASSIGN_OR_RETURN(v->add_eos, f.GetBoolOr("tokenizer.ggml.add_eos_token", v->add_eos));
+  ASSIGN_OR_RETURN(v->add_space_prefix,
+                   f.GetBoolOr("tokenizer.ggml.add_space_prefix", v->add_space_prefix));
+  ASSIGN_OR_RETURN(v->chat_template, f.GetStringOr("tokenizer.chat_template", ""));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Vocab> VocabFromGguf(const gguf::GgufFile& f) {
+  Vocab v;
+  RETURN_IF_ERROR(ReadModel(f, &v));
+  RETURN_IF_ERROR(ReadTokenArrays(f, &v));
+  RETURN_IF_ERROR(ReadSpecials(f, &v));
   RETURN_IF_ERROR(ValidateVocab(v));
   return v;
 }
