@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <tuple>
 
 #include "base/ascii.h"
 #include "base/checked.h"
@@ -312,56 +313,51 @@ Status SynthConfig::Validate() const {
   return Status::Ok();
 }
 
+namespace {
+
+// The presets other than "tiny" (which is the SynthConfig defaults), each a real model's shape:
+// arch, layers, dim, heads, KV heads, FFN, ctx, rope base, rms eps, tied, qkv bias, rope scaling
+// (the fields PresetFields ties, in its order).
+using PresetShape = std::tuple<Arch, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t,
+                               double, double, bool, bool, RopeScaling>;
+struct PresetRow {
+  std::string_view name;
+  PresetShape shape;
+};
+constexpr PresetRow kPresets[] = {
+    {"135m", {Arch::kLlama, 12, 768, 12, 12, 2048, 2048, 10000.0, 1e-5, false, false, {}}},
+    {"llama-3.2-1b",
+     {Arch::kLlama, 16, 2048, 32, 8, 8192, 131072, 500000.0, 1e-5, false, false,
+      RopeScaling{true, 32.0, 1.0, 4.0, 8192}}},
+    {"qwen2-0.5b", {Arch::kQwen2, 24, 896, 14, 2, 4864, 32768, 1e6, 1e-6, true, true, {}}},
+};
+
+auto PresetFields(SynthConfig& c) {
+  return std::tie(c.arch, c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.ffn, c.ctx_len, c.rope_base,
+                  c.rms_eps, c.tied, c.qkv_bias, c.rope_scaling);
+}
+
+}  // namespace
+
 Result<SynthConfig> Preset(std::string_view name) {
   SynthConfig c;
   c.name = "strata-synth-" + std::string(name);
-  if (name == "tiny") {
-    // Defaults of SynthConfig: llama, 2 layers, dim 64, 4 heads, 2 KV heads, FFN 128, ctx 2048.
+  // Defaults of SynthConfig: llama, 2 layers, dim 64, 4 heads, 2 KV heads, FFN 128, ctx 2048.
+  if (name == "tiny") return c;
+  for (const PresetRow& p : kPresets) {
+    if (p.name != name) continue;
+    PresetFields(c) = p.shape;
     return c;
   }
-  if (name == "135m") {
-    c.n_layers = 12;
-    c.dim = 768;
-    c.n_heads = 12;
-    c.n_kv_heads = 12;
-    c.ffn = 2048;
-    c.ctx_len = 2048;
-    return c;
-  }
-  if (name == "llama-3.2-1b") {
-    c.n_layers = 16;
-    c.dim = 2048;
-    c.n_heads = 32;
-    c.n_kv_heads = 8;
-    c.ffn = 8192;
-    c.ctx_len = 131072;
-    c.rope_base = 500000.0;
-    c.rope_scaling = RopeScaling{true, 32.0, 1.0, 4.0, 8192};
-    c.tied = false;
-    return c;
-  }
-  if (name == "qwen2-0.5b") {
-    c.arch = Arch::kQwen2;
-    c.n_layers = 24;
-    c.dim = 896;
-    c.n_heads = 14;
-    c.n_kv_heads = 2;
-    c.ffn = 4864;
-    c.ctx_len = 32768;
-    c.rope_base = 1e6;
-    c.rms_eps = 1e-6;
-    c.tied = true;
-    c.qkv_bias = true;
-    return c;
-  }
-  return Status::NotFound(
-      fmt::format("unknown synth preset '{}' (known: tiny, 135m, llama-3.2-1b, "
-                  "qwen2-0.5b)",
-                  name));
+  std::string known;
+  for (std::string_view n : PresetNames()) known += (known.empty() ? "" : ", ") + std::string(n);
+  return Status::NotFound(fmt::format("unknown synth preset '{}' (known: {})", name, known));
 }
 
 std::vector<std::string_view> PresetNames() {
-  return {"tiny", "135m", "llama-3.2-1b", "qwen2-0.5b"};
+  std::vector<std::string_view> names = {"tiny"};
+  for (const PresetRow& p : kPresets) names.push_back(p.name);
+  return names;
 }
 
 std::vector<float> Llama3RopeFactors(uint32_t head_dim, double rope_base, const RopeScaling& s) {
