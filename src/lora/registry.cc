@@ -37,6 +37,12 @@ struct Registry::Entry {
   int rank = 0;
   std::shared_ptr<const Adapter> loaded;  // null when evicted
   uint64_t last_use = 0;
+
+  void Install(std::shared_ptr<const Adapter> adapter) {
+    loaded = std::move(adapter);
+    digest = loaded->digest();
+    rank = loaded->max_rank();
+  }
 };
 
 Registry::Registry(std::shared_ptr<const model::Model> base, RegistryOptions options)
@@ -66,6 +72,17 @@ void Registry::EvictLocked(const Entry* keep) {
   }
 }
 
+Result<std::shared_ptr<const Adapter>> Registry::ReadFile(const std::string& name,
+                                                          const std::string& path,
+                                                          float scale) const {
+  return Adapter::Load(name, path, *base_, LoadOptions{scale, options_.max_rank});
+}
+
+bool Registry::CountReadLocked(bool ok) {
+  ++(ok ? counters_.loads : counters_.load_errors);
+  return ok;
+}
+
 Status Registry::Add(const std::string& name, const std::string& path, float scale) {
   RETURN_IF_ERROR(CheckName(name));
   auto already = [&name] {
@@ -75,24 +92,20 @@ Status Registry::Add(const std::string& name, const std::string& path, float sca
     MutexLock lock(&mu_);
     if (FindLocked(name) != nullptr) return already();
   }
-  auto loaded = Adapter::Load(name, path, *base_, LoadOptions{scale, options_.max_rank});
+  auto loaded = ReadFile(name, path, scale);
   MutexLock lock(&mu_);
-  if (!loaded.ok()) {
-    ++counters_.load_errors;
+  if (!CountReadLocked(loaded.ok())) {
     // A missing file is bad input to Add, not an unknown adapter (NotFound would read as 404).
     return Status::InvalidArgument(
         fmt::format("LoRA adapter '{}': {}", name, loaded.status().message()));
   }
-  ++counters_.loads;
   if (FindLocked(name) != nullptr) return already();  // a concurrent Add won
   auto e = std::make_unique<Entry>();
   e->name = name;
   e->path = path;
   e->scale = scale;
   e->id = ++next_id_;
-  e->loaded = std::move(loaded).value();
-  e->digest = e->loaded->digest();
-  e->rank = e->loaded->max_rank();
+  e->Install(std::move(loaded).value());
   e->last_use = ++tick_;
   entries_.push_back(std::move(e));
   EvictLocked(entries_.back().get());
@@ -132,23 +145,17 @@ Result<std::shared_ptr<const Adapter>> Registry::Get(const std::string& name) {
       id = e->id;
     }
     // Evicted: read the file again, outside the lock.
-    auto loaded = Adapter::Load(name, path, *base_, LoadOptions{scale, options_.max_rank});
+    auto loaded = ReadFile(name, path, scale);
     MutexLock lock(&mu_);
-    if (!loaded.ok()) {
-      ++counters_.load_errors;
+    if (!CountReadLocked(loaded.ok())) {
       // The adapter is known (not a 404) but its file went bad since Add: a server-side problem.
       return Status::Unavailable(
           fmt::format("LoRA adapter '{}': reloading failed: {}", name, loaded.status().message()));
     }
-    ++counters_.loads;
     Entry* e = FindLocked(name);
     if (e == nullptr) return not_found();  // removed while loading
     if (e->id != id) continue;             // replaced while loading: the new entry's file
-    if (e->loaded == nullptr) {
-      e->loaded = std::move(loaded).value();
-      e->digest = e->loaded->digest();
-      e->rank = e->loaded->max_rank();
-    }
+    if (e->loaded == nullptr) e->Install(std::move(loaded).value());
     e->last_use = ++tick_;
     EvictLocked(e);
     return e->loaded;

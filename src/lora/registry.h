@@ -71,6 +71,11 @@ class Registry {
   // Drops least-recently-used cached adapters that no one else holds, down to max_cpu_loras;
   // never `keep`.
   void EvictLocked(const Entry* keep) REQUIRES(mu_);
+  // Reads an adapter file with the registry's options; call without mu_ (it takes a while).
+  Result<std::shared_ptr<const Adapter>> ReadFile(const std::string& name, const std::string& path,
+                                                  float scale) const;
+  // Counts one finished read in counters_ (a load, or a load error if !ok); returns ok.
+  bool CountReadLocked(bool ok) REQUIRES(mu_);
 
   std::shared_ptr<const model::Model> base_;
   const RegistryOptions options_;
