@@ -2,6 +2,7 @@
 // alignment, then each tensor's bytes padded to the alignment.
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 
@@ -27,7 +28,8 @@ class ByteSink {
     } else if constexpr (std::is_same_v<T, double>) {
       std::memcpy(&bits, &v, sizeof(bits));
     } else {
-      bits = static_cast<uint64_t>(v);
+      // Through the unsigned type of the same size: only its sizeof(T) bytes are written.
+      bits = static_cast<std::make_unsigned_t<T>>(v);
     }
     for (size_t i = 0; i < sizeof(T); ++i) out_->push_back(static_cast<uint8_t>(bits >> (8 * i)));
   }
