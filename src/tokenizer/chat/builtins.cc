@@ -140,25 +140,6 @@ Result<std::string> ArgString(const Value& v, const char* what) {
   return v.str();
 }
 
-// Items of an iterable (list, dict keys, string chars); Undefined → empty.
-Result<ValueList> Iterate(Interpreter& in, const Value& v) {
-  ValueList items;
-  if (v.is_list()) {
-    items = v.list();
-  } else if (v.is_dict()) {
-    for (const auto& [k, e] : v.dict().entries()) items.push_back(Value::String(k));
-  } else if (v.is_string()) {
-    std::vector<size_t> offs = CodePointOffsets(v.str());
-    for (size_t i = 0; i + 1 < offs.size(); ++i) {
-      items.push_back(Value::String(v.str().substr(offs[i], offs[i + 1] - offs[i])));
-    }
-  } else if (!v.is_undefined()) {
-    return Err("'" + std::string(v.TypeName()) + "' object is not iterable");
-  }
-  RETURN_IF_ERROR(in.Charge(items.size()));
-  return items;
-}
-
 // Jinja's environment.getitem for attribute paths used by map/selectattr/sort ("a.b", "0").
 Value GetPath(const Value& v, const std::string& path) {
   Value cur = v;
@@ -1152,6 +1133,30 @@ const MethodTable* MethodsOf(const Value& self) {
 }
 
 }  // namespace
+
+ValueList StringChars(const std::string& s) {
+  ValueList items;
+  std::vector<size_t> offs = CodePointOffsets(s);
+  for (size_t i = 0; i + 1 < offs.size(); ++i) {
+    items.push_back(Value::String(s.substr(offs[i], offs[i + 1] - offs[i])));
+  }
+  return items;
+}
+
+Result<ValueList> Iterate(Interpreter& in, const Value& v) {
+  ValueList items;
+  if (v.is_list()) {
+    items = v.list();
+  } else if (v.is_dict()) {
+    for (const auto& [k, e] : v.dict().entries()) items.push_back(Value::String(k));
+  } else if (v.is_string()) {
+    items = StringChars(v.str());
+  } else if (!v.is_undefined()) {
+    return Err("'" + std::string(v.TypeName()) + "' object is not iterable");
+  }
+  RETURN_IF_ERROR(in.Charge(items.size()));
+  return items;
+}
 
 bool IsKnownFilter(std::string_view name) { return FilterTable().count(name) != 0; }
 bool IsKnownTest(std::string_view name) { return TestNames().count(name) != 0; }

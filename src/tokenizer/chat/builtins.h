@@ -1,6 +1,7 @@
 // Builtin filters, tests, global functions and methods of str/list/dict. Internal to strata_chat.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include "base/status.h"
@@ -21,6 +22,12 @@ Result<Value> CallMethod(Interpreter& in, const Value& self, std::string_view na
                          bool* found);
 // Global functions visible to every template: range, namespace, dict, raise_exception, ...
 Value MakeGlobal(std::string_view name);
+
+// The characters (code points) of `s`, one string each.
+ValueList StringChars(const std::string& s);
+// Items of an iterable (a list, a dict's keys, a string's characters); Undefined gives none.
+// Charges one step per item.
+Result<ValueList> Iterate(Interpreter& in, const Value& v);
 
 // Python `x in container`.
 Result<bool> Contains(const Value& container, const Value& x);

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "tokenizer/chat/builtins.h"
+#include "tokenizer/chat/interpreter_ops.h"
 
 namespace strata::tokenizer::chat {
 
@@ -23,49 +24,76 @@ class DepthGuard {
   int* d_;
 };
 
-Status UndefinedError(const Value& v) { return Interpreter::RuntimeError(v.UndefinedHint()); }
-
-std::string OperandError(std::string_view op, const Value& a, const Value& b) {
-  return "unsupported operand type(s) for " + std::string(op) + ": '" + std::string(a.TypeName()) +
-         "' and '" + std::string(b.TypeName()) + "'";
-}
-
-bool CheckedMul(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
-
-// Python slice semantics over `n` elements; fills the selected indices.
-Status SliceIndices(int64_t n, const Value& start, const Value& stop, const Value& step,
-                    std::vector<int64_t>* out) {
-  auto as_opt = [](const Value& v, const char* what, int64_t* dst, bool* present) -> Status {
-    *present = false;
-    if (v.is_undefined() || v.is_none()) return Status::Ok();
-    if (!v.is_int() && !v.is_bool()) {
-      return Interpreter::RuntimeError(std::string("slice ") + what + " must be an integer");
+// The `loop` variable of a for loop: one dict per loop, updated in place each iteration (as
+// Jinja's LoopContext is).
+class LoopVariable {
+ public:
+  explicit LoopVariable(const ValueList& items)
+      : items_(items), n_(static_cast<int64_t>(items.size())) {
+    ValueDict& d = loop_.dict();
+    for (const char* k : kKeys) d.Set(k, Value());
+    // Slots are overwritten in place below; record the deepest item once so depth() stays exact.
+    for (const Value& item : items) {
+      if (item.depth() > d.max_depth()) d.Set("previtem", item);
     }
-    *dst = v.as_int();
-    *present = true;
-    return Status::Ok();
-  };
-  int64_t st = 1, a = 0, b = 0;
-  bool has_st, has_a, has_b;
-  RETURN_IF_ERROR(as_opt(step, "step", &st, &has_st));
-  RETURN_IF_ERROR(as_opt(start, "start", &a, &has_a));
-  RETURN_IF_ERROR(as_opt(stop, "stop", &b, &has_b));
-  if (st == 0) return Interpreter::RuntimeError("slice step cannot be zero");
-  auto clamp = [&](int64_t v, int64_t lo, int64_t hi) {
-    if (v < 0) v += n;
-    return v < lo ? lo : v > hi ? hi : v;
-  };
-  if (st > 0) {
-    a = has_a ? clamp(a, 0, n) : 0;
-    b = has_b ? clamp(b, 0, n) : n;
-    for (int64_t i = a; i < b; i += st) out->push_back(i);
-  } else {
-    a = has_a ? clamp(a, -1, n - 1) : n - 1;
-    b = has_b ? clamp(b, -1, n - 1) : -1;
-    for (int64_t i = a; i > b; i += st) out->push_back(i);
+    for (int k = 0; k < kNumSlots; ++k) slot_[k] = d.Find(kKeys[k]);
+    auto cycle = std::make_shared<Callable>();
+    cycle->name = "loop.cycle";
+    cycle->native = [index = index_](Interpreter&, CallArgs& args) -> Result<Value> {
+      if (args.positional.empty()) {
+        return Interpreter::RuntimeError("loop.cycle() needs at least one value");
+      }
+      return args.positional[static_cast<size_t>(*index) % args.positional.size()];
+    };
+    *slot_[kLength] = Value::Int(n_);
+    *slot_[kDepth] = Value::Int(1);
+    *slot_[kDepth0] = Value::Int(0);
+    *slot_[kCycle] = Value::Function(std::move(cycle));
   }
-  return Status::Ok();
-}
+
+  // Sets the fields that change per iteration for item `pos`.
+  void Enter(size_t pos) {
+    const int64_t i = static_cast<int64_t>(pos);
+    *index_ = i;
+    *slot_[kIndex] = Value::Int(i + 1);
+    *slot_[kIndex0] = Value::Int(i);
+    *slot_[kRevIndex] = Value::Int(n_ - i);
+    *slot_[kRevIndex0] = Value::Int(n_ - i - 1);
+    *slot_[kFirst] = Value::Bool(i == 0);
+    *slot_[kLast] = Value::Bool(i == n_ - 1);
+    *slot_[kPrevItem] = i > 0 ? items_[pos - 1] : Value::Undefined("there is no previous item");
+    *slot_[kNextItem] = i + 1 < n_ ? items_[pos + 1] : Value::Undefined("there is no next item");
+  }
+
+  const Value& value() const { return loop_; }
+
+ private:
+  enum Slot : uint8_t {
+    kIndex,
+    kIndex0,
+    kRevIndex,
+    kRevIndex0,
+    kFirst,
+    kLast,
+    kLength,
+    kDepth,
+    kDepth0,
+    kPrevItem,
+    kNextItem,
+    kCycle,
+    kNumSlots,
+  };
+  // In Slot order.
+  static constexpr const char* kKeys[kNumSlots] = {"index",  "index0",   "revindex", "revindex0",
+                                                   "first",  "last",     "length",   "depth",
+                                                   "depth0", "previtem", "nextitem", "cycle"};
+
+  const ValueList& items_;
+  const int64_t n_;
+  Value loop_ = Value::Dict();
+  Value* slot_[kNumSlots];
+  std::shared_ptr<int64_t> index_ = std::make_shared<int64_t>(0);
+};
 
 }  // namespace
 
@@ -153,10 +181,7 @@ Status Interpreter::BindTargets(const std::vector<std::string>& targets, const V
   if (v.is_list()) {
     items = v.list();
   } else if (v.is_string()) {
-    std::vector<size_t> offs = CodePointOffsets(v.str());
-    for (size_t i = 0; i + 1 < offs.size(); ++i) {
-      items.push_back(Value::String(v.str().substr(offs[i], offs[i + 1] - offs[i])));
-    }
+    items = StringChars(v.str());
   } else {
     return AtPos(RuntimeError("cannot unpack a " + std::string(v.TypeName())), pos);
   }
@@ -227,30 +252,10 @@ Status Interpreter::ExecStmt(const Stmt& s, std::string& out) {
       Assign(s.macro->name, Value::Function(std::move(c)));
       return Status::Ok();
     }
-    case Stmt::Kind::kCallBlock: {
-      auto caller = std::make_shared<Callable>();
-      caller->name = "caller";
-      caller->macro = s.macro.get();
-      const Expr& call = *s.expr;
-      ASSIGN_OR_RETURN(Value fn, Eval(*call.args[0]));
-      if (!fn.is_callable() || fn.callable()->macro == nullptr) {
-        return AtPos(RuntimeError("{% call %} target is not a macro"), s.pos);
-      }
-      CallArgs args;
-      RETURN_IF_ERROR(EvalArgs(call, 1, &args));
-      ASSIGN_OR_RETURN(Value r, CallMacro(*fn.callable()->macro, args, caller));
-      return Append(out, r.str());
-    }
-    case Stmt::Kind::kFilterBlock: {
-      std::string captured;
-      RETURN_IF_ERROR(Exec(s.body, captured));
-      Value saved = placeholder_;
-      placeholder_ = Value::String(std::move(captured));
-      auto r = Eval(*s.expr);
-      placeholder_ = saved;
-      if (!r.ok()) return r.status();
-      return Append(out, ToPyStr(r.value()));
-    }
+    case Stmt::Kind::kCallBlock:
+      return ExecCallBlock(s, out);
+    case Stmt::Kind::kFilterBlock:
+      return ExecFilterBlock(s, out);
     case Stmt::Kind::kBreak:
       jump_ = Jump::kBreak;
       return Status::Ok();
@@ -261,6 +266,32 @@ Status Interpreter::ExecStmt(const Stmt& s, std::string& out) {
       return Exec(s.body, out);
   }
   return Status::Ok();
+}
+
+Status Interpreter::ExecCallBlock(const Stmt& s, std::string& out) {
+  auto caller = std::make_shared<Callable>();
+  caller->name = "caller";
+  caller->macro = s.macro.get();
+  const Expr& call = *s.expr;
+  ASSIGN_OR_RETURN(Value fn, Eval(*call.args[0]));
+  if (!fn.is_callable() || fn.callable()->macro == nullptr) {
+    return AtPos(RuntimeError("{% call %} target is not a macro"), s.pos);
+  }
+  CallArgs args;
+  RETURN_IF_ERROR(EvalArgs(call, 1, &args));
+  ASSIGN_OR_RETURN(Value r, CallMacro(*fn.callable()->macro, args, caller));
+  return Append(out, r.str());
+}
+
+Status Interpreter::ExecFilterBlock(const Stmt& s, std::string& out) {
+  std::string captured;
+  RETURN_IF_ERROR(Exec(s.body, captured));
+  Value saved = placeholder_;
+  placeholder_ = Value::String(std::move(captured));
+  auto r = Eval(*s.expr);
+  placeholder_ = saved;
+  if (!r.ok()) return r.status();
+  return Append(out, ToPyStr(r.value()));
 }
 
 Status Interpreter::ExecSet(const Stmt& s) {
@@ -280,21 +311,9 @@ Status Interpreter::ExecSet(const Stmt& s) {
 
 Status Interpreter::ExecFor(const Stmt& s, std::string& out) {
   ASSIGN_OR_RETURN(Value seq, Eval(*s.expr));
-  ValueList items;
-  if (seq.is_list()) {
-    items = seq.list();
-  } else if (seq.is_dict()) {
-    for (const auto& [k, v] : seq.dict().entries()) items.push_back(Value::String(k));
-  } else if (seq.is_string()) {
-    std::vector<size_t> offs = CodePointOffsets(seq.str());
-    for (size_t i = 0; i + 1 < offs.size(); ++i) {
-      items.push_back(Value::String(seq.str().substr(offs[i], offs[i + 1] - offs[i])));
-    }
-  } else if (!seq.is_undefined()) {
-    return AtPos(RuntimeError("'" + std::string(seq.TypeName()) + "' object is not iterable"),
-                 s.expr->pos);
-  }
-  RETURN_IF_ERROR(Charge(items.size()));
+  Result<ValueList> iterated = Iterate(*this, seq);
+  if (!iterated.ok()) return AtPos(iterated.status(), s.expr->pos);
+  ValueList items = std::move(iterated).value();
   frames_.emplace_back();
   struct PopFrame {
     std::vector<Frame>* f;
@@ -309,56 +328,29 @@ Status Interpreter::ExecFor(const Stmt& s, std::string& out) {
     }
     items = std::move(kept);
   }
-  const int64_t n = static_cast<int64_t>(items.size());
-  // One loop object per loop, updated in place each iteration (as Jinja's LoopContext is).
-  Value loop = Value::Dict();
-  ValueDict& d = loop.dict();
-  static constexpr const char* kKeys[] = {"index",  "index0",   "revindex", "revindex0",
-                                          "first",  "last",     "length",   "depth",
-                                          "depth0", "previtem", "nextitem", "cycle"};
-  for (const char* k : kKeys) d.Set(k, Value());
-  // Slots are overwritten in place below; record the deepest item once so depth() stays exact.
-  for (const Value& item : items) {
-    if (item.depth() > d.max_depth()) d.Set("previtem", item);
+  RETURN_IF_ERROR(ExecLoopBody(s, items, out));
+  if (items.empty() && !s.else_body.empty()) {
+    frames_.pop_back();
+    Status st = Exec(s.else_body, out);
+    frames_.emplace_back();  // balanced by PopFrame
+    return st;
   }
-  Value* slot[12];
-  for (int k = 0; k < 12; ++k) slot[k] = d.Find(kKeys[k]);
-  auto index = std::make_shared<int64_t>(0);
-  auto cycle = std::make_shared<Callable>();
-  cycle->name = "loop.cycle";
-  cycle->native = [index](Interpreter&, CallArgs& args) -> Result<Value> {
-    if (args.positional.empty()) return RuntimeError("loop.cycle() needs at least one value");
-    return args.positional[static_cast<size_t>(*index) % args.positional.size()];
-  };
-  *slot[6] = Value::Int(n);
-  *slot[7] = Value::Int(1);
-  *slot[8] = Value::Int(0);
-  *slot[11] = Value::Function(std::move(cycle));
-  for (int64_t i = 0; i < n; ++i) {
+  return Status::Ok();
+}
+
+Status Interpreter::ExecLoopBody(const Stmt& s, const ValueList& items, std::string& out) {
+  LoopVariable loop(items);
+  for (size_t i = 0; i < items.size(); ++i) {
     RETURN_IF_ERROR(Charge(1));
     RETURN_IF_ERROR(BindTargets(s.targets, items[i], s.pos));
-    *index = i;
-    *slot[0] = Value::Int(i + 1);
-    *slot[1] = Value::Int(i);
-    *slot[2] = Value::Int(n - i);
-    *slot[3] = Value::Int(n - i - 1);
-    *slot[4] = Value::Bool(i == 0);
-    *slot[5] = Value::Bool(i == n - 1);
-    *slot[9] = i > 0 ? items[i - 1] : Value::Undefined("there is no previous item");
-    *slot[10] = i + 1 < n ? items[i + 1] : Value::Undefined("there is no next item");
-    Assign("loop", loop);
+    loop.Enter(i);
+    Assign("loop", loop.value());
     RETURN_IF_ERROR(Exec(s.body, out));
     if (jump_ == Jump::kBreak) {
       jump_ = Jump::kNone;
       break;
     }
     jump_ = Jump::kNone;
-  }
-  if (n == 0 && !s.else_body.empty()) {
-    frames_.pop_back();
-    Status st = Exec(s.else_body, out);
-    frames_.emplace_back();  // balanced by PopFrame
-    return st;
   }
   return Status::Ok();
 }
@@ -399,122 +391,38 @@ Result<Value> Interpreter::EvalInner(const Expr& e) {
       return Lookup(e.name);
     case Expr::Kind::kPlaceholder:
       return placeholder_;
-    case Expr::Kind::kList: {
-      ValueList items;
-      for (const ExprPtr& x : e.args) {
-        ASSIGN_OR_RETURN(Value v, Eval(*x));
-        items.push_back(std::move(v));
-      }
-      return Value::List(std::move(items));
-    }
-    case Expr::Kind::kDict: {
-      Value d = Value::Dict();
-      for (const auto& [kx, vx] : e.dict_items) {
-        ASSIGN_OR_RETURN(Value k, Eval(*kx));
-        ASSIGN_OR_RETURN(Value v, Eval(*vx));
-        if (!k.is_string()) return RuntimeError("dict keys must be strings");
-        d.dict().Set(k.str(), std::move(v));
-      }
-      return d;
-    }
+    case Expr::Kind::kList:
+      return EvalList(e);
+    case Expr::Kind::kDict:
+      return EvalDict(e);
     case Expr::Kind::kGetAttr: {
       ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
-      if (obj.is_undefined()) return UndefinedError(obj);
-      if (obj.is_dict() || obj.is_namespace()) {
-        const Value* v = obj.dict().Find(e.name);
-        if (v != nullptr) return *v;
-      }
-      return Value::Undefined("'" + std::string(obj.TypeName()) + " object' has no attribute '" +
-                              e.name + "'");
+      return GetAttrOf(obj, e.name);
     }
     case Expr::Kind::kGetItem: {
       ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
       ASSIGN_OR_RETURN(Value key, Eval(*e.args[1]));
-      if (obj.is_undefined()) return UndefinedError(obj);
-      if ((obj.is_dict() || obj.is_namespace()) && key.is_string()) {
-        const Value* v = obj.dict().Find(key.str());
-        if (v != nullptr) return *v;
-      } else if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
-        int64_t idx = key.as_int();
-        if (obj.is_list()) {
-          int64_t n = static_cast<int64_t>(obj.list().size());
-          if (idx < 0) idx += n;
-          if (idx >= 0 && idx < n) return obj.list()[static_cast<size_t>(idx)];
-        } else {
-          std::vector<size_t> offs = CodePointOffsets(obj.str());
-          int64_t n = static_cast<int64_t>(offs.size()) - 1;
-          if (idx < 0) idx += n;
-          if (idx >= 0 && idx < n) {
-            size_t a = offs[static_cast<size_t>(idx)], b = offs[static_cast<size_t>(idx) + 1];
-            return Value::String(obj.str().substr(a, b - a));
-          }
-        }
-      }
-      return Value::Undefined("'" + std::string(obj.TypeName()) + " object' has no item " +
-                              ToPyRepr(key));
+      return GetItemOf(obj, key);
     }
-    case Expr::Kind::kSlice: {
-      ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
-      Value parts[3];
-      for (int k = 0; k < 3; ++k) {
-        if (e.args[k + 1] != nullptr) {
-          ASSIGN_OR_RETURN(parts[k], Eval(*e.args[k + 1]));
-        }
-      }
-      if (obj.is_undefined()) return UndefinedError(obj);
-      std::vector<int64_t> idx;
-      if (obj.is_list()) {
-        RETURN_IF_ERROR(Charge(obj.list().size()));
-        RETURN_IF_ERROR(SliceIndices(static_cast<int64_t>(obj.list().size()), parts[0], parts[1],
-                                     parts[2], &idx));
-        ValueList out;
-        out.reserve(idx.size());
-        for (int64_t i : idx) out.push_back(obj.list()[static_cast<size_t>(i)]);
-        return Value::List(std::move(out));
-      }
-      if (obj.is_string()) {
-        RETURN_IF_ERROR(ChargeBytes(obj.str().size()));
-        std::vector<size_t> offs = CodePointOffsets(obj.str());
-        RETURN_IF_ERROR(SliceIndices(static_cast<int64_t>(offs.size()) - 1, parts[0], parts[1],
-                                     parts[2], &idx));
-        std::string out;
-        for (int64_t i : idx) {
-          size_t a = offs[static_cast<size_t>(i)], b = offs[static_cast<size_t>(i) + 1];
-          out.append(obj.str(), a, b - a);
-        }
-        return Value::String(std::move(out));
-      }
-      return RuntimeError("'" + std::string(obj.TypeName()) + "' object is not subscriptable");
-    }
+    case Expr::Kind::kSlice:
+      return EvalSlice(e);
     case Expr::Kind::kCall:
       return EvalCall(e);
     case Expr::Kind::kFilter: {
-      ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
       CallArgs args;
-      RETURN_IF_ERROR(EvalArgs(e, 1, &args));
+      ASSIGN_OR_RETURN(Value v, EvalSubjectAndArgs(e, &args));
       return ApplyFilter(*this, e.name, v, args);
     }
     case Expr::Kind::kTest: {
-      ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
       CallArgs args;
-      RETURN_IF_ERROR(EvalArgs(e, 1, &args));
+      ASSIGN_OR_RETURN(Value v, EvalSubjectAndArgs(e, &args));
       ASSIGN_OR_RETURN(bool r, ApplyTest(*this, e.name, v, args));
       return Value::Bool(r != e.negated);
     }
     case Expr::Kind::kNeg:
     case Expr::Kind::kPos: {
       ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
-      if (v.is_undefined()) return UndefinedError(v);
-      if (!v.is_number()) {
-        return RuntimeError("bad operand type for unary " +
-                            std::string(e.kind == Expr::Kind::kNeg ? "-" : "+") + ": '" +
-                            std::string(v.TypeName()) + "'");
-      }
-      if (e.kind == Expr::Kind::kPos) return v.is_bool() ? Value::Int(v.as_int()) : v;
-      if (v.is_float()) return Value::Float(-v.as_float());
-      if (v.as_int() == std::numeric_limits<int64_t>::min())
-        return RuntimeError("integer overflow");
-      return Value::Int(-v.as_int());
+      return ApplyUnary(e.kind == Expr::Kind::kNeg, v);
     }
     case Expr::Kind::kNot: {
       ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
@@ -533,162 +441,51 @@ Result<Value> Interpreter::EvalInner(const Expr& e) {
   return RuntimeError("unknown expression");
 }
 
+Result<Value> Interpreter::EvalSubjectAndArgs(const Expr& e, CallArgs* args) {
+  ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
+  RETURN_IF_ERROR(EvalArgs(e, 1, args));
+  return v;
+}
+
+Result<Value> Interpreter::EvalList(const Expr& e) {
+  ValueList items;
+  for (const ExprPtr& x : e.args) {
+    ASSIGN_OR_RETURN(Value v, Eval(*x));
+    items.push_back(std::move(v));
+  }
+  return Value::List(std::move(items));
+}
+
+Result<Value> Interpreter::EvalDict(const Expr& e) {
+  Value d = Value::Dict();
+  for (const auto& [kx, vx] : e.dict_items) {
+    ASSIGN_OR_RETURN(Value k, Eval(*kx));
+    ASSIGN_OR_RETURN(Value v, Eval(*vx));
+    if (!k.is_string()) return RuntimeError("dict keys must be strings");
+    d.dict().Set(k.str(), std::move(v));
+  }
+  return d;
+}
+
+Result<Value> Interpreter::EvalSlice(const Expr& e) {
+  ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
+  Value parts[3];
+  for (int k = 0; k < 3; ++k) {
+    if (e.args[k + 1] != nullptr) {
+      ASSIGN_OR_RETURN(parts[k], Eval(*e.args[k + 1]));
+    }
+  }
+  return SliceOf(*this, obj, parts);
+}
+
 Result<Value> Interpreter::EvalBinary(const Expr& e) {
-  if (e.op == BinOp::kAnd || e.op == BinOp::kOr) {
-    ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));
-    bool t = a.Truthy();
-    if ((e.op == BinOp::kAnd) ? !t : t) return a;
+  ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));
+  if (e.op == BinOp::kAnd || e.op == BinOp::kOr) {  // short-circuit: b only when it decides
+    if (a.Truthy() != (e.op == BinOp::kAnd)) return a;
     return Eval(*e.args[1]);
   }
-  ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));
   ASSIGN_OR_RETURN(Value b, Eval(*e.args[1]));
-  switch (e.op) {
-    case BinOp::kEq:
-      return Value::Bool(Equals(a, b));
-    case BinOp::kNe:
-      return Value::Bool(!Equals(a, b));
-    case BinOp::kLt:
-    case BinOp::kLe:
-    case BinOp::kGt:
-    case BinOp::kGe: {
-      if (a.is_undefined()) return UndefinedError(a);
-      if (b.is_undefined()) return UndefinedError(b);
-      ASSIGN_OR_RETURN(int c, Compare(a, b));
-      bool r = e.op == BinOp::kLt   ? c < 0
-               : e.op == BinOp::kLe ? c <= 0
-               : e.op == BinOp::kGt ? c > 0
-                                    : c >= 0;
-      return Value::Bool(r);
-    }
-    case BinOp::kIn:
-    case BinOp::kNotIn: {
-      ASSIGN_OR_RETURN(bool r, Contains(b, a));
-      return Value::Bool(r != (e.op == BinOp::kNotIn));
-    }
-    case BinOp::kConcat: {
-      std::string s = ToPyStr(a);
-      s += ToPyStr(b);
-      RETURN_IF_ERROR(ChargeBytes(s.size()));
-      return Value::String(std::move(s));
-    }
-    default:
-      break;
-  }
-  if (a.is_undefined()) return UndefinedError(a);
-  if (b.is_undefined()) return UndefinedError(b);
-  static constexpr std::string_view kOpNames[] = {"+", "-", "*", "/", "//", "%", "**"};
-  std::string_view op_name = kOpNames[static_cast<int>(e.op)];
-  if (e.op == BinOp::kAdd) {
-    if (a.is_string() && b.is_string()) {
-      RETURN_IF_ERROR(ChargeBytes(a.str().size() + b.str().size()));
-      std::string s;
-      s.reserve(a.str().size() + b.str().size());
-      s += a.str();
-      s += b.str();
-      return Value::String(std::move(s));
-    }
-    if (a.is_list() && b.is_list()) {
-      RETURN_IF_ERROR(Charge(a.list().size() + b.list().size()));
-      ValueList items = a.list();
-      items.insert(items.end(), b.list().begin(), b.list().end());
-      return Value::List(std::move(items));
-    }
-  }
-  if (e.op == BinOp::kMul && (a.is_string() || a.is_list() || b.is_string() || b.is_list())) {
-    const Value& seq = (a.is_string() || a.is_list()) ? a : b;
-    const Value& count = (a.is_string() || a.is_list()) ? b : a;
-    if (!count.is_int() && !count.is_bool()) return RuntimeError(OperandError("*", a, b));
-    int64_t n = std::max<int64_t>(0, count.as_int());
-    size_t unit = seq.is_string() ? seq.str().size() : seq.list().size();
-    int64_t total;
-    if (!CheckedMul(static_cast<int64_t>(unit), n, &total) ||
-        static_cast<uint64_t>(total) > limits_.max_output_bytes) {
-      return Status::OutOfRange("chat template repetition result exceeds " +
-                                std::to_string(limits_.max_output_bytes) + " elements/bytes");
-    }
-    RETURN_IF_ERROR(ChargeBytes(static_cast<size_t>(total)));
-    if (seq.is_string()) {
-      std::string s;
-      for (int64_t i = 0; i < n; ++i) s += seq.str();
-      return Value::String(std::move(s));
-    }
-    ValueList items;
-    for (int64_t i = 0; i < n; ++i) items.insert(items.end(), seq.list().begin(), seq.list().end());
-    return Value::List(std::move(items));
-  }
-  if (e.op == BinOp::kMod && a.is_string()) {
-    CallArgs args;
-    args.positional.push_back(b);
-    return ApplyFilter(*this, "format", a, args);
-  }
-  if (!a.is_number() || !b.is_number()) return RuntimeError(OperandError(op_name, a, b));
-  bool ints = !a.is_float() && !b.is_float();
-  if (ints) {
-    int64_t x = a.as_int(), y = b.as_int(), r = 0;
-    switch (e.op) {
-      case BinOp::kAdd:
-        if (__builtin_add_overflow(x, y, &r)) return RuntimeError("integer overflow");
-        return Value::Int(r);
-      case BinOp::kSub:
-        if (__builtin_sub_overflow(x, y, &r)) return RuntimeError("integer overflow");
-        return Value::Int(r);
-      case BinOp::kMul:
-        if (!CheckedMul(x, y, &r)) return RuntimeError("integer overflow");
-        return Value::Int(r);
-      case BinOp::kFloorDiv:
-      case BinOp::kMod: {
-        if (y == 0) return RuntimeError("integer division or modulo by zero");
-        if (x == std::numeric_limits<int64_t>::min() && y == -1) {
-          return RuntimeError("integer overflow");
-        }
-        int64_t q = x / y, m = x % y;
-        if (m != 0 && ((m < 0) != (y < 0))) {
-          --q;
-          m += y;
-        }
-        return Value::Int(e.op == BinOp::kFloorDiv ? q : m);
-      }
-      case BinOp::kPow: {
-        if (y < 0) return Value::Float(std::pow(static_cast<double>(x), static_cast<double>(y)));
-        if (x == 0) return Value::Int(y == 0 ? 1 : 0);
-        if (x == 1) return Value::Int(1);
-        if (x == -1) return Value::Int(y % 2 == 0 ? 1 : -1);
-        int64_t acc = 1;
-        for (int64_t i = 0; i < y; ++i) {  // |x| >= 2: overflows within 63 rounds
-          if (!CheckedMul(acc, x, &acc)) return RuntimeError("integer overflow");
-        }
-        return Value::Int(acc);
-      }
-      default:
-        break;
-    }
-  }
-  double x = a.as_float(), y = b.as_float();
-  switch (e.op) {
-    case BinOp::kAdd:
-      return Value::Float(x + y);
-    case BinOp::kSub:
-      return Value::Float(x - y);
-    case BinOp::kMul:
-      return Value::Float(x * y);
-    case BinOp::kDiv:
-      if (y == 0) return RuntimeError("division by zero");
-      return Value::Float(x / y);
-    case BinOp::kFloorDiv:
-      if (y == 0) return RuntimeError("float floor division by zero");
-      return Value::Float(std::floor(x / y));
-    case BinOp::kMod: {
-      if (y == 0) return RuntimeError("float modulo");
-      double m = std::fmod(x, y);
-      if (m != 0 && ((m < 0) != (y < 0))) m += y;
-      return Value::Float(m);
-    }
-    case BinOp::kPow:
-      return Value::Float(std::pow(x, y));
-    default:
-      break;
-  }
-  return RuntimeError(OperandError(op_name, a, b));
+  return ApplyBinary(*this, e.op, a, b);
 }
 
 Result<Value> Interpreter::EvalCall(const Expr& e) {

@@ -51,14 +51,23 @@ class Interpreter {
   Status Exec(const Body& body, std::string& out);
   Status ExecStmt(const Stmt& s, std::string& out);
   Status ExecFor(const Stmt& s, std::string& out);
+  // Runs the body once per item (after the loop's `if` filter), with `loop` bound.
+  Status ExecLoopBody(const Stmt& s, const ValueList& items, std::string& out);
+  Status ExecCallBlock(const Stmt& s, std::string& out);
+  Status ExecFilterBlock(const Stmt& s, std::string& out);
   Status ExecSet(const Stmt& s);
   Status Append(std::string& out, std::string_view text);
 
   Result<Value> Eval(const Expr& e);
   Result<Value> EvalInner(const Expr& e);
+  Result<Value> EvalList(const Expr& e);
+  Result<Value> EvalDict(const Expr& e);
+  Result<Value> EvalSlice(const Expr& e);
   Result<Value> EvalBinary(const Expr& e);
   Result<Value> EvalCall(const Expr& e);
   Status EvalArgs(const Expr& e, size_t first, CallArgs* args);
+  // Evaluates a filter's or test's subject (args[0]), then its arguments into *args.
+  Result<Value> EvalSubjectAndArgs(const Expr& e, CallArgs* args);
   Result<Value> CallMacro(const MacroNode& m, CallArgs& args,
                           const std::shared_ptr<Callable>& caller);
 
