@@ -168,6 +168,45 @@ Value GetPath(const Value& v, const std::string& path) {
   return cur;
 }
 
+// `%(key)s`: the mapping entry named between the parentheses at `*j`; moves *j past them.
+Result<Value> PercentKeyArg(const std::string& fmt, const Value& args, size_t* j) {
+  size_t close = fmt.find(')', *j);
+  if (close == std::string::npos || !args.is_dict()) return Err("format requires a mapping");
+  const Value* f = args.dict().Find(fmt.substr(*j + 1, close - *j - 1));
+  if (f == nullptr) return Err("format key not found");
+  *j = close + 1;
+  return *f;
+}
+
+// Appends one %-conversion of `arg`; `spec` is '%' plus the flags, width and precision.
+Status AppendPercentConversion(char conv, const std::string& spec, const Value& arg,
+                               std::string& out) {
+  if (conv == 's') {
+    out += ToPyStr(arg);
+    return Status::Ok();
+  }
+  if (conv == 'r') {
+    out += ToPyRepr(arg);
+    return Status::Ok();
+  }
+  const bool integral = std::string_view("dixXoc").find(conv) != std::string_view::npos;
+  const bool floating = std::string_view("fFeEgG").find(conv) != std::string_view::npos;
+  if (!integral && !floating)
+    return Err(std::string("unsupported format character '") + conv + "'");
+  if (!arg.is_number()) return Err("%" + std::string(1, conv) + " format: a number is required");
+  char buf[512];
+  if (integral) {
+    long long v = arg.is_float() ? static_cast<long long>(arg.as_float()) : arg.as_int();
+    std::string f = spec + "ll" + (conv == 'i' ? 'd' : conv);
+    std::snprintf(buf, sizeof(buf), f.c_str(), v);
+  } else {
+    std::string f = spec + conv;
+    std::snprintf(buf, sizeof(buf), f.c_str(), arg.as_float());
+  }
+  out += buf;
+  return Status::Ok();
+}
+
 // Python %-formatting (subset: %s %r %d %i %f %x %o %e %g %c %% with flags/width/precision).
 Result<std::string> PyPercentFormat(Interpreter& in, const std::string& fmt, const Value& args) {
   ValueList list;
@@ -190,12 +229,7 @@ Result<std::string> PyPercentFormat(Interpreter& in, const std::string& fmt, con
     }
     Value arg;
     if (j < fmt.size() && fmt[j] == '(') {
-      size_t close = fmt.find(')', j);
-      if (close == std::string::npos || !args.is_dict()) return Err("format requires a mapping");
-      const Value* f = args.dict().Find(fmt.substr(j + 1, close - j - 1));
-      if (f == nullptr) return Err("format key not found");
-      arg = *f;
-      j = close + 1;
+      ASSIGN_OR_RETURN(arg, PercentKeyArg(fmt, args, &j));
     }
     std::string spec = "%";
     while (j < fmt.size() && std::string_view("-+ #0").find(fmt[j]) != std::string_view::npos) {
@@ -211,44 +245,7 @@ Result<std::string> PyPercentFormat(Interpreter& in, const std::string& fmt, con
       if (ai >= list.size()) return Err("not enough arguments for format string");
       arg = list[ai++];
     }
-    char buf[512];
-    switch (conv) {
-      case 's':
-        out += ToPyStr(arg);
-        break;
-      case 'r':
-        out += ToPyRepr(arg);
-        break;
-      case 'd':
-      case 'i':
-      case 'x':
-      case 'X':
-      case 'o':
-      case 'c': {
-        if (!arg.is_number())
-          return Err("%" + std::string(1, conv) + " format: a number is required");
-        long long v = arg.is_float() ? static_cast<long long>(arg.as_float()) : arg.as_int();
-        std::string f = spec + "ll" + (conv == 'i' ? 'd' : conv);
-        std::snprintf(buf, sizeof(buf), f.c_str(), v);
-        out += buf;
-        break;
-      }
-      case 'f':
-      case 'F':
-      case 'e':
-      case 'E':
-      case 'g':
-      case 'G': {
-        if (!arg.is_number())
-          return Err("%" + std::string(1, conv) + " format: a number is required");
-        std::string f = spec + conv;
-        std::snprintf(buf, sizeof(buf), f.c_str(), arg.as_float());
-        out += buf;
-        break;
-      }
-      default:
-        return Err(std::string("unsupported format character '") + conv + "'");
-    }
+    RETURN_IF_ERROR(AppendPercentConversion(conv, spec, arg, out));
     RETURN_IF_ERROR(in.ChargeBytes(out.size()));
     i = j;
   }
