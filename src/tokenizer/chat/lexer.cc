@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <utility>
 
 #include "tokenizer/chat/value.h"
 
@@ -16,6 +17,11 @@ bool IsSpace(char c) {
 bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsNameChar(char c) { return IsNameStart(c) || IsDigit(c); }
+
+// Backslash escapes that stand for one character: `\n` is a newline, and so on.
+constexpr std::pair<char, char> kSimpleEscapes[] = {
+    {'n', '\n'}, {'t', '\t'}, {'r', '\r'},  {'b', '\b'},  {'f', '\f'}, {'v', '\v'},
+    {'a', '\a'}, {'0', '\0'}, {'\\', '\\'}, {'\'', '\''}, {'"', '"'}};
 
 class Lexer {
  public:
@@ -122,20 +128,11 @@ class Lexer {
     size_t p = inner;
     while (p < s_.size() && IsSpace(s_[p])) ++p;
     if (s_.compare(p, 3, "raw") != 0 || (p + 3 < s_.size() && IsNameChar(s_[p + 3]))) return false;
-    p += 3;
-    while (p < s_.size() && IsSpace(s_[p])) ++p;
     bool strip = false;
-    if (p < s_.size() && (s_[p] == '-' || s_[p] == '+')) {
-      strip = s_[p] == '-';
-      ++p;
-    }
-    if (s_.compare(p, 2, "%}") != 0) return Error(tag, "expected '%}' after 'raw'");
-    size_t body = p + 2;
-    if (strip) {
-      while (body < s_.size() && IsSpace(s_[body])) ++body;
-    } else if (body < s_.size() && s_[body] == '\n') {
-      ++body;
-    }
+    size_t body = CloseBlockTag(p + 3, &strip);
+    if (body == std::string_view::npos) return Error(tag, "expected '%}' after 'raw'");
+    bool dropped_newline = false;
+    body = SkipAfterRawTag(body, strip, &dropped_newline);
     // Find `{%[-+]? endraw [-+]?%}`.
     size_t q = body;
     while (true) {
@@ -149,30 +146,43 @@ class Lexer {
         q += 2;
         continue;
       }
-      r += 6;
-      while (r < s_.size() && IsSpace(s_[r])) ++r;
       bool post_strip = false;
-      if (r < s_.size() && (s_[r] == '-' || s_[r] == '+')) {
-        post_strip = s_[r] == '-';
-        ++r;
-      }
-      if (s_.compare(r, 2, "%}") != 0) return Error(q, "expected '%}' after 'endraw'");
+      size_t after = CloseBlockTag(r + 6, &post_strip);
+      if (after == std::string_view::npos) return Error(q, "expected '%}' after 'endraw'");
       std::string text(s_.substr(body, q - body));
       if (pre_strip) {
         while (!text.empty() && IsSpace(text.back())) text.pop_back();
       }
       RETURN_IF_ERROR(EmitText(std::move(text), body));
-      size_t after = r + 2;
-      *line_starting = false;
-      if (post_strip) {
-        while (after < s_.size() && IsSpace(s_[after])) ++after;
-      } else if (after < s_.size() && s_[after] == '\n') {
-        ++after;
-        *line_starting = true;
-      }
-      *pos = after;
+      *pos = SkipAfterRawTag(after, post_strip, line_starting);
       return true;
     }
+  }
+
+  // Ends a block tag after its keyword: spaces, an optional `-`/`+` marker, then `%}`. Returns the
+  // offset after `%}` (npos if it is not there); *strip says whether the marker was `-`.
+  size_t CloseBlockTag(size_t p, bool* strip) const {
+    while (p < s_.size() && IsSpace(s_[p])) ++p;
+    *strip = false;
+    if (p < s_.size() && (s_[p] == '-' || s_[p] == '+')) {
+      *strip = s_[p] == '-';
+      ++p;
+    }
+    if (s_.compare(p, 2, "%}") != 0) return std::string_view::npos;
+    return p + 2;
+  }
+
+  // Where text resumes after a raw/endraw tag ending at `p`: a `-` marker strips all whitespace,
+  // otherwise one newline is dropped (trim_blocks); *dropped_newline says whether it was.
+  size_t SkipAfterRawTag(size_t p, bool strip, bool* dropped_newline) const {
+    *dropped_newline = false;
+    if (strip) {
+      while (p < s_.size() && IsSpace(s_[p])) ++p;
+    } else if (p < s_.size() && s_[p] == '\n') {
+      ++p;
+      *dropped_newline = true;
+    }
+    return p;
   }
 
   // Tokenises the inside of a {{ }} or {% %} tag starting at `p`; returns the offset after the
@@ -297,71 +307,47 @@ class Lexer {
         continue;
       }
       if (p + 1 >= s_.size()) return Error(start, "unterminated string literal");
-      char e = s_[p + 1];
-      p += 2;
-      switch (e) {
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 't':
-          out.push_back('\t');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'v':
-          out.push_back('\v');
-          break;
-        case 'a':
-          out.push_back('\a');
-          break;
-        case '0':
-          out.push_back('\0');
-          break;
-        case '\\':
-          out.push_back('\\');
-          break;
-        case '\'':
-          out.push_back('\'');
-          break;
-        case '"':
-          out.push_back('"');
-          break;
-        case '\n':
-          break;  // line continuation
-        case 'x':
-        case 'u':
-        case 'U': {
-          size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-          if (p + n > s_.size()) return Error(p - 2, "truncated escape sequence");
-          uint32_t cp = 0;
-          for (size_t k = 0; k < n; ++k) {
-            char h = s_[p + k];
-            int v = IsDigit(h)               ? h - '0'
-                    : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                    : (h >= 'A' && h <= 'F') ? h - 'A' + 10
-                                             : -1;
-            if (v < 0) return Error(p - 2, "invalid escape sequence");
-            cp = cp * 16 + static_cast<uint32_t>(v);
-          }
-          if (cp > 0x10ffff) return Error(p - 2, "escape sequence out of range");
-          AppendUtf8(out, cp);
-          p += n;
-          break;
-        }
-        default:
-          out.push_back('\\');
-          out.push_back(e);
-      }
+      ASSIGN_OR_RETURN(p, LexEscape(p, &out));
     }
     RETURN_IF_ERROR(Push(Token{TokenType::kString, std::move(out), 0, 0, start}));
     return p;
+  }
+
+  // Decodes the backslash escape at `p` into `out`; returns the offset after it. Unknown escapes
+  // stay as written (Python keeps the backslash).
+  Result<size_t> LexEscape(size_t p, std::string* out) {
+    char e = s_[p + 1];
+    p += 2;
+    if (e == '\n') return p;  // line continuation
+    for (const auto& [name, c] : kSimpleEscapes) {
+      if (e == name) {
+        out->push_back(c);
+        return p;
+      }
+    }
+    if (e == 'x' || e == 'u' || e == 'U')
+      return LexHexEscape(p, e == 'x' ? 2 : e == 'u' ? 4 : 8, out);
+    out->push_back('\\');
+    out->push_back(e);
+    return p;
+  }
+
+  // The `n` hex digits of a \x, \u or \U escape starting at `p` (errors point at the backslash).
+  Result<size_t> LexHexEscape(size_t p, size_t n, std::string* out) {
+    if (p + n > s_.size()) return Error(p - 2, "truncated escape sequence");
+    uint32_t cp = 0;
+    for (size_t k = 0; k < n; ++k) {
+      char h = s_[p + k];
+      int v = IsDigit(h)               ? h - '0'
+              : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+              : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                       : -1;
+      if (v < 0) return Error(p - 2, "invalid escape sequence");
+      cp = cp * 16 + static_cast<uint32_t>(v);
+    }
+    if (cp > 0x10ffff) return Error(p - 2, "escape sequence out of range");
+    AppendUtf8(*out, cp);
+    return p + n;
   }
 
   const SourceMap& map_;
