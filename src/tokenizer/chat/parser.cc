@@ -2,12 +2,38 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
+#include <span>
 
 #include "tokenizer/chat/builtins.h"
 
 namespace strata::tokenizer::chat {
 
 namespace {
+
+// How a binary operator is written: a name (`and`, `in`) or an operator token (`+`).
+struct Spelling {
+  TokenType type;
+  std::string_view text;
+  BinOp op;
+};
+
+// One table per precedence level, loosest first (`not in` is matched separately).
+constexpr Spelling kOrOps[] = {{TokenType::kName, "or", BinOp::kOr}};
+constexpr Spelling kAndOps[] = {{TokenType::kName, "and", BinOp::kAnd}};
+constexpr Spelling kCompareOps[] = {
+    {TokenType::kOp, "==", BinOp::kEq},  {TokenType::kOp, "!=", BinOp::kNe},
+    {TokenType::kOp, "<", BinOp::kLt},   {TokenType::kOp, "<=", BinOp::kLe},
+    {TokenType::kOp, ">", BinOp::kGt},   {TokenType::kOp, ">=", BinOp::kGe},
+    {TokenType::kName, "in", BinOp::kIn}};
+constexpr Spelling kAddOps[] = {{TokenType::kOp, "+", BinOp::kAdd},
+                                {TokenType::kOp, "-", BinOp::kSub}};
+constexpr Spelling kConcatOps[] = {{TokenType::kOp, "~", BinOp::kConcat}};
+constexpr Spelling kMulOps[] = {{TokenType::kOp, "*", BinOp::kMul},
+                                {TokenType::kOp, "/", BinOp::kDiv},
+                                {TokenType::kOp, "//", BinOp::kFloorDiv},
+                                {TokenType::kOp, "%", BinOp::kMod}};
+constexpr Spelling kPowOps[] = {{TokenType::kOp, "**", BinOp::kPow}};
 
 class Parser {
  public:
@@ -431,27 +457,30 @@ class Parser {
     return e;
   }
 
-  Result<ExprPtr> ParseOr() {
-    ASSIGN_OR_RETURN(ExprPtr e, ParseAnd());
-    while (IsName("or")) {
+  // One left-associative level of the grammar: operand (op operand)*, where each op is one of
+  // `ops` and each operand is parsed by `operand` (the next level down).
+  Result<ExprPtr> ParseLeftAssoc(std::span<const Spelling> ops,
+                                 Result<ExprPtr> (Parser::*operand)()) {
+    ASSIGN_OR_RETURN(ExprPtr e, (this->*operand)());
+    while (const Spelling* op = Match(ops)) {
       size_t pos = Cur().pos;
       Advance();
-      ASSIGN_OR_RETURN(ExprPtr r, ParseAnd());
-      e = MakeBinary(BinOp::kOr, pos, std::move(e), std::move(r));
+      ASSIGN_OR_RETURN(ExprPtr r, (this->*operand)());
+      e = MakeBinary(op->op, pos, std::move(e), std::move(r));
     }
     return e;
   }
 
-  Result<ExprPtr> ParseAnd() {
-    ASSIGN_OR_RETURN(ExprPtr e, ParseNot());
-    while (IsName("and")) {
-      size_t pos = Cur().pos;
-      Advance();
-      ASSIGN_OR_RETURN(ExprPtr r, ParseNot());
-      e = MakeBinary(BinOp::kAnd, pos, std::move(e), std::move(r));
+  // The spelling in `ops` that the current token is, or null.
+  const Spelling* Match(std::span<const Spelling> ops) const {
+    for (const Spelling& op : ops) {
+      if (Cur().type == op.type && Cur().text == op.text) return &op;
     }
-    return e;
+    return nullptr;
   }
+
+  Result<ExprPtr> ParseOr() { return ParseLeftAssoc(kOrOps, &Parser::ParseAnd); }
+  Result<ExprPtr> ParseAnd() { return ParseLeftAssoc(kAndOps, &Parser::ParseNot); }
 
   Result<ExprPtr> ParseNot() {
     if (IsName("not")) {
@@ -472,35 +501,17 @@ class Parser {
     ExprPtr chain;  // conjunction for chained comparisons
     while (true) {
       size_t pos = Cur().pos;
-      BinOp op;
-      if (Cur().type == TokenType::kOp && Cur().text == "==")
-        op = BinOp::kEq;
-      else if (IsOp("!="))
-        op = BinOp::kNe;
-      else if (IsOp("<"))
-        op = BinOp::kLt;
-      else if (IsOp("<="))
-        op = BinOp::kLe;
-      else if (IsOp(">"))
-        op = BinOp::kGt;
-      else if (IsOp(">="))
-        op = BinOp::kGe;
-      else if (IsName("in"))
-        op = BinOp::kIn;
-      else if (IsName("not") && Peek().type == TokenType::kName && Peek().text == "in") {
-        op = BinOp::kNotIn;
-        Advance();
-      } else {
-        break;
-      }
+      std::optional<BinOp> op = CompareOpHere();
+      if (!op.has_value()) break;
+      if (*op == BinOp::kNotIn) Advance();  // `not`
       Advance();
       ASSIGN_OR_RETURN(ExprPtr r, ParseMath1());
       if (chain == nullptr && !IsCompareOp()) {
-        return MakeBinary(op, pos, std::move(e), std::move(r));
+        return MakeBinary(*op, pos, std::move(e), std::move(r));
       }
       // a < b < c  ==  (a < b) and (b < c); the middle operand is parsed once but re-evaluated.
       ExprPtr left_copy = std::move(e);
-      ExprPtr cmp = MakeBinary(op, pos, std::move(left_copy), std::move(r));
+      ExprPtr cmp = MakeBinary(*op, pos, std::move(left_copy), std::move(r));
       const Expr* right = cmp->args[1].get();
       chain =
           chain ? MakeBinary(BinOp::kAnd, pos, std::move(chain), std::move(cmp)) : std::move(cmp);
@@ -510,11 +521,15 @@ class Parser {
     return e;
   }
 
-  bool IsCompareOp() const {
-    return IsOp("==") || IsOp("!=") || IsOp("<") || IsOp("<=") || IsOp(">") || IsOp(">=") ||
-           IsName("in") ||
-           (IsName("not") && Peek().type == TokenType::kName && Peek().text == "in");
+  // The comparison operator at the current token (`not in` spans two tokens), if any.
+  std::optional<BinOp> CompareOpHere() const {
+    if (const Spelling* op = Match(kCompareOps)) return op->op;
+    if (IsName("not") && Peek().type == TokenType::kName && Peek().text == "in") {
+      return BinOp::kNotIn;
+    }
+    return std::nullopt;
   }
+  bool IsCompareOp() const { return CompareOpHere().has_value(); }
 
   static ExprPtr CloneExpr(const Expr& x) {
     auto e = std::make_unique<Expr>();
@@ -531,54 +546,11 @@ class Parser {
     return e;
   }
 
-  Result<ExprPtr> ParseMath1() {
-    ASSIGN_OR_RETURN(ExprPtr e, ParseConcat());
-    while (IsOp("+") || IsOp("-")) {
-      BinOp op = IsOp("+") ? BinOp::kAdd : BinOp::kSub;
-      size_t pos = Cur().pos;
-      Advance();
-      ASSIGN_OR_RETURN(ExprPtr r, ParseConcat());
-      e = MakeBinary(op, pos, std::move(e), std::move(r));
-    }
-    return e;
-  }
-
-  Result<ExprPtr> ParseConcat() {
-    ASSIGN_OR_RETURN(ExprPtr e, ParseMath2());
-    while (IsOp("~")) {
-      size_t pos = Cur().pos;
-      Advance();
-      ASSIGN_OR_RETURN(ExprPtr r, ParseMath2());
-      e = MakeBinary(BinOp::kConcat, pos, std::move(e), std::move(r));
-    }
-    return e;
-  }
-
-  Result<ExprPtr> ParseMath2() {
-    ASSIGN_OR_RETURN(ExprPtr e, ParsePow());
-    while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
-      BinOp op = IsOp("*")    ? BinOp::kMul
-                 : IsOp("/")  ? BinOp::kDiv
-                 : IsOp("//") ? BinOp::kFloorDiv
-                              : BinOp::kMod;
-      size_t pos = Cur().pos;
-      Advance();
-      ASSIGN_OR_RETURN(ExprPtr r, ParsePow());
-      e = MakeBinary(op, pos, std::move(e), std::move(r));
-    }
-    return e;
-  }
-
-  Result<ExprPtr> ParsePow() {
-    ASSIGN_OR_RETURN(ExprPtr e, ParseUnary(true));
-    while (IsOp("**")) {
-      size_t pos = Cur().pos;
-      Advance();
-      ASSIGN_OR_RETURN(ExprPtr r, ParseUnary(true));
-      e = MakeBinary(BinOp::kPow, pos, std::move(e), std::move(r));
-    }
-    return e;
-  }
+  Result<ExprPtr> ParseMath1() { return ParseLeftAssoc(kAddOps, &Parser::ParseConcat); }
+  Result<ExprPtr> ParseConcat() { return ParseLeftAssoc(kConcatOps, &Parser::ParseMath2); }
+  Result<ExprPtr> ParseMath2() { return ParseLeftAssoc(kMulOps, &Parser::ParsePow); }
+  Result<ExprPtr> ParsePow() { return ParseLeftAssoc(kPowOps, &Parser::ParseFilteredUnary); }
+  Result<ExprPtr> ParseFilteredUnary() { return ParseUnary(true); }
 
   Result<ExprPtr> ParseUnary(bool with_filter) {
     Nest nest(this);
@@ -605,94 +577,27 @@ class Parser {
     const Token& t = Cur();
     size_t pos = t.pos;
     switch (t.type) {
-      case TokenType::kName: {
-        ExprPtr e;
-        if (t.text == "true" || t.text == "True") {
-          e = MakeExpr(Expr::Kind::kLiteral, pos);
-          e->literal = Value::Bool(true);
-        } else if (t.text == "false" || t.text == "False") {
-          e = MakeExpr(Expr::Kind::kLiteral, pos);
-          e->literal = Value::Bool(false);
-        } else if (t.text == "none" || t.text == "None") {
-          e = MakeExpr(Expr::Kind::kLiteral, pos);
-          e->literal = Value::None();
-        } else {
-          e = MakeExpr(Expr::Kind::kName, pos);
-          e->name = t.text;
-        }
-        Advance();
-        return e;
-      }
+      case TokenType::kName:
+        return ParseNameOrConstant();
       case TokenType::kString: {
-        std::string s;
+        std::string s;  // adjacent literals concatenate: 'a' "b"
         while (Cur().type == TokenType::kString) {
           s += Cur().text;
           Advance();
         }
-        ExprPtr e = MakeExpr(Expr::Kind::kLiteral, pos);
-        e->literal = Value::String(std::move(s));
-        return e;
+        return MakeLiteral(pos, Value::String(std::move(s)));
       }
-      case TokenType::kInt: {
-        ExprPtr e = MakeExpr(Expr::Kind::kLiteral, pos);
-        e->literal = Value::Int(t.int_value);
-        Advance();
-        return e;
-      }
+      case TokenType::kInt:
       case TokenType::kFloat: {
-        ExprPtr e = MakeExpr(Expr::Kind::kLiteral, pos);
-        e->literal = Value::Float(t.float_value);
+        ExprPtr e = MakeLiteral(
+            pos, t.type == TokenType::kInt ? Value::Int(t.int_value) : Value::Float(t.float_value));
         Advance();
         return e;
       }
       case TokenType::kOp:
-        if (t.text == "(") {
-          Advance();
-          if (IsOp(")")) {  // empty tuple
-            Advance();
-            return MakeExpr(Expr::Kind::kList, pos);
-          }
-          ASSIGN_OR_RETURN(ExprPtr e, ParseExpression());
-          if (IsOp(",")) {
-            ExprPtr list = MakeExpr(Expr::Kind::kList, pos);
-            list->args.push_back(std::move(e));
-            while (IsOp(",")) {
-              Advance();
-              if (IsOp(")")) break;
-              ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
-              list->args.push_back(std::move(item));
-            }
-            e = std::move(list);
-          }
-          RETURN_IF_ERROR(ExpectOp(")"));
-          return e;
-        }
-        if (t.text == "[") {
-          Advance();
-          ExprPtr list = MakeExpr(Expr::Kind::kList, pos);
-          while (!IsOp("]")) {
-            ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
-            list->args.push_back(std::move(item));
-            if (!IsOp(",")) break;
-            Advance();
-          }
-          RETURN_IF_ERROR(ExpectOp("]"));
-          return list;
-        }
-        if (t.text == "{") {
-          Advance();
-          ExprPtr dict = MakeExpr(Expr::Kind::kDict, pos);
-          while (!IsOp("}")) {
-            ASSIGN_OR_RETURN(ExprPtr k, ParseExpression());
-            RETURN_IF_ERROR(ExpectOp(":"));
-            ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
-            dict->dict_items.emplace_back(std::move(k), std::move(v));
-            if (!IsOp(",")) break;
-            Advance();
-          }
-          RETURN_IF_ERROR(ExpectOp("}"));
-          return dict;
-        }
+        if (t.text == "(") return ParseParenthesised();
+        if (t.text == "[") return ParseListLiteral();
+        if (t.text == "{") return ParseDictLiteral();
         break;
       default:
         break;
@@ -700,26 +605,108 @@ class Parser {
     return Error(pos, "unexpected " + Describe(t) + " in expression");
   }
 
+  static ExprPtr MakeLiteral(size_t pos, Value v) {
+    ExprPtr e = MakeExpr(Expr::Kind::kLiteral, pos);
+    e->literal = std::move(v);
+    return e;
+  }
+
+  // `true`/`True`, `false`/`False`, `none`/`None`, or a variable name.
+  ExprPtr ParseNameOrConstant() {
+    const Token& t = Cur();
+    ExprPtr e;
+    if (t.text == "true" || t.text == "True") {
+      e = MakeLiteral(t.pos, Value::Bool(true));
+    } else if (t.text == "false" || t.text == "False") {
+      e = MakeLiteral(t.pos, Value::Bool(false));
+    } else if (t.text == "none" || t.text == "None") {
+      e = MakeLiteral(t.pos, Value::None());
+    } else {
+      e = MakeExpr(Expr::Kind::kName, t.pos);
+      e->name = t.text;
+    }
+    Advance();
+    return e;
+  }
+
+  // `(e)`, or a tuple (a list here): `()`, `(a,)`, `(a, b)`.
+  Result<ExprPtr> ParseParenthesised() {
+    size_t pos = Cur().pos;
+    Advance();
+    if (IsOp(")")) {  // empty tuple
+      Advance();
+      return MakeExpr(Expr::Kind::kList, pos);
+    }
+    ASSIGN_OR_RETURN(ExprPtr e, ParseExpression());
+    if (IsOp(",")) {
+      ExprPtr list = MakeExpr(Expr::Kind::kList, pos);
+      list->args.push_back(std::move(e));
+      while (IsOp(",")) {
+        Advance();
+        if (IsOp(")")) break;
+        ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
+        list->args.push_back(std::move(item));
+      }
+      e = std::move(list);
+    }
+    RETURN_IF_ERROR(ExpectOp(")"));
+    return e;
+  }
+
+  Result<ExprPtr> ParseListLiteral() {
+    ExprPtr list = MakeExpr(Expr::Kind::kList, Cur().pos);
+    Advance();
+    RETURN_IF_ERROR(ParseCommaSeparated("]", [&]() -> Status {
+      ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
+      list->args.push_back(std::move(item));
+      return Status::Ok();
+    }));
+    return list;
+  }
+
+  Result<ExprPtr> ParseDictLiteral() {
+    ExprPtr dict = MakeExpr(Expr::Kind::kDict, Cur().pos);
+    Advance();
+    RETURN_IF_ERROR(ParseCommaSeparated("}", [&]() -> Status {
+      ASSIGN_OR_RETURN(ExprPtr k, ParseExpression());
+      RETURN_IF_ERROR(ExpectOp(":"));
+      ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
+      dict->dict_items.emplace_back(std::move(k), std::move(v));
+      return Status::Ok();
+    }));
+    return dict;
+  }
+
+  // `item, item, ... close` (a trailing comma allowed): calls `item` for each element, then
+  // expects `close`.
+  template <class ItemFn>
+  Status ParseCommaSeparated(std::string_view close, ItemFn item) {
+    while (!IsOp(close)) {
+      RETURN_IF_ERROR(item());
+      if (!IsOp(",")) break;
+      Advance();
+    }
+    return ExpectOp(close);
+  }
+
   Status ParseCallArgs(Expr* call) {
     RETURN_IF_ERROR(ExpectOp("("));
-    while (!IsOp(")")) {
+    return ParseCommaSeparated(")", [&]() -> Status {
       if (Cur().type == TokenType::kName && Peek().type == TokenType::kOp && Peek().text == "=") {
         std::string key = Cur().text;
         Advance();
         Advance();
         ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
         call->kwargs.emplace_back(std::move(key), std::move(v));
-      } else {
-        if (!call->kwargs.empty()) {
-          return Error(Cur().pos, "positional argument after keyword argument");
-        }
-        ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
-        call->args.push_back(std::move(v));
+        return Status::Ok();
       }
-      if (!IsOp(",")) break;
-      Advance();
-    }
-    return ExpectOp(")");
+      if (!call->kwargs.empty()) {
+        return Error(Cur().pos, "positional argument after keyword argument");
+      }
+      ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
+      call->args.push_back(std::move(v));
+      return Status::Ok();
+    });
   }
 
   Result<ExprPtr> ParsePostfix(ExprPtr e) {
@@ -733,9 +720,7 @@ class Parser {
         if (Cur().type == TokenType::kInt) {
           g = MakeExpr(Expr::Kind::kGetItem, pos);
           g->args.push_back(std::move(e));
-          ExprPtr idx = MakeExpr(Expr::Kind::kLiteral, Cur().pos);
-          idx->literal = Value::Int(Cur().int_value);
-          g->args.push_back(std::move(idx));
+          g->args.push_back(MakeLiteral(Cur().pos, Value::Int(Cur().int_value)));
           Advance();
         } else {
           g = MakeExpr(Expr::Kind::kGetAttr, pos);
