@@ -371,13 +371,7 @@ class Parser {
     ASSIGN_OR_RETURN(s->macro->name, ExpectName());
     RETURN_IF_ERROR(ParseParams(s->macro.get()));
     RETURN_IF_ERROR(ExpectBlockEnd());
-    std::string which;
-    int saved = loop_depth_;
-    loop_depth_ = 0;
-    auto body = ParseUntil({"endmacro"}, &which);
-    loop_depth_ = saved;
-    if (!body.ok()) return body.status();
-    s->macro->body = std::move(body).value();
+    RETURN_IF_ERROR(ParseMacroBody("endmacro", s->macro.get()));
     if (Cur().type == TokenType::kName && Cur().text == s->macro->name) Advance();
     RETURN_IF_ERROR(ExpectBlockEnd());
     return s;
@@ -395,15 +389,22 @@ class Parser {
       return Error(s->pos, "{% call %} needs a macro call expression");
     }
     RETURN_IF_ERROR(ExpectBlockEnd());
+    RETURN_IF_ERROR(ParseMacroBody("endcall", s->macro.get()));
+    RETURN_IF_ERROR(ExpectBlockEnd());
+    return s;
+  }
+
+  // The body of a macro or call block, up to `end`: a `break` or `continue` in it does not belong
+  // to a loop around the definition.
+  Status ParseMacroBody(std::string_view end, MacroNode* m) {
     std::string which;
     int saved = loop_depth_;
     loop_depth_ = 0;
-    auto body = ParseUntil({"endcall"}, &which);
+    auto body = ParseUntil({end}, &which);
     loop_depth_ = saved;
     if (!body.ok()) return body.status();
-    s->macro->body = std::move(body).value();
-    RETURN_IF_ERROR(ExpectBlockEnd());
-    return s;
+    m->body = std::move(body).value();
+    return Status::Ok();
   }
 
   Result<StmtPtr> ParseFilterBlock() {
@@ -596,8 +597,8 @@ class Parser {
       }
       case TokenType::kOp:
         if (t.text == "(") return ParseParenthesised();
-        if (t.text == "[") return ParseListLiteral();
-        if (t.text == "{") return ParseDictLiteral();
+        if (t.text == "[") return ParseCollection(Expr::Kind::kList, "]", &Parser::ParseListItem);
+        if (t.text == "{") return ParseCollection(Expr::Kind::kDict, "}", &Parser::ParseDictItem);
         break;
       default:
         break;
@@ -653,28 +654,27 @@ class Parser {
     return e;
   }
 
-  Result<ExprPtr> ParseListLiteral() {
-    ExprPtr list = MakeExpr(Expr::Kind::kList, Cur().pos);
+  // `[a, b]` or `{k: v}`: a collection of `kind` whose items `item` parses, up to `close`.
+  Result<ExprPtr> ParseCollection(Expr::Kind kind, std::string_view close,
+                                  Status (Parser::*item)(Expr*)) {
+    ExprPtr e = MakeExpr(kind, Cur().pos);
     Advance();
-    RETURN_IF_ERROR(ParseCommaSeparated("]", [&]() -> Status {
-      ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
-      list->args.push_back(std::move(item));
-      return Status::Ok();
-    }));
-    return list;
+    RETURN_IF_ERROR(ParseCommaSeparated(close, [&] { return (this->*item)(e.get()); }));
+    return e;
   }
 
-  Result<ExprPtr> ParseDictLiteral() {
-    ExprPtr dict = MakeExpr(Expr::Kind::kDict, Cur().pos);
-    Advance();
-    RETURN_IF_ERROR(ParseCommaSeparated("}", [&]() -> Status {
-      ASSIGN_OR_RETURN(ExprPtr k, ParseExpression());
-      RETURN_IF_ERROR(ExpectOp(":"));
-      ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
-      dict->dict_items.emplace_back(std::move(k), std::move(v));
-      return Status::Ok();
-    }));
-    return dict;
+  Status ParseListItem(Expr* list) {
+    ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
+    list->args.push_back(std::move(item));
+    return Status::Ok();
+  }
+
+  Status ParseDictItem(Expr* dict) {
+    ASSIGN_OR_RETURN(ExprPtr k, ParseExpression());
+    RETURN_IF_ERROR(ExpectOp(":"));
+    ASSIGN_OR_RETURN(ExprPtr v, ParseExpression());
+    dict->dict_items.emplace_back(std::move(k), std::move(v));
+    return Status::Ok();
   }
 
   // `item, item, ... close` (a trailing comma allowed): calls `item` for each element, then
