@@ -108,20 +108,26 @@ class [[nodiscard]] Result {
 #define STRATA_CONCAT_INNER_(a, b) a##b
 #define STRATA_CONCAT_(a, b) STRATA_CONCAT_INNER_(a, b)
 
-// Returns the status from the enclosing function if it is not OK.
-#define RETURN_IF_ERROR(expr)                        \
+// The bodies of the early-return macros, shared with http/openai_error.h's ApiError ones.
+// `type` and `tmp` are names, `lhs` a declaration and `error` a member function's name: none can
+// be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
+// Converts `expr` to a `type` and returns it from the enclosing function if it is not OK.
+#define STRATA_RETURN_IF_NOT_OK_(type, expr)         \
   do {                                               \
-    ::strata::Status strata_status_ = (expr);        \
+    type strata_status_ = (expr);                    \
     if (!strata_status_.ok()) return strata_status_; \
   } while (0)
+// Declares (or assigns) `lhs` from the result `expr`, or returns its `error()` when it is not OK.
+#define STRATA_ASSIGN_OR_RETURN_(tmp, lhs, expr, error) \
+  auto tmp = (expr);                                    \
+  if (!tmp.ok()) return tmp.error();                    \
+  lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
+
+// Returns the status from the enclosing function if it is not OK.
+#define RETURN_IF_ERROR(expr) STRATA_RETURN_IF_NOT_OK_(::strata::Status, expr)
 
 // ASSIGN_OR_RETURN(auto x, Foo()) — declares x from a Result or returns its status.
 #define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL_(STRATA_CONCAT_(strata_result_, __LINE__), lhs, expr)
-// `tmp` is a name and `lhs` a declaration: neither can be parenthesized.
-// NOLINTBEGIN(bugprone-macro-parentheses)
-#define ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                           \
-  if (!tmp.ok()) return tmp.status();          \
-  lhs = std::move(tmp).value()
-// NOLINTEND(bugprone-macro-parentheses)
+  STRATA_ASSIGN_OR_RETURN_(STRATA_CONCAT_(strata_result_, __LINE__), lhs, expr, status)

@@ -78,19 +78,8 @@ class [[nodiscard]] ApiResult {
 
 // Returns the ApiError (or a Status, converted with no param) from the enclosing function if it is
 // not OK.
-#define RETURN_IF_API_ERROR(expr)                          \
-  do {                                                     \
-    ::strata::http::ApiError strata_api_error_ = (expr);   \
-    if (!strata_api_error_.ok()) return strata_api_error_; \
-  } while (0)
+#define RETURN_IF_API_ERROR(expr) STRATA_RETURN_IF_NOT_OK_(::strata::http::ApiError, expr)
 
-// ASSIGN_OR_RETURN for ApiResult. `lhs` is a declaration or an lvalue, so it cannot be
-// parenthesized (as status.h's ASSIGN_OR_RETURN).
-// NOLINTBEGIN(bugprone-macro-parentheses)
+// ASSIGN_OR_RETURN for ApiResult: declares (or assigns) `lhs` or returns the ApiError.
 #define ASSIGN_OR_RETURN_API(lhs, expr) \
-  ASSIGN_OR_RETURN_API_IMPL_(STRATA_CONCAT_(strata_api_result_, __LINE__), lhs, expr)
-#define ASSIGN_OR_RETURN_API_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                               \
-  if (!tmp.ok()) return tmp.error();               \
-  lhs = std::move(tmp).value()  // json-access: not JSON (ApiResult)
-// NOLINTEND(bugprone-macro-parentheses)
+  STRATA_ASSIGN_OR_RETURN_(STRATA_CONCAT_(strata_api_result_, __LINE__), lhs, expr, error)
