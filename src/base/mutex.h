@@ -109,13 +109,11 @@ class CondVar {
     return woken;
   }
 
-  // Returns false when `timeout` elapsed.
+  // Returns false when `timeout` elapsed. A wait until steady now + `timeout`, which is what the
+  // standard defines std::condition_variable::wait_for to be.
   template <typename Rep, typename Period>
   bool WaitFor(Mutex* mu, const std::chrono::duration<Rep, Period>& timeout) REQUIRES(mu) {
-    std::unique_lock<std::mutex> lock(mu->native(), std::adopt_lock);
-    bool woken = cv_.wait_for(lock, timeout) == std::cv_status::no_timeout;
-    lock.release();
-    return woken;
+    return WaitUntil(mu, std::chrono::steady_clock::now() + timeout);
   }
 
   void NotifyOne() { cv_.notify_one(); }
