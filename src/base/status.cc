@@ -1,31 +1,14 @@
 #include "base/status.h"
 
+#include "base/enum_names.h"
+
 namespace strata {
 
 std::string_view StatusCodeName(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk:
-      return "OK";
-    case StatusCode::kInvalidArgument:
-      return "INVALID_ARGUMENT";
-    case StatusCode::kNotFound:
-      return "NOT_FOUND";
-    case StatusCode::kResourceExhausted:
-      return "RESOURCE_EXHAUSTED";
-    case StatusCode::kUnavailable:
-      return "UNAVAILABLE";
-    case StatusCode::kInternal:
-      return "INTERNAL";
-    case StatusCode::kUnimplemented:
-      return "UNIMPLEMENTED";
-    case StatusCode::kOutOfRange:
-      return "OUT_OF_RANGE";
-    case StatusCode::kIoError:
-      return "IO_ERROR";
-    case StatusCode::kDeadlineExceeded:
-      return "DEADLINE_EXCEEDED";
-  }
-  return "UNKNOWN";
+  static constexpr auto kNames = EnumNames<StatusCode::kDeadlineExceeded>(
+      "OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL",
+      "UNIMPLEMENTED", "OUT_OF_RANGE", "IO_ERROR", "DEADLINE_EXCEEDED");
+  return EnumName(kNames, code, "UNKNOWN");
 }
 
 Status::Status(StatusCode code, std::string message) {
