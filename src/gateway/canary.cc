@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/enum_names.h"
+
 namespace strata::gateway {
 namespace {
 
@@ -82,17 +84,9 @@ void Push(std::deque<CanaryOutcome>* w, const CanaryOutcome& o) {
 }  // namespace
 
 std::string_view CanaryStateName(CanaryState s) {
-  switch (s) {
-    case CanaryState::kProgressing:
-      return "progressing";
-    case CanaryState::kPaused:
-      return "paused";
-    case CanaryState::kPromoted:
-      return "promoted";
-    case CanaryState::kRolledBack:
-      return "rolled_back";
-  }
-  return "?";
+  static constexpr auto kNames =
+      EnumNames<CanaryState::kRolledBack>("progressing", "paused", "promoted", "rolled_back");
+  return EnumName(kNames, s);
 }
 
 std::optional<double> Percentile(std::vector<double> v, double p) {

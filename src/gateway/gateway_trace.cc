@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "base/enum_names.h"
 #include "http/client.h"
 
 namespace strata::gateway {
@@ -26,15 +27,9 @@ void AddIfSet(Span* s, std::string_view key, std::string_view v) {
 }  // namespace
 
 std::string_view GenAiOperation(Endpoint e) {
-  switch (e) {
-    case Endpoint::kChat:
-      return "chat";
-    case Endpoint::kEmbeddings:
-      return "embeddings";
-    case Endpoint::kCompletions:
-      break;
-  }
-  return "text_completion";
+  static constexpr auto kNames =
+      EnumNames<Endpoint::kEmbeddings>("text_completion", "chat", "embeddings");
+  return EnumName(kNames, e, "text_completion");
 }
 
 std::unique_ptr<RequestTrace> StartRequestTrace(const trace::Tracer& tracer,

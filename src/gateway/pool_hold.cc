@@ -3,20 +3,14 @@
 #include <utility>
 #include <vector>
 
+#include "base/enum_names.h"
+
 namespace strata::gateway {
 
 std::string_view HoldOutcomeName(HoldOutcome o) {
-  switch (o) {
-    case HoldOutcome::kReady:
-      return "ready";
-    case HoldOutcome::kTimeout:
-      return "timeout";
-    case HoldOutcome::kCancelled:
-      return "cancelled";
-    case HoldOutcome::kStopped:
-      return "stopped";
-  }
-  return "stopped";
+  static constexpr auto kNames =
+      EnumNames<HoldOutcome::kStopped>("ready", "timeout", "cancelled", "stopped");
+  return EnumName(kNames, o, "stopped");
 }
 
 bool PoolHolds::Hold(const std::string& pool, int max_held, Clock::time_point deadline,
