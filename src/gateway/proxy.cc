@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/ascii.h"
+#include "base/capped_copy.h"
+#include "base/enum_names.h"
 #include "http/json_fields.h"
 #include "http/openai_error.h"
 #include "http/sse.h"
@@ -58,17 +60,9 @@ void Cancel::Unsubscribe(uint64_t id) {
 }
 
 std::string_view UpstreamKindName(UpstreamResult::Kind k) {
-  switch (k) {
-    case UpstreamResult::Kind::kDone:
-      return "done";
-    case UpstreamResult::Kind::kRetryable:
-      return "retryable";
-    case UpstreamResult::Kind::kFailedMidStream:
-      return "failed_mid_stream";
-    case UpstreamResult::Kind::kClientGone:
-      return "client_gone";
-  }
-  return "unknown";
+  static constexpr auto kNames = EnumNames<UpstreamResult::Kind::kClientGone>(
+      "done", "retryable", "failed_mid_stream", "client_gone");
+  return EnumName(kNames, k, "unknown");
 }
 
 namespace {
@@ -412,38 +406,31 @@ class CaptureResponder final : public http::Responder {
 
   void Respond(http::HttpResponse r) override {
     MutexLock lock(&mu_);
-    body_ = std::move(r.body);
+    body_.bytes = std::move(r.body);
   }
   void Begin(std::string, Headers) override {}
   void Write(std::string chunk) override {
     MutexLock lock(&mu_);
-    if (over_) return;
-    if (body_.size() + chunk.size() > max_body_) {
-      over_ = true;
-      body_.clear();
-      return;
-    }
-    body_.append(chunk);
+    body_.Append(chunk, max_body_);
   }
   void End() override {}
   void OnClose(std::function<void()>) override {}
   bool closed() const override {
     MutexLock lock(&mu_);
-    return over_;
+    return body_.over;
   }
   void Post(std::function<void()> fn) override { fn(); }
 
   bool over() const { return closed(); }
   std::string TakeBody() {
     MutexLock lock(&mu_);
-    return std::exchange(body_, {});
+    return std::exchange(body_.bytes, {});
   }
 
  private:
   const size_t max_body_;
   mutable Mutex mu_;
-  std::string body_ GUARDED_BY(mu_);
-  bool over_ GUARDED_BY(mu_) = false;
+  CappedCopy body_ GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <limits>
 #include <utility>
 
+#include "base/enum_names.h"
 #include "http/json_fields.h"
 #include "http/sse.h"
 
@@ -101,22 +102,12 @@ std::optional<std::vector<std::string>> StreamTexts(Endpoint endpoint, std::stri
   return texts;
 }
 
-void TeeResponder::Keep(std::string_view bytes) {
-  if (over_) return;
-  if (copy_.size() + bytes.size() > max_copy_) {
-    over_ = true;
-    copy_.clear();
-    return;
-  }
-  copy_.append(bytes);
-}
-
 void TeeResponder::Respond(http::HttpResponse r) {
   {
     MutexLock lock(&mu_);
     if (status_ == 0) {
       status_ = r.status;
-      Keep(r.body);
+      copy_.Append(r.body, max_copy_);
     }
   }
   out_->Respond(std::move(r));
@@ -137,7 +128,7 @@ void TeeResponder::Begin(std::string content_type,
 void TeeResponder::Write(std::string chunk) {
   {
     MutexLock lock(&mu_);
-    Keep(chunk);
+    copy_.Append(chunk, max_copy_);
   }
   out_->Write(std::move(chunk));
 }
@@ -146,7 +137,7 @@ void TeeResponder::End() { out_->End(); }
 
 bool TeeResponder::complete() const {
   MutexLock lock(&mu_);
-  return status_ != 0 && !over_;
+  return status_ != 0 && !copy_.over;
 }
 
 bool TeeResponder::streamed() const {
@@ -161,7 +152,7 @@ int TeeResponder::status() const {
 
 std::string TeeResponder::body() const {
   MutexLock lock(&mu_);
-  return copy_;
+  return copy_.bytes;
 }
 
 bool ShadowSlots::TryAcquire() {
@@ -172,19 +163,9 @@ bool ShadowSlots::TryAcquire() {
 }
 
 std::string_view ShadowOutcomeName(ShadowOutcome o) {
-  switch (o) {
-    case ShadowOutcome::kMatch:
-      return "match";
-    case ShadowOutcome::kMismatch:
-      return "mismatch";
-    case ShadowOutcome::kUncompared:
-      return "uncompared";
-    case ShadowOutcome::kError:
-      return "error";
-    case ShadowOutcome::kDropped:
-      return "dropped";
-  }
-  return "unknown";
+  static constexpr auto kNames =
+      EnumNames<ShadowOutcome::kDropped>("match", "mismatch", "uncompared", "error", "dropped");
+  return EnumName(kNames, o, "unknown");
 }
 
 ShadowOutcome CompareShadow(bool shadow_ok, const std::optional<std::vector<std::string>>& shadow,

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/capped_copy.h"
 #include "base/mutex.h"
 #include "gateway/prompt.h"
 #include "http/openai_error.h"
@@ -66,13 +67,10 @@ class TeeResponder final : public http::Responder {
   std::string body() const;
 
  private:
-  void Keep(std::string_view bytes) REQUIRES(mu_);
-
   std::shared_ptr<http::Responder> out_;
   const size_t max_copy_;
   mutable Mutex mu_;
-  std::string copy_ GUARDED_BY(mu_);
-  bool over_ GUARDED_BY(mu_) = false;
+  CappedCopy copy_ GUARDED_BY(mu_);
   bool streamed_ GUARDED_BY(mu_) = false;
   int status_ GUARDED_BY(mu_) = 0;
 };
