@@ -115,6 +115,22 @@ Result<PromSample> ParseSampleLine(std::string_view line) {
   return s;
 }
 
+// Folds the finite values of the samples named `name` into 0 with add(acc, value, any_before);
+// *found says whether there was one.
+template <typename Add>
+double FoldPromSamples(const std::vector<PromSample>& samples, std::string_view name, bool* found,
+                       Add add) {
+  double acc = 0;
+  bool any = false;
+  for (const PromSample& s : samples) {
+    if (s.name != name || !std::isfinite(s.value)) continue;
+    acc = add(acc, s.value, any);
+    any = true;
+  }
+  if (found) *found = any;
+  return acc;
+}
+
 }  // namespace
 
 Result<std::vector<PromSample>> ParsePromText(std::string_view text) {
@@ -139,15 +155,7 @@ Result<std::vector<PromSample>> ParsePromText(std::string_view text) {
 }
 
 double SumPromSamples(const std::vector<PromSample>& samples, std::string_view name, bool* found) {
-  double sum = 0;
-  bool any = false;
-  for (const PromSample& s : samples) {
-    if (s.name != name || !std::isfinite(s.value)) continue;
-    sum += s.value;
-    any = true;
-  }
-  if (found) *found = any;
-  return sum;
+  return FoldPromSamples(samples, name, found, [](double sum, double v, bool) { return sum + v; });
 }
 
 // A digest label longer than this is ignored (the engine's are 32 hex characters).
@@ -182,15 +190,8 @@ PromLoraAdapters ReadLoraAdapters(const std::vector<PromSample>& samples) {
 }
 
 double MaxPromSamples(const std::vector<PromSample>& samples, std::string_view name, bool* found) {
-  double mx = 0;
-  bool any = false;
-  for (const PromSample& s : samples) {
-    if (s.name != name || !std::isfinite(s.value)) continue;
-    mx = any ? std::max(mx, s.value) : s.value;
-    any = true;
-  }
-  if (found) *found = any;
-  return mx;
+  return FoldPromSamples(samples, name, found,
+                         [](double mx, double v, bool any) { return any ? std::max(mx, v) : v; });
 }
 
 }  // namespace strata::gateway
