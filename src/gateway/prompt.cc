@@ -56,35 +56,37 @@ RawPrompt OneTextOrIds(const json& v, std::string_view param, size_t n_vocab) {
   return Fail(std::string(param) + ": must be a string or an array of token ids");
 }
 
-// /v1/completions `prompt`: a string, ids, or a batch of those (its first).
-RawPrompt CompletionPrompt(const json& body, size_t n_vocab) {
-  const json* p = http::Fields(body).Find("prompt");
-  if (p == nullptr) return Fail("prompt: is required");
-  if (p->is_string() || (p->is_array() && !p->empty() && p->front().is_number_integer()))
-    return OneTextOrIds(*p, "prompt", n_vocab);
-  if (!p->is_array() || p->empty())
-    return Fail(
-        "prompt: must be a string, an array of token ids, or a non-empty array of strings or of "
-        "token-id arrays");
-  return OneTextOrIds(p->front(), p->size() == 1 ? "prompt" : "prompt[0]", n_vocab);
-}
+// A prompt field that takes a string, ids, or a batch of those, of which the first is read.
+struct BatchField {
+  std::string_view name;      // "prompt" | "input"
+  bool integer_ids;           // ids: an array whose first element is an integer (else any number)
+  std::string_view in_batch;  // how errors name the first of a batch of several
+  std::string_view shape;     // the error when the field is none of the shapes
+};
 
-// /v1/embeddings `input`: a string, ids, or a list of those (its first).
-RawPrompt EmbeddingInput(const json& body, size_t n_vocab) {
-  const json* in = http::Fields(body).Find("input");
-  if (in == nullptr) return Fail("input: is required");
-  if (in->is_string() || (in->is_array() && !in->empty() && in->front().is_number()))
-    return OneTextOrIds(*in, "input", n_vocab);
-  if (!in->is_array() || in->empty())
-    return Fail(
-        "input: must be a string, an array of token ids, or an array of strings or "
-        "token-id arrays");
-  return OneTextOrIds(in->front(), "input", n_vocab);
+// /v1/completions `prompt`.
+constexpr BatchField kCompletionPrompt = {
+    "prompt", true, "prompt[0]",
+    "prompt: must be a string, an array of token ids, or a non-empty array of strings or of "
+    "token-id arrays"};
+// /v1/embeddings `input`.
+constexpr BatchField kEmbeddingInput = {
+    "input", false, "input",
+    "input: must be a string, an array of token ids, or an array of strings or token-id arrays"};
+
+RawPrompt FirstOfBatch(const json& body, const BatchField& f, size_t n_vocab) {
+  const json* p = http::Fields(body).Find(f.name);
+  if (p == nullptr) return Fail(std::string(f.name) + ": is required");
+  const bool ids = p->is_array() && !p->empty() &&
+                   (f.integer_ids ? p->front().is_number_integer() : p->front().is_number());
+  if (p->is_string() || ids) return OneTextOrIds(*p, f.name, n_vocab);
+  if (!p->is_array() || p->empty()) return Fail(std::string(f.shape));
+  return OneTextOrIds(p->front(), p->size() == 1 ? f.name : f.in_batch, n_vocab);
 }
 
 RawPrompt TextPrompt(Endpoint e, const json& body, size_t n_vocab) {
-  return e == Endpoint::kEmbeddings ? EmbeddingInput(body, n_vocab)
-                                    : CompletionPrompt(body, n_vocab);
+  return FirstOfBatch(body, e == Endpoint::kEmbeddings ? kEmbeddingInput : kCompletionPrompt,
+                      n_vocab);
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
