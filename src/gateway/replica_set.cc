@@ -484,46 +484,52 @@ class PollClient {
   std::string key_;
 };
 
-asio::awaitable<void> HealthLoop(StatePtr s, std::string url, uint64_t id) {
+// One poll of a replica (its readiness, metrics or KV events), made with the poller's client.
+using PollOnce = asio::awaitable<void> (*)(ReplicaSet::State& s, const std::string& url,
+                                           const PollSetup& c, PollClient& client);
+
+// Runs `poll` every `interval` (of the setup, re-read each time) for as long as `url` is the
+// replica spawned as `id`: it ends when the replica is removed or re-added or the set stops.
+asio::awaitable<void> PollLoop(StatePtr s, std::string url, uint64_t id,
+                               std::chrono::milliseconds PollSetup::*interval, PollOnce poll) {
   PollSetup c;
   if (!Setup(*s, url, id, &c)) co_return;
   PollClient client(s->io);
   auto timer = s->NewTimer();
   while (Setup(*s, url, id, &c)) {
-    std::string body;
-    http::HttpResult r = co_await client.For(c).Request(
-        "GET", "/ready", "", Clock::now() + c.health_timeout, Collect(&body, kMaxReadyBody));
-    if (!r.status.ok()) client.For(c).CloseIdle();
-    ObserveReadyIn(*s, url, r.status.ok(), r.http_status, body.empty() ? r.error_body : body,
-                   Clock::now());
-    co_await Sleep(*timer, c.health_interval);
+    co_await poll(*s, url, c, client);
+    co_await Sleep(*timer, c.*interval);
   }
 }
 
-asio::awaitable<void> MetricsLoop(StatePtr s, std::string url, uint64_t id) {
-  PollSetup c;
-  if (!Setup(*s, url, id, &c)) co_return;
-  PollClient client(s->io);
-  auto timer = s->NewTimer();
+asio::awaitable<void> PollReady(ReplicaSet::State& s, const std::string& url, const PollSetup& c,
+                                PollClient& client) {
+  std::string body;
+  http::HttpResult r = co_await client.For(c).Request(
+      "GET", "/ready", "", Clock::now() + c.health_timeout, Collect(&body, kMaxReadyBody));
+  if (!r.status.ok()) client.For(c).CloseIdle();
+  ObserveReadyIn(s, url, r.status.ok(), r.http_status, body.empty() ? r.error_body : body,
+                 Clock::now());
+}
+
+asio::awaitable<void> PollMetrics(ReplicaSet::State& s, const std::string& url, const PollSetup& c,
+                                  PollClient& client) {
   ReplicaSet::SentTotals at_poll;
-  while (Setup(*s, url, id, &c)) {
-    {
-      MutexLock lock(&s->mu);
-      const Replica& r = s->reps.find(url)->second;
-      at_poll = {r.sent_tokens, r.sent_requests};
-    }
-    std::string body;
-    http::HttpResult r = co_await client.For(c).Request(
-        "GET", "/metrics", "", Clock::now() + c.health_timeout, Collect(&body, kMaxMetricsBody));
-    if (r.status.ok() && r.http_status == 200) {
-      (void)ObserveMetricsIn(*s, url, body, Clock::now(), &at_poll);  // invalid on error
-    } else {
-      if (!r.status.ok()) client.For(c).CloseIdle();
-      MutexLock lock(&s->mu);
-      auto it = s->reps.find(url);
-      if (it != s->reps.end()) it->second.metrics.valid = false;
-    }
-    co_await Sleep(*timer, c.metrics_interval);
+  {
+    MutexLock lock(&s.mu);
+    const Replica& r = s.reps.find(url)->second;
+    at_poll = {r.sent_tokens, r.sent_requests};
+  }
+  std::string body;
+  http::HttpResult r = co_await client.For(c).Request(
+      "GET", "/metrics", "", Clock::now() + c.health_timeout, Collect(&body, kMaxMetricsBody));
+  if (r.status.ok() && r.http_status == 200) {
+    (void)ObserveMetricsIn(s, url, body, Clock::now(), &at_poll);  // invalid on error
+  } else {
+    if (!r.status.ok()) client.For(c).CloseIdle();
+    MutexLock lock(&s.mu);
+    auto it = s.reps.find(url);
+    if (it != s.reps.end()) it->second.metrics.valid = false;
   }
 }
 
@@ -539,25 +545,19 @@ bool EventsQuery(ReplicaSet::State& s, const std::string& url, std::string* path
   return true;
 }
 
-asio::awaitable<void> EventsLoop(StatePtr s, std::string url, uint64_t id) {
-  PollSetup c;
-  if (!Setup(*s, url, id, &c)) co_return;
-  PollClient client(s->io);
-  auto timer = s->NewTimer();
-  while (Setup(*s, url, id, &c)) {
-    std::string path;
-    for (int page = 0; page < kMaxPagesInARow && EventsQuery(*s, url, &path); ++page) {
-      std::string body;
-      http::HttpResult r = co_await client.For(c).Request(
-          "GET", path, "", Clock::now() + c.health_timeout, Collect(&body, kMaxEventsBody));
-      if (!r.status.ok()) {
-        client.For(c).CloseIdle();
-        break;
-      }
-      Result<bool> more = ObserveKvEventsIn(*s, url, r.http_status, body);
-      if (!more.ok() || !*more) break;
+asio::awaitable<void> PollKvEvents(ReplicaSet::State& s, const std::string& url, const PollSetup& c,
+                                   PollClient& client) {
+  std::string path;
+  for (int page = 0; page < kMaxPagesInARow && EventsQuery(s, url, &path); ++page) {
+    std::string body;
+    http::HttpResult r = co_await client.For(c).Request(
+        "GET", path, "", Clock::now() + c.health_timeout, Collect(&body, kMaxEventsBody));
+    if (!r.status.ok()) {
+      client.For(c).CloseIdle();
+      break;
     }
-    co_await Sleep(*timer, c.events_interval);
+    Result<bool> more = ObserveKvEventsIn(s, url, r.http_status, body);
+    if (!more.ok() || !*more) break;
   }
 }
 
@@ -615,9 +615,12 @@ void ReplicaSet::State::SpawnPollers(std::vector<std::pair<std::string, uint64_t
   StatePtr self = shared_from_this();
   asio::post(io, [self, fresh = std::move(fresh)] {
     for (const auto& [url, id] : fresh) {
-      asio::co_spawn(self->io, HealthLoop(self, url, id), asio::detached);
-      asio::co_spawn(self->io, MetricsLoop(self, url, id), asio::detached);
-      asio::co_spawn(self->io, EventsLoop(self, url, id), asio::detached);
+      asio::co_spawn(self->io, PollLoop(self, url, id, &PollSetup::health_interval, PollReady),
+                     asio::detached);
+      asio::co_spawn(self->io, PollLoop(self, url, id, &PollSetup::metrics_interval, PollMetrics),
+                     asio::detached);
+      asio::co_spawn(self->io, PollLoop(self, url, id, &PollSetup::events_interval, PollKvEvents),
+                     asio::detached);
     }
   });
 }
