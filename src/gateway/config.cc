@@ -117,11 +117,7 @@ const Fields<RouteMatch>& MatchFields() {
       OptStr<M>("adapter", &M::adapter),
       OptStr<M>("adapter_prefix", &M::adapter_prefix),
       OptStr<M>("tenant", &M::tenant),
-      {"priority",
-       [](const YAML::Node& n, const std::string& path, M* out) {
-         ASSIGN_OR_RETURN(out->priority, DecodePriority(n, path));
-         return Status::Ok();
-       }},
+      Decoded<M>("priority", &M::priority, DecodePriority),
       OptInt<M>("min_prompt_tokens", &M::min_prompt_tokens, 0, kMaxPromptTokens),
       OptInt<M>("max_prompt_tokens", &M::max_prompt_tokens, 0, kMaxPromptTokens),
       {"header", DecodeHeaders},  // the spelling
@@ -268,19 +264,11 @@ const Fields<TenantConfig>& TenantFields() {
   using T = TenantConfig;
   static const Fields<T> kFields = {
       Str<T>("name", &T::name),
-      {"api_keys",
-       [](const YAML::Node& n, const std::string& path, T* out) {
-         ASSIGN_OR_RETURN(out->api_keys, DecodeStringList(n, path));
-         return Status::Ok();
-       }},
+      Decoded<T>("api_keys", &T::api_keys, DecodeStringList),
       Num<T>("tokens_per_minute", &T::tokens_per_minute, 0, kMaxRate),
       Num<T>("requests_per_minute", &T::requests_per_minute, 0, kMaxRate),
       Int<T>("max_concurrency", &T::max_concurrency, 0, kMaxCount),
-      {"default_priority",
-       [](const YAML::Node& n, const std::string& path, T* out) {
-         ASSIGN_OR_RETURN(out->default_priority, DecodePriority(n, path));
-         return Status::Ok();
-       }},
+      Decoded<T>("default_priority", &T::default_priority, DecodePriority),
   };
   return kFields;
 }

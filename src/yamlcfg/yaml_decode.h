@@ -236,6 +236,16 @@ Status DecodeList(const Fields<T>& fields, const YAML::Node& n, const std::strin
 
 // ---- field makers ----
 
+// A field whose value decode(node, path) -> Result<V> reads (DecodeStringList, or a config's own
+// decoder such as the gateway's DecodePriority), assigned to T::*m (a V, or an optional of one).
+template <typename T, typename M, typename V>
+Field<T> Decoded(std::string_view name, M T::*m,
+                 Result<V> (*decode)(const YAML::Node& n, const std::string& path)) {
+  return {name, [m, decode](const YAML::Node& n, const std::string& path, T* out) {
+            ASSIGN_OR_RETURN(out->*m, decode(n, path));
+            return Status::Ok();
+          }};
+}
 template <typename T>
 Field<T> Str(std::string_view name, std::string T::*m) {
   return {name, [m](const YAML::Node& n, const std::string& path, T* out) {
