@@ -11,6 +11,15 @@ constexpr std::string_view kReplica = R"(role="replica")";
 constexpr std::string_view kGenerationRoutes = R"(route=~"/v1/(chat/)?completions")";
 constexpr std::array<std::string_view, 5> kWindows = {"1m", "5m", "30m", "1h", "6h"};
 
+// The replica latency histograms.
+constexpr std::string_view kE2e = "strata:e2e_request_latency_seconds";
+constexpr std::string_view kTtft = "strata:time_to_first_token_seconds";
+constexpr std::string_view kTpot = "strata:inter_token_latency_seconds";
+constexpr std::string_view kQueue = "strata:request_queue_time_seconds";
+constexpr std::string_view kPrefill = "strata:request_prefill_time_seconds";
+constexpr std::string_view kDecode = "strata:request_decode_time_seconds";
+constexpr std::string_view kInference = "strata:request_inference_time_seconds";
+
 // A latency family recorded as a per-pool p95.
 struct Latency {
   std::string_view family;    // replica histogram
@@ -19,12 +28,9 @@ struct Latency {
   double SloSpec::*objective;
 };
 constexpr std::array<Latency, 3> kLatencies = {{
-    {"strata:e2e_request_latency_seconds", "strata:pool_e2e_latency_seconds",
-     "StrataPoolE2eLatencySlo", &SloSpec::e2e_p95_ms},
-    {"strata:time_to_first_token_seconds", "strata:pool_ttft_seconds", "StrataPoolTtftSlo",
-     &SloSpec::ttft_p95_ms},
-    {"strata:inter_token_latency_seconds", "strata:pool_tpot_seconds", "StrataPoolTpotSlo",
-     &SloSpec::tpot_p95_ms},
+    {kE2e, "strata:pool_e2e_latency_seconds", "StrataPoolE2eLatencySlo", &SloSpec::e2e_p95_ms},
+    {kTtft, "strata:pool_ttft_seconds", "StrataPoolTtftSlo", &SloSpec::ttft_p95_ms},
+    {kTpot, "strata:pool_tpot_seconds", "StrataPoolTpotSlo", &SloSpec::tpot_p95_ms},
 }};
 
 // The grouping labels of a replica expression.
@@ -113,118 +119,124 @@ std::string GatewayRate(std::string_view family, std::string_view dimension, con
 }
 
 using Builder = std::string (*)(const QueryScope&);
+// How a signal is built: one of the common shapes over `family` (a quantile, a mean, a replica
+// rate, a gateway rate), or its own `build`.
+enum class Shape { kQuantile, kMean, kRate, kGatewayRate, kOwn };
 struct SignalDef {
   std::string_view name;
-  Builder build;
+  Shape shape;
+  std::string_view family = {};
+  std::string_view by = {};  // kRate: an extra grouping label; kGatewayRate: the dimension
+  double q = 0;              // kQuantile
+  Builder build = nullptr;   // kOwn
 };
+constexpr SignalDef QuantileOf(std::string_view name, double q, std::string_view family) {
+  return {name, Shape::kQuantile, family, {}, q};
+}
+constexpr SignalDef MeanOf(std::string_view name, std::string_view family) {
+  return {name, Shape::kMean, family};
+}
+constexpr SignalDef RateOf(std::string_view name, std::string_view family,
+                           std::string_view by = {}) {
+  return {name, Shape::kRate, family, by};
+}
+constexpr SignalDef GatewayRateOf(std::string_view name, std::string_view family,
+                                  std::string_view dimension) {
+  return {name, Shape::kGatewayRate, family, dimension};
+}
+constexpr SignalDef Own(std::string_view name, Builder build) {
+  return {name, Shape::kOwn, {}, {}, 0, build};
+}
 
-// The one table. Latency quantiles are spelled out (a template cannot take a string literal).
-const SignalDef kSignals[] = {
-    {"replicas", [](const QueryScope& s) { return Gauge("count", "up", s); }},
-    {"replicas_reporting", [](const QueryScope& s) { return Reporting(s); }},
-    {"desired_replicas",
-     [](const QueryScope& s) {
-       return "max by (pool) (strata_control_desired_replicas" + GwSel(s) + ")";
-     }},
-    {"arrival_rate", [](const QueryScope& s) { return RequestRate(s); }},
-    {"finished_rate",
-     [](const QueryScope& s) {
-       return SumRate("strata:request_success_total", s, "finished_reason");
-     }},
-    {"generation_tokens_rate",
-     [](const QueryScope& s) { return SumRate("strata:generation_tokens_total", s); }},
-    {"prompt_tokens_rate",
-     [](const QueryScope& s) { return SumRate("strata:prompt_tokens_total", s); }},
-    {"error_ratio", [](const QueryScope& s) { return ErrorRatio(s); }},
-    {"e2e_p50",
-     [](const QueryScope& s) { return Quantile(0.5, "strata:e2e_request_latency_seconds", s); }},
-    {"e2e_p95",
-     [](const QueryScope& s) { return Quantile(0.95, "strata:e2e_request_latency_seconds", s); }},
-    {"e2e_p99",
-     [](const QueryScope& s) { return Quantile(0.99, "strata:e2e_request_latency_seconds", s); }},
-    {"ttft_p50",
-     [](const QueryScope& s) { return Quantile(0.5, "strata:time_to_first_token_seconds", s); }},
-    {"ttft_p95",
-     [](const QueryScope& s) { return Quantile(0.95, "strata:time_to_first_token_seconds", s); }},
-    {"ttft_p99",
-     [](const QueryScope& s) { return Quantile(0.99, "strata:time_to_first_token_seconds", s); }},
-    {"tpot_p50",
-     [](const QueryScope& s) { return Quantile(0.5, "strata:inter_token_latency_seconds", s); }},
-    {"tpot_p95",
-     [](const QueryScope& s) { return Quantile(0.95, "strata:inter_token_latency_seconds", s); }},
-    {"tpot_p99",
-     [](const QueryScope& s) { return Quantile(0.99, "strata:inter_token_latency_seconds", s); }},
-    {"mean_e2e", [](const QueryScope& s) { return Mean("strata:e2e_request_latency_seconds", s); }},
-    {"queue_mean",
-     [](const QueryScope& s) { return Mean("strata:request_queue_time_seconds", s); }},
-    {"prefill_mean",
-     [](const QueryScope& s) { return Mean("strata:request_prefill_time_seconds", s); }},
-    {"decode_mean",
-     [](const QueryScope& s) { return Mean("strata:request_decode_time_seconds", s); }},
-    {"inference_mean",
-     [](const QueryScope& s) { return Mean("strata:request_inference_time_seconds", s); }},
-    {"queue_p95",
-     [](const QueryScope& s) { return Quantile(0.95, "strata:request_queue_time_seconds", s); }},
-    {"prefill_p95",
-     [](const QueryScope& s) { return Quantile(0.95, "strata:request_prefill_time_seconds", s); }},
-    {"decode_p95",
-     [](const QueryScope& s) { return Quantile(0.95, "strata:request_decode_time_seconds", s); }},
-    {"inference_p95",
-     [](const QueryScope& s) {
-       return Quantile(0.95, "strata:request_inference_time_seconds", s);
-     }},
-    {"mean_running", [](const QueryScope& s) { return Running("avg", s); }},
-    {"running", [](const QueryScope& s) { return Running("sum", s); }},
-    {"waiting", [](const QueryScope& s) { return Waiting(s); }},
-    {"kv_usage", [](const QueryScope& s) { return Gauge("avg", "strata:kv_cache_usage_perc", s); }},
-    {"prefix_hit_rate",
-     [](const QueryScope& s) {
-       return SumRate("strata:prefix_cache_hits_total", s) + " / " +
-              SumRate("strata:prefix_cache_queries_total", s);
-     }},
-    {"kv_tier_hit_rate", [](const QueryScope& s) { return TierHitRate(s); }},
-    {"preemption_rate",
-     [](const QueryScope& s) { return SumRate("strata:num_preemptions_total", s); }},
-    {"deadline_exceeded_rate",
-     [](const QueryScope& s) { return SumRate("strata:requests_deadline_exceeded_total", s); }},
-    {"displaced_rate",
-     [](const QueryScope& s) { return SumRate("strata:requests_displaced_total", s); }},
-    {"trace_spans_exported_rate",
-     [](const QueryScope& s) { return SumRate("strata:trace_spans_exported_total", s); }},
-    {"trace_spans_dropped_rate",
-     [](const QueryScope& s) { return SumRate("strata:trace_spans_dropped_total", s, "reason"); }},
-    {"held",
-     [](const QueryScope& s) {
-       return "sum by (pool) (strata_gateway_pool_held_requests" + GwSel(s) + ")";
-     }},
-    {"gateway_request_rate",
-     [](const QueryScope& s) { return GatewayRate("strata_gateway:requests_total", "code", s); }},
-    {"gateway_routing_decisions",
-     [](const QueryScope& s) {
-       return GatewayRate("strata_gateway:routing_decisions_total", "reason", s);
-     }},
-    {"gateway_rejections",
-     [](const QueryScope& s) {
-       return GatewayRate("strata_gateway:rejections_total", "reason", s);
-     }},
-    {"gateway_ttft_p95",
-     [](const QueryScope& s) {
-       return fmt::format(
-           "histogram_quantile(0.95, sum by (pool, le) "
-           "(rate(strata_gateway:time_to_first_token_seconds_bucket{}[{}])))",
-           GwSel(s), s.window);
-     }},
+std::string Build(const SignalDef& d, const QueryScope& s) {
+  switch (d.shape) {
+    case Shape::kQuantile:
+      return Quantile(d.q, d.family, s);
+    case Shape::kMean:
+      return Mean(d.family, s);
+    case Shape::kRate:
+      return SumRate(d.family, s, d.by);
+    case Shape::kGatewayRate:
+      return GatewayRate(d.family, d.by, s);
+    case Shape::kOwn:
+      break;
+  }
+  return d.build(s);
+}
+
+// The one table.
+constexpr SignalDef kSignals[] = {
+    Own("replicas", [](const QueryScope& s) { return Gauge("count", "up", s); }),
+    Own("replicas_reporting", [](const QueryScope& s) { return Reporting(s); }),
+    Own("desired_replicas",
+        [](const QueryScope& s) {
+          return "max by (pool) (strata_control_desired_replicas" + GwSel(s) + ")";
+        }),
+    Own("arrival_rate", [](const QueryScope& s) { return RequestRate(s); }),
+    RateOf("finished_rate", "strata:request_success_total", "finished_reason"),
+    RateOf("generation_tokens_rate", "strata:generation_tokens_total"),
+    RateOf("prompt_tokens_rate", "strata:prompt_tokens_total"),
+    Own("error_ratio", [](const QueryScope& s) { return ErrorRatio(s); }),
+    QuantileOf("e2e_p50", 0.5, kE2e),
+    QuantileOf("e2e_p95", 0.95, kE2e),
+    QuantileOf("e2e_p99", 0.99, kE2e),
+    QuantileOf("ttft_p50", 0.5, kTtft),
+    QuantileOf("ttft_p95", 0.95, kTtft),
+    QuantileOf("ttft_p99", 0.99, kTtft),
+    QuantileOf("tpot_p50", 0.5, kTpot),
+    QuantileOf("tpot_p95", 0.95, kTpot),
+    QuantileOf("tpot_p99", 0.99, kTpot),
+    MeanOf("mean_e2e", kE2e),
+    MeanOf("queue_mean", kQueue),
+    MeanOf("prefill_mean", kPrefill),
+    MeanOf("decode_mean", kDecode),
+    MeanOf("inference_mean", kInference),
+    QuantileOf("queue_p95", 0.95, kQueue),
+    QuantileOf("prefill_p95", 0.95, kPrefill),
+    QuantileOf("decode_p95", 0.95, kDecode),
+    QuantileOf("inference_p95", 0.95, kInference),
+    Own("mean_running", [](const QueryScope& s) { return Running("avg", s); }),
+    Own("running", [](const QueryScope& s) { return Running("sum", s); }),
+    Own("waiting", [](const QueryScope& s) { return Waiting(s); }),
+    Own("kv_usage",
+        [](const QueryScope& s) { return Gauge("avg", "strata:kv_cache_usage_perc", s); }),
+    Own("prefix_hit_rate",
+        [](const QueryScope& s) {
+          return SumRate("strata:prefix_cache_hits_total", s) + " / " +
+                 SumRate("strata:prefix_cache_queries_total", s);
+        }),
+    Own("kv_tier_hit_rate", [](const QueryScope& s) { return TierHitRate(s); }),
+    RateOf("preemption_rate", "strata:num_preemptions_total"),
+    RateOf("deadline_exceeded_rate", "strata:requests_deadline_exceeded_total"),
+    RateOf("displaced_rate", "strata:requests_displaced_total"),
+    RateOf("trace_spans_exported_rate", "strata:trace_spans_exported_total"),
+    RateOf("trace_spans_dropped_rate", "strata:trace_spans_dropped_total", "reason"),
+    Own("held",
+        [](const QueryScope& s) {
+          return "sum by (pool) (strata_gateway_pool_held_requests" + GwSel(s) + ")";
+        }),
+    GatewayRateOf("gateway_request_rate", "strata_gateway:requests_total", "code"),
+    GatewayRateOf("gateway_routing_decisions", "strata_gateway:routing_decisions_total", "reason"),
+    GatewayRateOf("gateway_rejections", "strata_gateway:rejections_total", "reason"),
+    Own("gateway_ttft_p95",
+        [](const QueryScope& s) {
+          return fmt::format(
+              "histogram_quantile(0.95, sum by (pool, le) "
+              "(rate(strata_gateway:time_to_first_token_seconds_bucket{}[{}])))",
+              GwSel(s), s.window);
+        }),
     // The gateway's exporter counters carry no pool (one gateway serves every pool).
-    {"gateway_trace_spans_exported_rate",
-     [](const QueryScope& s) {
-       return "sum(rate(strata_gateway:trace_spans_exported_total{role=\"gateway\"}[" + s.window +
-              "]))";
-     }},
-    {"gateway_trace_spans_dropped_rate",
-     [](const QueryScope& s) {
-       return "sum by (reason) (rate(strata_gateway:trace_spans_dropped_total{role=\"gateway\"}[" +
-              s.window + "]))";
-     }},
+    Own("gateway_trace_spans_exported_rate",
+        [](const QueryScope& s) {
+          return "sum(rate(strata_gateway:trace_spans_exported_total{role=\"gateway\"}[" +
+                 s.window + "]))";
+        }),
+    Own("gateway_trace_spans_dropped_rate",
+        [](const QueryScope& s) {
+          return "sum by (reason) "
+                 "(rate(strata_gateway:trace_spans_dropped_total{role=\"gateway\"}[" +
+                 s.window + "]))";
+        }),
 };
 
 // The largest latency bucket bound at or under `objective_s` (seconds); 0 when none (no
@@ -299,7 +311,7 @@ std::vector<Alert> Alerts(const DeploymentSpec& spec) {
 std::vector<NamedQuery> Signals(const QueryScope& scope) {
   std::vector<NamedQuery> out;
   out.reserve(std::size(kSignals));
-  for (const SignalDef& d : kSignals) out.push_back({std::string(d.name), d.build(scope)});
+  for (const SignalDef& d : kSignals) out.push_back({std::string(d.name), Build(d, scope)});
   return out;
 }
 
@@ -312,7 +324,7 @@ std::vector<std::string> SignalNames() {
 
 std::string Signal(std::string_view name, const QueryScope& scope) {
   for (const SignalDef& d : kSignals)
-    if (d.name == name) return d.build(scope);
+    if (d.name == name) return Build(d, scope);
   return "";
 }
 
