@@ -96,20 +96,24 @@ __attribute__((target("avx2"))) uint64_t ReadAvx2(const uint64_t* p, size_t n) {
   for (int k = 1; k < (N); ++k) acc[0] = ADD(acc[0], acc[k]); \
   const VEC SUM = acc[0]
 
+// The first lane of vector `v` read as a `Lane` (memcpy: no intrinsic, so any vector type works).
+template <typename Lane, typename Vec>
+Lane FirstLane(const Vec& v) {
+  Lane lane;
+  std::memcpy(&lane, &v, sizeof(lane));
+  return lane;
+}
+
 // 12 chains of a = a * m + c.
 __attribute__((target("avx512f"))) uint64_t FmaAvx512(int64_t iters) {
   const __m512 m = _mm512_set1_ps(0.9999999F), c = _mm512_set1_ps(1e-7F);
   STRATA_CHAINS(__m512, 12, _mm512_set1_ps(1.0F), _mm512_fmadd_ps(x, m, c), _mm512_add_ps, s);
-  float out[16];
-  std::memcpy(out, &s, sizeof(out));
-  return static_cast<uint64_t>(out[0]);
+  return static_cast<uint64_t>(FirstLane<float>(s));
 }
 __attribute__((target("avx2,fma"))) uint64_t FmaAvx2(int64_t iters) {
   const __m256 m = _mm256_set1_ps(0.9999999F), c = _mm256_set1_ps(1e-7F);
   STRATA_CHAINS(__m256, 12, _mm256_set1_ps(1.0F), _mm256_fmadd_ps(x, m, c), _mm256_add_ps, s);
-  float out[8];
-  std::memcpy(out, &s, sizeof(out));
-  return static_cast<uint64_t>(out[0]);
+  return static_cast<uint64_t>(FirstLane<float>(s));
 }
 
 // int8 dot products into int32: 16 chains, as the bf16 loop below (two issued a cycle at a latency
@@ -118,15 +122,13 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) uint64_t Int8Vnni512(int6
   const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
   STRATA_CHAINS(__m512i, 16, _mm512_setzero_si512(), _mm512_dpbusd_epi32(x, a, b), _mm512_add_epi32,
                 s);
-  int32_t out[16];
-  std::memcpy(out, &s, sizeof(out));
-  return static_cast<uint64_t>(out[0]);
+  return static_cast<uint64_t>(FirstLane<int32_t>(s));
 }
 __attribute__((target("avx2,avxvnni"))) uint64_t Int8AvxVnni(int64_t iters) {
   const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
   STRATA_CHAINS(__m256i, 8, _mm256_setzero_si256(), _mm256_dpbusd_avx_epi32(x, a, b),
                 _mm256_add_epi32, s);
-  return static_cast<uint64_t>(_mm256_extract_epi32(s, 0));
+  return static_cast<uint64_t>(FirstLane<int32_t>(s));
 }
 // maddubs (u8 x s8 -> pairs summed in int16), madd with ones (-> int32), add: 32 MACs per step.
 __attribute__((target("avx2"))) uint64_t Int8Avx2(int64_t iters) {
@@ -134,7 +136,7 @@ __attribute__((target("avx2"))) uint64_t Int8Avx2(int64_t iters) {
   STRATA_CHAINS(__m256i, 8, _mm256_setzero_si256(),
                 _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones)),
                 _mm256_add_epi32, s);
-  return static_cast<uint64_t>(_mm256_extract_epi32(s, 0));
+  return static_cast<uint64_t>(FirstLane<int32_t>(s));
 }
 
 // bf16 pairs dotted into fp32: 16 chains of 32 multiply-adds per instruction (8 chains read
@@ -143,9 +145,7 @@ __attribute__((target("avx512f,avx512bf16"))) uint64_t Bf16Native512(int64_t ite
   const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // (1.0, 1.0)
   const __m512bh b = (__m512bh)_mm512_set1_epi32(0x33d633d6);  // (~1e-7, ~1e-7)
   STRATA_CHAINS(__m512, 16, _mm512_setzero_ps(), _mm512_dpbf16_ps(x, a, b), _mm512_add_ps, s);
-  float out[16];
-  std::memcpy(out, &s, sizeof(out));
-  return static_cast<uint64_t>(out[0] * 1e6F);
+  return static_cast<uint64_t>(FirstLane<float>(s) * 1e6F);
 }
 #undef STRATA_CHAINS
 // bf16 through conversion: both halves of each 32-bit lane widened to fp32 (shift / mask),
@@ -169,9 +169,7 @@ __attribute__((target("avx2,fma"))) uint64_t Bf16Converted(int64_t iters) {
   }
   __m256 s = acc[0];
   for (int k = 1; k < 8; ++k) s = _mm256_add_ps(s, acc[k]);
-  float out[8];
-  std::memcpy(out, &s, sizeof(out));
-  return static_cast<uint64_t>(out[0] * 1e6F);
+  return static_cast<uint64_t>(FirstLane<float>(s) * 1e6F);
 }
 
 #endif  // __x86_64__
