@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/enum_names.h"
 #include "http/json_fields.h"
 
 namespace strata::control {
@@ -72,15 +73,9 @@ json RouteJson(const CanaryRouteState& r) {
 }  // namespace
 
 std::string_view RolloutPhaseName(RolloutPhase p) {
-  static constexpr std::pair<RolloutPhase, std::string_view> kNames[] = {
-      {RolloutPhase::kStarting, "starting"},
-      {RolloutPhase::kCanary, "canary"},
-      {RolloutPhase::kPromoted, "promoted"},
-      {RolloutPhase::kRolledBack, "rolled_back"},
-      {RolloutPhase::kFailed, "failed"}};
-  for (const auto& [phase, name] : kNames)
-    if (phase == p) return name;
-  return "?";
+  static constexpr auto kNames =
+      EnumNames<RolloutPhase::kFailed>("starting", "canary", "promoted", "rolled_back", "failed");
+  return EnumName(kNames, p);
 }
 
 Result<std::vector<CanaryRouteState>> ParseCanaryList(std::string_view body,

@@ -15,6 +15,7 @@
 #include <regex>
 #include <utility>
 
+#include "base/enum_names.h"
 #include "control/fetch.h"
 
 namespace strata::control {
@@ -34,21 +35,9 @@ struct Supervisor::Child {
 };
 
 std::string_view ChildStateName(ChildState s) {
-  switch (s) {
-    case ChildState::kStarting:
-      return "starting";
-    case ChildState::kReady:
-      return "ready";
-    case ChildState::kBackoff:
-      return "backoff";
-    case ChildState::kFailed:
-      return "failed";
-    case ChildState::kStopping:
-      return "stopping";
-    case ChildState::kStopped:
-      return "stopped";
-  }
-  return "failed";
+  static constexpr auto kNames = EnumNames<ChildState::kStopped>("starting", "ready", "backoff",
+                                                                 "failed", "stopping", "stopped");
+  return EnumName(kNames, s, "failed");
 }
 
 std::string ChildStatus::url() const {
