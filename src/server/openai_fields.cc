@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "base/enum_names.h"
+
 namespace strata::server {
 namespace {
 
@@ -183,17 +185,9 @@ constexpr FieldSpec kFields[] = {
 }  // namespace
 
 std::string_view FieldSupportName(FieldSupport s) {
-  switch (s) {
-    case FieldSupport::kImplemented:
-      return "implemented";
-    case FieldSupport::kIgnored:
-      return "ignored";
-    case FieldSupport::kUnsupported:
-      return "unsupported";
-    case FieldSupport::kNotYet:
-      return "not supported yet";
-  }
-  return "?";
+  static constexpr auto kNames = EnumNames<FieldSupport::kNotYet>(
+      "implemented", "ignored", "unsupported", "not supported yet");
+  return EnumName(kNames, s);
 }
 
 std::span<const FieldSpec> RequestFieldTable() { return kFields; }
