@@ -172,28 +172,30 @@ DeviceProfile Profile(std::string name, std::string vendor, std::string arch, st
   return d;
 }
 
+// Every precision of kPrecisionNames, native (the datacenter parts with fp8 tensor cores).
+std::map<std::string, bool> AllNative() {
+  std::map<std::string, bool> out;
+  for (std::string_view p : kPrecisionNames) out.emplace(p, true);
+  return out;
+}
+
 // Public datasheet figures (dense, i.e. without the 2:4 sparsity the sheets also quote).
 const std::vector<Datasheet>& Datasheets() {
   static const std::vector<Datasheet> kSheets = {
       // NVIDIA H100 Tensor Core GPU datasheet, SXM5 column: 80 GB HBM3, 3.35 TB/s, FP32 67
       // TFLOPS, BF16 1,979 / FP8 3,958 / INT8 3,958 "with sparsity" (dense: half); 132 SMs per
       // the NVIDIA H100 architecture whitepaper.
-      {"H100",
-       Profile("h100", "nvidia", "hopper", "NVIDIA H100 SXM5 80GB", 80, 132,
-               {{"fp32", true}, {"fp16", true}, {"bf16", true}, {"int8", true}, {"fp8", true}},
-               3350, 1979, 989, 67, "NVIDIA H100 datasheet (SXM5; dense figures)")},
+      {"H100", Profile("h100", "nvidia", "hopper", "NVIDIA H100 SXM5 80GB", 80, 132, AllNative(),
+                       3350, 1979, 989, 67, "NVIDIA H100 datasheet (SXM5; dense figures)")},
       // NVIDIA H200 Tensor Core GPU datasheet, SXM column: 141 GB HBM3e, 4.8 TB/s, compute as
       // the H100 SXM (FP32 67, BF16 1,979 / INT8 3,958 with sparsity).
-      {"H200",
-       Profile("h200", "nvidia", "hopper", "NVIDIA H200 SXM 141GB", 141, 132,
-               {{"fp32", true}, {"fp16", true}, {"bf16", true}, {"int8", true}, {"fp8", true}},
-               4800, 1979, 989, 67, "NVIDIA H200 datasheet (SXM; dense figures)")},
+      {"H200", Profile("h200", "nvidia", "hopper", "NVIDIA H200 SXM 141GB", 141, 132, AllNative(),
+                       4800, 1979, 989, 67, "NVIDIA H200 datasheet (SXM; dense figures)")},
       // AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, 304 compute units, FP32 163.4
       // TFLOPS, BF16 1,307.4 TFLOPS, FP8 / INT8 2,614.9 (dense).
       {"MI300X",
-       Profile("mi300x", "amd", "cdna3", "AMD Instinct MI300X", 192, 304,
-               {{"fp32", true}, {"fp16", true}, {"bf16", true}, {"int8", true}, {"fp8", true}},
-               5300, 2614.9, 1307.4, 163.4, "AMD Instinct MI300X datasheet (dense figures)")},
+       Profile("mi300x", "amd", "cdna3", "AMD Instinct MI300X", 192, 304, AllNative(), 5300, 2614.9,
+               1307.4, 163.4, "AMD Instinct MI300X datasheet (dense figures)")},
       // Huawei Ascend 910B (Atlas 800T A2 class): Huawei publishes no full sheet; the figures
       // are those widely reported: 64 GB HBM2e, 1.6 TB/s, ~313 TFLOPS FP16/BF16, ~626 TOPS
       // INT8, 20 AI cores (910B3). The cube units run fp16/bf16/int8; fp32 goes through the
