@@ -5,12 +5,14 @@
 #include "control/device_probe.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <span>
 #include <thread>
 
 #include "base/page_memory.h"
@@ -200,6 +202,47 @@ Rate RunLoop(int threads, const Loop& l, double unit) {
   return {l.ops_per_iter * static_cast<double>(iters) * threads / s / unit, l.how};
 }
 
+// A loop and the features it needs (every one named; "" names none).
+struct Candidate {
+  std::array<std::string_view, 2> needs;
+  Loop loop;
+};
+constexpr Loop kNoLoop{"none", 0, 0, nullptr};
+
+// Each rate's loops, best first.
+#if defined(__x86_64__)
+constexpr Candidate kFp32Loops[] = {
+    {{"avx512f"}, {"avx512f fma", 5'000'000, 12 * 16 * 2, FmaAvx512}},
+    {{"avx2", "fma"}, {"avx2 fma", 5'000'000, 12 * 8 * 2, FmaAvx2}},
+};
+constexpr Candidate kInt8Loops[] = {
+    {{"avx512_vnni", "avx512bw"}, {"avx512_vnni vpdpbusd", 5'000'000, 16 * 64 * 2, Int8Vnni512}},
+    {{"avx_vnni"}, {"avx_vnni vpdpbusd", 10'000'000, 8 * 32 * 2, Int8AvxVnni}},
+    {{"avx2"}, {"avx2 maddubs", 5'000'000, 8 * 32 * 2, Int8Avx2}},
+};
+constexpr Candidate kBf16Loops[] = {
+    {{"avx512_bf16"}, {"avx512_bf16 vdpbf16ps", 5'000'000, 16 * 32 * 2, Bf16Native512}},
+    {{"avx2", "fma"}, {"avx2 fma via conversion", 2'000'000, 8 * 8 * 2, Bf16Converted}},
+};
+#else
+constexpr std::span<const Candidate> kFp32Loops, kInt8Loops, kBf16Loops;
+#endif
+
+// The first of `candidates` whose features `f` has (none: `fallback`), on `threads` threads (at
+// least one), in tera-operations a second.
+Rate RunFirst(int threads, const std::vector<std::string>& f, std::span<const Candidate> candidates,
+              const Loop& fallback) {
+  const Loop* l = &fallback;
+  for (const Candidate& c : candidates) {
+    if (std::all_of(c.needs.begin(), c.needs.end(),
+                    [&](std::string_view n) { return n.empty() || Has(f, n); })) {
+      l = &c.loop;
+      break;
+    }
+  }
+  return RunLoop(std::max(1, threads), *l, 1e12);
+}
+
 }  // namespace
 
 Rate MemoryBandwidthGbps(int threads, size_t bytes) {
@@ -240,38 +283,15 @@ Rate MemoryBandwidthGbps(int threads, size_t bytes) {
 }
 
 Rate Fp32Tflops(int threads, const std::vector<std::string>& f) {
-  Loop l{"scalar", 2'000'000, 8 * 2, FmaScalar};
-#if defined(__x86_64__)
-  if (Has(f, "avx512f"))
-    l = {"avx512f fma", 5'000'000, 12 * 16 * 2, FmaAvx512};
-  else if (Has(f, "avx2") && Has(f, "fma"))
-    l = {"avx2 fma", 5'000'000, 12 * 8 * 2, FmaAvx2};
-#endif
-  return RunLoop(std::max(1, threads), l, 1e12);
+  return RunFirst(threads, f, kFp32Loops, {"scalar", 2'000'000, 8 * 2, FmaScalar});
 }
 
 Rate Int8Tops(int threads, const std::vector<std::string>& f) {
-  Loop l{"none", 0, 0, nullptr};
-#if defined(__x86_64__)
-  if (Has(f, "avx512_vnni") && Has(f, "avx512bw"))
-    l = {"avx512_vnni vpdpbusd", 5'000'000, 16 * 64 * 2, Int8Vnni512};
-  else if (Has(f, "avx_vnni"))
-    l = {"avx_vnni vpdpbusd", 10'000'000, 8 * 32 * 2, Int8AvxVnni};
-  else if (Has(f, "avx2"))
-    l = {"avx2 maddubs", 5'000'000, 8 * 32 * 2, Int8Avx2};
-#endif
-  return RunLoop(std::max(1, threads), l, 1e12);
+  return RunFirst(threads, f, kInt8Loops, kNoLoop);
 }
 
 Rate Bf16Tflops(int threads, const std::vector<std::string>& f) {
-  Loop l{"none", 0, 0, nullptr};
-#if defined(__x86_64__)
-  if (Has(f, "avx512_bf16"))
-    l = {"avx512_bf16 vdpbf16ps", 5'000'000, 16 * 32 * 2, Bf16Native512};
-  else if (Has(f, "avx2") && Has(f, "fma"))
-    l = {"avx2 fma via conversion", 2'000'000, 8 * 8 * 2, Bf16Converted};
-#endif
-  return RunLoop(std::max(1, threads), l, 1e12);
+  return RunFirst(threads, f, kBf16Loops, kNoLoop);
 }
 
 }  // namespace strata::control::probe
