@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/enum_names.h"
+
 namespace strata::control {
 namespace {
 
@@ -65,29 +67,17 @@ double Merit(const Slot& s, const PoolSpec& p) {
   return 0;
 }
 
+// Per workload (in Workload's order): the unit its figure of merit reads in, and the rule.
+constexpr auto kMeritUnits = EnumNames<Workload::kPrefillHeavy>(" GB free", " GB/s", " T(FL)OPS");
+constexpr auto kMeritRules = EnumNames<Workload::kPrefillHeavy>(
+    "balanced prefers free memory", "decode_heavy prefers memory bandwidth",
+    "prefill_heavy prefers compute");
+
 std::string MeritText(const Slot& s, const PoolSpec& p) {
-  switch (p.workload) {
-    case Workload::kDecodeHeavy:
-      return fmt::format("{:g} GB/s", s.d->mem_bandwidth_gbps);
-    case Workload::kPrefillHeavy:
-      return fmt::format("{:g} T(FL)OPS", ComputeRate(*s.d, p));
-    case Workload::kBalanced:
-      return fmt::format("{:g} GB free", s.mem_free);
-  }
-  return "";
+  return fmt::format("{:g}{}", Merit(s, p), EnumName(kMeritUnits, p.workload, ""));
 }
 
-std::string_view MeritRule(Workload w) {
-  switch (w) {
-    case Workload::kDecodeHeavy:
-      return "decode_heavy prefers memory bandwidth";
-    case Workload::kPrefillHeavy:
-      return "prefill_heavy prefers compute";
-    case Workload::kBalanced:
-      return "balanced prefers free memory";
-  }
-  return "";
-}
+std::string_view MeritRule(Workload w) { return EnumName(kMeritRules, w, ""); }
 
 // True when a ranks before b for pool p.
 bool Better(const Slot& a, const Slot& b, const PoolSpec& p) {
