@@ -33,6 +33,24 @@ std::string Quoted(std::string_view s) {
   return out;
 }
 
+// Refuses a repeated name among `items` ("<noun>'<name>'<what>") and fills `sorted` with their
+// indices in name order. The names are views into `items`, which must not grow meanwhile.
+template <typename T, typename NameOf>
+Status IndexUniqueNames(const std::vector<T>& items, NameOf name_of, const char* noun,
+                        const char* what, std::vector<size_t>* sorted) {
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(items.size());
+  for (const T& item : items) {
+    if (!seen.insert(name_of(item)).second)
+      return Status::InvalidArgument(noun + Quoted(name_of(item)) + what);
+  }
+  sorted->resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) (*sorted)[i] = i;
+  std::sort(sorted->begin(), sorted->end(),
+            [&](size_t a, size_t b) { return name_of(items[a]) < name_of(items[b]); });
+  return Status::Ok();
+}
+
 // How Value stores a scalar read as T: integers widened to 64 bits, floats as double.
 template <typename T>
 using Widened = std::conditional_t<std::is_floating_point_v<T>, double,
@@ -273,7 +291,6 @@ Status GgufParser::ReadHeader(GgufFile* f, uint64_t* n_tensors, uint64_t* n_kv) 
 
 Status GgufParser::ReadMetadata(GgufFile* f, uint64_t n_kv) {
   f->kv_.reserve(static_cast<size_t>(n_kv));
-  std::unordered_set<std::string_view> seen;
   for (uint64_t i = 0; i < n_kv; ++i) {
     KeyValue kv;
     RETURN_IF_ERROR(ReadString(&kv.key, "metadata[" + std::to_string(i) + "].key"));
@@ -284,14 +301,9 @@ Status GgufParser::ReadMetadata(GgufFile* f, uint64_t n_kv) {
     f->kv_.push_back(std::move(kv));
   }
   // Duplicate check after all keys are in place (string_views stay valid: no more push_backs).
-  for (const auto& kv : f->kv_) {
-    if (!seen.insert(kv.key).second)
-      return Status::InvalidArgument("metadata " + Quoted(kv.key) + ": duplicate key");
-  }
-  f->kv_sorted_.resize(f->kv_.size());
-  for (size_t i = 0; i < f->kv_.size(); ++i) f->kv_sorted_[i] = i;
-  std::sort(f->kv_sorted_.begin(), f->kv_sorted_.end(),
-            [&](size_t a, size_t b) { return f->kv_[a].key < f->kv_[b].key; });
+  RETURN_IF_ERROR(IndexUniqueNames(
+      f->kv_, [](const KeyValue& kv) -> const std::string& { return kv.key; }, "metadata ",
+      ": duplicate key", &f->kv_sorted_));
 
   if (const Value* a = f->Find(internal::kAlignmentKey)) {
     std::string field = std::string("metadata '") + internal::kAlignmentKey + "'";
@@ -363,17 +375,9 @@ Status GgufParser::ReadTensorInfos(GgufFile* f, uint64_t n_tensors) {
     RETURN_IF_ERROR(ReadLe(&ti.offset, field + ": offset"));
     f->tensors_.push_back(std::move(ti));
   }
-  std::unordered_set<std::string_view> seen;
-  seen.reserve(f->tensors_.size());
-  for (const auto& t : f->tensors_) {
-    if (!seen.insert(t.name).second)
-      return Status::InvalidArgument("tensor " + Quoted(t.name) + ": duplicate tensor name");
-  }
-  f->tensor_sorted_.resize(f->tensors_.size());
-  for (size_t i = 0; i < f->tensors_.size(); ++i) f->tensor_sorted_[i] = i;
-  std::sort(f->tensor_sorted_.begin(), f->tensor_sorted_.end(),
-            [&](size_t a, size_t b) { return f->tensors_[a].name < f->tensors_[b].name; });
-  return Status::Ok();
+  return IndexUniqueNames(
+      f->tensors_, [](const TensorInfo& t) -> const std::string& { return t.name; }, "tensor ",
+      ": duplicate tensor name", &f->tensor_sorted_);
 }
 
 Status GgufParser::PlaceTensors(GgufFile* f) {

@@ -6,41 +6,17 @@
 #include <string>
 #include <utility>
 
+#include "base/enum_names.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_internal.h"
 
 namespace strata::gguf {
 
 std::string_view ValueTypeName(ValueType t) {
-  switch (t) {
-    case ValueType::kUint8:
-      return "u8";
-    case ValueType::kInt8:
-      return "i8";
-    case ValueType::kUint16:
-      return "u16";
-    case ValueType::kInt16:
-      return "i16";
-    case ValueType::kUint32:
-      return "u32";
-    case ValueType::kInt32:
-      return "i32";
-    case ValueType::kFloat32:
-      return "f32";
-    case ValueType::kBool:
-      return "bool";
-    case ValueType::kString:
-      return "string";
-    case ValueType::kArray:
-      return "array";
-    case ValueType::kUint64:
-      return "u64";
-    case ValueType::kInt64:
-      return "i64";
-    case ValueType::kFloat64:
-      return "f64";
-  }
-  return "unknown";
+  static constexpr auto kNames =
+      EnumNames<ValueType::kFloat64>("u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool",
+                                     "string", "array", "u64", "i64", "f64");
+  return EnumName(kNames, t, "unknown");
 }
 
 namespace internal {

@@ -571,15 +571,11 @@ Status CheckVocab(const tokenizer::Vocab& v) {
   if (!v.types.empty() && v.types.size() != n)
     return Status::InvalidArgument(
         fmt::format("synth: vocabulary has {} token types for {} tokens", v.types.size(), n));
-  for (auto [field, id] : {std::pair<const char*, int32_t>{"bos", v.bos},
-                           {"eos", v.eos},
-                           {"unk", v.unk},
-                           {"pad", v.pad},
-                           {"eot", v.eot},
-                           {"eom", v.eom}}) {
+  for (const tokenizer::SpecialTokenId& t : tokenizer::kSpecialTokenIds) {
+    const int32_t id = v.*t.id;
     if (id >= static_cast<int64_t>(n))
       return Status::InvalidArgument(
-          fmt::format("synth: vocabulary {} id {} is out of range ({} tokens)", field, id, n));
+          fmt::format("synth: vocabulary {} id {} is out of range ({} tokens)", t.name, id, n));
   }
   return Status::Ok();
 }
@@ -620,13 +616,9 @@ void SetMetadata(const SynthConfig& c, const tokenizer::Vocab& v, gguf::GgufWrit
   for (size_t i = 0; i < v.types.size(); ++i) types[i] = static_cast<int32_t>(v.types[i]);
   w->Set("tokenizer.ggml.token_type", Value::Int32Array(std::move(types)));
   if (!v.merges.empty()) w->Set("tokenizer.ggml.merges", Value::StringArray(v.merges));
-  for (auto [key, id] : {std::pair<const char*, int32_t>{"tokenizer.ggml.bos_token_id", v.bos},
-                         {"tokenizer.ggml.eos_token_id", v.eos},
-                         {"tokenizer.ggml.unknown_token_id", v.unk},
-                         {"tokenizer.ggml.padding_token_id", v.pad},
-                         {"tokenizer.ggml.eot_token_id", v.eot},
-                         {"tokenizer.ggml.eom_token_id", v.eom}}) {
-    if (id >= 0) w->Set(key, u32(static_cast<uint32_t>(id)));
+  for (const tokenizer::SpecialTokenId& t : tokenizer::kSpecialTokenIds) {
+    const int32_t id = v.*t.id;
+    if (id >= 0) w->Set(t.gguf_key, u32(static_cast<uint32_t>(id)));
   }
   w->Set("tokenizer.ggml.add_bos_token", Value::Bool(v.add_bos));
   w->Set("tokenizer.ggml.add_eos_token", Value::Bool(v.add_eos));

@@ -47,6 +47,22 @@ struct Vocab {
   std::string chat_template;     // tokenizer.chat_template, empty if none
 };
 
+// The special token ids a vocabulary names, in the order they are read: the short name used in
+// messages, the GGUF key, the member of Vocab.
+struct SpecialTokenId {
+  const char* name;
+  const char* gguf_key;
+  int32_t Vocab::*id;
+};
+inline constexpr SpecialTokenId kSpecialTokenIds[] = {
+    {"bos", "tokenizer.ggml.bos_token_id", &Vocab::bos},
+    {"eos", "tokenizer.ggml.eos_token_id", &Vocab::eos},
+    {"unk", "tokenizer.ggml.unknown_token_id", &Vocab::unk},
+    {"pad", "tokenizer.ggml.padding_token_id", &Vocab::pad},
+    {"eot", "tokenizer.ggml.eot_token_id", &Vocab::eot},
+    {"eom", "tokenizer.ggml.eom_token_id", &Vocab::eom},
+};
+
 // Reads tokenizer.ggml.* keys. Works on vocabulary-only GGUF files.
 Result<Vocab> VocabFromGguf(const gguf::GgufFile& file);
 // Parses a SentencePiece ModelProto (`tokenizer.model`, protobuf) into an SPM vocab.

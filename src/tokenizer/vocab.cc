@@ -15,20 +15,6 @@ namespace {
 
 constexpr int64_t kMaxTokens = int64_t{1} << 24;  // far above any real vocabulary
 
-// The special token ids a vocabulary names, with their GGUF keys, in the order they are read.
-struct TokenIdKey {
-  const char* key;
-  int32_t Vocab::*id;
-};
-constexpr TokenIdKey kTokenIdKeys[] = {
-    {"tokenizer.ggml.bos_token_id", &Vocab::bos},
-    {"tokenizer.ggml.eos_token_id", &Vocab::eos},
-    {"tokenizer.ggml.unknown_token_id", &Vocab::unk},
-    {"tokenizer.ggml.padding_token_id", &Vocab::pad},
-    {"tokenizer.ggml.eot_token_id", &Vocab::eot},
-    {"tokenizer.ggml.eom_token_id", &Vocab::eom},
-};
-
 std::string IdKeyError(std::string_view key, int64_t id, size_t n) {
   return std::string(key) + " = " + std::to_string(id) + " is out of range (vocabulary has " +
          std::to_string(n) + " tokens)";
@@ -84,10 +70,10 @@ Status ValidateVocab(const Vocab& v) {
   for (size_t i = 0; i < v.types.size(); ++i) {
     RETURN_IF_ERROR(CheckTokenType(i, static_cast<int32_t>(v.types[i])));
   }
-  for (const auto& [key, member] : kTokenIdKeys) {
-    const int32_t id = v.*member;
+  for (const SpecialTokenId& t : kSpecialTokenIds) {
+    const int32_t id = v.*t.id;
     if (id != -1 && (id < 0 || static_cast<size_t>(id) >= n)) {
-      return Status::InvalidArgument(IdKeyError(key, id, n));
+      return Status::InvalidArgument(IdKeyError(t.gguf_key, id, n));
     }
   }
   if (v.add_bos && v.bos < 0) {
@@ -186,8 +172,8 @@ Status ReadSpecials(const gguf::GgufFile& f, Vocab* v) {
         v->pre == "llama-bpe" || v->pre == "llama3" || v->pre == "llama-v3" || v->pre == "falcon3";
     v->add_space_prefix = false;
   }
-  for (const auto& [key, member] : kTokenIdKeys) {
-    RETURN_IF_ERROR(ReadTokenId(f, key, n, &(v->*member)));
+  for (const SpecialTokenId& t : kSpecialTokenIds) {
+    RETURN_IF_ERROR(ReadTokenId(f, t.gguf_key, n, &(v->*t.id)));
   }
   ASSIGN_OR_RETURN(v->add_bos, f.GetBoolOr("tokenizer.ggml.add_bos_token", v->add_bos));
   ASSIGN_OR_RETURN(v->add_eos, f.GetBoolOr("tokenizer.ggml.add_eos_token", v->add_eos));

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "base/enum_names.h"
+
 namespace strata::tokenizer::chat {
 
 const Value* ValueDict::Find(std::string_view key) const {
@@ -113,29 +115,10 @@ bool Value::Truthy() const {
 }
 
 std::string_view Value::TypeName() const {
-  switch (kind_) {
-    case Kind::kUndefined:
-      return "undefined";
-    case Kind::kNone:
-      return "NoneType";
-    case Kind::kBool:
-      return "bool";
-    case Kind::kInt:
-      return "int";
-    case Kind::kFloat:
-      return "float";
-    case Kind::kString:
-      return "str";
-    case Kind::kList:
-      return "list";
-    case Kind::kDict:
-      return "dict";
-    case Kind::kNamespace:
-      return "Namespace";
-    case Kind::kCallable:
-      return "function";
-  }
-  return "?";
+  static constexpr auto kNames =
+      EnumNames<Kind::kCallable>("undefined", "NoneType", "bool", "int", "float", "str", "list",
+                                 "dict", "Namespace", "function");
+  return EnumName(kNames, kind_, "?");
 }
 
 std::string FloatRepr(double f) {
