@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstddef>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 namespace strata::http {
@@ -41,23 +43,11 @@ std::string ErrorBody(std::string_view message, std::string_view type, std::stri
 }
 
 int HttpStatusOf(StatusCode code) {
-  switch (code) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kOutOfRange:
-      return 400;
-    case StatusCode::kNotFound:
-      return 404;
-    case StatusCode::kResourceExhausted:
-      return 429;
-    case StatusCode::kUnavailable:
-      return 503;
-    case StatusCode::kUnimplemented:
-      return 501;
-    case StatusCode::kDeadlineExceeded:
-      return 504;
-    default:
-      return 500;
-  }
+  // Indexed by the code (kOk .. kDeadlineExceeded); kOk is not an error, so it is 500 here.
+  static constexpr int kHttpStatus[] = {500, 400, 404, 429, 503, 500, 501, 400, 500, 504};
+  static_assert(std::size(kHttpStatus) == static_cast<size_t>(StatusCode::kDeadlineExceeded) + 1);
+  const auto i = static_cast<size_t>(code);
+  return i < std::size(kHttpStatus) ? kHttpStatus[i] : 500;
 }
 
 HttpResponse ErrorResponse(int status, std::string_view message, std::string_view param) {

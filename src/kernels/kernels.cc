@@ -345,6 +345,23 @@ WeightLayout PreferredLayout(DType t) {
   return static_cast<int>(isa) >= static_cast<int>(Isa::kAvx2) ? panels : WeightLayout::kRows;
 }
 
+namespace {
+
+// The weight layout a K-quant type gets: its panels (with their overhead) or `rows` as stored.
+const char* KqLayout(DType t, const char* rows) {
+  if (PreferredLayout(t) != WeightLayout::kPanels16) return rows;
+  switch (t) {
+    case DType::kQ4_K:
+      return "panels16 (repacked at load, unpacked scales: +2.8 %)";
+    case DType::kQ5_K:
+      return "panels16 (repacked at load, unpacked scales: +2.3 %)";
+    default:
+      return "panels16 (repacked at load, +0.95 % padding)";
+  }
+}
+
+}  // namespace
+
 std::vector<KernelVariant> DescribeKernels() {
   const Isa isa = ActiveIsa();
   const bool avx512 = isa == Isa::kAvx512 || isa == Isa::kAmx, avx2 = isa == Isa::kAvx2;
@@ -376,23 +393,15 @@ std::vector<KernelVariant> DescribeKernels() {
            "AVX2: 8 rows per 256-bit half-panel, the avx512 level's exact per-block integers "
            "(its bits), no cross-lane moves"};
     } else if (kq && avx512) {
-      const bool p16 = PreferredLayout(t) == WeightLayout::kPanels16;
       v = {t, "avx512-vnni GEMV on 16-row K-quant panels (no shuffles)",
            "avx512-vnni GEMM, 4 rows x 16 tokens (rows unpacked to int8 per panel)",
-           p16 ? (t == DType::kQ4_K   ? "panels16 (repacked at load, unpacked scales: +2.8 %)"
-                  : t == DType::kQ5_K ? "panels16 (repacked at load, unpacked scales: +2.3 %)"
-                                      : "panels16 (repacked at load, +0.95 % padding)")
-               : "rows (as stored)",
+           KqLayout(t, "rows (as stored)"),
            "AVX-512 VNNI: an exact integer per super-block (vpdpbusd + vpmulld by the scales) "
            "folded once; lanes are rows in the GEMV and tokens in the GEMM, the same bits"};
     } else if (kq && avx2) {
-      const bool p16 = PreferredLayout(t) == WeightLayout::kPanels16;
       v = {t, "avx2 GEMV on 16-row K-quant panels (vpmaddubsw, no shuffles)",
            "the same GEMV, 2 tokens per weight read",
-           p16 ? (t == DType::kQ4_K   ? "panels16 (repacked at load, unpacked scales: +2.8 %)"
-                  : t == DType::kQ5_K ? "panels16 (repacked at load, unpacked scales: +2.3 %)"
-                                      : "panels16 (repacked at load, +0.95 % padding)")
-               : "rows (as stored; packed a panel at a time)",
+           KqLayout(t, "rows (as stored; packed a panel at a time)"),
            "AVX2: 8 rows per 256-bit half-panel, int16 sums widened by vpmaddwd with the rows' "
            "scales; the avx512 level's exact integers and fold (its bits)"};
     } else if (t == DType::kBF16 && avx512 && Bf16DotActive()) {

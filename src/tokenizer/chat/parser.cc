@@ -5,6 +5,7 @@
 #include <optional>
 #include <span>
 
+#include "base/enum_names.h"
 #include "tokenizer/chat/builtins.h"
 
 namespace strata::tokenizer::chat {
@@ -83,30 +84,12 @@ class Parser {
   }
 
   std::string Describe(const Token& t) const {
-    switch (t.type) {
-      case TokenType::kText:
-        return "template text";
-      case TokenType::kVarBegin:
-        return "'{{'";
-      case TokenType::kVarEnd:
-        return "'}}'";
-      case TokenType::kBlockBegin:
-        return "'{%'";
-      case TokenType::kBlockEnd:
-        return "'%}'";
-      case TokenType::kName:
-        return "'" + t.text + "'";
-      case TokenType::kString:
-        return "string literal";
-      case TokenType::kInt:
-      case TokenType::kFloat:
-        return "number";
-      case TokenType::kOp:
-        return "'" + t.text + "'";
-      case TokenType::kEof:
-        return "end of template";
-    }
-    return "token";
+    // kName and kOp are quoted as written; the rest by what they are.
+    static constexpr auto kNames =
+        EnumNames<TokenType::kEof>("template text", "'{{'", "'}}'", "'{%'", "'%}'", "",
+                                   "string literal", "number", "number", "", "end of template");
+    if (t.type == TokenType::kName || t.type == TokenType::kOp) return "'" + t.text + "'";
+    return std::string(EnumName(kNames, t.type, "token"));
   }
 
   Status Expect(TokenType type, std::string_view what) {
