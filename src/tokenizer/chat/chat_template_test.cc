@@ -61,6 +61,9 @@ const Case kCases[] = {
      R"(10TrueFalse33;21FalseFalse32;32FalseTrue31;)"},
     {R"({% for m in [] %}x{% else %}empty{% endfor %})",
      R"(empty)"},
+    // An empty sequence times a huge count is empty at once (was a loop of 2^63 appends).
+    {R"({{ '' * 9223372036854775807 }}|{{ ([] * 9223372036854775807) | length }}|{{ 'ab' * 0 }})",
+     R"(|0|)"},
     {R"({% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|{% for k in d %}{{ k }}{% endfor %}|{% for k, v in d|items %}{{ k }}{% endfor %})",
      R"(b=1;a=[1, 2.5, None, True];c=é"
 ;|bac|bac)"},

@@ -144,8 +144,9 @@ Result<Value> Repeat(Interpreter& in, const Value& a, const Value& b) {
   const Value& seq = (a.is_string() || a.is_list()) ? a : b;
   const Value& count = (a.is_string() || a.is_list()) ? b : a;
   if (!count.is_int() && !count.is_bool()) return Err(OperandError("*", a, b));
-  int64_t n = std::max<int64_t>(0, count.as_int());
   size_t unit = seq.is_string() ? seq.str().size() : seq.list().size();
+  // An empty sequence repeated stays empty: no loop over a count the size bound cannot limit.
+  int64_t n = unit == 0 ? 0 : std::max<int64_t>(0, count.as_int());
   int64_t total;
   if (!CheckedMul(static_cast<int64_t>(unit), n, &total) ||
       static_cast<uint64_t>(total) > in.max_bytes()) {
