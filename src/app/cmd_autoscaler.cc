@@ -5,13 +5,13 @@
 // JSON) and /health. `--rules` prints the Prometheus rules file of the spec and exits; `--once`
 // runs one interval, prints the status JSON and exits (1 when Prometheus could not be queried).
 // Wiring only; SIGINT/SIGTERM stop it (exit 0).
-#include <pthread.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <memory>
 #include <string>
 
+#include "app/cli_common.h"
 #include "app/commands.h"
 #include "control/loop.h"
 #include "control/prom_client.h"
@@ -42,11 +42,7 @@ http::HttpResponse Text(int status, std::string content_type, std::string body) 
 }
 
 Status Serve(const AutoscalerFlags& f, control::ControlLoop* loop) {
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  sigset_t sigs = BlockSignals({SIGINT, SIGTERM});
   http::HttpServerOptions so;
   so.host = f.host;
   so.port = static_cast<uint16_t>(f.port);
@@ -87,10 +83,7 @@ Status RunAutoscaler(const AutoscalerFlags& f, int* exit_code) {
   if (f.once) {
     Status s = loop.Tick(control::Clock::now());
     std::printf("%s\n", loop.StatusJson().c_str());
-    if (!s.ok()) {
-      std::fprintf(stderr, "strata autoscaler: %s\n", s.ToString().c_str());
-      *exit_code = 1;
-    }
+    ReportError(s, "strata autoscaler", exit_code);
     return Status::Ok();
   }
   return Serve(f, &loop);
@@ -103,26 +96,18 @@ void RegisterAutoscaler(CLI::App& app, int* exit_code) {
   CLI::App* c = app.add_subcommand(
       "autoscaler", "SLO autoscaler for Kubernetes: exports each pool's desired replica count");
   c->add_option("-f,--file", f->spec, "deployment spec (YAML)")->required();
-  c->add_option("--prometheus", f->prometheus, "Prometheus base URL")->capture_default_str();
-  c->add_option("--host", f->host, "address to bind")->capture_default_str();
-  c->add_option("--port", f->port, "port of /metrics and /status (0: any)")->capture_default_str();
-  c->add_option("--window", f->window, "rate window of the queries (PromQL duration)")
-      ->capture_default_str();
+  AddDefaulted(c, "--prometheus", f->prometheus, "Prometheus base URL");
+  AddDefaulted(c, "--host", f->host, "address to bind");
+  AddDefaulted(c, "--port", f->port, "port of /metrics and /status (0: any)");
+  AddDefaulted(c, "--window", f->window, "rate window of the queries (PromQL duration)");
   c->add_flag("--rules", f->rules, "print the Prometheus rules file of the spec and exit");
   c->add_flag("--once", f->once, "decide once, print the status JSON and exit");
-  c->add_option("--service-alpha-s", f->profile.alpha_s,
-                "replica profile: T(b) = alpha + beta*b, alpha in seconds")
-      ->capture_default_str();
-  c->add_option("--service-beta-s", f->profile.beta_s, "replica profile: beta in seconds")
-      ->capture_default_str();
-  c->add_option("--max-batch", f->profile.max_batch, "replica profile: requests run at once")
-      ->capture_default_str();
+  AddDefaulted(c, "--service-alpha-s", f->profile.alpha_s,
+               "replica profile: T(b) = alpha + beta*b, alpha in seconds");
+  AddDefaulted(c, "--service-beta-s", f->profile.beta_s, "replica profile: beta in seconds");
+  AddDefaulted(c, "--max-batch", f->profile.max_batch, "replica profile: requests run at once");
   c->callback([f, exit_code] {
-    Status s = RunAutoscaler(*f, exit_code);
-    if (!s.ok()) {
-      std::fprintf(stderr, "strata autoscaler: %s\n", s.ToString().c_str());
-      *exit_code = 1;
-    }
+    ReportError(RunAutoscaler(*f, exit_code), "strata autoscaler", exit_code);
   });
 }
 

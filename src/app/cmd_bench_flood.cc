@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "app/cli_common.h"
 #include "app/commands.h"
 #include "bench/flood.h"
 
@@ -22,11 +23,8 @@ void RegisterBenchFlood(CLI::App* bench, int* exit_code) {
                 "the server's pid: report its RSS (/proc) and check it is alive at the end");
   c->callback([o, exit_code] {
     auto r = bench::RunFlood(*o);
-    if (!r.ok()) {
-      std::fprintf(stderr, "strata bench flood: %s\n", r.status().ToString().c_str());
-      *exit_code = 1;
-      return;
-    }
+    ReportError(r.status(), "strata bench flood", exit_code);
+    if (!r.ok()) return;
     std::fputs(bench::FormatFloodReport(*r).c_str(), stdout);
     if (!r->ok()) *exit_code = 1;
   });

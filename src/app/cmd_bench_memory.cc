@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "app/cli_common.h"
 #include "app/commands.h"
 #include "base/memory_size.h"
 #include "base/thread_pool.h"
@@ -92,17 +93,11 @@ void RegisterBenchMemory(CLI::App* bench, int* exit_code) {
   CLI::App* cmd = bench->add_subcommand(
       "memory", "The machine's read bandwidth and peak fp32/int8/bf16 rates (the decode roofline)");
   cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
-  cmd->add_option("-r,--reps", o->reps, "Repetitions (median reported)")->capture_default_str();
-  cmd->add_option("--bytes", o->bytes, "Buffer read by the bandwidth test (larger than the caches)")
-      ->capture_default_str();
+  AddDefaulted(cmd, "-r,--reps", o->reps, "Repetitions (median reported)");
+  AddDefaulted(cmd, "--bytes", o->bytes,
+               "Buffer read by the bandwidth test (larger than the caches)");
   cmd->add_flag("--json", o->json, "Print JSON");
-  cmd->callback([o, exit_code] {
-    const Status s = RunBenchMemory(*o);
-    if (!s.ok()) {
-      std::cerr << "error: " << s.message() << "\n";
-      *exit_code = 1;
-    }
-  });
+  cmd->callback([o, exit_code] { ReportError(RunBenchMemory(*o), exit_code); });
 }
 
 }  // namespace strata::app

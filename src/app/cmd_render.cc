@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "app/cli_common.h"
 #include "app/commands.h"
 #include "control/dashboard.h"
 #include "control/queries.h"
@@ -88,25 +89,15 @@ void RegisterFileRender(CLI::App* render, int* exit_code) {
   c->add_option("-f,--file", g->spec_path,
                 "deployment spec: its SLO objectives and name (default: every objective)");
   c->add_option("-o,--out", g->out_file, "output file (replaced)")->required();
-  c->callback([g, exit_code] {
-    Status s = RunRenderGrafana(*g);
-    if (!s.ok()) {
-      std::fprintf(stderr, "strata render grafana: %s\n", s.ToString().c_str());
-      *exit_code = 1;
-    }
-  });
+  c->callback(
+      [g, exit_code] { ReportError(RunRenderGrafana(*g), "strata render grafana", exit_code); });
   auto r = std::make_shared<FileFlags>();
   CLI::App* rc = render->add_subcommand(
       "rules", "the Prometheus rules file (recording rules, SLO objectives, burn-rate alerts)");
   rc->add_option("-f,--file", r->spec_path, "deployment spec (examples/deploy.yaml)")->required();
   rc->add_option("-o,--out", r->out_file, "output file (replaced)")->required();
-  rc->callback([r, exit_code] {
-    Status s = RunRenderRules(*r);
-    if (!s.ok()) {
-      std::fprintf(stderr, "strata render rules: %s\n", s.ToString().c_str());
-      *exit_code = 1;
-    }
-  });
+  rc->callback(
+      [r, exit_code] { ReportError(RunRenderRules(*r), "strata render rules", exit_code); });
 }
 
 }  // namespace
@@ -121,30 +112,19 @@ void RegisterRender(CLI::App& app, int* exit_code) {
       "a PrometheusRule, kustomization.yaml)");
   c->add_option("-f,--file", f->spec_path, "deployment spec (examples/deploy.yaml)")->required();
   c->add_option("-o,--out", f->out_dir, "output folder (created; files are replaced)")->required();
-  c->add_option("--image", f->opt.image, "container image with /usr/bin/strata (deploy/image)")
-      ->capture_default_str();
-  c->add_option("--image-pull-policy", f->opt.image_pull_policy, "IfNotPresent | Always | Never")
-      ->check(CLI::IsMember({"IfNotPresent", "Always", "Never"}))
-      ->capture_default_str();
+  AddDefaulted(c, "--image", f->opt.image, "container image with /usr/bin/strata (deploy/image)");
+  AddDefaulted(c, "--image-pull-policy", f->opt.image_pull_policy, "IfNotPresent | Always | Never")
+      ->check(CLI::IsMember({"IfNotPresent", "Always", "Never"}));
   c->add_option("--namespace", f->opt.namespace_name,
                 "namespace of every object (default: kubectl's current one)");
-  c->add_option("--models-claim", f->opt.models_claim,
-                "PersistentVolumeClaim holding the model files (mounted read-only at /models)")
-      ->capture_default_str();
-  c->add_option("--prometheus", f->opt.prometheus_url,
-                "Prometheus URL the autoscaler and KEDA's triggers query")
-      ->capture_default_str();
-  c->add_option("--gpu-resource", f->opt.gpu_resource,
-                "extended resource name of a pool's devices.gpus")
-      ->capture_default_str();
+  AddDefaulted(c, "--models-claim", f->opt.models_claim,
+               "PersistentVolumeClaim holding the model files (mounted read-only at /models)");
+  AddDefaulted(c, "--prometheus", f->opt.prometheus_url,
+               "Prometheus URL the autoscaler and KEDA's triggers query");
+  AddDefaulted(c, "--gpu-resource", f->opt.gpu_resource,
+               "extended resource name of a pool's devices.gpus");
   RegisterFileRender(render, exit_code);
-  c->callback([f, exit_code] {
-    Status s = RunRenderK8s(*f);
-    if (!s.ok()) {
-      std::fprintf(stderr, "strata render k8s: %s\n", s.ToString().c_str());
-      *exit_code = 1;
-    }
-  });
+  c->callback([f, exit_code] { ReportError(RunRenderK8s(*f), "strata render k8s", exit_code); });
 }
 
 }  // namespace strata::app

@@ -2,13 +2,13 @@
 // engine) from the replica config. Wiring only: resolve the config, start the replica, wait for
 // SIGINT/SIGTERM, drain, exit 0.
 #include <fmt/format.h>
-#include <pthread.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <optional>
 #include <string>
 
+#include "app/cli_common.h"
 #include "app/commands.h"
 #include "app/replica_flags.h"
 #include "engine/serving/serving_engine.h"
@@ -44,11 +44,7 @@ std::string DescribeTiers(const engine::kvtier::TieredKvConfig& c) {
 Status RunServe(replica::ReplicaConfig config) {
   // Block the shutdown signals in every thread (the replica's inherit the mask); the main thread
   // waits for them with sigwait.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  sigset_t sigs = BlockSignals({SIGINT, SIGTERM});
 
   if (config.model.path.empty()) config.model.path = DefaultModelPath();
   const replica::ServerConfig& o = config.server;
@@ -98,10 +94,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
       return;
     }
     if (s.ok()) s = RunServe(*config);
-    if (!s.ok()) {
-      std::fprintf(stderr, "strata serve: %s\n", s.ToString().c_str());
-      *exit_code = 1;
-    }
+    ReportError(s, "strata serve", exit_code);
   });
 }
 

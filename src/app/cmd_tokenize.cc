@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "app/cli_common.h"
 #include "app/commands.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -164,15 +165,6 @@ Status RunDetokenize(const TokenizeOptions& o) {
   return Status::Ok();
 }
 
-void Report(const Status& st, int* exit_code) {
-  if (st.ok()) {
-    *exit_code = 0;
-  } else {
-    std::cerr << "error: " << st.message() << "\n";
-    *exit_code = 1;
-  }
-}
-
 }  // namespace
 
 void RegisterTokenize(CLI::App& app, int* exit_code) {
@@ -191,10 +183,10 @@ void RegisterTokenize(CLI::App& app, int* exit_code) {
                "Recognise special-token text such as <|eot_id|> in the input");
   tk->callback([opts, exit_code, text_opt, file_opt] {
     if (text_opt->count() == 0 && file_opt->count() == 0) {
-      Report(Status::InvalidArgument("one of --text or --file is required"), exit_code);
+      ReportError(Status::InvalidArgument("one of --text or --file is required"), exit_code);
       return;
     }
-    Report(RunTokenize(*opts), exit_code);
+    ReportError(RunTokenize(*opts), exit_code);
   });
 
   CLI::App* dt = app.add_subcommand("detokenize", "Print the text of a list of token ids");
@@ -203,7 +195,7 @@ void RegisterTokenize(CLI::App& app, int* exit_code) {
                  "(default: the bundled model)");
   dt->add_option("--ids", opts->ids, "Comma-separated token ids, e.g. 1,15043")->required();
   dt->add_flag("--special", opts->special, "Render control tokens such as <|eot_id|> as text");
-  dt->callback([opts, exit_code] { Report(RunDetokenize(*opts), exit_code); });
+  dt->callback([opts, exit_code] { ReportError(RunDetokenize(*opts), exit_code); });
 }
 
 }  // namespace strata::app
