@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "app/cli_common.h"
 #include "app/commands.h"
 #include "app/replica_flags.h"
 #include "base/memory_size.h"
@@ -64,113 +65,168 @@ Stats Summarize(std::vector<double> v) {
   return s;
 }
 
-Status RunBenchModel(const BenchModelOptions& o) {
+// Parse: the checks the flags need before anything loads.
+Status CheckBenchModelOptions(const BenchModelOptions& o) {
   if (o.pp < 1 || o.tg < 0 || o.reps < 1)
     return Status::InvalidArgument("--pp must be >= 1, --tg >= 0, --reps >= 1");
   if (!(o.bandwidth_gbps >= 0))
     return Status::InvalidArgument("--bandwidth-gbps must be >= 0 (0: measure it)");
-  std::string path = o.model.empty() ? DefaultModelPath() : o.model;
+  return Status::Ok();
+}
+
+// Build: the model (timed), the threads and a sequence runner sized for pp + tg.
+struct BenchModelSetup {
+  std::string path;
+  double load_s = 0;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<engine::runner::SequenceRunner> seq;
+};
+
+Result<BenchModelSetup> BuildBenchModel(const BenchModelOptions& o) {
+  BenchModelSetup b;
+  b.path = o.model.empty() ? DefaultModelPath() : o.model;
   auto t_load0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(auto model, model::Model::Load(path));
-  double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load0).count();
-  const auto& cfg = model->config();
-  int n_ctx = o.pp + o.tg;
-  if (n_ctx > cfg.ctx_len)
+  ASSIGN_OR_RETURN(b.model, model::Model::Load(b.path));
+  b.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load0).count();
+  const int n_ctx = o.pp + o.tg;
+  if (n_ctx > b.model->config().ctx_len)
     return Status::InvalidArgument(
-        fmt::format("pp + tg = {} exceeds the model context {}", n_ctx, cfg.ctx_len));
-  ThreadPool pool(o.threads > 0 ? o.threads : DefaultThreadCount());
+        fmt::format("pp + tg = {} exceeds the model context {}", n_ctx, b.model->config().ctx_len));
+  b.pool = std::make_unique<ThreadPool>(o.threads > 0 ? o.threads : DefaultThreadCount());
   ASSIGN_OR_RETURN(const engine::kv::KvDType kv_dtype, engine::kv::ParseKvDType(o.kv_dtype));
-  ASSIGN_OR_RETURN(auto seq,
-                   engine::runner::SequenceRunner::Create(*model, n_ctx, &pool, kv_dtype));
+  ASSIGN_OR_RETURN(b.seq,
+                   engine::runner::SequenceRunner::Create(*b.model, n_ctx, b.pool.get(), kv_dtype));
+  return b;
+}
+
+// Run: what the repetitions measured (the warm-up's figures are dropped).
+struct BenchModelSamples {
+  std::vector<double> pp_tps, tg_tps;
+  std::vector<double> bw_gbps, rooflines;  // bandwidth measurements; decode roofline fractions
+  control::probe::Rate bw;                 // the bandwidth reported (given, or the median)
+};
+
+// One repetition: prefill the prompt, then tg greedy decode steps; the seconds of each part.
+struct RepSeconds {
+  double pp = 0, tg = 0;
+};
+
+Result<RepSeconds> TimeOneRep(engine::runner::SequenceRunner& seq,
+                              const std::vector<int32_t>& prompt, int tg) {
+  seq.Reset();
+  auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(auto logits, seq.Eval(prompt));
+  auto t1 = std::chrono::steady_clock::now();
+  int32_t next =
+      static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  for (int i = 0; i < tg; ++i) {
+    ASSIGN_OR_RETURN(logits, seq.Eval(std::span<const int32_t>(&next, 1)));
+    next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  auto t2 = std::chrono::steady_clock::now();
+  return RepSeconds{std::chrono::duration<double>(t1 - t0).count(),
+                    std::chrono::duration<double>(t2 - t1).count()};
+}
+
+Result<BenchModelSamples> MeasureBenchModel(const BenchModelOptions& o, BenchModelSetup& b) {
   std::mt19937 rng(1234);
   std::vector<int32_t> prompt(static_cast<size_t>(o.pp));
-  for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(cfg.n_vocab));
-  std::vector<double> pp_tps, tg_tps;
+  const auto n_vocab = static_cast<uint32_t>(b.model->config().n_vocab);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % n_vocab);
   // The decode roofline: the bytes a token streams over the machine's read bandwidth on these
   // threads. Unless given, the bandwidth is measured right after every repetition's decode, and
   // each repetition's fraction divides by its own measurement: on a shared host the bandwidth
   // moves by a quarter within minutes, and one probe at another moment would carry that into the
   // fraction. Reported: the medians of the fractions and of the measurements.
-  const double decode_gb = static_cast<double>(model->decode_bytes()) / 1e9;
+  const double decode_gb = static_cast<double>(b.model->decode_bytes()) / 1e9;
   const bool given_bw = o.bandwidth_gbps > 0;
-  control::probe::Rate bw{o.bandwidth_gbps, "given (--bandwidth-gbps)"};
-  std::vector<double> bw_gbps, rooflines;
+  BenchModelSamples s;
+  s.bw = {o.bandwidth_gbps, "given (--bandwidth-gbps)"};
   auto probe = [&] {
-    bw = control::probe::MemoryBandwidthGbps(pool.num_threads(), size_t{1} << 30);
-    if (bw.value > 0) bw_gbps.push_back(bw.value);
-    return bw.value;
+    s.bw = control::probe::MemoryBandwidthGbps(b.pool->num_threads(), size_t{1} << 30);
+    if (s.bw.value > 0) s.bw_gbps.push_back(s.bw.value);
+    return s.bw.value;
   };
   for (int r = -1; r < o.reps; ++r) {  // r = -1: warm-up
-    seq->Reset();
-    auto t0 = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(auto logits, seq->Eval(prompt));
-    auto t1 = std::chrono::steady_clock::now();
-    int32_t next =
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    for (int i = 0; i < o.tg; ++i) {
-      ASSIGN_OR_RETURN(logits, seq->Eval(std::span<const int32_t>(&next, 1)));
-      next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    }
-    auto t2 = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(const RepSeconds t, TimeOneRep(*b.seq, prompt, o.tg));
     if (r < 0) continue;
-    pp_tps.push_back(o.pp / std::chrono::duration<double>(t1 - t0).count());
+    s.pp_tps.push_back(o.pp / t.pp);
     if (o.tg > 0) {
-      tg_tps.push_back(o.tg / std::chrono::duration<double>(t2 - t1).count());
+      s.tg_tps.push_back(o.tg / t.tg);
       const double rate = given_bw ? o.bandwidth_gbps : probe();
-      if (rate > 0) rooflines.push_back(tg_tps.back() * decode_gb / rate);
+      if (rate > 0) s.rooflines.push_back(s.tg_tps.back() * decode_gb / rate);
     }
   }
-  Stats pp = Summarize(pp_tps), tg = Summarize(tg_tps);
-  double gb = static_cast<double>(model->weight_bytes()) / 1e9;
   if (!given_bw && o.tg == 0) probe();  // no decode: the machine's figure alone
-  if (!given_bw) bw.value = Summarize(bw_gbps).median;
-  const double roofline = Summarize(rooflines).median;
+  if (!given_bw) s.bw.value = Summarize(s.bw_gbps).median;
+  return s;
+}
+
+// A Stats as JSON keys: KEY (the median), KEY_min, KEY_max, KEY_stddev.
+void AddStatsJson(nlohmann::json* j, const std::string& key, const Stats& s) {
+  (*j)[key] = s.median;
+  (*j)[key + "_min"] = s.min;
+  (*j)[key + "_max"] = s.max;
+  (*j)[key + "_stddev"] = s.stddev;
+}
+
+// Report: JSON (every sample) or two or three lines of text.
+void PrintBenchModel(const BenchModelOptions& o, const BenchModelSetup& b,
+                     const BenchModelSamples& s) {
+  const Stats pp = Summarize(s.pp_tps), tg = Summarize(s.tg_tps);
+  const double gb = static_cast<double>(b.model->weight_bytes()) / 1e9;
+  const double decode_gb = static_cast<double>(b.model->decode_bytes()) / 1e9;
+  const double roofline = Summarize(s.rooflines).median;
   const control::CpuIdentity cpu_id = control::ThisCpu();
   const std::string cpu =
       fmt::format("{} (family {}, model {})", cpu_id.brand, cpu_id.family, cpu_id.model);
+  const int threads = b.pool->num_threads();
+  const std::string_view isa = kernels::IsaName(kernels::ActiveIsa());
   if (o.json) {
-    nlohmann::json j = {{"model", path},
+    nlohmann::json j = {{"model", b.path},
                         {"cpu", cpu},
-                        {"threads", pool.num_threads()},
+                        {"threads", threads},
                         {"kv_dtype", o.kv_dtype},
-                        {"isa", kernels::IsaName(kernels::ActiveIsa())},
+                        {"isa", isa},
                         {"pp", o.pp},
                         {"tg", o.tg},
                         {"reps", o.reps},
-                        {"load_s", load_s},
+                        {"load_s", b.load_s},
                         {"weight_gb", gb},
                         {"decode_gb_per_token", decode_gb},
-                        {"bandwidth_gbps", bw.value},
-                        {"bandwidth_how", bw.how},
+                        {"bandwidth_gbps", s.bw.value},
+                        {"bandwidth_how", s.bw.how},
                         {"roofline_fraction", roofline},
-                        {"repacked_gb", static_cast<double>(model->repacked_bytes()) / 1e9},
-                        {"pp_tps", pp.median},
-                        {"pp_tps_min", pp.min},
-                        {"pp_tps_max", pp.max},
-                        {"pp_tps_stddev", pp.stddev},
-                        {"tg_tps", tg.median},
-                        {"tg_tps_min", tg.min},
-                        {"tg_tps_max", tg.max},
-                        {"tg_tps_stddev", tg.stddev},
-                        {"pp_samples", pp_tps},
-                        {"tg_samples", tg_tps},
-                        {"bandwidth_samples", bw_gbps},
-                        {"roofline_samples", rooflines}};
+                        {"repacked_gb", static_cast<double>(b.model->repacked_bytes()) / 1e9},
+                        {"pp_samples", s.pp_tps},
+                        {"tg_samples", s.tg_tps},
+                        {"bandwidth_samples", s.bw_gbps},
+                        {"roofline_samples", s.rooflines}};
+    AddStatsJson(&j, "pp_tps", pp);
+    AddStatsJson(&j, "tg_tps", tg);
     std::cout << j.dump(2) << std::endl;
-  } else {
-    std::cout << fmt::format(
-        "model {} ({:.3f} GB weights, load {:.2f} s), threads {}, isa {}, kv {}\ncpu {}\n", path,
-        gb, load_s, pool.num_threads(), kernels::IsaName(kernels::ActiveIsa()), o.kv_dtype, cpu);
-    std::cout << fmt::format(
-        "pp{:<5} {:10.2f} tok/s  (min {:.2f}, max {:.2f}, sd {:.2f}, {} reps)\n", o.pp, pp.median,
-        pp.min, pp.max, pp.stddev, o.reps);
-    if (o.tg > 0)
-      std::cout << fmt::format(
-          "tg{:<5} {:10.2f} tok/s  (min {:.2f}, max {:.2f}, sd {:.2f}, {} reps; {:.1f} GB/s of "
-          "weights, {:.0f} % of the read bandwidth; median {:.1f} GB/s)\n",
-          o.tg, tg.median, tg.min, tg.max, tg.stddev, o.reps, tg.median * decode_gb, 100 * roofline,
-          bw.value);
+    return;
   }
+  std::cout << fmt::format(
+      "model {} ({:.3f} GB weights, load {:.2f} s), threads {}, isa {}, kv {}\ncpu {}\n", b.path,
+      gb, b.load_s, threads, isa, o.kv_dtype, cpu);
+  std::cout << fmt::format("pp{:<5} {:10.2f} tok/s  (min {:.2f}, max {:.2f}, sd {:.2f}, {} reps)\n",
+                           o.pp, pp.median, pp.min, pp.max, pp.stddev, o.reps);
+  if (o.tg > 0)
+    std::cout << fmt::format(
+        "tg{:<5} {:10.2f} tok/s  (min {:.2f}, max {:.2f}, sd {:.2f}, {} reps; {:.1f} GB/s of "
+        "weights, {:.0f} % of the read bandwidth; median {:.1f} GB/s)\n",
+        o.tg, tg.median, tg.min, tg.max, tg.stddev, o.reps, tg.median * decode_gb, 100 * roofline,
+        s.bw.value);
+}
+
+// Parse (CheckBenchModelOptions) -> build (model, threads, runner) -> run -> report.
+Status RunBenchModel(const BenchModelOptions& o) {
+  RETURN_IF_ERROR(CheckBenchModelOptions(o));
+  ASSIGN_OR_RETURN(BenchModelSetup setup, BuildBenchModel(o));
+  ASSIGN_OR_RETURN(const BenchModelSamples samples, MeasureBenchModel(o, setup));
+  PrintBenchModel(o, setup, samples);
   return Status::Ok();
 }
 
@@ -538,6 +594,54 @@ Status RunBenchOffline(const BenchOfflineOptions& o) {
                        : Status::Internal(std::to_string(m.failed) + " requests failed");
 }
 
+// `bench model`'s flags.
+void RegisterBenchModel(CLI::App* bench, int* exit_code) {
+  auto o = std::make_shared<BenchModelOptions>();
+  CLI::App* cmd = bench->add_subcommand(
+      "model", "Single-sequence prefill (pp) and decode (tg) throughput, like llama-bench");
+  cmd->add_option("-m,--model", o->model, "GGUF model file (default: the bundled tiny model)");
+  AddDefaulted(cmd, "--pp", o->pp, "Prompt tokens per prefill test");
+  AddDefaulted(cmd, "--tg", o->tg, "Decode steps after the prefill");
+  cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
+  AddDefaulted(cmd, "-r,--reps", o->reps, "Repetitions (median reported)");
+  AddDefaulted(cmd, "--kv-dtype", o->kv_dtype,
+               "KV cache type: f16 (llama-bench's default), f32, q8_0");
+  cmd->add_option(
+      "--bandwidth-gbps", o->bandwidth_gbps,
+      "Read bandwidth for roofline_fraction (default: measured on the same threads after "
+      "every repetition's decode)");
+  cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->callback([o, exit_code] { ReportError(RunBenchModel(*o), exit_code); });
+}
+
+// `bench offline`'s flags: the workload's, then the engine flags of `strata serve`.
+void RegisterBenchOffline(CLI::App* bench, int* exit_code) {
+  auto f = std::make_shared<BenchOfflineOptions>();
+  CLI::App* off = bench->add_subcommand(
+      "offline", "Run N requests through the batching engine; throughput, TTFT, TPOT");
+  AddDefaulted(off, "--num-prompts", f->num_prompts, "Requests");
+  AddDefaulted(off, "--input-len", f->input_len,
+               "Prompt tokens per request (after the shared prefix)");
+  AddDefaulted(off, "--output-len", f->output_len, "Generated tokens per request");
+  AddDefaulted(off, "--shared-prefix", f->shared_prefix,
+               "Tokens of a prefix common to every prompt");
+  // The engine flags of `strata serve` (same names, same defaults, plus --config); the context
+  // length defaults to what the prompts need.
+  f->replica.Register(off, ReplicaFlags::kModelPath | ReplicaFlags::kEngine);
+  AddDefaulted(off, "-r,--reps", f->reps, "Repetitions (median reported)");
+  AddDefaulted(off, "--warmup", f->warmup, "Unreported runs first (e.g. to warm the prefix cache)");
+  AddDefaulted(off, "--seed", f->seed, "Prompt generator seed");
+  AddDefaulted(off, "--lora-adapters", f->lora_adapters,
+               "Random in-memory LoRA adapters; requests use them round-robin (0: base model)");
+  AddDefaulted(off, "--lora-rank", f->lora_rank, "Rank of the --lora-adapters");
+  off->add_option("--lora-targets", f->lora_targets,
+                  "Matrices the --lora-adapters modify (comma-separated: q,k,v,o,gate,up,down)")
+      ->delimiter(',')
+      ->capture_default_str();
+  off->add_flag("--json", f->json, "Print JSON");
+  off->callback([f, exit_code] { ReportError(RunBenchOffline(*f), exit_code); });
+}
+
 }  // namespace
 
 void RegisterBench(CLI::App& app, int* exit_code) {
@@ -546,65 +650,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   RegisterBenchServe(bench, exit_code);
   RegisterBenchFlood(bench, exit_code);
   RegisterBenchMemory(bench, exit_code);
-  auto o = std::make_shared<BenchModelOptions>();
-  CLI::App* cmd = bench->add_subcommand(
-      "model", "Single-sequence prefill (pp) and decode (tg) throughput, like llama-bench");
-  cmd->add_option("-m,--model", o->model, "GGUF model file (default: the bundled tiny model)");
-  cmd->add_option("--pp", o->pp, "Prompt tokens per prefill test")->capture_default_str();
-  cmd->add_option("--tg", o->tg, "Decode steps after the prefill")->capture_default_str();
-  cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
-  cmd->add_option("-r,--reps", o->reps, "Repetitions (median reported)")->capture_default_str();
-  cmd->add_option("--kv-dtype", o->kv_dtype,
-                  "KV cache type: f16 (llama-bench's default), f32, q8_0")
-      ->capture_default_str();
-  cmd->add_option(
-      "--bandwidth-gbps", o->bandwidth_gbps,
-      "Read bandwidth for roofline_fraction (default: measured on the same threads after "
-      "every repetition's decode)");
-  cmd->add_flag("--json", o->json, "Print JSON");
-  cmd->callback([o, exit_code] {
-    Status s = RunBenchModel(*o);
-    if (!s.ok()) {
-      std::cerr << "error: " << s.message() << "\n";
-      *exit_code = 1;
-    }
-  });
-
-  auto f = std::make_shared<BenchOfflineOptions>();
-  CLI::App* off = bench->add_subcommand(
-      "offline", "Run N requests through the batching engine; throughput, TTFT, TPOT");
-  off->add_option("--num-prompts", f->num_prompts, "Requests")->capture_default_str();
-  off->add_option("--input-len", f->input_len,
-                  "Prompt tokens per request (after the shared prefix)")
-      ->capture_default_str();
-  off->add_option("--output-len", f->output_len, "Generated tokens per request")
-      ->capture_default_str();
-  off->add_option("--shared-prefix", f->shared_prefix, "Tokens of a prefix common to every prompt")
-      ->capture_default_str();
-  // The engine flags of `strata serve` (same names, same defaults, plus --config); the context
-  // length defaults to what the prompts need.
-  f->replica.Register(off, ReplicaFlags::kModelPath | ReplicaFlags::kEngine);
-  off->add_option("-r,--reps", f->reps, "Repetitions (median reported)")->capture_default_str();
-  off->add_option("--warmup", f->warmup, "Unreported runs first (e.g. to warm the prefix cache)")
-      ->capture_default_str();
-  off->add_option("--seed", f->seed, "Prompt generator seed")->capture_default_str();
-  off->add_option("--lora-adapters", f->lora_adapters,
-                  "Random in-memory LoRA adapters; requests use them round-robin (0: base model)")
-      ->capture_default_str();
-  off->add_option("--lora-rank", f->lora_rank, "Rank of the --lora-adapters")
-      ->capture_default_str();
-  off->add_option("--lora-targets", f->lora_targets,
-                  "Matrices the --lora-adapters modify (comma-separated: q,k,v,o,gate,up,down)")
-      ->delimiter(',')
-      ->capture_default_str();
-  off->add_flag("--json", f->json, "Print JSON");
-  off->callback([f, exit_code] {
-    Status s = RunBenchOffline(*f);
-    if (!s.ok()) {
-      std::cerr << "error: " << s.message() << "\n";
-      *exit_code = 1;
-    }
-  });
+  RegisterBenchModel(bench, exit_code);
+  RegisterBenchOffline(bench, exit_code);
 }
 
 }  // namespace strata::app
