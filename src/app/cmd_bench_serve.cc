@@ -6,9 +6,11 @@
 #include <cmath>
 #include <ctime>
 #include <fstream>
+#include <initializer_list>
 #include <iostream>
 #include <memory>
 
+#include "app/cli_common.h"
 #include "app/commands.h"
 #include "bench/dataset.h"
 #include "bench/load_gen.h"
@@ -37,89 +39,103 @@ struct BenchServeFlags {
   std::string rates, concurrency, out_dir;
 };
 
-void AddCommon(CLI::App* c, BenchServeFlags* f) {
+// What is sent where: the model name, the key, the endpoint.
+void AddTargetFlags(CLI::App* c, BenchServeFlags* f) {
   c->add_option("--model", f->load.model,
                 "model name sent in requests (default: first id of GET /v1/models)");
   c->add_option("--api-key", f->load.api_key, "sent as 'Authorization: Bearer KEY'");
-  c->add_option("--endpoint", f->load.endpoint, "completions | chat")->capture_default_str();
-  c->add_option("--dataset", f->data.name, "random | shared-prefix | multi-turn | jsonl")
-      ->capture_default_str();
+  AddDefaulted(c, "--endpoint", f->load.endpoint, "completions | chat");
+}
+
+// The prompts: which dataset, how many, and how they are written.
+void AddDatasetFlags(CLI::App* c, BenchServeFlags* f) {
+  AddDefaulted(c, "--dataset", f->data.name, "random | shared-prefix | multi-turn | jsonl");
   c->add_option("--num-prompts", f->data.num_prompts,
                 "requests (random: required; jsonl: truncate/cycle; shared-prefix: at most G*Q)");
-  c->add_option("--seed", f->data.seed, "seed for prompts and arrival times")
-      ->capture_default_str();
-  c->add_option("--prompt-format", f->prompt_format, "ids (token-id prompts) | text")
-      ->capture_default_str();
+  AddDefaulted(c, "--seed", f->data.seed, "seed for prompts and arrival times");
+  AddDefaulted(c, "--prompt-format", f->prompt_format, "ids (token-id prompts) | text");
   c->add_option("--tokenizer", f->data.tokenizer_path,
                 "GGUF whose vocabulary makes token ids and text");
   c->add_option("--vocab-size", f->data.vocab_size,
                 "token ids are drawn below this (default: ids 100..499)");
-  c->add_option("--random-input-len", f->data.random_input_len, "random: prompt tokens")
-      ->capture_default_str();
-  c->add_option("--random-output-len", f->data.random_output_len, "random: output tokens")
-      ->capture_default_str();
-  c->add_option("--random-range-ratio", f->data.random_range_ratio,
-                "random: lengths vary in [len*(1-r), len*(1+r)]")
-      ->capture_default_str();
-  c->add_option("--random-prefix-len", f->data.random_prefix_len,
-                "random: tokens of a prefix common to every prompt")
-      ->capture_default_str();
-  c->add_option("--sp-num-groups", f->data.sp_num_groups, "shared-prefix: groups (G)")
-      ->capture_default_str();
-  c->add_option("--sp-prompts-per-group", f->data.sp_prompts_per_group,
-                "shared-prefix: questions per group (Q)")
-      ->capture_default_str();
-  c->add_option("--sp-system-prompt-len", f->data.sp_system_prompt_len,
-                "shared-prefix: system prompt tokens (P)")
-      ->capture_default_str();
-  c->add_option("--sp-question-len", f->data.sp_question_len, "shared-prefix: question tokens")
-      ->capture_default_str();
-  c->add_option("--sp-output-len", f->data.sp_output_len, "shared-prefix: output tokens")
-      ->capture_default_str();
-  c->add_option("--mt-num-conversations", f->data.mt_num_conversations, "multi-turn: conversations")
-      ->capture_default_str();
-  c->add_option("--mt-turns", f->data.mt_turns, "multi-turn: turns per conversation")
-      ->capture_default_str();
-  c->add_option("--mt-user-len", f->data.mt_user_len,
-                "multi-turn: tokens (about) of each new user message")
-      ->capture_default_str();
-  c->add_option("--mt-output-len", f->data.mt_output_len, "multi-turn: output tokens per turn")
-      ->capture_default_str();
-  c->add_option(
-       "--mt-first-len", f->data.mt_first_len,
-       "multi-turn: tokens (about) of each conversation's first message (0: --mt-user-len)")
-      ->capture_default_str();
-  c->add_option("--mt-think-time-s", f->load.think_time_s,
-                "multi-turn: seconds between a reply and the next turn of its conversation (user "
-                "think time)")
-      ->capture_default_str();
-  c->add_option("--dataset-path", f->data.dataset_path,
+}
+
+// One length flag of a dataset kind: its help is prefixed by the kind ("random: prompt tokens").
+struct LengthFlag {
+  const char* names;
+  int64_t bench::DatasetOptions::*field;
+  const char* help;
+};
+
+void AddLengthFlags(CLI::App* c, bench::DatasetOptions* d, const char* kind,
+                    std::initializer_list<LengthFlag> flags) {
+  for (const LengthFlag& l : flags)
+    AddDefaulted(c, l.names, d->*(l.field), fmt::format("{}: {}", kind, l.help));
+}
+
+// The shape of each dataset kind's prompts (random, shared-prefix, multi-turn, jsonl).
+void AddDatasetKindFlags(CLI::App* c, BenchServeFlags* f) {
+  using D = bench::DatasetOptions;
+  bench::DatasetOptions* d = &f->data;
+  AddLengthFlags(c, d, "random",
+                 {{"--random-input-len", &D::random_input_len, "prompt tokens"},
+                  {"--random-output-len", &D::random_output_len, "output tokens"}});
+  AddDefaulted(c, "--random-range-ratio", d->random_range_ratio,
+               "random: lengths vary in [len*(1-r), len*(1+r)]");
+  AddLengthFlags(c, d, "random",
+                 {{"--random-prefix-len", &D::random_prefix_len,
+                   "tokens of a prefix common to every prompt"}});
+  AddLengthFlags(c, d, "shared-prefix",
+                 {{"--sp-num-groups", &D::sp_num_groups, "groups (G)"},
+                  {"--sp-prompts-per-group", &D::sp_prompts_per_group, "questions per group (Q)"},
+                  {"--sp-system-prompt-len", &D::sp_system_prompt_len, "system prompt tokens (P)"},
+                  {"--sp-question-len", &D::sp_question_len, "question tokens"},
+                  {"--sp-output-len", &D::sp_output_len, "output tokens"}});
+  AddLengthFlags(c, d, "multi-turn",
+                 {{"--mt-num-conversations", &D::mt_num_conversations, "conversations"},
+                  {"--mt-turns", &D::mt_turns, "turns per conversation"},
+                  {"--mt-user-len", &D::mt_user_len, "tokens (about) of each new user message"},
+                  {"--mt-output-len", &D::mt_output_len, "output tokens per turn"},
+                  {"--mt-first-len", &D::mt_first_len,
+                   "tokens (about) of each conversation's first message (0: --mt-user-len)"}});
+  AddDefaulted(c, "--mt-think-time-s", f->load.think_time_s,
+               "multi-turn: seconds between a reply and the next turn of its conversation (user "
+               "think time)");
+  c->add_option("--dataset-path", d->dataset_path,
                 "jsonl: file with one {\"prompt\": ..., \"output_len\": N} per line");
-  c->add_option("--jsonl-output-len", f->data.jsonl_output_len,
-                "jsonl: output tokens when a line has none")
-      ->capture_default_str();
+  AddLengthFlags(
+      c, d, "jsonl",
+      {{"--jsonl-output-len", &D::jsonl_output_len, "output tokens when a line has none"}});
+}
+
+// How the load is sent and judged: arrivals, concurrency, SLOs, sampling, time limits.
+void AddLoadFlags(CLI::App* c, BenchServeFlags* f) {
   c->add_option(
       "--request-rate", f->request_rate,
       "requests/s (Poisson/gamma arrivals) or inf (the default, as in vLLM: every request at t=0, "
       "bounded by --max-concurrency)");
-  c->add_option("--burstiness", f->load.burstiness,
-                "gamma shape of inter-arrival gaps (1 = Poisson)")
-      ->capture_default_str();
+  AddDefaulted(c, "--burstiness", f->load.burstiness,
+               "gamma shape of inter-arrival gaps (1 = Poisson)");
   c->add_option("--max-concurrency", f->load.max_concurrency, "requests in flight at most");
   c->add_option("--slo-ttft-ms", f->slo_ttft, "goodput SLO on TTFT")->expected(1);
   c->add_option("--slo-tpot-ms", f->slo_tpot, "goodput SLO on TPOT")->expected(1);
   c->add_option("--slo-e2el-ms", f->slo_e2el, "goodput SLO on end-to-end latency")->expected(1);
   c->add_flag("--no-ignore-eos", f->no_ignore_eos,
               "let the model stop at EOS (output lengths vary)");
-  c->add_option("--temperature", f->load.temperature, "sampling temperature")
-      ->capture_default_str();
-  c->add_option("--request-timeout", f->load.request_timeout_s, "seconds per request")
-      ->capture_default_str();
-  c->add_option("--max-duration-s", f->load.max_duration_s,
-                "stop sending and abort in-flight requests after this")
-      ->capture_default_str();
+  AddDefaulted(c, "--temperature", f->load.temperature, "sampling temperature");
+  AddDefaulted(c, "--request-timeout", f->load.request_timeout_s, "seconds per request");
+  AddDefaulted(c, "--max-duration-s", f->load.max_duration_s,
+               "stop sending and abort in-flight requests after this");
   c->add_flag("--no-progress", f->no_progress,
               "no progress bar (it is drawn only when stderr is a terminal)");
+}
+
+// The flags bench serve and bench sweep share, in --help's order.
+void AddCommon(CLI::App* c, BenchServeFlags* f) {
+  AddTargetFlags(c, f);
+  AddDatasetFlags(c, f);
+  AddDatasetKindFlags(c, f);
+  AddLoadFlags(c, f);
 }
 
 Status Finalize(BenchServeFlags* f, bench::Slo* slo) {
@@ -248,12 +264,8 @@ Result<int> RunSweepCmd(BenchServeFlags f) {
 }
 
 void Report(const Result<int>& r, int* exit_code) {
-  if (!r.ok()) {
-    std::cerr << "error: " << r.status().message() << "\n";
-    *exit_code = 1;
-  } else {
-    *exit_code = *r;
-  }
+  if (r.ok()) *exit_code = *r;
+  ReportError(r.status(), exit_code);
 }
 
 }  // namespace
@@ -269,7 +281,7 @@ void RegisterBenchServe(CLI::App* bench, int* exit_code) {
   c->add_option("--json", f->json_path, "write the report as JSON to this file ('-': stdout only)");
   c->add_flag("--save-result", f->save_result,
               "write the JSON report (with vLLM's result keys) to --result-dir/--result-filename");
-  c->add_option("--result-dir", f->result_dir, "directory of --save-result")->capture_default_str();
+  AddDefaulted(c, "--result-dir", f->result_dir, "directory of --save-result");
   c->add_option("--result-filename", f->result_filename,
                 "file name of --save-result (default: vLLM's "
                 "<backend>-<rate>qps[-concurrency<C>]-<model>-<date>.json)");

@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "app/cli_common.h"
 #include "app/commands.h"
 #include "base/thread_pool.h"
 #include "engine/runner/sequence_runner.h"
@@ -30,13 +31,9 @@ struct GenerateOptions {
   float lora_scale = 1.0f;  // --lora-scale S
   int max_lora_rank = 256;  // --max-lora-rank: a pair of higher rank is refused
   int max_tokens = 32;
-  float temperature = 0.8f;
-  int top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  float repeat_penalty = 1.0f;
-  float frequency_penalty = 0.0f;
-  float presence_penalty = 0.0f;
+  // The sampler's own defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, no
+  // penalties); its seed comes from --seed.
+  engine::sampler::SamplingParams sampling;
   int64_t seed = -1;
   int threads = 0;
   int ctx = 0;
@@ -94,14 +91,7 @@ Result<Prompt> MakePrompt(const GenerateOptions& o, const tokenizer::Tokenizer& 
 }
 
 Result<engine::sampler::SamplingParams> MakeSampling(const GenerateOptions& o) {
-  engine::sampler::SamplingParams sp;
-  sp.temperature = o.temperature;
-  sp.top_k = o.top_k;
-  sp.top_p = o.top_p;
-  sp.min_p = o.min_p;
-  sp.repetition_penalty = o.repeat_penalty;
-  sp.frequency_penalty = o.frequency_penalty;
-  sp.presence_penalty = o.presence_penalty;
+  engine::sampler::SamplingParams sp = o.sampling;
   sp.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
   RETURN_IF_ERROR(sp.Validate());
   return sp;
@@ -208,6 +198,17 @@ Status RunGenerate(const GenerateOptions& o) {
   return Status::Ok();
 }
 
+// The sampler's flags (llama.cpp's names), bound to `sp` and showing its defaults.
+void AddSamplingFlags(CLI::App* cmd, engine::sampler::SamplingParams* sp) {
+  AddDefaulted(cmd, "--temperature,--temp", sp->temperature, "Sampling temperature (0 = greedy)");
+  AddDefaulted(cmd, "--top-k", sp->top_k, "Top-k (<= 0: off)");
+  AddDefaulted(cmd, "--top-p", sp->top_p, "Top-p (1: off)");
+  AddDefaulted(cmd, "--min-p", sp->min_p, "Min-p (0: off)");
+  AddDefaulted(cmd, "--repeat-penalty", sp->repetition_penalty, "Repetition penalty (1: off)");
+  AddDefaulted(cmd, "--frequency-penalty", sp->frequency_penalty, "Frequency penalty");
+  AddDefaulted(cmd, "--presence-penalty", sp->presence_penalty, "Presence penalty");
+}
+
 }  // namespace
 
 void RegisterGenerate(CLI::App& app, int* exit_code) {
@@ -220,25 +221,12 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   p->excludes(pt);
   cmd->add_option("--lora", o->lora,
                   "LoRA adapter (llama.cpp's GGUF LoRA format) applied to the model");
-  cmd->add_option("--lora-scale", o->lora_scale,
-                  "User scale of --lora (the pair's scale is this x alpha / rank)")
-      ->capture_default_str();
-  cmd->add_option("--max-lora-rank", o->max_lora_rank, "Refuse a --lora whose rank is higher")
-      ->capture_default_str();
-  cmd->add_option("-n,--max-tokens", o->max_tokens, "Maximum number of tokens to generate")
-      ->capture_default_str();
-  cmd->add_option("--temperature,--temp", o->temperature, "Sampling temperature (0 = greedy)")
-      ->capture_default_str();
-  cmd->add_option("--top-k", o->top_k, "Top-k (<= 0: off)")->capture_default_str();
-  cmd->add_option("--top-p", o->top_p, "Top-p (1: off)")->capture_default_str();
-  cmd->add_option("--min-p", o->min_p, "Min-p (0: off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1: off)")
-      ->capture_default_str();
-  cmd->add_option("--frequency-penalty", o->frequency_penalty, "Frequency penalty")
-      ->capture_default_str();
-  cmd->add_option("--presence-penalty", o->presence_penalty, "Presence penalty")
-      ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Random seed (-1: random)")->capture_default_str();
+  AddDefaulted(cmd, "--lora-scale", o->lora_scale,
+               "User scale of --lora (the pair's scale is this x alpha / rank)");
+  AddDefaulted(cmd, "--max-lora-rank", o->max_lora_rank, "Refuse a --lora whose rank is higher");
+  AddDefaulted(cmd, "-n,--max-tokens", o->max_tokens, "Maximum number of tokens to generate");
+  AddSamplingFlags(cmd, &o->sampling);
+  AddDefaulted(cmd, "--seed", o->seed, "Random seed (-1: random)");
   cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
   cmd->add_option("-c,--ctx-size", o->ctx, "Context size (default: prompt + max tokens)");
   cmd->add_flag("--ignore-eos", o->ignore_eos,
@@ -251,11 +239,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
       *exit_code = 2;
       return;
     }
-    Status s = RunGenerate(*o);
-    if (!s.ok()) {
-      std::cerr << "error: " << s.message() << "\n";
-      *exit_code = 1;
-    }
+    ReportError(RunGenerate(*o), exit_code);
   });
 }
 
