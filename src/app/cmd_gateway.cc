@@ -2,13 +2,13 @@
 // and validate the config, start the gateway and its HTTP server, then wait for signals — SIGHUP
 // reloads the config (a bad file is reported and the running config kept), SIGINT/SIGTERM drain
 // (new requests 503, in-flight ones finish within --shutdown-timeout) and exit 0.
-#include <pthread.h>
 #include <signal.h>
 
 #include <chrono>
 #include <cstdio>
 #include <thread>
 
+#include "app/cli_common.h"
 #include "app/commands.h"
 #include "gateway/config.h"
 #include "gateway/gateway.h"
@@ -41,37 +41,40 @@ std::shared_ptr<const gateway::GatewayConfig> WithTracingFlags(
   return copy;
 }
 
-Status RunGateway(const GatewayFlags& f) {
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+// Build: the gateway and its HTTP server, started; prints "listening" and "ready".
+struct RunningGateway {
+  std::unique_ptr<gateway::Gateway> gw;
+  std::unique_ptr<http::HttpServer> server;
+};
 
-  ASSIGN_OR_RETURN(auto loaded, gateway::LoadGatewayConfig(f.config));
-  auto cfg = WithTracingFlags(std::move(loaded), f);
-  ASSIGN_OR_RETURN(auto gw, gateway::Gateway::Create(cfg));
-  gw->Start();
+Result<RunningGateway> StartGateway(const GatewayFlags& f,
+                                    std::shared_ptr<const gateway::GatewayConfig> cfg) {
+  RunningGateway r;
+  ASSIGN_OR_RETURN(r.gw, gateway::Gateway::Create(cfg));
+  r.gw->Start();
   http::HttpServerOptions so;
   so.host = f.host;
   so.port = static_cast<uint16_t>(f.port);
   so.io_threads = f.io_threads;
   so.max_body_bytes = f.max_body_bytes;
-  gateway::Gateway* g = gw.get();
+  gateway::Gateway* g = r.gw.get();
   so.on_internal_error = [g](std::string_view method, std::string_view path, std::string_view) {
     g->OnInternalError(method, path);
   };
-  ASSIGN_OR_RETURN(
-      auto server,
-      http::HttpServer::Start(so, [g](http::HttpRequest req, std::shared_ptr<http::Responder> out) {
-        g->Handle(std::move(req), std::move(out));
-      }));
-  std::printf("listening on http://%s:%u\n", f.host.c_str(), static_cast<unsigned>(server->port()));
+  ASSIGN_OR_RETURN(r.server, http::HttpServer::Start(so, [g](http::HttpRequest req,
+                                                             std::shared_ptr<http::Responder> out) {
+                     g->Handle(std::move(req), std::move(out));
+                   }));
+  std::printf("listening on http://%s:%u\n", f.host.c_str(),
+              static_cast<unsigned>(r.server->port()));
   std::printf("strata gateway: ready: %zu pool(s), %zu route(s), %zu tenant(s) from %s\n",
               cfg->pools.size(), cfg->routes.size(), cfg->tenants.size(), f.config.c_str());
   std::fflush(stdout);
+  return r;
+}
 
+// Run: until SIGINT/SIGTERM; each SIGHUP reloads --config (a bad file keeps the running config).
+void ServeUntilStopped(const GatewayFlags& f, const sigset_t& sigs, gateway::Gateway* gw) {
   for (;;) {
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -88,16 +91,29 @@ Status RunGateway(const GatewayFlags& f) {
                    s.ToString().c_str());
     }
   }
+}
+
+// Drain: new requests 503, in-flight ones get --shutdown-timeout, then everything stops.
+void DrainAndStop(const GatewayFlags& f, RunningGateway& r) {
   std::fprintf(stderr, "strata gateway: draining (up to %.0f s)\n", f.shutdown_timeout_s);
-  gw->StartDraining();
+  r.gw->StartDraining();
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout_s * 1e3));
-  while (std::chrono::steady_clock::now() < deadline && gw->in_flight() > 0)
+  while (std::chrono::steady_clock::now() < deadline && r.gw->in_flight() > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  server->StopAccepting();
+  r.server->StopAccepting();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  server->Stop();
-  gw->Stop();
+  r.server->Stop();
+  r.gw->Stop();
+}
+
+// Parse (the config and the tracing flags) -> build (StartGateway) -> run -> drain.
+Status RunGateway(const GatewayFlags& f) {
+  const sigset_t sigs = BlockSignals({SIGINT, SIGTERM, SIGHUP});
+  ASSIGN_OR_RETURN(auto loaded, gateway::LoadGatewayConfig(f.config));
+  ASSIGN_OR_RETURN(RunningGateway running, StartGateway(f, WithTracingFlags(std::move(loaded), f)));
+  ServeUntilStopped(f, sigs, running.gw.get());
+  DrainAndStop(f, running);
   return Status::Ok();
 }
 
@@ -112,20 +128,14 @@ void RegisterGateway(CLI::App& app, int* exit_code) {
   c->add_option("--config", f->config,
                 "gateway YAML (pools, routes, tenants; examples/gateway.yaml)")
       ->required();
-  c->add_option("--host", f->host, "address to listen on")->capture_default_str();
-  c->add_option("--port", f->port, "port (0: pick a free one)")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
-  c->add_option("--io-threads", f->io_threads, "front I/O threads")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  c->add_option("--shutdown-timeout", f->shutdown_timeout_s,
-                "seconds in-flight requests get to finish on SIGTERM")
-      ->check(CLI::Range(0.0, 3600.0))
-      ->capture_default_str();
-  c->add_option("--max-body-bytes", f->max_body_bytes, "request body limit (413 above)")
-      ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 30))
-      ->capture_default_str();
+  AddDefaulted(c, "--host", f->host, "address to listen on");
+  AddDefaulted(c, "--port", f->port, "port (0: pick a free one)")->check(CLI::Range(0, 65535));
+  AddDefaulted(c, "--io-threads", f->io_threads, "front I/O threads")->check(CLI::Range(1, 64));
+  AddDefaulted(c, "--shutdown-timeout", f->shutdown_timeout_s,
+               "seconds in-flight requests get to finish on SIGTERM")
+      ->check(CLI::Range(0.0, 3600.0));
+  AddDefaulted(c, "--max-body-bytes", f->max_body_bytes, "request body limit (413 above)")
+      ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 30));
   c->add_option("--otlp-endpoint", f->otlp_endpoint,
                 "OTLP/HTTP collector base URL for traces, e.g. http://127.0.0.1:4318 (spans go to "
                 "/v1/traces; overrides tracing.otlp_endpoint; absent: no export, traceparent is "
@@ -136,13 +146,7 @@ void RegisterGateway(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0.0, 1.0));
   c->add_option("--otlp-service-name", f->otlp_service_name,
                 "service.name of the gateway's spans (default strata-gateway)");
-  c->callback([f, exit_code] {
-    Status s = RunGateway(*f);
-    if (!s.ok()) {
-      std::fprintf(stderr, "strata gateway: %s\n", s.ToString().c_str());
-      *exit_code = 1;
-    }
-  });
+  c->callback([f, exit_code] { ReportError(RunGateway(*f), "strata gateway", exit_code); });
 }
 
 }  // namespace strata::app

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "app/cli_common.h"
 #include "app/commands.h"
 #include "control/fetch.h"
 #include "control/up.h"
@@ -32,6 +33,18 @@ struct StatusFlags {
   std::string state_dir;
   bool json = false;
 };
+
+// The supervisor's options from the flags (this binary runs the children).
+control::UpOptions UpOptionsFrom(const UpFlags& f) {
+  control::UpOptions o;
+  o.state_dir = f.state_dir;
+  o.status_port = f.status_port;
+  o.strata_bin = SelfPath();
+  o.prometheus = !f.no_prometheus;
+  o.ready_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.ready_timeout_s * 1e3));
+  o.drain_grace = std::chrono::milliseconds(static_cast<int64_t>(f.drain_grace_s * 1e3));
+  return o;
+}
 
 // The status URL: --url, else the one `strata up` wrote to STATE_DIR/up.json.
 Result<std::string> StatusUrl(const StatusFlags& f) {
@@ -77,27 +90,15 @@ void RegisterUp(CLI::App& app, int* exit_code) {
   c->add_option("-f,--file", f->spec, "deployment spec (examples/deploy.yaml)")->required();
   c->add_option("--state-dir", f->state_dir,
                 "logs, generated configs, Prometheus data (default .strata/<name>)");
-  c->add_option("--status-port", f->status_port, "status endpoint port (0: pick a free one)")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
-  c->add_option("--ready-timeout", f->ready_timeout_s,
-                "seconds a child may take to become ready before it is reported and restarted")
-      ->check(CLI::Range(0.1, 3600.0))
-      ->capture_default_str();
-  c->add_option("--drain-grace", f->drain_grace_s, "seconds a stopping child gets before SIGKILL")
-      ->check(CLI::Range(0.0, 3600.0))
-      ->capture_default_str();
+  AddDefaulted(c, "--status-port", f->status_port, "status endpoint port (0: pick a free one)")
+      ->check(CLI::Range(0, 65535));
+  AddDefaulted(c, "--ready-timeout", f->ready_timeout_s,
+               "seconds a child may take to become ready before it is reported and restarted")
+      ->check(CLI::Range(0.1, 3600.0));
+  AddDefaulted(c, "--drain-grace", f->drain_grace_s, "seconds a stopping child gets before SIGKILL")
+      ->check(CLI::Range(0.0, 3600.0));
   c->add_flag("--no-prometheus", f->no_prometheus, "do not run Prometheus (no SLO figures)");
-  c->callback([f, exit_code] {
-    control::UpOptions o;
-    o.state_dir = f->state_dir;
-    o.status_port = f->status_port;
-    o.strata_bin = SelfPath();
-    o.prometheus = !f->no_prometheus;
-    o.ready_timeout = std::chrono::milliseconds(static_cast<int64_t>(f->ready_timeout_s * 1e3));
-    o.drain_grace = std::chrono::milliseconds(static_cast<int64_t>(f->drain_grace_s * 1e3));
-    *exit_code = control::RunUp(f->spec, o);
-  });
+  c->callback([f, exit_code] { *exit_code = control::RunUp(f->spec, UpOptionsFrom(*f)); });
 
   auto s = std::make_shared<StatusFlags>();
   CLI::App* st = app.add_subcommand("status", "what a running `strata up` reports");
