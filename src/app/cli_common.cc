@@ -7,6 +7,14 @@
 
 namespace strata::app {
 
+CLI::Option* AddThreadsFlag(CLI::App* cmd, int* threads) {
+  return cmd->add_option("-t,--threads", *threads, "Threads (default: all cores)");
+}
+
+CLI::Option* AddRepsFlag(CLI::App* cmd, int* reps) {
+  return AddDefaulted(cmd, "-r,--reps", *reps, "Repetitions (median reported)");
+}
+
 void ReportError(const Status& s, int* exit_code) {
   if (s.ok()) return;
   std::cerr << "error: " << s.message() << "\n";

@@ -21,6 +21,13 @@ CLI::Option* AddDefaulted(CLI::App* cmd, const std::string& names, T& value,
   return cmd->add_option(names, value, help)->capture_default_str();
 }
 
+// The flags the single-process commands share, same names and help everywhere: -t,--threads
+// (compute threads; 0, the default: all cores) of generate, bench model and bench memory, and
+// -r,--reps (repetitions of a benchmark, the median reported, the default shown) of bench model,
+// memory and offline.
+CLI::Option* AddThreadsFlag(CLI::App* cmd, int* threads);
+CLI::Option* AddRepsFlag(CLI::App* cmd, int* reps);
+
 // A failed `s`: "error: MESSAGE" on stderr and exit code 1 (bench, generate). An ok `s`: nothing.
 void ReportError(const Status& s, int* exit_code);
 // A failed `s`: "PREFIX: STATUS" on stderr (the code and the message) and exit code 1 (serve,

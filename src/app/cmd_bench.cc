@@ -602,8 +602,8 @@ void RegisterBenchModel(CLI::App* bench, int* exit_code) {
   cmd->add_option("-m,--model", o->model, "GGUF model file (default: the bundled tiny model)");
   AddDefaulted(cmd, "--pp", o->pp, "Prompt tokens per prefill test");
   AddDefaulted(cmd, "--tg", o->tg, "Decode steps after the prefill");
-  cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
-  AddDefaulted(cmd, "-r,--reps", o->reps, "Repetitions (median reported)");
+  AddThreadsFlag(cmd, &o->threads);
+  AddRepsFlag(cmd, &o->reps);
   AddDefaulted(cmd, "--kv-dtype", o->kv_dtype,
                "KV cache type: f16 (llama-bench's default), f32, q8_0");
   cmd->add_option(
@@ -628,7 +628,7 @@ void RegisterBenchOffline(CLI::App* bench, int* exit_code) {
   // The engine flags of `strata serve` (same names, same defaults, plus --config); the context
   // length defaults to what the prompts need.
   f->replica.Register(off, ReplicaFlags::kModelPath | ReplicaFlags::kEngine);
-  AddDefaulted(off, "-r,--reps", f->reps, "Repetitions (median reported)");
+  AddRepsFlag(off, &f->reps);
   AddDefaulted(off, "--warmup", f->warmup, "Unreported runs first (e.g. to warm the prefix cache)");
   AddDefaulted(off, "--seed", f->seed, "Prompt generator seed");
   AddDefaulted(off, "--lora-adapters", f->lora_adapters,

@@ -92,8 +92,8 @@ void RegisterBenchMemory(CLI::App* bench, int* exit_code) {
   auto o = std::make_shared<BenchMemoryOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "memory", "The machine's read bandwidth and peak fp32/int8/bf16 rates (the decode roofline)");
-  cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
-  AddDefaulted(cmd, "-r,--reps", o->reps, "Repetitions (median reported)");
+  AddThreadsFlag(cmd, &o->threads);
+  AddRepsFlag(cmd, &o->reps);
   AddDefaulted(cmd, "--bytes", o->bytes,
                "Buffer read by the bandwidth test (larger than the caches)");
   cmd->add_flag("--json", o->json, "Print JSON");

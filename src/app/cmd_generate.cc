@@ -227,7 +227,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   AddDefaulted(cmd, "-n,--max-tokens", o->max_tokens, "Maximum number of tokens to generate");
   AddSamplingFlags(cmd, &o->sampling);
   AddDefaulted(cmd, "--seed", o->seed, "Random seed (-1: random)");
-  cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
+  AddThreadsFlag(cmd, &o->threads);
   cmd->add_option("-c,--ctx-size", o->ctx, "Context size (default: prompt + max tokens)");
   cmd->add_flag("--ignore-eos", o->ignore_eos,
                 "Do not stop at end-of-generation tokens (they are never sampled)");
