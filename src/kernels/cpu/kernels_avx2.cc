@@ -288,44 +288,8 @@ __attribute__((target(STRATA_TARGET))) void Avx2RoundActivations(DType weight_ty
   if (i < n) ConvertActivations(weight_type, x + i, out + i, n - i);
 }
 
-DotTileFn Avx2DotTile(DType t) {
-  switch (t) {
-    case DType::kQ4_0:
-      return TileQ4_0;
-    case DType::kQ8_0:
-      return TileQ8_0;
-    case DType::kQ4_K:
-      return TileQ4_K;
-    case DType::kQ5_K:
-      return TileQ5_K;
-    case DType::kQ6_K:
-      return TileQ6_K;
-    case DType::kF16:
-      return TileF16;
-    case DType::kBF16:
-      return TileBF16;
-    case DType::kF32:
-      return TileF32;
-    default:
-      return nullptr;
-  }
-}
-
-DotPanelFn Avx2DotPanel4(DType t) {
-  switch (t) {
-    case DType::kF16:
-      return PanelF16;
-    case DType::kBF16:
-      return PanelBF16;
-    default:
-      return nullptr;
-  }
-}
-
-const VecOps& Avx2VecOps() {
-  static const VecOps kOps{RmsNormK, SiluMulK, AddK,       DotK,           AxpyK,
-                           SoftmaxK, AttendK,  AttendF16K, AttendF16PagedK};
-  return kOps;
-}
+#define STRATA_ENTRY(name) Avx2##name
+#include "kernels/cpu/entry_points.inc"
+#undef STRATA_ENTRY
 
 }  // namespace strata::kernels::internal

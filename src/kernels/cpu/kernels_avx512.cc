@@ -187,44 +187,8 @@ STRATA_FN VF VExp2i(VF k) {
 
 }  // namespace
 
-DotTileFn Avx512DotTile(DType t) {
-  switch (t) {
-    case DType::kQ4_0:
-      return TileQ4_0;
-    case DType::kQ8_0:
-      return TileQ8_0;
-    case DType::kQ4_K:
-      return TileQ4_K;
-    case DType::kQ5_K:
-      return TileQ5_K;
-    case DType::kQ6_K:
-      return TileQ6_K;
-    case DType::kF16:
-      return TileF16;
-    case DType::kBF16:
-      return TileBF16;
-    case DType::kF32:
-      return TileF32;
-    default:
-      return nullptr;
-  }
-}
-
-DotPanelFn Avx512DotPanel4(DType t) {
-  switch (t) {
-    case DType::kF16:
-      return PanelF16;
-    case DType::kBF16:
-      return PanelBF16;
-    default:
-      return nullptr;
-  }
-}
-
-const VecOps& Avx512VecOps() {
-  static const VecOps kOps{RmsNormK, SiluMulK, AddK,       DotK,           AxpyK,
-                           SoftmaxK, AttendK,  AttendF16K, AttendF16PagedK};
-  return kOps;
-}
+#define STRATA_ENTRY(name) Avx512##name
+#include "kernels/cpu/entry_points.inc"
+#undef STRATA_ENTRY
 
 }  // namespace strata::kernels::internal
