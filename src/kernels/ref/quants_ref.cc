@@ -328,21 +328,22 @@ float DotQ8_0(const BlockQ8_0* w, const BlockQ8_0* x, size_t nb) {
   return sum;
 }
 
+namespace {
+
 // Per super-block: sum += (d_w * d_x) * isum - (dmin_w * d_x) * msum, with isum the scaled integer
-// dot product and msum = sum_j min_j * (sum of the 32 activation quants of sub-block j).
-float DotQ4_K(const BlockQ4_K* w, const BlockQ8_K* x, size_t nb) {
+// dot product and msum = sum_j min_j * (sum of the 32 activation quants of sub-block j). Q4_K and
+// Q5_K differ only in how quant l of sub-block j is read (`quant`).
+template <typename Block, typename Quant>
+float DotScaleMinK(const Block* w, const BlockQ8_K* x, size_t nb, Quant quant) {
   float sum = 0.0f;
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* q = w[b].qs;
     const int8_t* a = x[b].qs;
     int isum = 0, msum = 0;
     for (int j = 0; j < 8; ++j) {
       uint8_t sc, mn;
       UnpackScaleMinK4(j, w[b].scales, &sc, &mn);
-      const uint8_t* qq = q + 32 * (j / 2);
-      const int shift = (j & 1) ? 4 : 0;
       int s = 0;
-      for (int l = 0; l < 32; ++l) s += ((qq[l] >> shift) & 0xF) * a[32 * j + l];
+      for (int l = 0; l < 32; ++l) s += quant(w[b], j, l) * a[32 * j + l];
       isum += sc * s;
       msum += mn * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
     }
@@ -352,28 +353,22 @@ float DotQ4_K(const BlockQ4_K* w, const BlockQ8_K* x, size_t nb) {
   return sum;
 }
 
+// The low 4 bits of quant l of sub-block j: sub-blocks 2i and 2i+1 share 32 bytes (low, high).
+int LowNibbleK(const uint8_t* qs, int j, int l) {
+  return (qs[32 * (j / 2) + l] >> ((j & 1) ? 4 : 0)) & 0xF;
+}
+
+}  // namespace
+
+float DotQ4_K(const BlockQ4_K* w, const BlockQ8_K* x, size_t nb) {
+  return DotScaleMinK(w, x, nb,
+                      [](const BlockQ4_K& q, int j, int l) { return LowNibbleK(q.qs, j, l); });
+}
+
 float DotQ5_K(const BlockQ5_K* w, const BlockQ8_K* x, size_t nb) {
-  float sum = 0.0f;
-  for (size_t b = 0; b < nb; ++b) {
-    const int8_t* a = x[b].qs;
-    int isum = 0, msum = 0;
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, mn;
-      UnpackScaleMinK4(j, w[b].scales, &sc, &mn);
-      const uint8_t* ql = w[b].qs + 32 * (j / 2);
-      const int shift = (j & 1) ? 4 : 0;
-      int s = 0;
-      for (int l = 0; l < 32; ++l) {
-        const int q = ((ql[l] >> shift) & 0xF) + (((w[b].qh[l] >> j) & 1) << 4);
-        s += q * a[32 * j + l];
-      }
-      isum += sc * s;
-      msum += mn * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-    }
-    sum += F16ToF32(w[b].d) * x[b].d * static_cast<float>(isum) -
-           F16ToF32(w[b].dmin) * x[b].d * static_cast<float>(msum);
-  }
-  return sum;
+  return DotScaleMinK(w, x, nb, [](const BlockQ5_K& q, int j, int l) {
+    return LowNibbleK(q.qs, j, l) + (((q.qh[l] >> j) & 1) << 4);
+  });
 }
 
 float DotQ6_K(const BlockQ6_K* w, const BlockQ8_K* x, size_t nb) {
