@@ -159,7 +159,11 @@ std::vector<Case> Cases() {
     c.rope_scaling.original_ctx = 64;  // small so the scaled band covers many frequencies
     cs.push_back({"llama3_rope_scaling_f32", c, 1e-4});
     c.file_type = synth::FileType::kQ4_K_M;
-    cs.push_back({"llama3_rope_scaling_q4_k_m", c, 0.15});
+    // Long prompts put more activations of this case on Q8_K rounding boundaries: measured 26 of
+    // 30 positions exact with the scalar kernels and 22 of 30 with the avx2 level (AMD EPYC, no
+    // AVX-512: its float sums flip two more, at the last prompt positions); every position stays
+    // within kRoundedMax.
+    cs.push_back({"llama3_rope_scaling_q4_k_m", c, 0.15, 0.7});
   }
   {
     auto c = Base(synth::FileType::kF16);
