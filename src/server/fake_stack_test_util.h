@@ -83,7 +83,7 @@ class FakeStack {
   // Starts an HttpServer (port 0 unless `o` says otherwise) whose handler is `wrap` around the
   // Api's (null: the Api's alone); the bound port is port_.
   using Handler = std::function<void(http::HttpRequest, std::shared_ptr<http::Responder>)>;
-  Status StartHttp(http::HttpServerOptions o, std::function<Handler(Handler)> wrap = {}) {
+  Status StartHttp(const http::HttpServerOptions& o, std::function<Handler(Handler)> wrap = {}) {
     Handler h = [a = api_.get()](http::HttpRequest rq, std::shared_ptr<http::Responder> out) {
       a->Handle(std::move(rq), std::move(out));
     };
@@ -101,6 +101,11 @@ class FakeStack {
     server_.reset();
   }
 
+  // For a user that holds a FakeStack rather than deriving from it (the route fuzz harness).
+  engine::sched::Engine* stack_engine() const { return engine_.get(); }
+  Api* stack_api() const { return api_.get(); }
+
+ protected:
   engine::sched::SteadyClock clock_;
   engine::sched::FakeRunnerConfig rc_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;

@@ -92,7 +92,7 @@ class ServerTest : public ::testing::Test, protected FakeStack {
     so.on_internal_error = [a = api_.get()](std::string_view m, std::string_view p,
                                             std::string_view) { a->OnInternalError(m, p); };
     // `x-test-throw: respond|write` wraps the responder in one that throws (ThrowingResponder).
-    auto s = StartHttp(so, [](Handler api) -> Handler {
+    auto s = StartHttp(so, [](const Handler& api) -> Handler {
       return [api](HttpRequest rq, std::shared_ptr<Responder> out) {
         if (std::string mode(rq.Header("x-test-throw")); !mode.empty())
           out = std::make_shared<ThrowingResponder>(std::move(out), std::move(mode));

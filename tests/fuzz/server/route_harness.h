@@ -92,11 +92,11 @@ class RouteHarness {
         "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}{% if "
         "add_generation_prompt %}<|assistant|>{% endif %}";
     if (!stack_.Boot(c).ok()) std::abort();  // a fixed config: cannot fail but by a bug
-    stack_.engine_->Start();
+    stack_.stack_engine()->Start();
     worker_ = std::thread([this] { WorkerLoop(); });
   }
   ~RouteHarness() {
-    for (int i = 0; i < 1000 && stack_.api_->live_jobs() > 0; ++i)
+    for (int i = 0; i < 1000 && stack_.stack_api()->live_jobs() > 0; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     {
       std::lock_guard lk(mu_);
@@ -120,11 +120,11 @@ class RouteHarness {
     req.headers.emplace_back("content-type", "application/json");
     auto out = std::make_shared<CapturingResponder>(
         [this](std::function<void()> fn) { Enqueue(std::move(fn)); });
-    stack_.api_->Handle(std::move(req), out);
+    stack_.stack_api()->Handle(std::move(req), out);
     return out->Wait(timeout, response);
   }
-  server::Api& api() { return *stack_.api_; }
-  engine::sched::Engine& engine() { return *stack_.engine_; }
+  server::Api& api() { return *stack_.stack_api(); }
+  engine::sched::Engine& engine() { return *stack_.stack_engine(); }
 
  private:
   void Enqueue(std::function<void()> fn) {
